@@ -1,0 +1,104 @@
+"""What a node's hardware looks like, in the operator's own words.
+
+These frozen records are what the hardware port returns and what the core's decisions (labels, VFIO
+selection, device-plugin devices, topology) take. Parsing sysfs or mx-smi into them happens in adapters.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import NewType
+
+import attrs
+
+PciAddress = NewType("PciAddress", str)
+"""A full PCI address in sysfs form, e.g. ``0000:09:00.0``. Sorting these strings sorts by domain/bus/dev/fn."""
+
+DriverVersion = NewType("DriverVersion", str)
+
+METAX_VENDOR_ID = 0x9999
+METAX_MODULE = "metax"
+VFIO_DRIVER = "vfio-pci"
+
+
+class FunctionKind(enum.Enum):
+    """Whether a PCI function is a physical GPU or an SR-IOV virtual function of one."""
+
+    PF = "pf"
+    VF = "vf"
+
+
+@attrs.frozen
+class PciFunction:
+    """One MetaX PCI function (a whole GPU, or one of its SR-IOV VFs) as the kernel shows it."""
+
+    address: PciAddress
+    vendor_id: int
+    device_id: int
+    kind: FunctionKind = FunctionKind.PF
+    physfn: PciAddress | None = None
+    """For a VF, the PF it belongs to."""
+    numa_node: int | None = None
+    """None when the kernel reports -1 (no NUMA information)."""
+    iommu_group: int | None = None
+    driver: str | None = None
+    """Name of the bound kernel driver (``metax``, ``vfio-pci``) or None when unbound."""
+    sriov_totalvfs: int = 0
+    sriov_numvfs: int = 0
+    pcie_path: tuple[PciAddress, ...] = ()
+    """Bridges from the root port down to this function (exclusive); equal prefixes mean a shared switch."""
+
+
+@attrs.frozen
+class GpuHealth:
+    """Health of one function as the hardware reports it right now."""
+
+    address: PciAddress
+    healthy: bool
+    reason: str = ""
+
+
+@attrs.frozen
+class GpuMetrics:
+    """One sample of a GPU's telemetry. A None field means the hardware did not report it."""
+
+    address: PciAddress
+    index: int
+    name: str = ""
+    utilization_percent: float | None = None
+    temperature_celsius: float | None = None
+    power_milliwatts: float | None = None
+    power_cap_milliwatts: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+
+@attrs.frozen
+class ModuleState:
+    """A loaded kernel module: its version and its parameters as /sys/module/<name> shows them."""
+
+    name: str
+    version: DriverVersion | None
+    params: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class FirmwareInfo:
+    """Firmware facts of one PF, needed by the firmware policy (R-FW)."""
+
+    address: PciAddress
+    vbios_version: str
+    virtualization: bool
+    """True when the flashed firmware is the virtualisation build."""
+
+
+@attrs.frozen
+class NetworkInterface:
+    """A host network interface and where it sits, for GPU–NIC affinity."""
+
+    name: str
+    pci_address: PciAddress | None = None
+    numa_node: int | None = None
+    mac: str | None = None
+    up: bool = False

@@ -1,0 +1,135 @@
+"""The cluster port: what the operator and node agents need from the Kubernetes API.
+
+Objects cross this port as plain JSON-like mappings (what the API serves), so the in-memory adapter and the
+real one (official `kubernetes` client) are interchangeable; typed models live in the core. Every failure is
+raised as `metax_core.errors.ClusterError` (or `Conflict` / `NotFound`) after the adapter's own retries.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+RawObject = Mapping[str, Any]
+
+
+@attrs.frozen
+class ObjectRef:
+    """Names one API object: enough to get it, patch it, or point an Event at it."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class WatchEventType(enum.Enum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    BOOKMARK = "BOOKMARK"
+
+
+@attrs.frozen
+class WatchEvent:
+    type: WatchEventType
+    object: RawObject
+
+
+@attrs.frozen
+class ObjectList:
+    items: Sequence[RawObject]
+    resource_version: str
+
+
+class Objects(Protocol):
+    """Generic object access: server-side apply, get, list, watch, delete, status."""
+
+    def apply(self, obj: RawObject, *, field_manager: str, force: bool = False) -> RawObject:
+        """Server-side apply ``obj``; only the fields in ``obj`` are owned by ``field_manager``."""
+        ...
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> RawObject | None:
+        ...
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ObjectList:
+        ...
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        """Events after ``resource_version``; relists transparently when it has expired (HTTP 410)."""
+        ...
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete; False when it did not exist."""
+        ...
+
+    def apply_status(self, obj: RawObject, *, field_manager: str) -> RawObject:
+        """Server-side apply to the status subresource."""
+        ...
+
+
+class NodeMetadata(Protocol):
+    """Node labels and annotations owned by us: patches touch only the given keys (None removes a key)."""
+
+    def get_node(self, name: str) -> RawObject | None:
+        ...
+
+    def patch_node_metadata(
+        self,
+        name: str,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> None:
+        ...
+
+
+class EventType(enum.Enum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class Events(Protocol):
+    """events.k8s.io/v1 Events, deduplicated (a repeat bumps the series count instead of a new object)."""
+
+    def emit(
+        self,
+        regarding: ObjectRef,
+        *,
+        reason: str,
+        message: str,
+        type: EventType = EventType.NORMAL,
+        action: str = "Reconcile",
+    ) -> None:
+        ...
+
+
+class LeaderLock(Protocol):
+    """A coordination.k8s.io/v1 Lease held by one identity at a time."""
+
+    def try_acquire_or_renew(self) -> bool:
+        """True when this identity holds the lease after the call."""
+        ...
+
+    def release(self) -> None:
+        ...

@@ -1,0 +1,101 @@
+"""The hardware port: what node agents need from one node's GPUs, kernel and tools.
+
+Every adapter works against a host root path (``/`` on a bare host, the host mount inside a container), so
+the same code runs against a fake host. Every failure is raised as `metax_core.errors.HardwareError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from metax_core.inventory import (
+    DriverVersion,
+    FirmwareInfo,
+    GpuHealth,
+    GpuMetrics,
+    ModuleState,
+    NetworkInterface,
+    PciAddress,
+    PciFunction,
+)
+
+
+class DeviceInventory(Protocol):
+    """Enumerates MetaX PCI functions and the device nodes that give access to them."""
+
+    def functions(self) -> Sequence[PciFunction]:
+        """Every MetaX function (PFs and VFs), sorted by PCI address."""
+        ...
+
+    def iommu_enabled(self) -> bool:
+        """Whether the kernel has an active IOMMU (needed for vfio-pci)."""
+        ...
+
+    def device_nodes(self, address: PciAddress) -> Sequence[str]:
+        """Container-visible device node paths (``/dev/dri/cardN``, ``/dev/dri/renderDN``, ``/dev/mxcd``,
+        ``/dev/vfio/N`` for a vfio-bound function), as absolute paths on the host (not prefixed by the root)."""
+        ...
+
+
+class DriverBinder(Protocol):
+    """Moves a PCI function between kernel drivers and sets a PF's SR-IOV VF count."""
+
+    def bind(self, address: PciAddress, driver: str) -> None:
+        """Bind ``address`` to ``driver`` (driver_override, unbind, drivers_probe), verifying the result."""
+        ...
+
+    def unbind(self, address: PciAddress) -> None:
+        """Release ``address`` from its driver and clear driver_override."""
+        ...
+
+    def set_vf_count(self, pf: PciAddress, count: int) -> None:
+        """Set sriov_numvfs (through 0 when changing a non-zero count)."""
+        ...
+
+
+class KernelModules(Protocol):
+    """Loads and inspects kernel modules (``metax``, ``vfio-pci``)."""
+
+    def load(self, name: str, params: Mapping[str, str]) -> None:
+        """modprobe (or insmod from a payload path) with parameters; raises when the kernel refuses."""
+        ...
+
+    def unload(self, name: str) -> None:
+        """rmmod; raises when the module is in use."""
+        ...
+
+    def state(self, name: str) -> ModuleState | None:
+        """The loaded module's version and parameters, or None when not loaded."""
+        ...
+
+    def installed_version(self, name: str) -> DriverVersion | None:
+        """Version of the module installed on the host (modinfo), loaded or not; None when absent."""
+        ...
+
+
+class GpuMonitor(Protocol):
+    """Health and telemetry of the node's GPUs (mx-smi and sysfs), each call bounded by a timeout."""
+
+    def health(self) -> Mapping[PciAddress, GpuHealth]:
+        ...
+
+    def metrics(self) -> Sequence[GpuMetrics]:
+        ...
+
+
+class Firmware(Protocol):
+    """Reads VBIOS/firmware facts and flashes firmware through the vendor tool."""
+
+    def info(self) -> Sequence[FirmwareInfo]:
+        ...
+
+    def flash(self, address: PciAddress, image_path: str) -> None:
+        ...
+
+
+class NetworkInterfaces(Protocol):
+    """The node's network interfaces with their PCI and NUMA placement."""
+
+    def interfaces(self) -> Sequence[NetworkInterface]:
+        ...
