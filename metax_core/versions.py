@@ -1,0 +1,95 @@
+"""Version numbers: parsing, numeric ordering, and MXMACA version selection by prefix (R-MACA, §3.3.3).
+
+Versions compare number by number (2.18 > 2.9, unlike strings). A ``METAX_MACA_VERSION`` request such as
+``maca-2.18`` matches every installed version whose leading numbers are 2 and 18 (so ``maca-2.1`` does not
+match 2.18: prefixes are whole numbers, not characters), and the newest match wins. ``maca`` and ``maca-``
+are refused, and no match is an error, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import attrs
+
+from metax_core.errors import FieldError, InvalidSpec, MetaxError
+
+MACA_PREFIX = "maca-"
+ENV_VAR = "METAX_MACA_VERSION"
+
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)([-+~_][0-9A-Za-z.+~_-]*)?$")
+_LEADING = re.compile(r"^(\d+(?:\.\d+)*)(?:$|[-+~_])")
+
+
+@attrs.frozen(order=True)
+class Version:
+    """A dotted version; ``suffix`` (e.g. ``-rc1``, ``-ubuntu``) only breaks ties between equal numbers."""
+
+    numbers: tuple[int, ...]
+    suffix: str = ""
+
+    def __str__(self) -> str:
+        return ".".join(map(str, self.numbers)) + self.suffix
+
+    def startswith(self, prefix: tuple[int, ...]) -> bool:
+        return self.numbers[: len(prefix)] == prefix
+
+
+def parse(text: str) -> Version:
+    """Parse ``2.18.0.3`` (optionally ``v``-prefixed, with a ``-suffix``); raise ValueError otherwise."""
+    match = _VERSION.match(text.strip())
+    if not match:
+        raise ValueError(f"not a version number: {text!r}")
+    return Version(tuple(int(n) for n in match.group(1).split(".")), match.group(2) or "")
+
+
+def try_parse(text: str) -> Version | None:
+    try:
+        return parse(text)
+    except ValueError:
+        return None
+
+
+def version_of_tag(tag: str) -> Version | None:
+    """The version an image tag starts with: ``2.18.0.3-ubuntu18.04-amd64`` → 2.18.0.3."""
+    match = _LEADING.match(tag)
+    return Version(tuple(int(n) for n in match.group(1).split("."))) if match else None
+
+
+class NoMatchingVersion(MetaxError):
+    """A valid request that no installed MXMACA version satisfies."""
+
+    def __init__(self, request: str, available: Iterable[str]) -> None:
+        self.request = request
+        self.available = tuple(available)
+        shown = ", ".join(self.available) if self.available else "none"
+        super().__init__(f"no installed MXMACA version matches {request!r} (installed: {shown})")
+
+
+def parse_request(request: str) -> tuple[int, ...]:
+    """The number prefix a ``maca-X[.Y[.Z[.W]]]`` request asks for; InvalidSpec for anything else."""
+    text = request.strip()
+    if not text.startswith(MACA_PREFIX) or not text[len(MACA_PREFIX) :]:
+        raise InvalidSpec(
+            [FieldError(ENV_VAR, f'must look like "maca-2", "maca-2.18" or "maca-2.18.0.3", got {request!r}')]
+        )
+    numbers = text[len(MACA_PREFIX) :].split(".")
+    if not all(n.isdigit() for n in numbers):
+        raise InvalidSpec([FieldError(ENV_VAR, f"version part must be dot-separated numbers, got {request!r}")])
+    return tuple(int(n) for n in numbers)
+
+
+def resolve(request: str, available: Iterable[str]) -> Version:
+    """The newest available version matching ``request``; ``available`` items may carry ``maca-``."""
+    prefix = parse_request(request)
+    offered = list(available)
+    candidates = []
+    for item in offered:
+        bare = item[len(MACA_PREFIX) :] if item.startswith(MACA_PREFIX) else item
+        version = try_parse(bare)
+        if version is not None and version.startswith(prefix):
+            candidates.append(version)
+    if not candidates:
+        raise NoMatchingVersion(request, offered)
+    return max(candidates)
