@@ -48,6 +48,10 @@ class PciFunction:
     sriov_numvfs: int = 0
     pcie_path: tuple[PciAddress, ...] = ()
     """Bridges from the root port down to this function (exclusive); equal prefixes mean a shared switch."""
+    driver_override: str | None = None
+    """The driver forced through ``driver_override`` (None when unset), e.g. ``vfio-pci`` after a VFIO bind."""
+    vfs: tuple[PciAddress, ...] = ()
+    """For a PF, its enabled VFs in ``virtfnN`` order."""
 
 
 @attrs.frozen
@@ -81,6 +85,8 @@ class ModuleState:
     name: str
     version: DriverVersion | None
     params: Mapping[str, str] = attrs.field(factory=dict)
+    refcount: int | None = None
+    """Users of the module (``/sys/module/<name>/refcnt``); a module in use cannot be unloaded."""
 
 
 @attrs.frozen
@@ -102,3 +108,42 @@ class NetworkInterface:
     numa_node: int | None = None
     mac: str | None = None
     up: bool = False
+
+
+class LinkKind(enum.Enum):
+    """How two GPUs reach each other, in the vocabulary of ``mx-smi topo -m`` (best first)."""
+
+    MX = "MX"
+    """MetaXLink, the GPU-to-GPU fabric."""
+    PIX = "PIX"
+    """Through at most one PCIe bridge."""
+    PXB = "PXB"
+    """Through several PCIe bridges, not the host bridge."""
+    PHB = "PHB"
+    """Through a PCIe host bridge."""
+    NODE = "NODE"
+    """Between host bridges of one NUMA node."""
+    SYS = "SYS"
+    """Across the SMP interconnect between NUMA nodes."""
+    ETH = "ETH"
+    NA = "NA"
+    """Unknown to the tool."""
+
+
+@attrs.frozen
+class GpuLink:
+    """The connection between two GPUs, as the vendor tool reports it (one record per unordered pair)."""
+
+    a: PciAddress
+    b: PciAddress
+    kind: LinkKind
+
+
+@attrs.frozen
+class GpuProcess:
+    """A host process holding GPU memory (from the tool's process table)."""
+
+    address: PciAddress
+    pid: int
+    name: str
+    memory_used_bytes: int | None = None

@@ -13,7 +13,9 @@ from metax_core.inventory import (
     DriverVersion,
     FirmwareInfo,
     GpuHealth,
+    GpuLink,
     GpuMetrics,
+    GpuProcess,
     ModuleState,
     NetworkInterface,
     PciAddress,
@@ -49,8 +51,14 @@ class DriverBinder(Protocol):
         """Release ``address`` from its driver and clear driver_override."""
         ...
 
-    def set_vf_count(self, pf: PciAddress, count: int) -> None:
-        """Set sriov_numvfs (through 0 when changing a non-zero count)."""
+    def reset_driver(self, address: PciAddress) -> str | None:
+        """The way back: clear driver_override, unbind, drivers_probe, so the kernel picks the default
+        driver (``metax`` when loaded). Returns the driver bound afterwards (None when none claimed it)."""
+        ...
+
+    def set_vf_count(self, pf: PciAddress, count: int, drivers_autoprobe: bool | None = None) -> None:
+        """Set sriov_numvfs (through 0 when changing a non-zero count). ``drivers_autoprobe`` (when not None)
+        is written to sriov_drivers_autoprobe first: False keeps new VFs unbound (e.g. for vfio-pci)."""
         ...
 
 
@@ -73,6 +81,11 @@ class KernelModules(Protocol):
         """Version of the module installed on the host (modinfo), loaded or not; None when absent."""
         ...
 
+    def load_file(self, path: str, params: Mapping[str, str]) -> None:
+        """insmod a module file (a driver payload's ``.ko``) with parameters. ``path`` is host-absolute
+        (e.g. under ``/var/lib/metax``); raises when the kernel refuses or the module is already loaded."""
+        ...
+
 
 class GpuMonitor(Protocol):
     """Health and telemetry of the node's GPUs (mx-smi and sysfs), each call bounded by a timeout."""
@@ -81,6 +94,20 @@ class GpuMonitor(Protocol):
         ...
 
     def metrics(self) -> Sequence[GpuMetrics]:
+        ...
+
+
+class GpuTopology(Protocol):
+    """GPU-to-GPU links as the vendor tool sees them (MetaXLink, PCIe switch, NUMA)."""
+
+    def links(self) -> Sequence[GpuLink]:
+        ...
+
+
+class GpuProcesses(Protocol):
+    """Host processes using the GPUs (a driver cannot be unloaded under them)."""
+
+    def processes(self) -> Sequence[GpuProcess]:
         ...
 
 
