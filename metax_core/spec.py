@@ -263,7 +263,9 @@ class ExporterService:
 
     type: ServiceType = ServiceType.CLUSTER_IP
     port: int | None = None
-    """Only used with NodePort and LoadBalancer."""
+    """Only used with NodePort (the node port) and LoadBalancer (the service port)."""
+    external_name: str | None = None
+    """Extension: the DNS name an ExternalName Service points at (required with that type)."""
 
 
 @attrs.frozen

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from metax_core import converter, spec, versions, vfio
 from metax_core.errors import FieldError, InvalidSpec
 
@@ -47,12 +49,42 @@ def spec_document(document: object) -> Mapping[str, Any]:
 
 
 def parse(document: object) -> spec.ClusterOperatorSpec:
-    """A valid spec from ``document``, or InvalidSpec listing every problem (paths relative to spec)."""
-    parsed = converter.structure(spec_document(document), spec.ClusterOperatorSpec)
+    """A valid spec from ``document``, or InvalidSpec listing every problem (paths relative to spec).
+
+    When some top-level sections have type errors, the cross-field rules still run on the sections that
+    structured cleanly, so one round of fixes is enough.
+    """
+    body = spec_document(document)
+    try:
+        parsed = converter.structure(body, spec.ClusterOperatorSpec)
+    except InvalidSpec as exc:
+        partial, broken = _structure_sections(body)
+        semantic = [e for e in semantic_errors(partial) if _section(e.path) not in broken]
+        raise InvalidSpec([*exc.errors, *semantic]) from exc
     errors = semantic_errors(parsed)
     if errors:
         raise InvalidSpec(errors)
     return parsed
+
+
+def _section(path: str) -> str:
+    return path.split(".", 1)[0].split("[", 1)[0]
+
+
+def _structure_sections(body: Mapping[str, Any]) -> tuple[spec.ClusterOperatorSpec, set[str]]:
+    """The spec built from the sections that structure on their own (defaults elsewhere), and the broken keys."""
+    good: dict[str, Any] = {}
+    broken = {key for key in body if isinstance(key, str)}
+    for field in attrs.fields(attrs.resolve_types(spec.ClusterOperatorSpec)):
+        key = converter.camel_case(field.name)
+        if key not in body:
+            continue
+        try:
+            good[field.name] = converter.structure(body[key], field.type, path=key)
+            broken.discard(key)
+        except InvalidSpec:
+            pass
+    return spec.ClusterOperatorSpec(**good), broken
 
 
 def semantic_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
@@ -194,6 +226,11 @@ def _exporter_errors(e: spec.Exporter) -> list[FieldError]:
             errors.append(FieldError("exporter.service.port", "is only used when type is NodePort or LoadBalancer"))
         elif not 1 <= port <= 65535:
             errors.append(FieldError("exporter.service.port", f"must be between 1 and 65535, got {port}"))
+    is_external = e.service.type is spec.ServiceType.EXTERNAL_NAME
+    if is_external and not e.service.external_name:
+        errors.append(FieldError("exporter.service.externalName", "is required when type is ExternalName"))
+    if not is_external and e.service.external_name:
+        errors.append(FieldError("exporter.service.externalName", "is only used when type is ExternalName"))
     return errors
 
 

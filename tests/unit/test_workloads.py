@@ -1,0 +1,101 @@
+"""Rendered workloads (C2–C10, R-SECURITY, R-MERGE): privileges, host paths, gating, order, strategies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metax_core import components, validation, workloads
+
+BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
+
+
+def _render(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rendered = workloads.render(validation.parse(values), workloads.RenderSettings(version="9.9.9"))
+    return {f"{o['kind']}/{o['metadata']['name']}": dict(o) for o in rendered.objects}
+
+
+def _pod(obj: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return pod
+
+
+def test_default_spec_renders_every_default_component_in_dependency_order() -> None:
+    rendered = workloads.render(validation.parse(BASE))
+    names = [o["metadata"]["name"] for o in rendered.objects]
+    assert names == [
+        "metax-gpu-label", "metax-container-runtime", "metax-driver", "metax-maca", "metax-gpu-device",
+        "metax-vfio-manager", "metax-topo-master", "metax-topo-worker",
+    ]
+    assert {c.value for c in rendered.plan.disabled} == {"exporter", "gpuScheduler"}
+
+
+def test_privileges_and_host_pid_match_table_1_3_1() -> None:
+    objs = _render({**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}})
+    for key, obj in objs.items():
+        if obj["kind"] == "Service":
+            continue
+        pod = _pod(obj)
+        container = pod["containers"][0]
+        workload = next(w for i in components.CATALOGUE for w in i.workloads if w.name == obj["metadata"]["name"])
+        assert container["securityContext"].get("privileged", False) is workload.privileged, key
+        assert pod.get("hostPID", False) is workload.host_pid, key
+        assert "hostNetwork" not in pod and "hostIPC" not in pod, key
+
+
+def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
+    objs = _render({**BASE, "exporter": {"deploy": True}})
+    mounted = {v["hostPath"]["path"] for o in objs.values() if o["kind"] != "Service" for v in _pod(o).get("volumes", [])}
+    assert mounted <= workloads.ALLOWED_HOST_PATHS
+    assert "/lib/modules" in mounted
+    driver_mounts = {m["mountPath"]: m["readOnly"] for m in _pod(objs["DaemonSet/metax-driver"])["containers"][0]["volumeMounts"]}
+    assert driver_mounts["/host/lib/modules"] is True
+
+
+def test_unprivileged_deployments_are_locked_down() -> None:
+    pod = _pod(_render(BASE)["Deployment/metax-topo-master"])
+    context = pod["containers"][0]["securityContext"]
+    assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert "volumes" not in pod
+
+
+def test_node_agents_run_on_gpu_nodes_except_the_labeller_and_tolerate_control_plane_taints() -> None:
+    objs = _render(BASE)
+    assert "nodeSelector" not in _pod(objs["DaemonSet/metax-gpu-label"])
+    for name in ("metax-driver", "metax-maca", "metax-gpu-device"):
+        pod = _pod(objs[f"DaemonSet/{name}"])
+        assert pod["nodeSelector"] == {workloads.GPU_NODE_LABEL: "true"}
+        assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_driver_daemonset_is_replaced_only_by_the_rollout_engine() -> None:
+    objs = _render(BASE)
+    assert objs["DaemonSet/metax-driver"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert objs["DaemonSet/metax-gpu-device"]["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+
+
+def test_gpu_device_learns_what_it_waits_for_and_its_health_interval() -> None:
+    env = {e["name"]: e.get("value") for e in _pod(_render({**BASE, "gpuDevice": {"healthyInterval": 0}})["DaemonSet/metax-gpu-device"])["containers"][0]["env"]}
+    assert env["METAX_REQUIRED_COMPONENTS"] == "gpuLabel,runtime,driver,maca"
+    assert env["METAX_HEALTHY_INTERVAL"] == "0"
+
+
+def test_images_come_from_the_registry_with_the_operator_version() -> None:
+    assert _pod(_render(BASE)["DaemonSet/metax-maca"])["containers"][0]["image"] == "reg.example/metax/metax-maca:9.9.9"
+
+
+def test_exporter_uses_the_default_service_account_without_a_token_and_gets_a_service() -> None:
+    objs = _render({**BASE, "exporter": {"deploy": True, "service": {"type": "NodePort", "port": 30940}}})
+    pod = _pod(objs["DaemonSet/metax-data-exporter"])
+    assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
+    service = objs["Service/metax-data-exporter"]["spec"]
+    assert service["type"] == "NodePort" and service["ports"][0]["nodePort"] == 30940
+
+
+@pytest.mark.parametrize("disabled", ["runtime", "gpuLabel"])
+def test_a_disabled_prerequisite_leaves_its_dependents_out(disabled: str) -> None:
+    objs = _render({**BASE, disabled: {"deploy": False}})
+    assert "DaemonSet/metax-driver" not in objs
+    assert "DaemonSet/metax-gpu-device" not in objs
