@@ -1,0 +1,365 @@
+"""The ClusterOperator CustomResourceDefinition, generated from the spec model.
+
+Why generated: the attrs records of `metax_core.spec` are the one definition of every chart option, its
+type and its default. Writing the OpenAPI schema by hand would be a second definition that drifts. This
+module walks the records (camelCase names from `converter.camel_case`, defaults from
+`converter.unstructure` of the default records, enums from the Enum classes, descriptions from the
+attribute docstrings in spec.py) and adds what only the API server can enforce: int-or-string patterns,
+ranges, CEL rules, the status subresource and printer columns.
+
+Unknown fields: the schema is structural and never sets ``x-kubernetes-preserve-unknown-fields`` except on
+``affinity`` (a raw core/v1 Affinity) and ``status.upgradeStatus`` (owned by the rollout machine). So the
+API server prunes unknown fields, and refuses them outright with ``fieldValidation=Strict`` (``kubectl
+--validate=strict``, the kubectl default) and for every server-side apply.
+
+Regenerate the checked-in file with::
+
+    python -m metax_k8s.crd > charts/metax-operator/crds/clusteroperators.gpu.metax-tech.com.yaml
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import functools
+import inspect
+import logging
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import yaml
+
+from metax_core import converter, spec
+
+log = logging.getLogger(__name__)
+
+PLURAL = "clusteroperators"
+SINGULAR = "clusteroperator"
+SHORT_NAMES = ("mxco",)
+NAME = f"{PLURAL}.{spec.API_GROUP}"
+CHART_PATH = f"charts/metax-operator/crds/{NAME}.yaml"
+
+Schema = dict[str, Any]
+
+PERCENT_PATTERN = r"^(100|[1-9]?[0-9])%$"
+"""A percentage from 0% to 100% (int-or-string counts, Table 3.11)."""
+DURATION_PATTERN = r"^\s*[0-9]+\s*(ms|s|m|h)?\s*$"
+"""pauseDuration as a string: milliseconds ("10000") or a duration ("10s", "500ms", "2m", "1h")."""
+
+# Constraints the API server can check itself; the webhook (metax_core.validation) checks the rest.
+_EXTRA: dict[tuple[type, str], Schema] = {
+    (spec.GpuDevice, "healthy_interval"): {"minimum": 0},
+    (spec.GpuDevice, "sgpu_shares"): {"minimum": 1},
+    (spec.ExporterService, "port"): {"minimum": 1, "maximum": 65535},
+    (spec.UpgradePolicy, "max_failure_threshold"): {"minimum": 0},
+    (spec.UpgradePolicy, "upgrade_steps"): {"maxItems": 100},
+    (spec.DriverPayload, "name"): {"minLength": 1},
+    (spec.VfioManager, "vfio_config"): {"maxItems": 1000},
+    (spec.VfioConfigEntry, "gpus"): {"pattern": r"^\s*(all|[0-9]+(\s*,\s*[0-9]+)*)\s*$"},
+}
+
+# Whole-schema replacements where the attribute's Python type does not say what a document may hold.
+_REPLACE: dict[tuple[type, str], Schema] = {
+    (spec.UpgradeStep, "pause_duration"): {
+        "x-kubernetes-int-or-string": True,
+        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}],
+    },
+}
+
+_RULES: dict[type, list[Schema]] = {
+    spec.ExporterService: [
+        {
+            "rule": "!has(self.port) || self.type == 'NodePort' || self.type == 'LoadBalancer'",
+            "message": "port is only used when type is NodePort or LoadBalancer",
+            "fieldPath": ".port",
+        }
+    ],
+    spec.UpgradePolicy: [
+        {
+            "rule": "!self.enableRollout || size(self.upgradeSteps) > 0",
+            "message": "upgradeSteps must list at least one step when enableRollout is true",
+            "fieldPath": ".upgradeSteps",
+        },
+        {
+            "rule": "!self.enableRollout || size(self.upgradeSteps) == 0"
+            " || string(self.upgradeSteps[size(self.upgradeSteps) - 1].replicas) == '100%'",
+            "message": 'the last step of upgradeSteps must have replicas "100%" so that every node is upgraded',
+            "fieldPath": ".upgradeSteps",
+        },
+    ],
+}
+
+
+@functools.cache
+def _attribute_docs(module: types.ModuleType) -> dict[tuple[str, str], str]:
+    """Attribute docstrings (a string right after an annotated attribute) of every class in ``module``."""
+    tree = ast.parse(inspect.getsource(module))
+    docs: dict[tuple[str, str], str] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        body = node.body
+        for here, after in zip(body, body[1:]):
+            if (
+                isinstance(here, ast.AnnAssign)
+                and isinstance(here.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[(node.name, here.target.id)] = inspect.cleandoc(after.value.value).replace("``", "`")
+    return docs
+
+
+def _class_doc(cls: type) -> str | None:
+    """The class's own docstring (not an inherited or generated one), with reST double backquotes made single."""
+    doc = cls.__dict__.get("__doc__")
+    if not isinstance(doc, str) or doc.startswith(cls.__name__ + "("):
+        return None
+    return inspect.cleandoc(doc).replace("``", "`")
+
+
+def _int_or_percent() -> Schema:
+    return {
+        "x-kubernetes-int-or-string": True,
+        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": PERCENT_PATTERN}],
+    }
+
+
+def _split_optional(tp: Any) -> tuple[Any, bool]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != len(typing.get_args(tp)) and len(args) == 1:
+            return args[0], True
+        raise TypeError(f"unsupported union {tp!r}")
+    return tp, False
+
+
+def type_schema(tp: Any) -> Schema:
+    """The OpenAPI v3 schema of one Python type of the spec model."""
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp is int:
+        return {"type": "integer"}
+    if tp is str:
+        return {"type": "string"}
+    if tp is spec.IntOrPercent:
+        return _int_or_percent()
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return {"type": "string", "enum": [member.value for member in tp]}
+    if isinstance(tp, type) and attrs.has(tp):
+        return record_schema(tp)
+    if origin is tuple:
+        element, ellipsis = typing.get_args(tp)
+        if ellipsis is not Ellipsis:
+            raise TypeError(f"only homogeneous tuples are supported, got {tp!r}")
+        return {"type": "array", "items": type_schema(element)}
+    if origin is Mapping:
+        key, value = typing.get_args(tp)
+        if key is not str:
+            raise TypeError(f"mapping keys must be strings, got {tp!r}")
+        if value is Any:
+            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        return {"type": "object", "additionalProperties": type_schema(value)}
+    raise TypeError(f"no schema for type {tp!r}")
+
+
+def _default(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_default(v) for v in value]
+    return converter.unstructure(value)
+
+
+def record_schema(cls: type) -> Schema:
+    """The schema of an attrs record: properties in declaration order, required fields, defaults, rules."""
+    hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
+    docs = _attribute_docs(sys.modules[cls.__module__])
+    properties: dict[str, Schema] = {}
+    required: list[str] = []
+    for field in attrs.fields(cls):
+        inner, nullable = _split_optional(hints[field.name])
+        schema = dict(_REPLACE.get((cls, field.name)) or type_schema(inner))
+        schema.update(_EXTRA.get((cls, field.name), {}))
+        description = docs.get((cls.__name__, field.name))
+        if description is None and isinstance(inner, type) and (attrs.has(inner) or issubclass(inner, enum.Enum)):
+            description = _class_doc(inner)
+        if description:
+            schema = {"description": description, **schema}
+        if nullable:
+            schema["nullable"] = True
+        if field.default is attrs.NOTHING:
+            required.append(converter.camel_case(field.name))
+        elif field.default is not None:
+            schema["default"] = _default(field.default)
+        properties[converter.camel_case(field.name)] = schema
+    result: Schema = {"type": "object", "properties": properties}
+    if required:
+        result["required"] = required
+    if cls in _RULES:
+        result["x-kubernetes-validations"] = _RULES[cls]
+    return result
+
+
+def _condition_schema() -> Schema:
+    """metav1.Condition, as every Kubernetes API uses it."""
+    return {
+        "type": "object",
+        "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+        "properties": {
+            "type": {"type": "string", "maxLength": 316},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "reason": {"type": "string", "maxLength": 1024},
+            "message": {"type": "string", "maxLength": 32768},
+        },
+    }
+
+
+def status_schema() -> Schema:
+    """What the operator reports. ``upgradeStatus`` (Table 3.16) is owned by the rollout machine."""
+    return {
+        "type": "object",
+        "description": "Observed state, written by the operator through the status subresource.",
+        "properties": {
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "The metadata.generation this status describes.",
+            },
+            "phase": {
+                "type": "string",
+                "description": "Summary of the whole installation (e.g. Pending, Progressing, Ready, Degraded, Invalid).",
+            },
+            "readyNodes": {"type": "integer", "description": "GPU nodes where every enabled component works."},
+            "totalNodes": {"type": "integer", "description": "GPU nodes the operator manages."},
+            "conditions": {
+                "type": "array",
+                "description": "Ready, SpecValid, and one <Component>Ready condition per component.",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+                "items": _condition_schema(),
+            },
+            "componentStatus": {
+                "type": "object",
+                "description": "Per component (chart key, e.g. gpuDevice): what the operator deployed and how it runs.",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {
+                        "state": {
+                            "type": "string",
+                            "description": "Disabled, WaitingForDependencies, Deploying, Ready or Failed.",
+                        },
+                        "message": {"type": "string"},
+                        "desiredNodes": {"type": "integer"},
+                        "readyNodes": {"type": "integer"},
+                    },
+                },
+            },
+            "upgradeStatus": {
+                "type": "object",
+                "description": "Driver rollout state (001 Table 3.16).",
+                "x-kubernetes-preserve-unknown-fields": True,
+            },
+        },
+    }
+
+
+PRINTER_COLUMNS: list[Schema] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.upgradeStatus.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.upgradeStatus.status.currentStepIndex"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyNodes", "description": "GPU nodes ready"},
+    {"name": "Nodes", "type": "integer", "jsonPath": ".status.totalNodes", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def openapi_schema() -> Schema:
+    spec_schema = record_schema(spec.ClusterOperatorSpec)
+    spec_schema = {
+        "description": _class_doc(spec.ClusterOperatorSpec) or "",
+        **spec_schema,
+        "default": {},
+    }
+    return {
+        "type": "object",
+        "description": "The MetaX GPU Operator's configuration: one cluster-scoped object named cluster-operator.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": status_schema(),
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.metadata.name == '{spec.OBJECT_NAME}'",
+                "message": f"metadata.name must be {spec.OBJECT_NAME}: the operator reconciles only that object",
+            }
+        ],
+    }
+
+
+def crd() -> Schema:
+    """The whole CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/part-of": "metax-operator"}},
+        "spec": {
+            "group": spec.API_GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": spec.KIND,
+                "listKind": f"{spec.KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["metax"],
+            },
+            "versions": [
+                {
+                    "name": spec.API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, multi-line strings as literal blocks, keys in insertion order."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def render() -> str:
+    """The checked-in YAML text of the CRD."""
+    header = "# GENERATED by `python -m metax_k8s.crd` from metax_core/spec.py: do not edit.\n"
+    return header + yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+
+
+def main() -> None:
+    sys.stdout.write(render())
+
+
+if __name__ == "__main__":
+    main()
