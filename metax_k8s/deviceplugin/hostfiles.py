@@ -1,0 +1,125 @@
+"""Files gpu-device shares with the host: the CDI spec, and the readiness signals of the node agents.
+
+Both are read by other processes while we write them (the container runtime watches the CDI directory;
+gpu-device polls the readiness directory), so every write goes to a temporary file in the same directory
+and is renamed over the target: a reader sees the old file or the new one, never half of one. Temporary
+names end in ``.tmp`` so the CDI cache, which only loads ``*.json``/``*.yaml``, never picks one up.
+
+Other node agents publish their readiness with `FileReadinessBoard(host_root).publish(...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from metax_core import cdi, readiness
+from metax_core.errors import HardwareError, InvalidSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CDI_DIR = "/var/run/cdi"
+
+
+def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, durable across a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class CdiSpecFile:
+    """The one CDI spec file of kind ``metax-tech.com/gpu`` in the host's CDI directory."""
+
+    def __init__(self, cdi_dir: pathlib.Path, kind: str = cdi.KIND) -> None:
+        self.path = cdi_dir / cdi.spec_file_name(kind)
+        self._written: str | None = None
+
+    def write(self, spec: Mapping[str, Any] | None) -> bool:
+        """Make the file hold ``spec`` (remove it for None); True when the file changed."""
+        if spec is None:
+            return self.remove()
+        text = cdi.render(spec)
+        if text == self._written and self.path.exists():
+            return False
+        try:
+            atomic_write(self.path, text)
+        except OSError as exc:
+            raise HardwareError("write CDI spec", str(self.path), str(exc)) from exc
+        self._written = text
+        log.info("wrote CDI spec %s (%d devices)", self.path, len(spec.get("devices", ())))
+        return True
+
+    def remove(self) -> bool:
+        self._written = None
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise HardwareError("remove CDI spec", str(self.path), str(exc)) from exc
+        log.info("removed CDI spec %s", self.path)
+        return True
+
+
+class FileReadinessBoard:
+    """`readiness.ReadinessBoard` on ``<host_root>/run/metax/ready/<component>.json``."""
+
+    def __init__(self, host_root: pathlib.Path, directory: str = readiness.READY_DIR) -> None:
+        self.directory = host_root / directory
+
+    def _path(self, component: str) -> pathlib.Path:
+        readiness.check_component(component)
+        return self.directory / f"{component}.json"
+
+    def publish(self, signal: readiness.ComponentReadiness) -> None:
+        text = json.dumps(readiness.to_document(signal), indent=2, sort_keys=True) + "\n"
+        try:
+            atomic_write(self._path(signal.component), text)
+        except OSError as exc:
+            raise HardwareError("publish readiness", signal.component, str(exc)) from exc
+
+    def withdraw(self, component: str) -> None:
+        try:
+            self._path(component).unlink(missing_ok=True)
+        except OSError as exc:
+            raise HardwareError("withdraw readiness", component, str(exc)) from exc
+
+    def read_all(self) -> dict[str, readiness.ComponentReadiness]:
+        signals: dict[str, readiness.ComponentReadiness] = {}
+        try:
+            paths = sorted(self.directory.glob("*.json"))
+        except OSError as exc:
+            raise HardwareError("read readiness", str(self.directory), str(exc)) from exc
+        for path in paths:
+            try:
+                signal = readiness.from_document(json.loads(path.read_text(encoding="utf-8")), path=path.name)
+            except FileNotFoundError:
+                continue  # withdrawn between glob and read
+            except (OSError, ValueError, InvalidSpec) as exc:
+                log.warning("ignoring unreadable readiness file %s: %s", path, exc)
+                continue
+            if signal.component != path.stem:
+                log.warning("ignoring %s: it speaks for component %r", path, signal.component)
+                continue
+            signals[signal.component] = signal
+        return signals

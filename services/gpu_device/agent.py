@@ -1,0 +1,346 @@
+"""gpu-device's control loop: gather the node's facts, ask the core what to advertise, apply it to kubelet.
+
+Every ``tick`` the loop does only what has come due: the inventory and health (every healthy_interval),
+the node's labels (sGPU mode, QoS policy), the readiness signals of the components it depends on, and the
+state of kubelet's socket and of its own plugin servers. It then asks `metax_core.devices.plan_devices`
+for each resource's devices and applies the plan: start or stop a plugin server per active resource, push
+the device list (every open ListAndWatch stream sends it at once), (re)register after a kubelet restart
+or after its own server failed, and keep the CDI spec in step.
+
+The agent also answers the plugin servers' Allocate and GetPreferredAllocation calls (`Backend`) from the
+last plan, which it swaps atomically, so gRPC threads never see a half-applied state.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from metax_core import cdi, devices, readiness
+from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
+from metax_core.inventory import GpuHealth, PciAddress, PciFunction
+from metax_core.ports.cluster import NodeMetadata
+from metax_core.ports.hardware import DeviceInventory, GpuMonitor
+from services.gpu_device.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Plugin(Protocol):
+    """One resource's plugin server (`metax_k8s.deviceplugin.server.PluginServer`); failures are PortErrors."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def serving(self) -> bool: ...
+
+    def probe(self) -> bool: ...
+
+    def register(self) -> None: ...
+
+    def update(self, advertised: Sequence[devices.Device]) -> bool: ...
+
+
+class CdiSink(Protocol):
+    """Where the CDI spec goes (`metax_k8s.deviceplugin.hostfiles.CdiSpecFile`); failures are HardwareErrors."""
+
+    def write(self, spec: Mapping[str, Any] | None) -> bool: ...
+
+    def remove(self) -> bool: ...
+
+
+PluginFactory = Callable[[devices.Resource, "Agent"], Plugin]
+KubeletWatch = Callable[[], object]
+"""Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
+
+
+@attrs.frozen
+class Snapshot:
+    """What Allocate and GetPreferredAllocation answer from: the last applied plan and its inputs."""
+
+    plan: devices.Plan = devices.Plan(devices={})
+    device_nodes: Mapping[PciAddress, tuple[str, ...]] = attrs.field(factory=dict)
+    node: devices.NodeSettings = devices.NodeSettings()
+
+
+class Agent:
+    """The gpu-device node agent. `run` loops until its stop event is set, then shuts down cleanly."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        inventory: DeviceInventory,
+        monitor: GpuMonitor,
+        nodes: NodeMetadata,
+        board: readiness.ReadinessBoard,
+        cdi_file: CdiSink | None,
+        plugin_factory: PluginFactory,
+        kubelet: KubeletWatch,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        self.settings = settings
+        self._inventory = inventory
+        self._monitor = monitor
+        self._nodes = nodes
+        self._board = board
+        self._cdi_file = cdi_file
+        self._clock = clock
+        self._wall = wall
+        self._factory = plugin_factory
+        self._kubelet_watch = kubelet
+        self.snapshot = Snapshot()
+        self.plugins: dict[devices.Resource, Plugin] = {}
+        self._registered: set[devices.Resource] = set()
+        self._kubelet: object = None
+        self._next: dict[str, float] = {}
+        self._functions: Sequence[PciFunction] = ()
+        self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
+        self._iommu = False
+        self._health: dict[PciAddress, devices.Health] = {}
+        self._failed_checks = 0
+        self._last_failure = ""
+        self._node = devices.NodeSettings()
+        self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
+        self._advertising = False
+        self._said: dict[str, object] = {}
+
+    @property
+    def decision(self) -> readiness.AdvertiseDecision:
+        """The last readiness decision (R-READY), for logs and tests."""
+        return self._decision
+
+    # --- Backend for the plugin servers --------------------------------------------------------------------
+
+    def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
+        snap = self.snapshot
+        return devices.plan_allocation(
+            resource,
+            ids,
+            plan=snap.plan,
+            device_nodes=snap.device_nodes,
+            qos=snap.node.qos,
+            shares=self.settings.sgpu_shares,
+            with_cdi=self.settings.cdi_enabled,
+        )
+
+    def preferred(
+        self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> Sequence[str]:
+        known = self.snapshot.plan.by_id(resource)
+        placements = [devices.Placement.of(known[i]) if i in known else devices.Placement(i) for i in available]
+        return devices.preferred_allocation(placements, must_include, size)
+
+    # --- loop ----------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("gpu-device starting on node %s", self.settings.node_name)
+        try:
+            while not stop.is_set():
+                self.tick()
+                stop.wait(self.settings.tick)
+        finally:
+            self.shutdown()
+
+    def tick(self) -> None:
+        """One gather → decide → apply round."""
+        now = self._clock()
+        self._gather(now)
+        plan = devices.plan_devices(
+            self._functions,
+            settings=self._node,
+            shares=self.settings.sgpu_shares,
+            health=self._health,
+            iommu_enabled=self._iommu,
+            ready=self._decision.may_advertise,
+            not_ready_reason=self._decision.reason,
+        )
+        self._apply(plan, now)
+
+    def shutdown(self) -> None:
+        """Stop every plugin server (kubelet sees the streams end) and remove the CDI spec."""
+        for resource in list(self.plugins):
+            self.plugins.pop(resource).stop()
+        self._registered.clear()
+        if self._cdi_file is not None:
+            try:
+                self._cdi_file.remove()
+            except HardwareError as exc:
+                log.error("%s", exc)
+        log.info("gpu-device stopped")
+
+    # --- gather --------------------------------------------------------------------------------------------
+
+    def _due(self, chore: str, interval: float, now: float) -> bool:
+        if now < self._next.get(chore, float("-inf")):
+            return False
+        self._next[chore] = now + interval
+        return True
+
+    def _gather(self, now: float) -> None:
+        s = self.settings
+        health_due = s.healthy_interval > 0 and self._due("health", s.healthy_interval, now)
+        if self._due("inventory", s.inventory_interval, now) or health_due:
+            self._read_inventory()
+        if health_due:
+            self._read_health()
+        elif s.healthy_interval == 0:
+            self._health = {}
+        if self._due("labels", s.label_interval, now):
+            self._read_labels()
+        if self._due("readiness", s.readiness_interval, now):
+            self._read_readiness()
+
+    def _read_inventory(self) -> None:
+        try:
+            functions = self._inventory.functions()
+            nodes = {
+                f.address: tuple(self._inventory.device_nodes(f.address))
+                for f in functions
+                if f.driver is not None and f.driver.lower() == "metax"
+            }
+            iommu = self._inventory.iommu_enabled()
+        except HardwareError as exc:
+            self._say("inventory", f"cannot read the GPU inventory, keeping the last one: {exc}", logging.WARNING)
+            return
+        self._say("inventory", f"{len(functions)} MetaX PCI function(s)")
+        self._functions, self._device_nodes, self._iommu = functions, nodes, iommu
+
+    def _read_health(self) -> None:
+        reported: Mapping[PciAddress, GpuHealth] | None
+        try:
+            reported = self._monitor.health()
+            self._failed_checks = 0
+        except HardwareError as exc:
+            reported = None
+            self._failed_checks += 1
+            self._last_failure = str(exc)
+            log.warning("health check failed (%d in a row): %s", self._failed_checks, exc)
+        health = devices.effective_health(
+            self._functions,
+            reported,
+            previous=self._health,
+            failed_checks=self._failed_checks,
+            failure_threshold=self.settings.health_failure_threshold,
+            failure=self._last_failure,
+        )
+        for address, h in sorted(health.items()):
+            before = self._health.get(address)
+            if before is not None and before.healthy != h.healthy:
+                if h.healthy:
+                    log.info("%s is healthy again", address)
+                else:
+                    log.warning("%s became unhealthy: %s", address, h.reason)
+        self._health = health
+
+    def _read_labels(self) -> None:
+        try:
+            node = self._nodes.get_node(self.settings.node_name)
+        except ClusterError as exc:
+            self._say("labels", f"cannot read node {self.settings.node_name}, keeping its labels: {exc}", logging.WARNING)
+            return
+        if node is None:
+            self._say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)
+            return
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        self._node = devices.settings_from_labels(labels)
+        self._say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
+
+    def _read_readiness(self) -> None:
+        try:
+            signals = self._board.read_all()
+        except HardwareError as exc:
+            self._say("readiness", f"cannot read readiness signals, keeping the last decision: {exc}", logging.WARNING)
+            return
+        max_age = self.settings.readiness_max_age
+        self._decision = readiness.decide(
+            self.settings.required_components,
+            signals,
+            now=self._wall() if max_age is not None else None,
+            max_age=datetime.timedelta(seconds=max_age) if max_age is not None else None,
+        )
+        level = logging.INFO if self._decision.may_advertise else logging.WARNING
+        self._say("readiness", f"advertising allowed: {self._decision.may_advertise} ({self._decision.reason})", level)
+
+    def _say(self, topic: str, message: str, level: int = logging.INFO) -> None:
+        """Log ``message`` only when it differs from the last one on ``topic`` (no spam every tick)."""
+        if self._said.get(topic) != message:
+            self._said[topic] = message
+            log.log(level, "%s", message)
+
+    # --- apply ---------------------------------------------------------------------------------------------
+
+    def _apply(self, plan: devices.Plan, now: float) -> None:
+        if plan.problems:
+            self._say("problems", "; ".join(plan.problems), logging.WARNING)
+        else:
+            self._said.pop("problems", None)
+        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node)
+        if self.settings.cdi_enabled and self._cdi_file is not None:
+            self._write_cdi(plan)
+        if not self._advertising:
+            if not self._decision.may_advertise:
+                self._say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)
+                return
+            self._advertising = True
+            log.info("required components ready: advertising")
+        self._watch_kubelet()
+        probe = self._due("probe", self.settings.probe_interval, now)
+        for resource in set(self.plugins) - plan.active():
+            plugin = self.plugins.pop(resource)
+            plugin.update(())
+            plugin.stop()
+            self._registered.discard(resource)
+            log.info("%s is no longer offered on this node", resource.value)
+        for resource in sorted(plan.active(), key=lambda r: r.value):
+            self._apply_resource(resource, plan.devices[resource], probe)
+
+    def _write_cdi(self, plan: devices.Plan) -> None:
+        assert self._cdi_file is not None
+        try:
+            self._cdi_file.write(cdi.build_spec(devices.cdi_devices(plan, self._device_nodes)))
+        except (HardwareError, InvalidSpec) as exc:
+            self._say("cdi", f"cannot write the CDI spec: {exc}", logging.ERROR)
+
+    def _watch_kubelet(self) -> None:
+        fingerprint = self._kubelet_watch()
+        if fingerprint != self._kubelet:
+            if fingerprint is None:
+                log.warning("kubelet's registration socket is gone: waiting for kubelet")
+            elif self._kubelet is not None:
+                log.info("kubelet restarted: restarting plugin servers and registering again")
+                for plugin in self.plugins.values():
+                    plugin.stop()
+            self._kubelet = fingerprint
+            self._registered.clear()
+
+    def _apply_resource(self, resource: devices.Resource, advertised: Sequence[devices.Device], probe: bool) -> None:
+        plugin = self.plugins.get(resource)
+        if plugin is None:
+            plugin = self.plugins[resource] = self._factory(resource, self)
+        plugin.update(advertised)
+        if not plugin.serving() or (probe and not plugin.probe()):
+            if resource in self._registered:
+                log.warning("%s plugin server is not serving: restarting it", resource.value)
+            try:
+                plugin.start()
+            except PortError as exc:
+                self._say(f"serve:{resource.value}", str(exc), logging.ERROR)
+                return
+            self._registered.discard(resource)
+        if resource not in self._registered and self._kubelet is not None:
+            try:
+                plugin.register()
+            except PortError as exc:
+                self._say(f"register:{resource.value}", str(exc), logging.WARNING)
+                return
+            self._said.pop(f"register:{resource.value}", None)
+            self._registered.add(resource)

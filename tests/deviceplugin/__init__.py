@@ -1,0 +1,1 @@
+"""gpu-device over the real kubelet device plugin protocol: a test kubelet, fakes, and the tests."""
