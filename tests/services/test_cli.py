@@ -1,0 +1,118 @@
+"""The `metax-operator` command line: exit codes, error lines with field paths, render output, maca resolve."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services import cli
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_console_script_is_declared_and_help_works() -> None:
+    scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
+    assert scripts["metax-operator"] == "services.cli:main"
+    done = subprocess.run([sys.executable, "-m", "services.cli", "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    for command in ("validate", "render", "maca", "rollout", "dev"):
+        assert command in done.stdout
+
+
+def test_validate_accepts_the_example_object(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "validate", "-f", str(EXAMPLES / "cluster-operator.yaml")) == (0, "valid\n", "")
+
+
+def test_validate_prints_every_error_with_its_path(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "validate", "-f", str(EXAMPLES / "invalid.yaml"))
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert "gpuDevice.healthyInterval: must be an integer, got string '5'" in lines
+    assert any(line.startswith("driver.deployPolicy: must be one of PreferCloud, PreferHost, PreferNewer, Never") for line in lines)
+    assert "driver.upgradePolicy.maxParalel: unknown field; did you mean 'maxParallel'?" in lines
+    assert "vfio-manager: unknown field; did you mean 'vfioManager'?" in lines
+    assert "exporter.service.port: is only used when type is NodePort or LoadBalancer" in lines
+    assert "Traceback" not in err
+
+
+def test_validate_reads_json_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"driver": {"deployPolicy": "Never"}})))
+    assert run(capsys, "validate", "-f", "-")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("a: [1", "is not valid YAML or JSON"),
+        ("a: 1\n---\nb: 2\n", "exactly one document, found 2"),
+        ("- 1\n- 2\n", "the document must be a mapping"),
+        ("kind: Deployment\napiVersion: apps/v1\n", "kind: must be ClusterOperator"),
+    ],
+)
+def test_bad_files_get_a_message_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    code, _, err = run(capsys, "validate", "-f", str(path))
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_missing_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "validate", "-f", "/nonexistent/values.yaml")
+    assert code == 2 and "cannot read /nonexistent/values.yaml" in err
+
+
+def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = tmp_path / "v.yaml"
+    values.write_text(yaml.safe_dump({"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "runtime": {"deploy": False}}))
+    code, out, err = run(capsys, "render", "-f", str(values), "-o", "json")
+    assert code == 0
+    names = [o["metadata"]["name"] for o in json.loads(out)["items"]]
+    assert names == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
+    assert "skipped: driver is enabled but not deployed: disabled prerequisite runtime" in err
+    assert "skipped: gpuDevice is enabled but not deployed: disabled prerequisite runtime; blocked prerequisite maca" in err
+
+
+def test_render_one_component_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", "-f", str(EXAMPLES / "cluster-operator.yaml"), "--component", "maca")
+    assert code == 0
+    (daemonset,) = list(yaml.safe_load_all(out))
+    tolerations = daemonset["spec"]["template"]["spec"]["tolerations"]
+    assert {"key": "node-type", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in tolerations
+    assert {"key": "node-type", "operator": "Equal", "value": "general", "effect": "NoSchedule"} not in tolerations
+
+
+def test_render_unknown_component_names_the_rendered_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "render", "-f", str(EXAMPLES / "values-minimal.yaml"), "--component", "nope")
+    assert code == 2 and "no rendered component 'nope'" in err and "maca" in err
+
+
+@pytest.mark.parametrize(
+    ("request_", "available", "expected"),
+    [
+        ("maca-2", "2.18.0.3,2.9.1,3.0.0", "2.18.0.3"),
+        ("maca-2.18", "2.18.0.3,2.18.0.10,2.1.9", "2.18.0.10"),
+        ("maca-2.18.0.3", "2.18.0.3,2.18.0.4", "2.18.0.3"),
+    ],
+)
+def test_maca_resolve_picks_the_newest_prefix_match(capsys: pytest.CaptureFixture[str], request_: str, available: str, expected: str) -> None:
+    assert run(capsys, "maca", "resolve", request_, "--available", available) == (0, expected + "\n", "")
+
+
+@pytest.mark.parametrize(("request_", "message"), [("maca", "must look like"), ("maca-", "must look like"), ("maca-4", "no installed MXMACA version matches")])
+def test_maca_resolve_refuses_with_a_message(capsys: pytest.CaptureFixture[str], request_: str, message: str) -> None:
+    code, out, err = run(capsys, "maca", "resolve", request_, "--available", "2.18.0.3")
+    assert code == 2 and out == "" and message in err
