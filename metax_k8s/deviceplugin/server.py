@@ -166,8 +166,7 @@ class PluginServer:
         if server is None:
             return
         with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
+            self._cond.notify_all()  # streams send what is pending, then end
         server.stop(grace).wait()
         if self._inode is not None and _inode(self.socket_path) == self._inode:
             self.socket_path.unlink(missing_ok=True)
@@ -232,10 +231,10 @@ class PluginServer:
         sent = -1
         while True:
             with self._cond:
-                while sent == self._generation and context.is_active() and self._server is server:
+                while sent == self._generation and context.is_active() and self._server is server is not None:
                     self._cond.wait(timeout=5.0)
-                if not context.is_active() or self._server is not server or server is None:
-                    return
+                if not context.is_active() or sent == self._generation:
+                    return  # kubelet hung up, or we are stopping with nothing left to send
                 sent, current = self._generation, self._devices
             yield api_pb2.ListAndWatchResponse(devices=list(current))
 
