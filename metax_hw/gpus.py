@@ -1,0 +1,179 @@
+"""GPU health, telemetry, topology and firmware through mx-smi, checked against sysfs.
+
+Why: the device plugin withdraws unhealthy GPUs, the exporter publishes metrics, the topology worker needs
+links and the firmware policy (R-FW) needs VBIOS versions — all from one vendor tool that may hang, fail
+or print something new. Each call runs mx-smi once with a deadline (`metax_hw.tools`), parses it with
+`metax_hw.mxsmi`, and joins it with what the kernel says: a GPU whose config space reads 0xffff has fallen
+off the bus whatever the tool claims, a GPU bound to the driver but missing from the tool's table is not
+working, and a GPU bound to vfio-pci is judged by sysfs alone (the host tool cannot see it).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+
+from metax_core import errors, inventory
+from metax_core.inventory import (
+    FirmwareInfo,
+    FunctionKind,
+    GpuHealth,
+    GpuLink,
+    GpuMetrics,
+    GpuProcess,
+    PciAddress,
+    PciFunction,
+)
+
+from metax_hw import mxsmi, pci, tools
+
+logger = logging.getLogger(__name__)
+
+MX_SMI = "mx-smi"
+FALLEN_OFF = 0xFFFF
+_BAD_STATE = re.compile(r"unavail|error|fail|lost|fault|abnormal|hang|reset|offline|invalid|n/a", re.IGNORECASE)
+"""GPU-State values that mean "do not schedule here" (docs/hardware.md lists the assumption)."""
+
+FLASH_ARGS: tuple[str, ...] = ("-u", "{image}", "-i", "{index}", "-t", "{seconds}")
+"""mx-smi's firmware upgrade (``mx-smi -u <vbios.bin> -i <GPU-ID> -t <s>``); placeholders filled per call."""
+FLASH_TIMEOUT = 900.0
+
+
+class MxSmiMonitor:
+    """`GpuMonitor`, `GpuTopology` and `GpuProcesses` from mx-smi, joined with the sysfs inventory."""
+
+    def __init__(self, runner: tools.ToolRunner, devices: pci.SysfsDeviceInventory,
+                 native_driver: str = inventory.METAX_MODULE) -> None:
+        self.runner = runner
+        self.devices = devices
+        self.native_driver = native_driver
+
+    def is_native(self, function: PciFunction) -> bool:
+        return function.driver is not None and function.driver.lower() == self.native_driver.lower()
+
+    def summary(self) -> mxsmi.SmiSummary:
+        out = self.runner.run(MX_SMI, [], operation="query GPUs with mx-smi")
+        return mxsmi.parse_summary(out.stdout)
+
+    def health(self) -> Mapping[PciAddress, GpuHealth]:
+        functions = self.devices.functions()
+        listed: dict[PciAddress, mxsmi.SmiGpu] = {}
+        if any(self.is_native(f) for f in functions):
+            listed = {g.address: g for g in self.summary().gpus}
+        verdicts: dict[PciAddress, GpuHealth] = {}
+        for function in functions:  # PFs sort before their VFs (lower device/function numbers)
+            verdicts[function.address] = self._judge(function, listed, verdicts)
+        return verdicts
+
+    def _judge(self, function: PciFunction, listed: Mapping[PciAddress, mxsmi.SmiGpu],
+               earlier: Mapping[PciAddress, GpuHealth]) -> GpuHealth:
+        address = function.address
+        vendor = self.devices.config_vendor(address)
+        if vendor == FALLEN_OFF:
+            return GpuHealth(address, False, "fell off the bus: config space reads 0xffff")
+        if function.driver is None:
+            return GpuHealth(address, False, "no driver bound")
+        if not self.is_native(function):
+            return GpuHealth(address, True, f"bound to {function.driver}; judged by sysfs only")
+        gpu = listed.get(address)
+        if gpu is None:
+            parent = earlier.get(function.physfn) if function.physfn is not None else None
+            if parent is not None:
+                # Whether mx-smi lists VFs on the host is not documented: a VF it omits follows its PF.
+                return GpuHealth(address, parent.healthy, f"VF not listed by mx-smi; PF: {parent.reason or 'ok'}")
+            return GpuHealth(address, False, "bound to the driver but not listed by mx-smi")
+        if _BAD_STATE.search(gpu.state):
+            return GpuHealth(address, False, f"mx-smi reports GPU-State {gpu.state}")
+        return GpuHealth(address, True, "")
+
+    def metrics(self) -> Sequence[GpuMetrics]:
+        if not any(self.is_native(f) for f in self.devices.functions()):
+            return []
+        samples: list[GpuMetrics] = []
+        for gpu in self.summary().gpus:
+            samples.append(GpuMetrics(
+                address=gpu.address,
+                index=gpu.index,
+                name=gpu.name,
+                utilization_percent=gpu.utilization_percent,
+                temperature_celsius=gpu.temperature_celsius,
+                power_milliwatts=gpu.power_watts * 1000 if gpu.power_watts is not None else None,
+                power_cap_milliwatts=gpu.power_cap_watts * 1000 if gpu.power_cap_watts is not None else None,
+                memory_used_bytes=gpu.memory_used_bytes,
+                memory_total_bytes=gpu.memory_total_bytes,
+            ))
+        return sorted(samples, key=lambda m: m.address)
+
+    def processes(self) -> Sequence[GpuProcess]:
+        if not any(self.is_native(f) for f in self.devices.functions()):
+            return []
+        summary = self.summary()
+        by_index = {g.index: g.address for g in summary.gpus}
+        return [
+            GpuProcess(address=by_index[p.gpu_index], pid=p.pid, name=p.name, memory_used_bytes=p.memory_used_bytes)
+            for p in summary.processes if p.gpu_index in by_index
+        ]
+
+    def links(self) -> Sequence[GpuLink]:
+        if not any(self.is_native(f) for f in self.devices.functions()):
+            return []
+        by_label = {f"GPU{g.index}": g.address for g in self.summary().gpus}
+        out = self.runner.run(MX_SMI, ["topo", "-m"], operation="query GPU topology with mx-smi")
+        topology = mxsmi.parse_topology(out.stdout)
+        links: list[GpuLink] = []
+        for (row, column), kind in sorted(topology.links.items()):
+            a, b = by_label.get(row), by_label.get(column)
+            if a is None or b is None or not a < b:
+                continue
+            links.append(GpuLink(a=a, b=b, kind=kind))
+        return links
+
+
+class MxSmiFirmware:
+    """`Firmware`: VBIOS versions from ``mx-smi --show-version`` (header as fallback), flashing with ``-u``."""
+
+    def __init__(self, runner: tools.ToolRunner, devices: pci.SysfsDeviceInventory, monitor: MxSmiMonitor,
+                 flash_args: Sequence[str] = FLASH_ARGS, flash_timeout: float = FLASH_TIMEOUT) -> None:
+        self.runner = runner
+        self.devices = devices
+        self.monitor = monitor
+        self.flash_args = tuple(flash_args)
+        self.flash_timeout = flash_timeout
+
+    def info(self) -> Sequence[FirmwareInfo]:
+        pfs = [f for f in self.devices.functions() if f.kind is FunctionKind.PF and self.monitor.is_native(f)]
+        if not pfs:
+            return []
+        summary = self.monitor.summary()
+        out = self.runner.run(MX_SMI, ["--show-version"], operation="read firmware versions with mx-smi")
+        versions = mxsmi.parse_versions(out.stdout)
+        listed = {g.address for g in summary.gpus}
+        found: list[FirmwareInfo] = []
+        for pf in pfs:
+            version = versions.get(pf.address)
+            if version is None and pf.address in listed and len(summary.gpus) == 1:
+                version = summary.header.bios_version
+            if version is None:
+                raise errors.HardwareError("read firmware version", pf.address, "mx-smi reports no BIOS version for it")
+            # An SR-IOV capability is what the virtualisation firmware adds (001 §3.2.9: VFs need it).
+            found.append(FirmwareInfo(address=pf.address, vbios_version=version, virtualization=pf.sriov_totalvfs > 0))
+        return found
+
+    def flash(self, address: PciAddress, image_path: str) -> None:
+        op = "flash firmware"
+        function = self.devices.function(address)
+        if function.kind is not FunctionKind.PF:
+            raise errors.HardwareError(op, address, "firmware can be flashed on a PF only, not on a VF")
+        if not self.devices.tree.path(image_path).is_file():
+            raise errors.HardwareError(op, address, f"firmware image {image_path} does not exist on the host")
+        index = {g.address: g.index for g in self.monitor.summary().gpus}.get(address)
+        if index is None:
+            raise errors.HardwareError(op, address, "mx-smi does not list this GPU (is the driver bound?)")
+        image = image_path if self.runner.mode is tools.ExecMode.HOST else str(self.devices.tree.path(image_path))
+        values = {"image": image, "index": str(index), "address": address, "seconds": f"{self.flash_timeout:.0f}"}
+        args = [a.format(**values) for a in self.flash_args]
+        out = self.runner.run(MX_SMI, args, operation=op, device=address, timeout=self.flash_timeout + 30)
+        if re.search(r"\b(fail|failed|error)\b", out.stdout, re.IGNORECASE):
+            raise errors.HardwareError(op, address, f"mx-smi reported: {out.stdout.strip()[-500:]}")
+        logger.info("flashed %s with %s", address, image_path)
