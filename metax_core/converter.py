@@ -11,12 +11,18 @@ from __future__ import annotations
 import difflib
 import enum
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from metax_core import spec
@@ -95,7 +101,7 @@ def duration_ms(value: object) -> int:
             raise FieldValueError(f"must not be negative, got {value}")
         return value
     if isinstance(value, str):
-        if value.strip().isdigit():
+        if value.strip().isascii() and value.strip().isdigit():
             return int(value)
         match = _DURATION.match(value)
         if match:
@@ -132,13 +138,36 @@ def _any_mapping(value: object, _: type) -> Mapping[str, Any]:
     return dict(value)
 
 
-def _list_of(element: type) -> Callable[[object, type], tuple[Any, ...]]:
-    def structure(value: object, _: type) -> tuple[Any, ...]:
-        if not isinstance(value, (list, tuple)):
-            raise FieldValueError(f"must be a list, got {_describe(value)}")
-        return CONVERTER.structure(value, tuple[element, ...])  # type: ignore[valid-type]
+def _is_variadic_tuple(t: object) -> bool:
+    args = typing.get_args(t)
+    return typing.get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
 
-    return structure
+
+def _list_hook(conv: cattrs.Converter) -> Callable[[Any], Callable[[object, type], tuple[Any, ...]]]:
+    """``tuple[X, ...]`` fields take a YAML list only: cattrs would otherwise iterate a string ("abc" → a, b, c)
+    or a mapping (its keys). Element errors keep their index, like cattrs' own tuple hook."""
+
+    def factory(t: Any) -> Callable[[object, type], tuple[Any, ...]]:
+        element = typing.get_args(t)[0]
+
+        def structure(value: object, _: type) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise FieldValueError(f"must be a list, got {_describe(value)}")
+            items: list[Any] = []
+            errors: list[Exception] = []
+            for index, item in enumerate(value):
+                try:
+                    items.append(conv.structure(item, element))
+                except Exception as exc:  # noqa: BLE001 - collected and re-raised as one group, as cattrs does
+                    exc.__notes__ = [*getattr(exc, "__notes__", []), IterableValidationNote(f"index {index}", index, element)]
+                    errors.append(exc)
+            if errors:
+                raise IterableValidationError(f"While structuring {t!r}", errors, t)
+            return tuple(items)
+
+        return structure
+
+    return factory
 
 
 # Per-attribute structure overrides where the attribute's type alone does not say enough.
@@ -156,16 +185,19 @@ def _build_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(spec.IntOrPercent, lambda v: str(v) if v.percent else v.value)
     conv.register_structure_hook_func(lambda t: t == Mapping[str, str], _str_mapping)
     conv.register_structure_hook_func(lambda t: t == Mapping[str, Any], _any_mapping)
+    conv.register_structure_hook_factory(_is_variadic_tuple, _list_hook(conv))
     conv.register_structure_hook_factory(
         lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _enum_hook
     )
 
     def structure_factory(cl: type) -> Callable[[Mapping[str, Any], type], Any]:
-        overrides = {}
+        overrides: dict[str, Any] = {}
         for a in attrs.fields(cl):
             hook = _SPECIAL_STRUCTURE.get((cl, a.name))
             overrides[a.name] = override(rename=camel_case(a.name), struct_hook=hook)
-        inner = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True, **overrides)
+        inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(
+            cl, conv, _cattrs_forbid_extra_keys=True, **overrides
+        )
 
         def structure(value: Any, t: type) -> Any:
             if not isinstance(value, Mapping):
@@ -175,9 +207,8 @@ def _build_converter() -> cattrs.Converter:
         return structure
 
     def unstructure_factory(cl: type) -> Callable[[Any], dict[str, Any]]:
-        return make_dict_unstructure_fn(
-            cl, conv, **{a.name: override(rename=camel_case(a.name)) for a in attrs.fields(cl)}
-        )
+        renames: dict[str, Any] = {a.name: override(rename=camel_case(a.name)) for a in attrs.fields(cl)}
+        return make_dict_unstructure_fn(cl, conv, **renames)
 
     conv.register_structure_hook_factory(attrs.has, structure_factory)
     conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)

@@ -9,6 +9,7 @@ vfioConfig regexes, image tags, Service ports). All problems come back together 
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,7 @@ def spec_document(document: object) -> Mapping[str, Any]:
         errors.append(FieldError("spec", "must be a mapping"))
     if errors:
         raise InvalidSpec(errors)
-    return body
+    return typing.cast(Mapping[str, Any], body)
 
 
 def parse(document: object) -> spec.ClusterOperatorSpec:
@@ -80,7 +81,7 @@ def _structure_sections(body: Mapping[str, Any]) -> tuple[spec.ClusterOperatorSp
         if key not in body:
             continue
         try:
-            good[field.name] = converter.structure(body[key], field.type, path=key)
+            good[field.name] = converter.structure(body[key], typing.cast(type, field.type), path=key)
             broken.discard(key)
         except InvalidSpec:
             pass

@@ -75,7 +75,7 @@ def parse_request(request: str) -> tuple[int, ...]:
             [FieldError(ENV_VAR, f'must look like "maca-2", "maca-2.18" or "maca-2.18.0.3", got {request!r}')]
         )
     numbers = text[len(MACA_PREFIX) :].split(".")
-    if not all(n.isdigit() for n in numbers):
+    if not all(n.isascii() and n.isdigit() for n in numbers):
         raise InvalidSpec([FieldError(ENV_VAR, f"version part must be dot-separated numbers, got {request!r}")])
     return tuple(int(n) for n in numbers)
 

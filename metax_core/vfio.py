@@ -41,7 +41,7 @@ def parse_gpus(text: str, *, path: str = "gpus") -> GpuSelection:
     if cleaned.lower() == ALL:
         return GpuSelection(everything=True)
     parts = [p.strip() for p in cleaned.split(",")]
-    if not cleaned or any(not p.isdigit() for p in parts):
+    if not cleaned or any(not (p.isascii() and p.isdigit()) for p in parts):
         raise InvalidSpec(
             [FieldError(path, f'must be "all" or comma-separated GPU indexes like "0,1,2", got {text!r}')]
         )
