@@ -7,26 +7,22 @@ dashboards and HAMi keep working. docs/labels.md documents every key and value.
 
 `node_labels` and `node_annotations` always return EVERY key gpu-label owns, with None for the keys to
 remove, so a stale label (a GPU gone, a driver unloaded) is cleaned by the same patch that sets the others.
-They never return keys administrators own (``gpu-device.mode``, ``gpu-device.qos-policy``), which this
-module only reads.
+They never return keys administrators own (``gpu-device.mode``, ``gpu-device.qos-policy``; gpu-device reads
+those through `metax_core.devices.settings_from_labels`).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import re
 import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
 
 import attrs
 
-from metax_core import versions, vfio
-from metax_core.errors import FieldError, InvalidSpec
+from metax_core import devices, versions
 from metax_core.inventory import (
-    VFIO_DRIVER,
     FunctionKind,
     GpuHealth,
     GpuLink,
@@ -71,10 +67,10 @@ MACA_VERSIONS = PREFIX + "maca.versions"
 """Every installed MXMACA version, newest first, comma-separated."""
 OWNED_ANNOTATIONS = (NODE_GPU_DEVICES, MACA_VERSIONS)
 
-GPU_DEVICE_MODE = PREFIX + "gpu-device.mode"
-"""Set by administrators (§3.2.10); read, never written, by the operator."""
-GPU_DEVICE_QOS_POLICY = PREFIX + "gpu-device.qos-policy"
-"""Set by administrators (Table 3.19); read, never written, by the operator."""
+GPU_DEVICE_MODE = devices.MODE_LABEL
+"""Set by administrators (§3.2.10); read by gpu-device (`devices.settings_from_labels`), never written."""
+GPU_DEVICE_QOS_POLICY = devices.QOS_LABEL
+"""Set by administrators (Table 3.19); read by gpu-device, never written."""
 
 MIB = 1 << 20
 TOTAL_COMPUTE = 100
@@ -85,22 +81,6 @@ _INVALID_RUN = re.compile(r"[^A-Za-z0-9_.-]+")
 _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 _VENDOR_WORD = re.compile(r"^\s*metax\b[\s_-]*", re.IGNORECASE)
 _UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "metax-tech.com")
-E = TypeVar("E", bound=enum.Enum)
-
-
-class DeviceMode(enum.Enum):
-    """How gpu-device advertises a node's GPUs (§3.2.10)."""
-
-    NATIVE = "native"
-    SGPU = "sgpu"
-
-
-class QosPolicy(enum.Enum):
-    """sGPU compute sharing (Table 3.19)."""
-
-    BEST_EFFORT = "best-effort"
-    FIXED_SHARE = "fixed-share"
-    BURST_SHARE = "burst-share"
 
 
 @attrs.frozen
@@ -267,12 +247,27 @@ def link_zones(addresses: Sequence[PciAddress], links: Sequence[GpuLink]) -> dic
     return zones
 
 
+def shareable(functions: Sequence[PciFunction]) -> list[PciFunction]:
+    """The functions gpu-device splits into sGPUs (`devices.plan_devices`' rule: bound to ``metax``, and VFs
+    instead of a PF that has them), in PCI address order."""
+    plan = devices.plan_devices(
+        functions,
+        settings=devices.NodeSettings(mode=devices.Mode.SGPU),
+        shares=1,
+        health={},
+        iommu_enabled=False,
+    )
+    return [d.function for d in plan.devices.get(devices.Resource.SGPU, ())]
+
+
 def hami_devices(
-    inventory: NodeInventory, *, sgpu_shares: int = 16, qos_policy: QosPolicy = QosPolicy.BEST_EFFORT
+    inventory: NodeInventory,
+    *,
+    sgpu_shares: int = devices.DEFAULT_SHARES,
+    qos_policy: devices.QosPolicy = devices.QosPolicy.BEST_EFFORT,
 ) -> list[dict[str, object]]:
-    """HAMi's ``metax-tech.com/node-gpu-devices`` entries: one per GPU gpu-device can share (the indexed GPUs —
-    VFs when virtualisation is on, else PFs — minus those bound to vfio-pci), in PCI address order."""
-    shared = [f for f in vfio.indexed_gpus(inventory.functions) if f.driver != VFIO_DRIVER]
+    """HAMi's ``metax-tech.com/node-gpu-devices`` entries: one per `shareable` function."""
+    shared = shareable(inventory.functions)
     zones = link_zones([f.address for f in shared], inventory.links)
     entries: list[dict[str, object]] = []
     for f in shared:
@@ -287,7 +282,7 @@ def hami_devices(
                 "totalCompute": TOTAL_COMPUTE,
                 "totalVRam": memory or 0,
                 "numa": f.numa_node if f.numa_node is not None and f.numa_node >= 0 else 0,
-                "healthy": bool(health and health.healthy),
+                "healthy": health is None or health.healthy,
                 "qosPolicy": qos_policy.value,
                 "linkZone": zones[f.address],
             }
@@ -296,13 +291,16 @@ def hami_devices(
 
 
 def node_annotations(
-    inventory: NodeInventory, *, sgpu_shares: int = 16, qos_policy: QosPolicy = QosPolicy.BEST_EFFORT
+    inventory: NodeInventory,
+    *,
+    sgpu_shares: int = devices.DEFAULT_SHARES,
+    qos_policy: devices.QosPolicy = devices.QosPolicy.BEST_EFFORT,
 ) -> dict[str, str | None]:
     """Every annotation in OWNED_ANNOTATIONS: its value, or None to remove it."""
-    devices = hami_devices(inventory, sgpu_shares=sgpu_shares, qos_policy=qos_policy)
+    entries = hami_devices(inventory, sgpu_shares=sgpu_shares, qos_policy=qos_policy)
     maca = _maca_sorted(inventory.maca_versions)
     return {
-        NODE_GPU_DEVICES: json.dumps(devices, separators=(",", ":")) if devices else None,
+        NODE_GPU_DEVICES: json.dumps(entries, separators=(",", ":")) if entries else None,
         MACA_VERSIONS: ",".join(str(v) for v in maca) if maca else None,
     }
 
@@ -310,24 +308,3 @@ def node_annotations(
 def removal() -> tuple[dict[str, str | None], dict[str, str | None]]:
     """Labels and annotations patch that removes everything gpu-label wrote (uninstall)."""
     return dict.fromkeys(OWNED_LABELS), dict.fromkeys(OWNED_ANNOTATIONS)
-
-
-def _admin_label(labels: Mapping[str, str], key: str, kind: type[E], default: E) -> E:
-    value = labels.get(key)
-    if value is None or value == "":
-        return default
-    for member in kind:
-        if member.value == value:
-            return member
-    allowed = ", ".join(str(m.value) for m in kind)
-    raise InvalidSpec([FieldError(f"metadata.labels[{key}]", f"must be one of {allowed}; got {value!r}")])
-
-
-def device_mode_of(labels: Mapping[str, str]) -> DeviceMode:
-    """The node's ``gpu-device.mode`` (native when unset); InvalidSpec for any other value."""
-    return _admin_label(labels, GPU_DEVICE_MODE, DeviceMode, DeviceMode.NATIVE)
-
-
-def qos_policy_of(labels: Mapping[str, str]) -> QosPolicy:
-    """The node's ``gpu-device.qos-policy`` (best-effort when unset, Table 3.19); InvalidSpec otherwise."""
-    return _admin_label(labels, GPU_DEVICE_QOS_POLICY, QosPolicy, QosPolicy.BEST_EFFORT)

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metax_core import labels
-from metax_core.errors import InvalidSpec
+from metax_core import devices, labels
 from metax_core.inventory import (
     DriverVersion,
     FunctionKind,
@@ -28,7 +27,6 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
-from metax_core.labels import DeviceMode, QosPolicy
 
 K8S_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 GIB = 1 << 30
@@ -228,9 +226,9 @@ def test_labels_property(functions: list[PciFunction], name: str, driver: str | 
 def test_hami_annotation_fields() -> None:
     links = (GpuLink(addr(1), addr(2), LinkKind.MX),)
     inv = inventory(uuids={addr(1): "GPU-aaaa"}, links=links)
-    annotations = labels.node_annotations(inv, sgpu_shares=16, qos_policy=QosPolicy.FIXED_SHARE)
-    devices = json.loads(annotations[labels.NODE_GPU_DEVICES] or "")
-    assert devices[0] == {
+    annotations = labels.node_annotations(inv, sgpu_shares=16, qos_policy=devices.QosPolicy.FIXED_SHARE)
+    entries = json.loads(annotations[labels.NODE_GPU_DEVICES] or "")
+    assert entries[0] == {
         "uuid": "GPU-aaaa",
         "bdf": "0000:01:00.0",
         "model": "C500",
@@ -242,8 +240,8 @@ def test_hami_annotation_fields() -> None:
         "qosPolicy": "fixed-share",
         "linkZone": 1,
     }
-    assert devices[1]["uuid"] == labels.device_uuid("sample-node1", addr(2))
-    assert (devices[1]["healthy"], devices[1]["linkZone"]) == (False, 1)
+    assert entries[1]["uuid"] == labels.device_uuid("sample-node1", addr(2))
+    assert (entries[1]["healthy"], entries[1]["linkZone"]) == (False, 1)
     assert annotations[labels.MACA_VERSIONS] == "2.18.0.10,2.18.0.3,2.9.1"
 
 
@@ -254,15 +252,19 @@ def test_derived_uuids_are_stable_and_distinct() -> None:
     assert labels.device_uuid("n1", addr(1), " GPU-x ") == "GPU-x"
 
 
-def test_hami_lists_vfs_when_virtualised_and_skips_vfio_bound_gpus() -> None:
-    fns = (pf(1, numvfs=2, totalvfs=8), vf(1, 1), vf(1, 2, driver="vfio-pci"))
-    inv = inventory(functions=fns, metrics=(metric(1, fn=1, memory=32 * GIB),), health={})
-    devices = json.loads(labels.node_annotations(inv)[labels.NODE_GPU_DEVICES] or "")
-    assert [d["bdf"] for d in devices] == ["0000:01:00.1"]
-    assert devices[0]["totalVRam"] == 32768
-    assert devices[0]["numa"] == 1
-    assert devices[0]["healthy"] is False  # no health report: not schedulable
-    assert devices[0]["qosPolicy"] == "best-effort"
+def test_hami_lists_what_gpu_device_shares() -> None:
+    # PF 1 has VFs: its metax-bound VF is shared, the vfio-bound one and the PF are not; PF 2 has no VFs.
+    fns = (pf(1, numvfs=2, totalvfs=8), vf(1, 1), vf(1, 2, driver="vfio-pci"), pf(2), pf(3, driver="vfio-pci"))
+    metrics = (metric(1, fn=1, memory=32 * GIB), metric(2))
+    inv = inventory(functions=fns, metrics=metrics, health={addr(2): GpuHealth(addr(2), False, "ecc")})
+    entries = json.loads(labels.node_annotations(inv)[labels.NODE_GPU_DEVICES] or "")
+    assert [d["bdf"] for d in entries] == ["0000:01:00.1", "0000:02:00.0"]
+    assert [e["bdf"] for e in entries] == [f.address for f in labels.shareable(fns)]
+    assert (entries[0]["totalVRam"], entries[0]["numa"]) == (32768, 1)
+    assert entries[0]["healthy"] is True  # no report: healthy, as gpu-device counts it
+    assert entries[1]["healthy"] is False
+    assert entries[0]["qosPolicy"] == "best-effort"
+    assert entries[0]["totalDevCount"] == devices.DEFAULT_SHARES
 
 
 def test_annotations_are_removed_when_nothing_is_left() -> None:
@@ -293,18 +295,10 @@ def test_removal_covers_everything_owned() -> None:
     assert owned_annotations == dict.fromkeys(labels.OWNED_ANNOTATIONS)
 
 
-# --- admin-owned labels ---------------------------------------------------------------------------------
+# --- admin-owned labels --------------------------------------------------------------------------------
 
 
-def test_device_mode_and_qos_policy_from_admin_labels() -> None:
-    assert labels.device_mode_of({}) is DeviceMode.NATIVE
-    assert labels.device_mode_of({labels.GPU_DEVICE_MODE: "sgpu"}) is DeviceMode.SGPU
-    assert labels.qos_policy_of({}) is QosPolicy.BEST_EFFORT
-    assert labels.qos_policy_of({labels.GPU_DEVICE_QOS_POLICY: "burst-share"}) is QosPolicy.BURST_SHARE
-
-
-def test_bad_admin_labels_are_refused_naming_the_label() -> None:
-    with pytest.raises(InvalidSpec, match=r"metadata.labels\[metax-tech.com/gpu-device.mode\]: must be one of native, sgpu; got 'SGPU'"):
-        labels.device_mode_of({labels.GPU_DEVICE_MODE: "SGPU"})
-    with pytest.raises(InvalidSpec, match="best-effort, fixed-share, burst-share"):
-        labels.qos_policy_of({labels.GPU_DEVICE_QOS_POLICY: "fair"})
+def test_admin_labels_are_the_ones_gpu_device_reads() -> None:
+    assert labels.GPU_DEVICE_MODE == devices.MODE_LABEL == "metax-tech.com/gpu-device.mode"
+    assert labels.GPU_DEVICE_QOS_POLICY == devices.QOS_LABEL == "metax-tech.com/gpu-device.qos-policy"
+    assert not set(labels.OWNED_LABELS) & {labels.GPU_DEVICE_MODE, labels.GPU_DEVICE_QOS_POLICY}
