@@ -146,6 +146,11 @@ class SysfsDriverBinder:
             raise errors.HardwareError(
                 op, pf, f"{count} VFs asked, the device supports 0 to {function.sriov_totalvfs}"
             )
+        if function.driver is None and count != function.sriov_numvfs:
+            raise errors.HardwareError(
+                op, pf, "no driver is bound to the PF, and the PF driver is what creates VFs: bind it (load the "
+                "metax module) first"
+            )
         if drivers_autoprobe is not None:
             self.tree.write(dev / "sriov_drivers_autoprobe", "1" if drivers_autoprobe else "0", operation=op,
                             device=pf)

@@ -149,8 +149,9 @@ class FakeHost:
             if removed:
                 pcidev.remove_function(self.root, st, address)
                 return
-            st["faults"]["fallen"].append(address)
-            layout.put(pcidev.device_dir(self.root, address) / "config", b"\xff" * 64)
+            for function in [address, *self.vfs_of(address)]:  # its VFs die with it
+                st["faults"]["fallen"].append(function)
+                layout.put(pcidev.device_dir(self.root, function) / "config", b"\xff" * 64)
 
     def refuse_bind(self, address: str, driver: str = "*", code: int = errno.EBUSY) -> None:
         """Probing ``address`` with ``driver`` ("*": any) fails with ``code``."""

@@ -21,9 +21,13 @@ from metax_hw_fake.host import FakeHost
 
 def test_fallen_gpu_is_unhealthy_and_cannot_be_bound(fake: FakeHost) -> None:
     gpu, other = fake.gpu_addresses()[:2]
+    fake.binder.set_vf_count(gpu, 2)
+    vfs = fake.vfs_of(gpu)
     fake.fall_off_bus(gpu)
     health = fake.monitor.health()
-    assert (health[gpu].healthy, health[gpu].reason) == (False, "fell off the bus: config space reads 0xffff")
+    for function in [gpu, *vfs]:
+        assert (health[function].healthy, health[function].reason) == (False, "fell off the bus: config space "
+                                                                               "reads 0xffff")
     assert health[other].healthy
     assert gpu in [f.address for f in fake.devices.functions()]
     assert gpu not in [m.address for m in fake.monitor.metrics()]
