@@ -9,9 +9,13 @@ import sys
 import threading
 from types import FrameType
 
-from metax_core.errors import MetaxError
-from services.gpu_device import bootstrap
-from services.gpu_device.agent import Agent
+# mx-smi runs as a child process while gRPC threads serve kubelet; gRPC's fork handlers are of no use
+# there (the child execs at once) and log a line per fork. Must be set before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+from metax_core.errors import MetaxError  # noqa: E402
+from services.gpu_device import bootstrap  # noqa: E402
+from services.gpu_device.agent import Agent  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import attrs
 
 from metax_core import cdi, devices, readiness
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
-from metax_core.inventory import GpuHealth, PciAddress, PciFunction
+from metax_core.inventory import METAX_MODULE, GpuHealth, PciAddress, PciFunction
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services.gpu_device.config import Settings
@@ -205,7 +205,7 @@ class Agent:
             nodes = {
                 f.address: tuple(self._inventory.device_nodes(f.address))
                 for f in functions
-                if f.driver is not None and f.driver.lower() == "metax"
+                if f.driver is not None and f.driver.lower() == METAX_MODULE
             }
             iommu = self._inventory.iommu_enabled()
         except HardwareError as exc:

@@ -8,7 +8,6 @@ Kubernetes node adapter. Nothing is built at import time.
 from __future__ import annotations
 
 import datetime
-import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -28,28 +27,27 @@ class AdapterMissing(MetaxError):
     """A production adapter this agent needs is not installed in the image."""
 
 
-def _load(module: str, name: str) -> Callable[..., Any]:
+def production_hardware(settings: config.Settings) -> tuple[DeviceInventory, GpuMonitor]:
+    """The sysfs inventory and the mx-smi monitor on the host root."""
     try:
-        factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise AdapterMissing(f"gpu-device needs {module}.{name}, which is not available: {exc}") from exc
-    return factory
-
-
-def production_inventory(settings: config.Settings) -> DeviceInventory:
-    tree = _load("metax_hw.sysfs", "HostTree")(settings.host_root)
-    inventory: DeviceInventory = _load("metax_hw.pci", "SysfsDeviceInventory")(tree)
-    return inventory
-
-
-def production_monitor(settings: config.Settings) -> GpuMonitor:
-    monitor: GpuMonitor = _load("metax_hw.monitor", "SmiGpuMonitor")(settings.host_root)
-    return monitor
+        from metax_hw import host
+    except ImportError as exc:
+        raise AdapterMissing(f"gpu-device needs the hardware adapter (metax_hw): {exc}") from exc
+    hw = host.open_host(settings.host_root)
+    return hw.devices, hw.monitor
 
 
 def production_nodes(settings: config.Settings) -> NodeMetadata:
-    nodes: NodeMetadata = _load("metax_k8s.cluster", "K8sNodeMetadata")()
-    return nodes
+    """Node labels through the Kubernetes API (in-cluster config; RBAC: get on nodes)."""
+    try:
+        from metax_k8s import client, nodes
+    except ImportError as exc:
+        raise AdapterMissing(f"gpu-device needs the Kubernetes adapter (metax_k8s.nodes): {exc}") from exc
+    try:
+        api = client.HttpApi(client.api_client())
+    except Exception as exc:  # the kubernetes client raises its own ConfigException, OSError, ...
+        raise MetaxError(f"cannot configure the Kubernetes API client: {exc}") from exc
+    return nodes.K8sNodeMetadata(api, field_manager="metax-gpu-device")
 
 
 def bootstrap(
@@ -76,10 +74,13 @@ def bootstrap(
     def plugin(resource: devices.Resource, backend: agent.Agent) -> agent.Plugin:
         return server.PluginServer(resource, plugin_dir, backend)
 
+    if inventory is None or monitor is None:
+        real_inventory, real_monitor = production_hardware(settings)
+        inventory, monitor = inventory or real_inventory, monitor or real_monitor
     return agent.Agent(
         settings,
-        inventory=inventory or production_inventory(settings),
-        monitor=monitor or production_monitor(settings),
+        inventory=inventory,
+        monitor=monitor,
         nodes=nodes or production_nodes(settings),
         board=board or hostfiles.FileReadinessBoard(settings.host_root),
         cdi_file=hostfiles.CdiSpecFile(settings.host_path(settings.cdi_dir)) if settings.cdi_enabled else None,

@@ -1,0 +1,168 @@
+"""gpu-device latency over the real protocol: Allocate and GetPreferredAllocation round trips on the unix
+socket, and the delay from a GPU turning unhealthy (or recovering) to the test kubelet seeing it.
+
+Run from the repository root: ``python -m benchmarks.device_plugin [--calls 2000] [--flips 20]``. It builds a
+temporary host root with 8 fake GPUs (two NUMA nodes, two PCIe switches each), starts the test kubelet and
+the real agent, and prints a table. Nothing is asserted: numbers depend on the machine.
+
+The health delay is bounded by ``healthy_interval`` plus the loop's ``tick`` (checks run when due at a
+tick); the push itself (ListAndWatch) is the part below a millisecond or so. Production uses the chart's
+healthyInterval (default 5 s) and a 0.5 s tick, so expect up to ~5.5 s there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from metax_core import devices, readiness  # noqa: E402
+from metax_k8s.deviceplugin import hostfiles  # noqa: E402
+from services.gpu_device import bootstrap, config  # noqa: E402
+from tests.deviceplugin.fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu  # noqa: E402
+from tests.deviceplugin.kubelet import Kubelet  # noqa: E402
+
+GPU = devices.Resource.GPU.value
+SGPU = devices.Resource.SGPU.value
+
+
+def eight_gpus() -> list:  # type: ignore[type-arg]
+    return [gpu(0x10 + i, numa=i // 4, path=(0x01 + i // 4, 0x40 + i // 2)) for i in range(8)]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return statistics.median(ordered), p99, ordered[-1]
+
+
+class Bench:
+    def __init__(self, healthy_interval: float, tick: float, monitor: type[FakeMonitor] = FakeMonitor) -> None:
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="dpb", dir="/tmp"))
+        self.inventory = FakeInventory(eight_gpus())
+        self.monitor = monitor(self.inventory)
+        self.labels = FakeNodeMetadata("bench")
+        board = hostfiles.FileReadinessBoard(self.root)
+        for component in config.DEFAULT_REQUIRED:
+            board.publish(readiness.ComponentReadiness(component, True))
+        self.kubelet = Kubelet(self.root / "var/lib/kubelet/device-plugins").start()
+        settings = config.Settings(
+            node_name="bench", host_root=self.root, healthy_interval=healthy_interval, tick=tick,
+            label_interval=0.05, readiness_interval=1.0, inventory_interval=10.0,
+        )
+        self.agent = bootstrap.bootstrap(settings, inventory=self.inventory, monitor=self.monitor, nodes=self.labels, board=board)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.agent.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+        self.kubelet.wait_for(lambda: len(self.kubelet.healthy(GPU)) == 8, timeout=30)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=15)
+        self.kubelet.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def timed(call: Callable[[], object], n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def rpc_latencies(calls: int) -> list[tuple[str, list[float]]]:
+    bench = Bench(healthy_interval=5.0, tick=0.5)
+    try:
+        ids = sorted(bench.kubelet.healthy(GPU))
+        rows = [
+            ("Allocate, 1 GPU", timed(lambda: bench.kubelet.allocate(GPU, ids[:1]), calls)),
+            ("Allocate, 8 GPUs", timed(lambda: bench.kubelet.allocate(GPU, ids), calls)),
+            ("GetPreferredAllocation, 4 of 8 GPUs", timed(lambda: bench.kubelet.preferred(GPU, ids, [], 4), calls)),
+        ]
+        bench.labels.patch_node_metadata("bench", labels={devices.MODE_LABEL: "sgpu"})
+        bench.kubelet.wait_for(lambda: len(bench.kubelet.healthy(SGPU)) == 128, timeout=30)
+        shares = sorted(bench.kubelet.healthy(SGPU))
+        rows.append(("GetPreferredAllocation, 4 of 128 sGPUs", timed(lambda: bench.kubelet.preferred(SGPU, shares, [], 4), max(calls // 10, 20))))
+        return rows
+    finally:
+        bench.close()
+
+
+class TimedMonitor(FakeMonitor):
+    """Remembers when each health check ran, to split the delay into waiting for a check and pushing."""
+
+    def __init__(self, inventory: FakeInventory) -> None:
+        super().__init__(inventory)
+        self.checked: list[float] = []
+
+    def health(self):  # type: ignore[no-untyped-def]
+        self.checked.append(time.monotonic())
+        return super().health()
+
+
+def health_delays(flips: int, healthy_interval: float, tick: float) -> dict[str, list[float]]:
+    """Flip one GPU sick and back ``flips`` times, each at a random phase of the check cycle."""
+    bench = Bench(healthy_interval=healthy_interval, tick=tick, monitor=TimedMonitor)
+    monitor = bench.monitor
+    assert isinstance(monitor, TimedMonitor)
+    rng = random.Random(7)
+    found: dict[str, list[float]] = {"unhealthy": [], "recovered": [], "push": []}
+    try:
+        target = bench.inventory.present[3].address
+        for _ in range(flips):
+            for kind, flip, seen in (
+                ("unhealthy", lambda: monitor.unhealthy.__setitem__(target, "benchmark"),
+                 lambda: target in bench.kubelet.unhealthy(GPU)),
+                ("recovered", monitor.unhealthy.clear, lambda: len(bench.kubelet.healthy(GPU)) == 8),
+            ):
+                time.sleep(rng.uniform(0, healthy_interval))
+                start = time.monotonic()
+                flip()
+                bench.kubelet.wait_for(seen, timeout=30)
+                received = bench.kubelet.updates[GPU][-1][0]
+                check = min(t for t in monitor.checked if t >= start)
+                found[kind].append((received - start) * 1000)
+                found["push"].append((received - check) * 1000)
+        return found
+    finally:
+        bench.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--flips", type=int, default=10)
+    options = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+
+    rows = [(name, *percentiles(s), len(s)) for name, s in rpc_latencies(options.calls)]
+    for interval, tick in ((0.1, 0.02), (1.0, 0.5)):
+        found = health_delays(options.flips, interval, tick)
+        label = f"interval {interval:g}s, tick {tick:g}s"
+        rows.append((f"unhealthy → kubelet sees it ({label})", *percentiles(found["unhealthy"]), options.flips))
+        rows.append((f"recovered → kubelet sees it ({label})", *percentiles(found["recovered"]), options.flips))
+        rows.append((f"  of which check → kubelet push ({label})", *percentiles(found["push"]), 2 * options.flips))
+
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measurement':<{width}}  {'p50 ms':>9}  {'p99 ms':>9}  {'max ms':>9}  {'n':>5}")
+    for name, p50, p99, worst, n in rows:
+        print(f"{name:<{width}}  {p50:>9.3f}  {p99:>9.3f}  {worst:>9.3f}  {n:>5}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
