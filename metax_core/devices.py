@@ -164,7 +164,8 @@ def share_id(address: PciAddress, share: int) -> str:
     return f"{address}-{share:02d}"
 
 
-def _is_metax(function: PciFunction) -> bool:
+def is_native(function: PciFunction) -> bool:
+    """Bound to the MetaX driver (sysfs may spell it ``metax`` or ``METAX``)."""
     return function.driver is not None and function.driver.lower() == METAX_MODULE
 
 
@@ -190,7 +191,7 @@ def plan_devices(
     ordered = sorted(functions, key=lambda f: f.address)
     vf_parents = {f.physfn for f in ordered if f.kind is FunctionKind.VF and f.physfn is not None}
     usable = [f for f in ordered if not _has_vfs(f, vf_parents)]
-    native = [f for f in usable if _is_metax(f)]
+    native = [f for f in usable if is_native(f)]
     vfio = [f for f in usable if f.driver == VFIO_DRIVER]
     problems = list(settings.problems)
 

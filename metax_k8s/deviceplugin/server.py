@@ -136,7 +136,7 @@ class PluginServer:
         self._devices: tuple[api_pb2.Device, ...] = ()
         self._generation = 0
         self._server: grpc.Server | None = None
-        self._inode: int | None = None
+        self._socket: tuple[int, int] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ class PluginServer:
             raise ServeFailed(f"cannot listen on {self.socket_path}")
         server.start()
         self._server = server
-        self._inode = os.stat(self.socket_path).st_ino
+        self._socket = socket_fingerprint(self.socket_path)
         log.info("serving %s on %s", self.resource.value, self.socket_path)
 
     def stop(self, grace: float = 1.0) -> None:
@@ -168,14 +168,18 @@ class PluginServer:
         with self._cond:
             self._cond.notify_all()  # streams send what is pending, then end
         server.stop(grace).wait()
-        if self._inode is not None and _inode(self.socket_path) == self._inode:
+        if self._socket is not None and socket_fingerprint(self.socket_path) == self._socket:
             self.socket_path.unlink(missing_ok=True)
-        self._inode = None
+        self._socket = None
         log.info("stopped serving %s", self.resource.value)
 
     def serving(self) -> bool:
         """True while our server runs and our socket file is still in place (kubelet deletes it on restart)."""
-        return self._server is not None and self._inode is not None and _inode(self.socket_path) == self._inode
+        return (
+            self._server is not None
+            and self._socket is not None
+            and socket_fingerprint(self.socket_path) == self._socket
+        )
 
     def probe(self, timeout: float = 2.0) -> bool:
         """Dial our own socket and call GetDevicePluginOptions: catches a server that runs but does not answer."""
@@ -239,16 +243,9 @@ class PluginServer:
             yield api_pb2.ListAndWatchResponse(devices=list(current))
 
 
-def _inode(path: pathlib.Path) -> int | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino if stat.S_ISSOCK(st.st_mode) else None
-
-
 def socket_fingerprint(path: pathlib.Path) -> tuple[int, int] | None:
-    """(inode, ctime) of a socket, None when absent: a new kubelet creates a new kubelet.sock."""
+    """(inode, ctime) of a socket, None when absent: tells a re-created socket (a new kubelet's
+    kubelet.sock, or our own socket replaced) from the same one, even when the inode number is reused."""
     try:
         st = os.stat(path)
     except OSError:

@@ -24,7 +24,7 @@ import attrs
 
 from metax_core import cdi, devices, readiness
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
-from metax_core.inventory import METAX_MODULE, GpuHealth, PciAddress, PciFunction
+from metax_core.inventory import GpuHealth, PciAddress, PciFunction
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services.gpu_device.config import Settings
@@ -205,7 +205,7 @@ class Agent:
             nodes = {
                 f.address: tuple(self._inventory.device_nodes(f.address))
                 for f in functions
-                if f.driver is not None and f.driver.lower() == METAX_MODULE
+                if devices.is_native(f)
             }
             iommu = self._inventory.iommu_enabled()
         except HardwareError as exc:
@@ -233,12 +233,12 @@ class Agent:
             failure=self._last_failure,
         )
         for address, h in sorted(health.items()):
-            before = self._health.get(address)
-            if before is not None and before.healthy != h.healthy:
+            before = self._health.get(address, devices.Health(True))
+            if before.healthy != h.healthy:
                 if h.healthy:
                     log.info("%s is healthy again", address)
                 else:
-                    log.warning("%s became unhealthy: %s", address, h.reason)
+                    log.warning("%s is unhealthy: %s", address, h.reason)
         self._health = health
 
     def _read_labels(self) -> None:

@@ -92,9 +92,9 @@ class Node:
         if self._error:
             raise self._error[0]
 
-    def restart_kubelet(self) -> Kubelet:
+    def restart_kubelet(self, *, wipe_sockets: bool = True) -> Kubelet:
         self.kubelet.stop()
-        self.kubelet = Kubelet(self.plugin_dir).start()
+        self.kubelet = Kubelet(self.plugin_dir).start(wipe_sockets=wipe_sockets)
         return self.kubelet
 
     def set_ready(self, component: str, ready: bool = True, reason: str = "") -> None:

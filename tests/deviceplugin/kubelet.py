@@ -63,9 +63,11 @@ class Kubelet:
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
-    def start(self) -> Kubelet:
+    def start(self, *, wipe_sockets: bool = True) -> Kubelet:
+        """Listen on kubelet.sock; first delete every socket in the directory, as kubelet does, unless
+        ``wipe_sockets`` is False (to check that a new kubelet.sock alone makes plugins register again)."""
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        for entry in self.plugin_dir.iterdir():
+        for entry in self.plugin_dir.iterdir() if wipe_sockets else ():
             if stat.S_ISSOCK(os.lstat(entry).st_mode):
                 entry.unlink()
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubelet"))

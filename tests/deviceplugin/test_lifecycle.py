@@ -1,6 +1,7 @@
 """gpu-device's lifecycle against kubelet:
 
-- kubelet restarts (its sockets wiped, a new kubelet.sock): the plugin serves again and re-registers;
+- kubelet restarts (its sockets wiped, a new kubelet.sock): the plugin serves again and re-registers,
+  also when only kubelet.sock is new;
 - kubelet down for a while: the plugin registers as soon as it is back;
 - the plugin's own gRPC server dies or its socket disappears: it is restarted and re-registered;
 - stop (SIGTERM): streams end, sockets and the CDI spec are removed;
@@ -37,6 +38,17 @@ def test_reregisters_after_kubelet_restart(node: Node) -> None:
     assert new.registered(GPU) == 1
     assert (node.plugin_dir / "metax-gpu.sock").is_socket()
     assert len(new.allocate(GPU, ["0000:09:00.0"]).container_responses) == 1
+
+
+def test_reregisters_on_a_new_kubelet_socket_even_if_its_own_socket_survived(node: Node) -> None:
+    node.start()
+    node.kubelet.wait_for(lambda: node.kubelet.healthy(GPU) == ALL)
+    old = node.kubelet
+
+    new = node.restart_kubelet(wipe_sockets=False)
+
+    new.wait_for(lambda: new.healthy(GPU) == ALL, what="re-registration on the new kubelet.sock alone")
+    assert new.registered(GPU) == 1 and not old.connected(GPU)
 
 
 def test_registers_when_kubelet_comes_back(node: Node) -> None:
