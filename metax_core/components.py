@@ -54,6 +54,11 @@ class ComponentInfo:
     prerequisites: tuple[Component, ...]
     workloads: tuple[Workload, ...]
 
+    @property
+    def signal(self) -> str:
+        """The name this component's node agent publishes its readiness under (`metax_core.readiness`)."""
+        return self.title
+
 
 def _ds(name: str, *, privileged: bool = True, host_pid: bool = False, own_sa: bool = True) -> Workload:
     return Workload(name, WorkloadKind.DAEMON_SET, privileged, host_pid, name if own_sa else None)
@@ -67,7 +72,7 @@ C = Component
 CATALOGUE: tuple[ComponentInfo, ...] = (
     ComponentInfo(C.GPU_LABEL, "gpu-label", (), (_ds("metax-gpu-label"),)),
     ComponentInfo(C.RUNTIME, "container-runtime", (C.GPU_LABEL,), (_ds("metax-container-runtime", host_pid=True),)),
-    ComponentInfo(C.DRIVER, "driver-manager", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),)),
+    ComponentInfo(C.DRIVER, "driver", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),)),
     ComponentInfo(C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True),)),
     ComponentInfo(
         C.GPU_DEVICE, "gpu-device", (C.GPU_LABEL, C.RUNTIME, C.MACA), (_ds("metax-gpu-device", host_pid=True),)

@@ -133,7 +133,8 @@ def _env(s: spec.ClusterOperatorSpec, component: Component, deployed: Sequence[C
     ]
     required = components.requirements(component, deployed)
     if required:
-        env.append({"name": "METAX_REQUIRED_COMPONENTS", "value": ",".join(c.value for c in required)})
+        signals = ",".join(components.BY_COMPONENT[c].signal for c in required)
+        env.append({"name": "METAX_REQUIRED_COMPONENTS", "value": signals})
     if component is Component.GPU_DEVICE:
         env.append({"name": "METAX_HEALTHY_INTERVAL", "value": str(s.gpu_device.healthy_interval)})
         env.append({"name": "METAX_SGPU_SHARES", "value": str(s.gpu_device.sgpu_shares)})

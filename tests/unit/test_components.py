@@ -73,3 +73,12 @@ def test_gpu_device_waits_for_its_prerequisites_and_the_driver_when_deployed() -
     without_driver = [c for c in C if c is not C.DRIVER]
     assert components.requirements(C.GPU_DEVICE, without_driver) == (C.GPU_LABEL, C.RUNTIME, C.MACA)
     assert components.requirements(C.GPU_LABEL, everything) == ()
+
+
+def test_readiness_signal_names_are_what_node_agents_publish() -> None:
+    from metax_core import readiness
+
+    for info in components.CATALOGUE:
+        readiness.check_component(info.signal)
+    assert components.BY_COMPONENT[C.RUNTIME].signal == "container-runtime"
+    assert components.BY_COMPONENT[C.DRIVER].signal == "driver"

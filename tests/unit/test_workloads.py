@@ -78,7 +78,7 @@ def test_driver_daemonset_is_replaced_only_by_the_rollout_engine() -> None:
 
 def test_gpu_device_learns_what_it_waits_for_and_its_health_interval() -> None:
     env = {e["name"]: e.get("value") for e in _pod(_render({**BASE, "gpuDevice": {"healthyInterval": 0}})["DaemonSet/metax-gpu-device"])["containers"][0]["env"]}
-    assert env["METAX_REQUIRED_COMPONENTS"] == "gpuLabel,runtime,driver,maca"
+    assert env["METAX_REQUIRED_COMPONENTS"] == "gpu-label,container-runtime,driver,maca"
     assert env["METAX_HEALTHY_INTERVAL"] == "0"
 
 
