@@ -49,8 +49,14 @@ class ObjectList:
 class Objects(Protocol):
     """Generic object access: server-side apply, get, list, watch, delete, status."""
 
-    def apply(self, obj: RawObject, *, field_manager: str, force: bool = False) -> RawObject:
-        """Server-side apply ``obj``; only the fields in ``obj`` are owned by ``field_manager``."""
+    def apply(
+        self, obj: RawObject, *, field_manager: str, force: bool = False, dry_run: bool = False
+    ) -> RawObject:
+        """Server-side apply ``obj``; only the fields in ``obj`` are owned by ``field_manager``.
+
+        A field owned by another manager with a different value raises `Conflict` unless ``force``.
+        ``dry_run``: the server admits (defaults, validates) and returns the result without storing it.
+        """
         ...
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> RawObject | None:
@@ -83,8 +89,8 @@ class Objects(Protocol):
         """Delete; False when it did not exist."""
         ...
 
-    def apply_status(self, obj: RawObject, *, field_manager: str) -> RawObject:
-        """Server-side apply to the status subresource."""
+    def apply_status(self, obj: RawObject, *, field_manager: str, force: bool = False) -> RawObject:
+        """Server-side apply to the status subresource (only ``status`` of ``obj`` counts)."""
         ...
 
 

@@ -1,0 +1,430 @@
+"""Talking HTTP to a real kube-apiserver: the authenticated client and the low-level `Api`.
+
+Why raw requests instead of the generated API classes of the `kubernetes` package: the generated models
+drop fields they do not know (our CRD, newer API fields), older releases cannot send
+``application/apply-patch+yaml``, and the generated call signatures changed between client releases. We
+use the package for what it does well (kubeconfig and in-cluster loading, token refresh, TLS, the
+connection pool) and speak JSON to the API server ourselves, one method per verb.
+
+`Api` is the seam between the port code (objects, nodes, events, lease) and a server. `HttpApi` is the real
+one; `metax_k8s.inmemory.InMemoryApiServer` implements the same Protocol in memory. `HttpApi` does not
+retry: wrap it in `retry.RetryingApi` (the port classes do).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+from urllib.parse import quote, urlencode
+
+import attrs
+import kubernetes
+import urllib3
+
+from metax_core.errors import ClusterError, NotFound
+from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
+from metax_k8s import retry
+
+log = logging.getLogger(__name__)
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+DEFAULT_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds for one-shot requests; watches get a read timeout just past their own end."""
+LIST_CHUNK = 500
+
+
+class Api(Protocol):
+    """One Kubernetes API server, verb by verb. Errors are `retry.error_for` errors; nothing is retried."""
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """The object; `NotFound` when it does not exist."""
+        ...
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ObjectList:
+        ...
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        """One watch request: ends when the server closes it; `retry.Gone` when the version has expired."""
+        ...
+
+    def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """POST; `Conflict` when it already exists. ``dry_run``: admitted and returned, not stored."""
+        ...
+
+    def replace(self, obj: RawObject, *, field_manager: str | None = None) -> dict[str, Any]:
+        """PUT; `Conflict` when ``metadata.resourceVersion`` is not the current one."""
+        ...
+
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: RawObject,
+        *,
+        namespace: str | None = None,
+        field_manager: str | None = None,
+    ) -> dict[str, Any]:
+        """JSON merge patch (RFC 7386); a ``metadata.resourceVersion`` in it is a precondition."""
+        ...
+
+    def apply(
+        self,
+        obj: RawObject,
+        *,
+        field_manager: str,
+        force: bool = False,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Server-side apply; `Conflict` when another manager owns a field with a different value."""
+        ...
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        ...
+
+
+def api_client(
+    kubeconfig: str | os.PathLike[str] | None = None, *, context: str | None = None
+) -> kubernetes.client.ApiClient:
+    """An ApiClient from ``kubeconfig``; without one, in-cluster config inside a pod, else $KUBECONFIG."""
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        log.info("using in-cluster configuration (%s)", configuration.host)
+        return kubernetes.client.ApiClient(configuration)
+    path = os.fspath(kubeconfig) if kubeconfig is not None else None
+    client = kubernetes.config.new_client_from_config(config_file=path, context=context)
+    log.info("using kubeconfig %s (%s)", path or "$KUBECONFIG", client.configuration.host)
+    return client
+
+
+@attrs.frozen
+class Resource:
+    """What discovery says about one kind: its URL segment and whether it lives in a namespace."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+        if subresource is not None:
+            base += f"/{subresource}"
+        return base
+
+
+def target(kind: str, name: str | None, namespace: str | None = None) -> str:
+    """How errors name an object: ``ConfigMap ns/name``."""
+    where = f"{namespace}/{name}" if namespace and name else (name or (f"in {namespace}" if namespace else "(all)"))
+    return f"{kind} {where}"
+
+
+class HttpApi:
+    """`Api` over HTTP with a `kubernetes.client.ApiClient` (auth, TLS and connection pool)."""
+
+    def __init__(
+        self,
+        client: kubernetes.client.ApiClient,
+        *,
+        request_timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+        user_agent: str = "metax-operator",
+    ) -> None:
+        self.client = client
+        self.request_timeout = request_timeout
+        self.user_agent = user_agent
+        self._resources: dict[str, dict[str, Resource]] = {}
+        self._lock = threading.Lock()
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        headers.update(self.client.default_headers)
+        for setting in self.client.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        verb: str,
+        what: str,
+        query: Mapping[str, str | None] | None = None,
+        body: object = None,
+        content_type: str | None = None,
+        timeout: tuple[float, float] | None = None,
+        stream: bool = False,
+    ) -> Any:
+        url = self.client.configuration.host.rstrip("/") + path
+        if query:
+            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
+        connect, read = timeout or self.request_timeout
+        try:
+            response = self.client.rest_client.pool_manager.request(
+                method,
+                url,
+                body=None if body is None else json.dumps(body),
+                headers=self._headers("application/json" if body is not None and not content_type else content_type),
+                timeout=urllib3.Timeout(connect=connect, read=read),
+                preload_content=False,
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise retry.Unavailable(verb, what, f"no answer from {url}: {exc}") from exc
+        if response.status >= 400:
+            raise self._error(response, verb, what)
+        if stream:
+            return response
+        try:
+            data = response.read()
+        except urllib3.exceptions.HTTPError as exc:
+            raise retry.Unavailable(verb, what, f"answer from {url} cut short: {exc}") from exc
+        finally:
+            response.release_conn()
+        return json.loads(data) if data else {}
+
+    @staticmethod
+    def _error(response: urllib3.BaseHTTPResponse, verb: str, what: str) -> ClusterError:
+        try:
+            raw = response.read()
+        except urllib3.exceptions.HTTPError:
+            raw = b""
+        finally:
+            response.release_conn()
+        detail = raw.decode(errors="replace").strip() or response.reason or "no message"
+        try:
+            status_body = json.loads(raw)
+            if isinstance(status_body, dict) and status_body.get("message"):
+                detail = str(status_body["message"])
+        except ValueError:
+            pass
+        retry_after: float | None = None
+        header = response.headers.get("Retry-After")
+        if header and header.strip().isdigit():
+            retry_after = float(header.strip())
+        return retry.error_for(verb, what, response.status, detail, retry_after)
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """Discovery, cached per group version and refreshed once when a kind is missing (a new CRD)."""
+        with self._lock:
+            known = self._resources.get(api_version, {})
+        if kind not in known:
+            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            try:
+                document = self._send("GET", path, verb="discover", what=api_version)
+            except NotFound:
+                document = {"resources": []}
+            known = {
+                r["kind"]: Resource(api_version, r["kind"], r["name"], bool(r.get("namespaced")))
+                for r in document.get("resources", [])
+                if "/" not in r["name"]
+            }
+            with self._lock:
+                self._resources[api_version] = known
+        if kind not in known:
+            raise ClusterError("discover", f"{kind} {api_version}", "the API server does not serve this kind")
+        return known[kind]
+
+    # -- verbs ----------------------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        res = self.resource(api_version, kind)
+        result: dict[str, Any] = self._send("GET", res.path(namespace, name), verb="get", what=target(kind, name, namespace))
+        return result
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ObjectList:
+        res = self.resource(api_version, kind)
+        items: list[RawObject] = []
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": str(LIST_CHUNK)}
+        while True:
+            page = self._send("GET", res.path(namespace), verb="list", what=target(kind, None, namespace), query=query)
+            for item in page.get("items") or []:
+                items.append({"apiVersion": api_version, "kind": kind, **item})
+            token = page.get("metadata", {}).get("continue")
+            if not token:
+                return ObjectList(items=items, resource_version=str(page["metadata"]["resourceVersion"]))
+            query = {**query, "continue": token}
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        res = self.resource(api_version, kind)
+        what = target(kind, None, namespace)
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(max(1, timeout_seconds)),
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "resourceVersion": resource_version,
+        }
+        response = self._send(
+            "GET",
+            res.path(namespace),
+            verb="watch",
+            what=what,
+            query=query,
+            timeout=(self.request_timeout[0], timeout_seconds + 5.0),
+            stream=True,
+        )
+        return self._events(response, what)
+
+    @staticmethod
+    def _events(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[WatchEvent]:
+        buffer = b""
+        try:
+            for chunk in response.stream(64 * 1024, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        code = int(obj.get("code") or 500)
+                        raise retry.error_for("watch", what, code, str(obj.get("message", "watch error")))
+                    yield WatchEvent(type=WatchEventType(event["type"]), object=obj)
+        except urllib3.exceptions.HTTPError as exc:
+            raise retry.Unavailable("watch", what, f"watch stream broken: {exc}") from exc
+        finally:
+            response.release_conn()
+
+    def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+        res, name, namespace = self._locate(obj)
+        query = {"fieldManager": field_manager, "fieldValidation": "Strict", "dryRun": "All" if dry_run else None}
+        result: dict[str, Any] = self._send(
+            "POST", res.path(namespace), verb="create", what=target(res.kind, name, namespace), query=query, body=obj
+        )
+        return result
+
+    def replace(self, obj: RawObject, *, field_manager: str | None = None) -> dict[str, Any]:
+        res, name, namespace = self._locate(obj)
+        query = {"fieldManager": field_manager, "fieldValidation": "Strict"}
+        result: dict[str, Any] = self._send(
+            "PUT", res.path(namespace, name), verb="replace", what=target(res.kind, name, namespace), query=query, body=obj
+        )
+        return result
+
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: RawObject,
+        *,
+        namespace: str | None = None,
+        field_manager: str | None = None,
+    ) -> dict[str, Any]:
+        res = self.resource(api_version, kind)
+        query = {"fieldManager": field_manager, "fieldValidation": "Strict"}
+        result: dict[str, Any] = self._send(
+            "PATCH",
+            res.path(namespace, name),
+            verb="patch",
+            what=target(kind, name, namespace),
+            query=query,
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+        return result
+
+    def apply(
+        self,
+        obj: RawObject,
+        *,
+        field_manager: str,
+        force: bool = False,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        res, name, namespace = self._locate(obj)
+        query = {
+            "fieldManager": field_manager,
+            "force": "true" if force else "false",
+            "fieldValidation": "Strict",
+            "dryRun": "All" if dry_run else None,
+        }
+        verb = "apply" if subresource is None else f"apply {subresource} of"
+        result: dict[str, Any] = self._send(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            verb=verb,
+            what=target(res.kind, name, namespace),
+            query=query,
+            body=obj,
+            content_type=APPLY_PATCH,
+        )
+        return result
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        res = self.resource(api_version, kind)
+        self._send(
+            "DELETE",
+            res.path(namespace, name),
+            verb="delete",
+            what=target(kind, name, namespace),
+            body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
+        )
+
+    def _locate(self, obj: RawObject) -> tuple[Resource, str, str | None]:
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise ClusterError("write", str(obj.get("kind")), "the object has no metadata.name")
+        res = self.resource(str(obj.get("apiVersion")), str(obj.get("kind")))
+        namespace = metadata.get("namespace") if res.namespaced else None
+        if res.namespaced and not namespace:
+            raise ClusterError("write", target(res.kind, name), "a namespaced object needs metadata.namespace")
+        return res, name, namespace
