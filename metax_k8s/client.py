@@ -113,11 +113,13 @@ def api_client(
     """An ApiClient from ``kubeconfig``; without one, in-cluster config inside a pod, else $KUBECONFIG."""
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         log.info("using in-cluster configuration (%s)", configuration.host)
         return kubernetes.client.ApiClient(configuration)
     path = os.fspath(kubeconfig) if kubeconfig is not None else None
-    client = kubernetes.config.new_client_from_config(config_file=path, context=context)
+    client: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=path, context=context
+    )
     log.info("using kubeconfig %s (%s)", path or "$KUBECONFIG", client.configuration.host)
     return client
 

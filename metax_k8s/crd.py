@@ -20,6 +20,7 @@ Regenerate the checked-in file with::
 from __future__ import annotations
 
 import ast
+import datetime as dt
 import enum
 import functools
 import inspect
@@ -33,7 +34,7 @@ from typing import Any
 import attrs
 import yaml
 
-from metax_core import converter, spec
+from metax_core import converter, rollout_status, spec
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,7 @@ _EXTRA: dict[tuple[type, str], Schema] = {
 
 # Whole-schema replacements where the attribute's Python type does not say what a document may hold.
 _REPLACE: dict[tuple[type, str], Schema] = {
-    (spec.UpgradeStep, "pause_duration"): {
-        "x-kubernetes-int-or-string": True,
-        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}],
-    },
+    (spec.UpgradeStep, "pause_duration"): {"x-kubernetes-int-or-string": True, "minimum": 0, "pattern": DURATION_PATTERN},
 }
 
 _RULES: dict[type, list[Schema]] = {
@@ -124,10 +122,11 @@ def _class_doc(cls: type) -> str | None:
 
 
 def _int_or_percent() -> Schema:
-    return {
-        "x-kubernetes-int-or-string": True,
-        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": PERCENT_PATTERN}],
-    }
+    """An int-or-string: ``minimum`` only applies to integers and ``pattern`` only to strings.
+
+    (A structural schema may not put a ``type`` into ``anyOf`` branches that carry validations.)
+    """
+    return {"x-kubernetes-int-or-string": True, "minimum": 0, "pattern": PERCENT_PATTERN}
 
 
 def _split_optional(tp: Any) -> tuple[Any, bool]:
@@ -139,9 +138,15 @@ def _split_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def type_schema(tp: Any) -> Schema:
-    """The OpenAPI v3 schema of one Python type of the spec model."""
+def type_schema(tp: Any, *, strict_enums: bool = True) -> Schema:
+    """The OpenAPI v3 schema of one Python type of the model.
+
+    ``strict_enums=False`` (status records) leaves enum fields open strings, with the values in the
+    description: the operator writes status, and a newer operator's new value must not be refused.
+    """
     origin = typing.get_origin(tp)
+    if tp is dt.datetime:
+        return {"type": "string", "format": "date-time"}
     if tp is bool:
         return {"type": "boolean"}
     if tp is int:
@@ -151,14 +156,17 @@ def type_schema(tp: Any) -> Schema:
     if tp is spec.IntOrPercent:
         return _int_or_percent()
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return {"type": "string", "enum": [member.value for member in tp]}
+        values = [member.value for member in tp]
+        if strict_enums:
+            return {"type": "string", "enum": values}
+        return {"type": "string", "description": "One of: " + ", ".join(map(str, values)) + "."}
     if isinstance(tp, type) and attrs.has(tp):
-        return record_schema(tp)
+        return record_schema(tp, defaults=strict_enums, strict_enums=strict_enums)
     if origin is tuple:
         element, ellipsis = typing.get_args(tp)
         if ellipsis is not Ellipsis:
             raise TypeError(f"only homogeneous tuples are supported, got {tp!r}")
-        return {"type": "array", "items": type_schema(element)}
+        return {"type": "array", "items": type_schema(element, strict_enums=strict_enums)}
     if origin is Mapping:
         key, value = typing.get_args(tp)
         if key is not str:
@@ -177,7 +185,7 @@ def _default(value: object) -> object:
     return converter.unstructure(value)
 
 
-def record_schema(cls: type) -> Schema:
+def record_schema(cls: type, *, defaults: bool = True, strict_enums: bool = True) -> Schema:
     """The schema of an attrs record: properties in declaration order, required fields, defaults, rules."""
     hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
     docs = _attribute_docs(sys.modules[cls.__module__])
@@ -185,18 +193,22 @@ def record_schema(cls: type) -> Schema:
     required: list[str] = []
     for field in attrs.fields(cls):
         inner, nullable = _split_optional(hints[field.name])
-        schema = dict(_REPLACE.get((cls, field.name)) or type_schema(inner))
+        schema = dict(_REPLACE.get((cls, field.name)) or type_schema(inner, strict_enums=strict_enums))
         schema.update(_EXTRA.get((cls, field.name), {}))
         description = docs.get((cls.__name__, field.name))
         if description is None and isinstance(inner, type) and (attrs.has(inner) or issubclass(inner, enum.Enum)):
             description = _class_doc(inner)
+        if description and "description" in schema:
+            description = f"{description} {schema['description']}"
         if description:
-            schema = {"description": description, **schema}
+            schema["description"] = description
+        if "description" in schema:
+            schema = {"description": schema.pop("description"), **schema}
         if nullable:
             schema["nullable"] = True
         if field.default is attrs.NOTHING:
             required.append(converter.camel_case(field.name))
-        elif field.default is not None:
+        elif field.default is not None and defaults:
             schema["default"] = _default(field.default)
         properties[converter.camel_case(field.name)] = schema
     result: Schema = {"type": "object", "properties": properties}
@@ -220,6 +232,16 @@ def _condition_schema() -> Schema:
             "reason": {"type": "string", "maxLength": 1024},
             "message": {"type": "string", "maxLength": 32768},
         },
+    }
+
+
+def _upgrade_status_schema() -> Schema:
+    """Table 3.16, from `metax_core.rollout_status`; fields a newer operator adds are kept, not pruned."""
+    schema = record_schema(rollout_status.UpgradeStatus, defaults=False, strict_enums=False)
+    return {
+        "description": "Driver rollout state (001 Table 3.16), written by the rollout machine.",
+        **schema,
+        "x-kubernetes-preserve-unknown-fields": True,
     }
 
 
@@ -263,11 +285,7 @@ def status_schema() -> Schema:
                     },
                 },
             },
-            "upgradeStatus": {
-                "type": "object",
-                "description": "Driver rollout state (001 Table 3.16).",
-                "x-kubernetes-preserve-unknown-fields": True,
-            },
+            "upgradeStatus": _upgrade_status_schema(),
         },
     }
 

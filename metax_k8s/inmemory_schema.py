@@ -68,12 +68,7 @@ def _int_or_string(value: Any, schema: Schema, path: str, errors: list[str]) -> 
     if not (_type_ok(value, "integer") or isinstance(value, str)):
         errors.append(f"{path}: Invalid value: {_json(value)}: {path} in body must be of type integer or string")
         return
-    branches = schema.get("anyOf") or []
-    failures: list[str] = []
-    for branch in branches:
-        if _type_ok(value, branch.get("type", "string")):
-            _scalar_checks(value, branch, path, failures)
-    errors.extend(failures)
+    _scalar_checks(value, schema, path, errors)  # pattern applies to strings only, minimum to numbers only
 
 
 def walk(value: Any, schema: Schema, path: str, errors: list[str], *, strict: bool, partial: bool) -> Any:

@@ -40,7 +40,8 @@ from cluster_helpers import (
 from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_dev.controlplane import ControlPlane
 from metax_core.ports.cluster import EventType, ObjectRef, WatchEventType
-from metax_k8s import client, retry
+from metax_core import converter, spec
+from metax_k8s import client, crd, retry
 from metax_k8s.inmemory import InMemoryApiServer
 
 
@@ -89,6 +90,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         result.api.delete("v1", "Namespace", result.namespace)
     except ClusterError:
         pass
+
+
+CO_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 
 
 def fast_policy(**options: Any) -> retry.RetryPolicy:
@@ -221,6 +225,42 @@ def test_schema_refuses_bad_values_and_unknown_fields(cluster: Cluster) -> None:
 def test_schema_defaults_are_filled_in(cluster: Cluster) -> None:
     created = cluster.objects().apply(widget(cluster, "w", {"color": "green"}), field_manager="operator")
     assert created["spec"] == {"color": "green", "size": 1}
+
+
+def install_cluster_operator_crd(cluster: Cluster) -> None:
+    cluster.api.apply(crd.crd(), field_manager="contract-tests", force=True)
+    wait_served(cluster.api, CO_API, spec.KIND)
+
+
+def cluster_operator(body: dict[str, Any], name: str = spec.OBJECT_NAME) -> dict[str, Any]:
+    return {"apiVersion": CO_API, "kind": spec.KIND, "metadata": {"name": name}, "spec": body}
+
+
+def test_the_cluster_operator_crd_fills_every_default(cluster: Cluster) -> None:
+    install_cluster_operator_crd(cluster)
+    result = cluster.objects().apply(cluster_operator({"driver": {"payload": {"version": "2.31.0"}}}), field_manager="t", dry_run=True)
+    expected = spec.ClusterOperatorSpec(driver=spec.Driver(payload=spec.DriverPayload(version="2.31.0")))
+    assert result["spec"] == converter.unstructure(expected)
+    assert result["spec"]["driver"]["upgradePolicy"]["maxParallel"] == "100%"
+
+
+def test_the_cluster_operator_crd_refuses_bad_values_with_the_field_and_the_choices(cluster: Cluster) -> None:
+    install_cluster_operator_crd(cluster)
+    objects = cluster.objects()
+    with pytest.raises(ClusterError, match=r'spec\.driver\.deployPolicy: Unsupported value: "Sometimes": supported values: "PreferCloud", "PreferHost", "PreferNewer", "Never"'):
+        objects.apply(cluster_operator({"driver": {"deployPolicy": "Sometimes"}}), field_manager="t", dry_run=True)
+    with pytest.raises(ClusterError, match=r"spec\.driver\.upgradePolicy\.maxParallel: Invalid value: \"50 percent\".*should match"):
+        objects.apply(cluster_operator({"driver": {"upgradePolicy": {"maxParallel": "50 percent"}}}), field_manager="t", dry_run=True)
+    with pytest.raises(ClusterError, match=r"maxUnavailable.*should match"):
+        objects.apply(cluster_operator({"driver": {"upgradePolicy": {"maxUnavailable": "150%"}}}), field_manager="t", dry_run=True)
+    with pytest.raises(ClusterError, match=r"spec\.gpuDevice\.healthyInterval.*greater than or equal to 0"):
+        objects.apply(cluster_operator({"gpuDevice": {"healthyInterval": -5}}), field_manager="t", dry_run=True)
+    with pytest.raises(ClusterError, match=r'unknown field "spec\.driver\.deployPolicyy"'):
+        cluster.api.create(cluster_operator({"driver": {"deployPolicyy": "Never"}}), field_manager="t", dry_run=True)
+    with pytest.raises(ClusterError, match=r"spec\.driver\.deployPolicyy"):
+        objects.apply(cluster_operator({"driver": {"deployPolicyy": "Never"}}), field_manager="t", dry_run=True)
+    accepted = objects.apply(cluster_operator({"driver": {"upgradePolicy": {"maxParallel": 3}}}), field_manager="t", dry_run=True)
+    assert accepted["spec"]["driver"]["upgradePolicy"]["maxParallel"] == 3
 
 
 # -- selectors ---------------------------------------------------------------------------------------------

@@ -127,8 +127,8 @@ def test_int_or_string_fields_carry_a_percent_pattern() -> None:
     policy = _spec_schema()["properties"]["driver"]["properties"]["upgradePolicy"]["properties"]
     for key in ("maxParallel", "maxUnavailable"):
         assert policy[key]["x-kubernetes-int-or-string"] is True
-        string_branch = [b for b in policy[key]["anyOf"] if b["type"] == "string"][0]
-        assert string_branch["pattern"] == crd.PERCENT_PATTERN
+        assert policy[key]["pattern"] == crd.PERCENT_PATTERN and policy[key]["minimum"] == 0
+        assert "type" not in policy[key] and "anyOf" not in policy[key]
     step = policy["upgradeSteps"]["items"]["properties"]
     assert step["replicas"]["x-kubernetes-int-or-string"] is True
     assert step["pauseDuration"]["x-kubernetes-int-or-string"] is True
@@ -185,3 +185,25 @@ def test_unsupported_types_are_refused() -> None:
         crd.type_schema(Mapping[int, str])
     with pytest.raises(TypeError, match="homogeneous tuples"):
         crd.type_schema(tuple[int, str])
+
+
+def test_a_full_upgrade_status_fits_the_status_schema() -> None:
+    import datetime as dt
+
+    from metax_core import rollout_status as rs
+    from metax_k8s import inmemory_schema
+
+    moment = dt.datetime(2024, 5, 1, 8, 0, 0, 123456, tzinfo=dt.UTC)
+    status = rs.UpgradeStatus(
+        last_applied_spec="{}",
+        upgrading=True,
+        conditions=(rs.Condition(rs.ConditionType.PROGRESSING, rs.ConditionStatus.TRUE, moment, rs.Reason.STEP_UPGRADING, "step 1"),),
+        phase=rs.Phase.PROGRESSING,
+        status=rs.StepStatus(current_step_index=1, current_step_state=rs.StepState.STEP_PAUSED, recheck_time=moment, current_step_nodes=("n1",)),
+    )
+    document = {"upgradeStatus": rs.to_document(status), "phase": "Progressing", "readyNodes": 3}
+    errors: list[str] = []
+    checked = inmemory_schema.walk(document, crd.status_schema(), "status", errors, strict=True, partial=False)
+    assert errors == []
+    assert checked == document  # nothing pruned, nothing defaulted
+    assert rs.from_document(checked["upgradeStatus"]) == status
