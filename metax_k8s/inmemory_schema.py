@@ -71,19 +71,35 @@ def _int_or_string(value: Any, schema: Schema, path: str, errors: list[str]) -> 
     _scalar_checks(value, schema, path, errors)  # pattern applies to strings only, minimum to numbers only
 
 
-def walk(value: Any, schema: Schema, path: str, errors: list[str], *, strict: bool, partial: bool) -> Any:
-    """``value`` checked against ``schema``: defaults added and unknown fields pruned (unless ``partial``)."""
+_SSA_TYPES = {"integer": "numeric (int or float)", "number": "numeric (int or float)", "string": "string",
+              "boolean": "boolean", "object": "map", "array": "list"}
+
+
+def walk(value: Any, schema: Schema, path: str, errors: list[str], *, strict: bool, typed: bool = False) -> Any:
+    """``value`` checked against ``schema``, with defaults added and unknown fields pruned (or refused).
+
+    ``typed=True`` is server-side apply's first check of an apply configuration (a partial object): only
+    types and unknown fields, worded as structured-merge-diff words them; no defaults, no required fields,
+    no value rules (those run on the merged object).
+    """
     if value is None:
-        if not schema.get("nullable"):
+        if not schema.get("nullable") and not typed:
             errors.append(f"{path}: Invalid value: \"null\": {path} in body must be of type {schema.get('type', 'object')}")
         return value
     if schema.get("x-kubernetes-int-or-string"):
-        _int_or_string(value, schema, path, errors)
+        if typed:
+            if not (_type_ok(value, "integer") or isinstance(value, str)):
+                errors.append(f".{path}: expected numeric (int or float) or string, got {_json(value)}")
+        else:
+            _int_or_string(value, schema, path, errors)
         return value
     type_name = schema.get("type")
     if type_name and not _type_ok(value, type_name):
-        errors.append(f"{path}: Invalid value: {_json(value) if not isinstance(value, (dict, list)) else type(value).__name__}: "
-                      f"{path} in body must be of type {type_name}: {_json(type(value).__name__)}")
+        shown = _json(value) if not isinstance(value, (dict, list)) else type(value).__name__
+        if typed:
+            errors.append(f".{path}: expected {_SSA_TYPES[type_name]}, got {shown}")
+        else:
+            errors.append(f"{path}: Invalid value: {shown}: {path} in body must be of type {type_name}: {_json(type(value).__name__)}")
         return value
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
@@ -93,28 +109,31 @@ def walk(value: Any, schema: Schema, path: str, errors: list[str], *, strict: bo
         for key, child in value.items():
             here = f"{path}.{key}" if path else key
             if key in properties:
-                result[key] = walk(child, properties[key], here, errors, strict=strict, partial=partial)
+                result[key] = walk(child, properties[key], here, errors, strict=strict, typed=typed)
             elif isinstance(extra, Mapping):
-                result[key] = walk(child, extra, here, errors, strict=strict, partial=partial)
+                result[key] = walk(child, extra, here, errors, strict=strict, typed=typed)
             elif preserve or extra is True or (not properties and type_name is None):
                 result[key] = child
+            elif typed:
+                errors.append(f".{here}: field not declared in schema")
             elif strict:
                 errors.append(f'unknown field "{here}"')
-        if not partial:
+        if not typed:
             for key, prop in properties.items():
                 if key not in result and "default" in prop:
                     here = f"{path}.{key}" if path else key
-                    result[key] = walk(copy.deepcopy(prop["default"]), prop, here, errors, strict=strict, partial=False)
+                    result[key] = walk(copy.deepcopy(prop["default"]), prop, here, errors, strict=strict)
             for key in schema.get("required") or []:
                 if key not in result:
                     errors.append(f"{path}.{key}: Required value" if path else f"{key}: Required value")
         return result
     if isinstance(value, list):
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
+        if "maxItems" in schema and len(value) > schema["maxItems"] and not typed:
             errors.append(f"{path}: Too many: {len(value)}: must have at most {schema['maxItems']} items")
         items = schema.get("items") or {}
-        return [walk(v, items, f"{path}[{i}]", errors, strict=strict, partial=partial) for i, v in enumerate(value)]
-    _scalar_checks(value, schema, path, errors)
+        return [walk(v, items, f"{path}[{i}]", errors, strict=strict, typed=typed) for i, v in enumerate(value)]
+    if not typed:
+        _scalar_checks(value, schema, path, errors)
     return value
 
 
@@ -154,24 +173,29 @@ def _event_errors(obj: Mapping[str, Any]) -> list[str]:
     return errors
 
 
-def admit(info: kinds.KindInfo, obj: dict[str, Any], what: str, *, strict: bool, defaults: bool = True) -> dict[str, Any]:
-    """``obj`` as the server would store it, or a 422 `ClusterError` listing every problem.
+def admit(info: kinds.KindInfo, obj: dict[str, Any], what: str, *, strict: bool, typed: bool = False) -> dict[str, Any]:
+    """``obj`` as the server would store it, or a `ClusterError` listing every problem.
 
-    ``defaults=False`` checks an apply configuration: a partial object, so no defaults and no required
-    fields (the merged result is admitted again with defaults).
+    ``typed=True`` checks a server-side apply configuration the way the real server first types it:
+    unknown fields and wrong types fail with HTTP 500 ``failed to create typed patch object`` (not
+    retryable: see `retry.error_for`); value rules wait for the merged object (422).
     """
-    errors = _metadata_errors(obj)
-    if info.api_version == "events.k8s.io/v1" and defaults:
+    errors = [] if typed else _metadata_errors(obj)
+    if info.api_version == "events.k8s.io/v1" and not typed:
         errors += _event_errors(obj)
     result = obj
     if info.schema is not None:
         body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
         properties = {k: v for k, v in (info.schema.get("properties") or {}).items() if k not in _ROOT_FIELDS}
-        checked = walk(body, {**info.schema, "properties": properties}, "", errors, strict=strict, partial=not defaults)
+        checked = walk(body, {**info.schema, "properties": properties}, "", errors, strict=strict, typed=typed)
         result = {**{k: obj[k] for k in _ROOT_FIELDS if k in obj}, **checked}
-    if errors:
-        name = (obj.get("metadata") or {}).get("name")
-        group = info.api_version.split("/")[0] if "/" in info.api_version else ""
-        qualified = f"{info.kind}.{group}" if group else info.kind
-        raise ClusterError("write", what, f'{qualified} "{name}" is invalid: ' + ", ".join(errors), 422)
-    return result
+    if not errors:
+        return result
+    name = (obj.get("metadata") or {}).get("name")
+    if typed:
+        listed = errors[0] if len(errors) == 1 else "errors:\n" + "\n".join(f"  {e}" for e in errors)
+        detail = f"failed to create typed patch object (/{name}; {info.api_version}, Kind={info.kind}): {listed}"
+        raise ClusterError("apply", what, detail, 500)
+    group = info.api_version.split("/")[0] if "/" in info.api_version else ""
+    qualified = f"{info.kind}.{group}" if group else info.kind
+    raise ClusterError("write", what, f'{qualified} "{name}" is invalid: ' + ", ".join(errors), 422)

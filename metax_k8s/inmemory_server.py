@@ -382,7 +382,7 @@ class InMemoryApiServer:
                 self._require_namespace(info, namespace, "apply", what)
             else:
                 self._precondition(obj, stored, "apply", what)
-            body = schema.admit(info, copy.deepcopy(dict(obj)), what, strict=True, defaults=False)
+            body = schema.admit(info, copy.deepcopy(dict(obj)), what, strict=True, typed=True)
             result, managers = ssa.apply(
                 stored.obj if stored else None,
                 stored.managers if stored else {},

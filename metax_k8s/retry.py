@@ -63,6 +63,10 @@ def error_for(
         return Conflict(verb, target, detail, status)
     if status == 410:
         return Gone(verb, target, detail, status)
+    if status == 500 and "failed to create typed patch object" in detail:
+        # Server-side apply answers a malformed apply configuration (unknown field, wrong type) with a 500;
+        # the same request can never succeed, so it is not retried.
+        return ClusterError(verb, target, detail, status)
     if status == 429 or status >= 500:
         return Retryable(verb, target, detail, status, retry_after)
     return ClusterError(verb, target, detail, status)
