@@ -110,18 +110,27 @@ class Api(Protocol):
 def api_client(
     kubeconfig: str | os.PathLike[str] | None = None, *, context: str | None = None
 ) -> kubernetes.client.ApiClient:
-    """An ApiClient from ``kubeconfig``; without one, in-cluster config inside a pod, else $KUBECONFIG."""
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        log.info("using in-cluster configuration (%s)", configuration.host)
-        return kubernetes.client.ApiClient(configuration)
+    """An ApiClient from ``kubeconfig``; without one, in-cluster config inside a pod, else $KUBECONFIG.
+
+    A configuration that cannot be loaded raises `ClusterError` (verb ``configure``) naming the source.
+    """
+    in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     path = os.fspath(kubeconfig) if kubeconfig is not None else None
-    client: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=path, context=context
-    )
-    log.info("using kubeconfig %s (%s)", path or "$KUBECONFIG", client.configuration.host)
-    return client
+    source = "in-cluster configuration" if in_cluster else f"kubeconfig {path or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+    try:
+        if in_cluster:
+            configuration = kubernetes.client.Configuration()
+            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            client = kubernetes.client.ApiClient(configuration)
+        else:
+            client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context
+            )
+    except (kubernetes.config.ConfigException, OSError, ValueError, KeyError) as exc:
+        raise ClusterError("configure", "the Kubernetes API client", f"{source}: {exc}") from exc
+    log.info("using %s (%s)", source, client.configuration.host)
+    result: kubernetes.client.ApiClient = client
+    return result
 
 
 @attrs.frozen

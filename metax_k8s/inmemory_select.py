@@ -140,7 +140,9 @@ def _field(obj: Mapping[str, Any], path: str) -> str:
 
 
 EXTRA_FIELDS: dict[str, frozenset[str]] = {
-    "Pod": frozenset({"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP"}),
+    "Pod": frozenset(
+        {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP"}
+    ),
     "Node": frozenset({"spec.unschedulable"}),
     "Event": frozenset({"reason", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid"}),
     "Secret": frozenset({"type"}),

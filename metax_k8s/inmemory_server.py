@@ -231,7 +231,9 @@ class InMemoryApiServer:
                 raise NotFound("get", what, f'{info.plural} "{name}" not found', 404)
             return self._render(info, stored)
 
-    def _matching(self, info: kinds.KindInfo, namespace: str | None, label_selector: str | None, field_selector: str | None) -> Callable[[Mapping[str, Any]], bool]:
+    def _matching(
+        self, info: kinds.KindInfo, namespace: str | None, label_selector: str | None, field_selector: str | None
+    ) -> Callable[[Mapping[str, Any]], bool]:
         by_label = select.parse_label_selector(label_selector)
         by_field = select.parse_field_selector(field_selector, info.kind)
 
@@ -324,7 +326,9 @@ class InMemoryApiServer:
             self._precondition(obj, stored, "replace", what)
             return self._write(info, key, stored, copy.deepcopy(dict(obj)), field_manager, what)
 
-    def _write(self, info: kinds.KindInfo, key: _Key, stored: _Stored, body: dict[str, Any], field_manager: str | None, what: str) -> dict[str, Any]:
+    def _write(
+        self, info: kinds.KindInfo, key: _Key, stored: _Stored, body: dict[str, Any], field_manager: str | None, what: str
+    ) -> dict[str, Any]:
         """Replace the main resource of ``stored`` with ``body`` (non-apply write)."""
         body.setdefault("metadata", {}).pop("managedFields", None)
         if info.status and "status" in stored.obj:

@@ -156,6 +156,32 @@ def test_fields_a_manager_stops_applying_are_removed_unless_someone_else_owns_th
     assert result["data"] == {"a": "1", "shared": "s"}
 
 
+def test_a_write_by_someone_else_takes_the_field_over(cluster: Cluster) -> None:
+    objects = cluster.objects()
+    objects.apply(cluster.configmap("cm", {"mode": "sgpu", "other": "1"}), field_manager="operator")
+    cluster.api.merge_patch("v1", "ConfigMap", "cm", {"data": {"mode": "native"}}, namespace=cluster.namespace, field_manager="kubectl-edit")
+    with pytest.raises(Conflict, match='conflict with "kubectl-edit"'):
+        objects.apply(cluster.configmap("cm", {"mode": "sgpu", "other": "1"}), field_manager="operator")
+    kept = objects.apply(cluster.configmap("cm", {"mode": "native", "other": "2"}), field_manager="operator")
+    assert kept["data"] == {"mode": "native", "other": "2"}
+
+
+def test_finalizers_hold_a_deleted_object_until_removed(cluster: Cluster) -> None:
+    objects = cluster.objects()
+    body = cluster.configmap("cm", {"a": "1"})
+    body["metadata"]["finalizers"] = ["metax-tech.com/cleanup"]
+    objects.apply(body, field_manager="operator")
+    watch = WatchCollector(objects.watch("v1", "ConfigMap", cluster.namespace, timeout_seconds=30))
+    watch.wait_for(named("ADDED", "cm"))
+    assert objects.delete("v1", "ConfigMap", "cm", cluster.namespace) is True
+    held = objects.get("v1", "ConfigMap", "cm", cluster.namespace)
+    assert held is not None and held["metadata"]["deletionTimestamp"]
+    watch.wait_for(lambda e: named("MODIFIED", "cm")(e) and bool(e.object["metadata"].get("deletionTimestamp")))
+    objects.apply(cluster.configmap("cm", {"a": "1"}), field_manager="operator")
+    watch.wait_for(named("DELETED", "cm"))
+    assert objects.get("v1", "ConfigMap", "cm", cluster.namespace) is None
+
+
 def test_dry_run_apply_admits_without_storing(cluster: Cluster) -> None:
     objects = cluster.objects()
     preview = objects.apply(widget(cluster, "w", {"color": "red"}), field_manager="operator", dry_run=True)
@@ -604,3 +630,10 @@ def test_an_apply_conflict_is_not_retried(cluster: Cluster) -> None:
     with pytest.raises(Conflict):
         objects.apply(cluster.configmap("cm", {"a": "1"}), field_manager="t")
     assert sleep.delays == [] and faults.pending_faults() == 0
+
+
+def test_an_unloadable_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    with pytest.raises(ClusterError, match=f"configure the Kubernetes API client failed: kubeconfig {broken}"):
+        client.api_client(broken)
