@@ -15,6 +15,13 @@ server's semantics, which is where a fake can lie. What it keeps honest:
   watch cache does);
 - CRDs: applying one makes its kind served, with defaults, pruning and validation from its schema.
 
+Known differences, all on the side of refusing more or modelling less, never of accepting what the real
+server refuses except where noted: lists are atomic for server-side apply (the real server merges some by
+key); built-in kinds are not validated beyond names, labels and Events (a malformed Pod or DaemonSet is
+accepted here: the integration suite applies real workloads); CEL rules are not evaluated; and a version
+older than the history is always 410 here, while the real watch cache may replay it (until an API server
+restart, after which it answers 410 too). `objects.K8sObjects.watch` handles both.
+
 Test hooks the real server has no API for: `restart` (break every watch and drop the history),
 `compact` (drop the history), `fail_next` (answer the next requests of a verb with an HTTP error).
 """
