@@ -59,6 +59,8 @@ class Simulation:
     duration: dt.timedelta
     """Simulated time from the first decision to the end (pauses included)."""
     final: UpgradeStatus
+    nodes: tuple[rollout.Node, ...]
+    """The fleet at the end, by name."""
 
 
 Observer = Callable[[rollout.Decision, rollout.Fleet, spec.UpgradePolicy], None]
@@ -173,4 +175,4 @@ def simulate(
         for p in plans if p.index in reached
     )
     final = status if status is not None else UpgradeStatus()
-    return Simulation(steps, outcome, tuple(rolled_back), count, now - start, final)
+    return Simulation(steps, outcome, tuple(rolled_back), count, now - start, final, tuple(fleet.nodes.values()))

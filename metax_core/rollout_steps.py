@@ -29,6 +29,7 @@ from metax_core.rollout_draft import (
     Context,
     Direction,
     Draft,
+    amend,
     count,
     names,
 )
@@ -54,12 +55,20 @@ def next_draft(ctx: Context) -> Draft:
 # --- no rollout running --------------------------------------------------------------------------------------
 
 
-def _pinned_message(ctx: Context, disabled: bool) -> str:
+def _pinned_message(ctx: Context, disabled: bool, rollback_failure: str | None) -> str:
     st = ctx.prev.status
     how = ("set enableRollout: true to roll it out again" if disabled
            else "to try it again set enableRollout: false and then true")
-    return (f"revision {st.upgrading_pod_spec_revision} was rolled back; the driver stays on lastAppliedSpec "
-            f"(revision {st.last_pod_spec_revision}): {how}, or change spec.driver")
+    message = (f"revision {st.upgrading_pod_spec_revision} was rolled back; the driver stays on lastAppliedSpec "
+               f"(revision {st.last_pod_spec_revision}): {how}, or change spec.driver")
+    return f"{message}; {rollback_failure}" if rollback_failure else message
+
+
+def _rollback_failure(ctx: Context) -> str | None:
+    failed = ctx.prev.condition(FAILED)
+    if failed is not None and failed.status is TRUE and failed.reason is Reason.ROLLBACK_FAILED:
+        return failed.message
+    return None
 
 
 def _idle(ctx: Context) -> Draft:
@@ -70,15 +79,15 @@ def _idle(ctx: Context) -> Draft:
     d = rollout_draft.carry(ctx, Direction.NONE)
     if not ctx.policy.enable_rollout:
         if pinned:
-            message = _pinned_message(ctx, disabled=True)
+            message = _pinned_message(ctx, True, _rollback_failure(ctx))
             d = attrs.evolve(d, template=Template.LAST_APPLIED)
         else:
             message = "enableRollout is false: the metax-driver DaemonSet updates driver pods itself"
             d = attrs.evolve(d, strategy=UpdateStrategy.ROLLING_UPDATE)
-        return rollout_draft.amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED, message)}, phase=Phase.DISABLED)
+        return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED, message)}, phase=Phase.DISABLED)
     if pinned and prev.phase is not Phase.DISABLED:
-        message = _pinned_message(ctx, disabled=False)
-        return rollout_draft.amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLED_BACK, message)},
+        message = _pinned_message(ctx, False, _rollback_failure(ctx))
+        return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLED_BACK, message)},
                     phase=Phase.IDLING, template=Template.LAST_APPLIED)
     if ctx.names(revision=Revision.OLD):
         return _start(ctx, retarget=False)
@@ -86,7 +95,7 @@ def _idle(ctx: Context) -> Draft:
     old = prev.condition(PROGRESSING)
     keep = old is not None and old.status is FALSE and old.reason in (Reason.ROLLOUT_COMPLETED, Reason.NO_ROLLOUT)
     conds = {} if keep else {PROGRESSING: (FALSE, Reason.NO_ROLLOUT, "no driver rollout is running")}
-    return rollout_draft.amend(d, message, conds, phase=Phase.IDLING)
+    return amend(d, message, conds, phase=Phase.IDLING)
 
 
 def _start(ctx: Context, *, retarget: bool) -> Draft:
@@ -110,7 +119,7 @@ def _start(ctx: Context, *, retarget: bool) -> Draft:
         FAILED: (FALSE, Reason.NO_FAILURE, "no step has failed"),
         TERMINATING: (FALSE, Reason.NOT_TERMINATING, "no rollback is running"),
     }
-    return rollout_draft.amend(d, message, conds, phase=Phase.PROGRESSING, state=StepState.STEP_UPGRADE_INIT, index=0, retry=0,
+    return amend(d, message, conds, phase=Phase.PROGRESSING, state=StepState.STEP_UPGRADE_INIT, index=0, retry=0,
                 step_nodes=(), pending=(), recheck=None, upgrading_revision=fleet.new_revision, requeue=AT_ONCE)
 
 
@@ -147,6 +156,8 @@ def _step(ctx: Context) -> Draft:
             why = f"{count(len(failed), 'node')} failed the upgrade ({names(failed)}), more than maxUnavailable allows ({allowed})"
             return _failure(ctx, d, plan, failed, Reason.TOO_MANY_UNAVAILABLE, why)
     if ctx.prev.status.current_step_state is StepState.STEP_READY:
+        if ctx.policy.pause:
+            return rollout_draft.held(ctx, d, label, "the next step waits")
         return _advance(ctx, d, plan)
     return _step_done(ctx, d, plan, label)
 
@@ -159,10 +170,10 @@ def _next_loop(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, upgraded: in
     chosen, waiting = rollout_draft.pick(old, min(plan.loop, todo))
     if not chosen:
         message = f"{label}: {count(todo, 'node')} still to upgrade" + rollout_draft.busy_text(waiting)
-        return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_IDLE_NODES, message)},
+        return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_IDLE_NODES, message)},
                     waiting=waiting, requeue=BUSY_RECHECK)
     message = f"{label}: upgrading {names(chosen)}" + rollout_draft.busy_text(waiting)
-    return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, state=StepState.STEP_UPGRADE,
+    return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, state=StepState.STEP_UPGRADE,
                 step_nodes=d.step_nodes + chosen, upgrade=chosen, waiting=waiting, requeue=IN_FLIGHT_RECHECK)
 
 
@@ -187,19 +198,19 @@ def _paused_by_fallback(ctx: Context, d: Draft, why: str, failed: CondSpec | Non
         PROGRESSING: (FALSE, Reason.WAITING_FOR_ADMIN if armed else Reason.FALLBACK_PAUSED, message)}
     if failed is not None:
         conds[FAILED] = failed
-    return rollout_draft.amend(d, message, conds, state=StepState.STEP_PAUSED, recheck=None, **actions)
+    return amend(d, message, conds, state=StepState.STEP_PAUSED, recheck=None, **actions)
 
 
 def _step_done(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, label: str) -> Draft:
     done = f"{label} done"
     if plan.pause is rollout_plan.PauseKind.NONE:
         message = f"{done}; this step does not pause"
-        return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_READY, message)},
+        return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_READY, message)},
                     state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
     if plan.pause is rollout_plan.PauseKind.TIMED:
         recheck = ctx.now + dt.timedelta(milliseconds=plan.step.pause_duration or 0)
         message = f"{done}; pausing until {format_time(recheck)}, then going on unless pause is true"
-        return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_PAUSE_DURATION, message)},
+        return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_PAUSE_DURATION, message)},
                     state=StepState.STEP_PAUSED, recheck=recheck, requeue=recheck - ctx.now)
     return _manual(ctx, attrs.evolve(d, state=StepState.STEP_PAUSED, recheck=None), done, reached_now=True)
 
@@ -208,9 +219,9 @@ def _manual(ctx: Context, d: Draft, done: str, *, reached_now: bool) -> Draft:
     armed, actions = rollout_draft.arming(ctx, reached_now)
     if armed:
         message = f"{done}; waiting for an administrator: set pause: false to go on"
-        return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_ADMIN, message)}, **actions)
+        return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_ADMIN, message)}, **actions)
     message = f"{done}; pause: true is being set, then an administrator sets pause: false to go on"
-    return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSING_FOR_ADMIN, message)}, **actions)
+    return amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSING_FOR_ADMIN, message)}, **actions)
 
 
 def _paused(ctx: Context) -> Draft:
@@ -229,13 +240,13 @@ def _paused(ctx: Context) -> Draft:
         if ctx.now < st.recheck_time:
             reason = Reason.PAUSED_BY_ADMIN if ctx.policy.pause else Reason.WAITING_FOR_PAUSE_DURATION
             message = f"{label} done; pausing until {format_time(st.recheck_time)}"
-            return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, reason, message)}, requeue=st.recheck_time - ctx.now)
+            return amend(d, message, {PROGRESSING: (TRUE, reason, message)}, requeue=st.recheck_time - ctx.now)
         if ctx.policy.pause:
             message = f"{label} done and its pause is over, but pause is true: set pause: false to go on"
-            return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSED_BY_ADMIN, message)}, requeue=None)
-        return rollout_draft.amend(d, ready[PROGRESSING][2], ready, state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
+            return amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSED_BY_ADMIN, message)}, requeue=None)
+        return amend(d, ready[PROGRESSING][2], ready, state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
     if armed and not ctx.policy.pause:
-        return rollout_draft.amend(d, f"{label} done; resumed by an administrator", ready,
+        return amend(d, f"{label} done; resumed by an administrator", ready,
                     state=StepState.STEP_READY, requeue=AT_ONCE)
     return _manual(ctx, d, f"{label} done", reached_now=False)
 
@@ -244,12 +255,12 @@ def _resume_after_failure(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, r
     """An administrator resumed a rollout the fallback paused: one fresh retry round, counter back to 0."""
     among = None if reason is Reason.TOO_MANY_UNAVAILABLE else d.step_nodes
     failed = ctx.names(revision=Revision.NEW, failed=True, among=among)
-    d = rollout_draft.amend(d, d.message, {FAILED: (FALSE, Reason.RESUMED_AFTER_FAILURE, f"resumed by an administrator after: {why}")},
+    d = amend(d, d.message, {FAILED: (FALSE, Reason.RESUMED_AFTER_FAILURE, f"resumed by an administrator after: {why}")},
              state=StepState.STEP_UPGRADE, retry=0, recheck=None)
     if failed:
         return rollout_draft.restart(ctx, d, failed, plan.loop, _label(ctx, plan))
     message = f"{_label(ctx, plan)}: resumed by an administrator; the failed nodes have recovered"
-    return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, requeue=AT_ONCE)
+    return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, requeue=AT_ONCE)
 
 
 def _advance(ctx: Context, d: Draft, plan: rollout_plan.StepPlan) -> Draft:
@@ -258,7 +269,7 @@ def _advance(ctx: Context, d: Draft, plan: rollout_plan.StepPlan) -> Draft:
     nxt = ctx.plans[plan.index + 1]
     message = (f"step {nxt.index + 1} of {len(ctx.plans)} begins: {nxt.target} of {len(ctx.nodes)} nodes on the "
                f"new driver when done ({nxt.size} more, {nxt.loop} at a time, {nxt.toleration} may fail)")
-    return rollout_draft.amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, index=nxt.index,
+    return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, index=nxt.index,
                 state=StepState.STEP_UPGRADE_INIT, retry=0, step_nodes=(), pending=(), recheck=None, requeue=AT_ONCE)
 
 
@@ -273,7 +284,7 @@ def _complete(ctx: Context, d: Draft) -> Draft:
         FAILED: (FALSE, Reason.NO_FAILURE, "no step has failed"),
         TERMINATING: (FALSE, Reason.NOT_TERMINATING, "no rollback is running"),
     }
-    return rollout_draft.amend(d, message, conds, phase=Phase.IDLING, state=StepState.COMPLETED, pending=(), recheck=None)
+    return amend(d, message, conds, phase=Phase.IDLING, state=StepState.COMPLETED, pending=(), recheck=None)
 
 
 # --- rolling back ------------------------------------------------------------------------------------------------
@@ -293,7 +304,7 @@ def _begin_rollback(ctx: Context, failure: tuple[Reason, str] | None) -> Draft:
     if failure is not None:
         conds[FAILED] = (TRUE, failure[0], failure[1])
     d = rollout_draft.carry(ctx, Direction.BACKWARD, Template.LAST_APPLIED)
-    return rollout_draft.amend(d, message, conds, phase=Phase.DISABLING if failure is None else Phase.TERMINATING,
+    return amend(d, message, conds, phase=Phase.DISABLING if failure is None else Phase.TERMINATING,
                 state=StepState.STEP_UPGRADE_INIT, retry=0, step_nodes=tuple(new), pending=(), recheck=None,
                 requeue=AT_ONCE)
 
@@ -319,10 +330,10 @@ def _rollback(ctx: Context) -> Draft:
         message = f"{label}: {count(len(new), 'node')} still on the new driver"
         if not chosen:
             message += rollout_draft.busy_text(waiting)
-            return rollout_draft.amend(d, message, {PROGRESSING: (FALSE, Reason.WAITING_FOR_IDLE_NODES, message)},
+            return amend(d, message, {PROGRESSING: (FALSE, Reason.WAITING_FOR_IDLE_NODES, message)},
                         waiting=waiting, requeue=BUSY_RECHECK)
         message += f"; restarting {names(chosen)} on the old driver" + rollout_draft.busy_text(waiting)
-        return rollout_draft.amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLING_BACK, message)}, state=StepState.STEP_UPGRADE,
+        return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLING_BACK, message)}, state=StepState.STEP_UPGRADE,
                     rollback=chosen, waiting=waiting, requeue=IN_FLIGHT_RECHECK)
     failed = ctx.names(revision=Revision.OLD, failed=True, among=roll)
     if failed and d.retry < ctx.policy.max_failure_threshold:
@@ -331,16 +342,16 @@ def _rollback(ctx: Context) -> Draft:
 
 
 def _finish_rollback(ctx: Context, d: Draft, failed: Sequence[str]) -> Draft:
-    disabled = ctx.prev.phase is Phase.DISABLING
-    message = _pinned_message(ctx, disabled=disabled)
+    """The rollback is over: Disabled if enableRollout is false (now or when it began), else Idling; pinned."""
+    disabled = ctx.prev.phase is Phase.DISABLING or not ctx.policy.enable_rollout
+    why = f"the old driver did not come back on {names(failed)}: check these nodes" if failed else None
+    message = _pinned_message(ctx, disabled, why)
     conds: dict[ConditionType, CondSpec] = {
         TERMINATING: (FALSE, Reason.ROLLBACK_COMPLETE, f"rolled back to revision {d.last_revision}"),
         SUCCEED: (FALSE, Reason.ROLLED_BACK, f"revision {d.upgrading_revision} was rolled back"),
         PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED if disabled else Reason.ROLLED_BACK, message),
     }
-    if failed:
-        why = f"the old driver did not come back on {names(failed)}: check these nodes"
+    if why is not None:
         conds[FAILED] = (TRUE, Reason.ROLLBACK_FAILED, why)
-        message = f"{message}; {why}"
-    return rollout_draft.amend(d, message, conds, phase=Phase.DISABLED if disabled else Phase.IDLING,
-                state=StepState.COMPLETED, pending=(), recheck=None, requeue=None)
+    return amend(d, message, conds, phase=Phase.DISABLED if disabled else Phase.IDLING,
+                 state=StepState.COMPLETED, pending=(), recheck=None, requeue=None)
