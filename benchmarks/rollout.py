@@ -1,0 +1,117 @@
+"""How long the driver rollout machine takes: one decision, and a whole simulated rollout, per fleet size.
+
+Why this module exists: the operator calls `metax_core.rollout.decide` on every reconcile of the
+ClusterOperator, and ``metax-operator rollout plan`` plays whole rollouts, so both must stay fast on large
+fleets. Nothing is asserted: the numbers depend on the machine.
+
+Run from the repository root::
+
+    python -m benchmarks.rollout [--sizes 100 1000 10000] [--repeat 20]
+
+Rows, per fleet size: one decision in the middle of a rollout (a loop of the third step about to start;
+median of ``--repeat`` runs); a whole rollout where every upgrade succeeds; the same with maxParallel 1%
+(many more, smaller loops); and a whole rollout where one node of the second step always fails and the
+fallback rolls every upgraded node back. The policy: steps 1% (manual pause), 10% and 50% (10 s pauses),
+100% (manual), maxParallel 25%, maxFailureThreshold 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import pathlib
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+import attrs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from metax_core import rollout, rollout_sim, rollout_status, spec  # noqa: E402
+
+POLICY = spec.UpgradePolicy(
+    enable_rollout=True,
+    upgrade_steps=(
+        spec.UpgradeStep(spec.IntOrPercent.of_percent(1)),
+        spec.UpgradeStep(spec.IntOrPercent.of_percent(10), pause_duration=10_000),
+        spec.UpgradeStep(spec.IntOrPercent.of_percent(50), pause_duration=10_000),
+        spec.UpgradeStep(spec.HUNDRED_PERCENT),
+    ),
+    max_parallel=spec.IntOrPercent.of_percent(25),
+    max_failure_threshold=2,
+)
+
+
+@attrs.frozen
+class Moment:
+    status: rollout_status.UpgradeStatus | None
+    fleet: rollout.Fleet
+    policy: spec.UpgradePolicy
+    now: dt.datetime
+
+
+def mid_rollout(size: int) -> Moment:
+    """The inputs of the first decision that starts a loop of the third step (half the fleet becomes new)."""
+    found: list[Moment] = []
+    status: list[rollout_status.UpgradeStatus | None] = [None]
+
+    def observe(d: rollout.Decision, fleet: rollout.Fleet, policy: spec.UpgradePolicy) -> None:
+        if not found and d.upgrade and d.status.status.current_step_index == 2:
+            found.append(Moment(status[0], fleet, policy, rollout_sim.EPOCH))
+        status[0] = d.status
+
+    rollout_sim.simulate(POLICY, rollout_sim.node_names(size), observe=observe)
+    return found[0]
+
+
+def time_decision(moment: Moment, repeat: int) -> float:
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        rollout.decide(moment.policy, moment.status, moment.fleet, moment.now)
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def time_rollout(policy: spec.UpgradePolicy, size: int, failing: Sequence[str]) -> tuple[float, rollout_sim.Simulation]:
+    start = time.perf_counter()
+    result = rollout_sim.simulate(policy, rollout_sim.node_names(size), failing)
+    return time.perf_counter() - start, result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10_000])
+    parser.add_argument("--repeat", type=int, default=20, help="runs of the single decision (median)")
+    args = parser.parse_args(argv)
+    table = Table(title="Driver rollout machine (wall time on this machine)")
+    for column in ("nodes", "what", "decisions", "time", "per decision", "outcome"):
+        table.add_column(column, justify="right" if column != "what" else "left")
+    for size in args.sizes:
+        one = time_decision(mid_rollout(size), args.repeat)
+        table.add_row(str(size), "one decision (mid-rollout)", "1", f"{one * 1000:.2f} ms",
+                      f"{one * 1000:.2f} ms", "")
+        names = rollout_sim.node_names(size)
+        second_step = names[max(1, size // 100)]  # the first node the 10% step upgrades
+        runs = (
+            ("rollout, all succeed", POLICY, ()),
+            ("rollout, maxParallel 1%", attrs.evolve(POLICY, max_parallel=spec.IntOrPercent.of_percent(1)), ()),
+            ("rollout, 1 failure, rollback", attrs.evolve(POLICY, fallback=spec.Fallback.ROLLBACK), (second_step,)),
+        )
+        for label, policy, failing in runs:
+            seconds, result = time_rollout(policy, size, failing)
+            table.add_row(str(size), label, str(result.decisions), f"{seconds * 1000:.0f} ms",
+                          f"{seconds / result.decisions * 1000:.2f} ms", result.outcome.value)
+    Console(width=110).print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
