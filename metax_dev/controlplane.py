@@ -278,6 +278,7 @@ def build(
     with (root / f"{key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.is_file() and not force and all((bin_dir / b).is_file() for b in BINARIES):
+            stamp.touch()  # marks it recently used, see _prune_cache
             return report(cached=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
         try:
@@ -327,7 +328,23 @@ def build(
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+    _prune_cache(root, keep=CACHE_KEEP, current=key)
     return report(cached=False)
+
+
+#: Binary sets (about 400 MB each) kept in the cache; older ones are removed after a build.
+CACHE_KEEP: Final = 3
+
+
+def _prune_cache(root: Path, *, keep: int, current: str) -> None:
+    """Remove all but the ``keep`` most recently used binary sets (never ``current``)."""
+    entries = [d for d in root.iterdir() if d.is_dir() and (d / "complete").is_file()]
+    entries.sort(key=lambda d: (d / "complete").stat().st_mtime, reverse=True)
+    for stale in [d for d in entries if d.name != current][max(0, keep - 1) :]:
+        logger.info("removing old control-plane binaries %s", stale)
+        shutil.rmtree(stale, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (root / f"{stale.name}.lock").unlink()
 
 
 # --------------------------------------------------------------------------- PKI
@@ -674,6 +691,39 @@ class Timings:
         )
 
 
+_WORKDIR_PREFIX: Final = "metax-controlplane-"
+_KEEP_HINT: Final = " (METAX_CONTROLPLANE_KEEP=1 keeps all logs after stop)"
+_OWNER_FILE: Final = "owner.pid"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed launcher may linger as a zombie until its parent reaps it
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def _reap_stale_workdirs(parent: Path) -> None:
+    """Remove work dirs left by a launcher that was killed (its processes died with it)."""
+    for directory in parent.glob(f"{_WORKDIR_PREFIX}*"):
+        try:
+            owner = int((directory / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # kept on purpose, being created, or not ours
+        if owner != os.getpid() and not _pid_alive(owner):
+            logger.info(
+                "removing stale control-plane workdir %s (pid %d is gone)", directory, owner
+            )
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 _live: set[ControlPlane] = set()
 _live_lock = threading.Lock()
 
@@ -827,9 +877,10 @@ class ControlPlane:
 
     def _start_components(self) -> None:
         started = time.monotonic()
-        self._workdir = Path(
-            tempfile.mkdtemp(prefix="metax-controlplane-", dir=self.workdir_parent)
-        )
+        parent = self.workdir_parent or Path(tempfile.gettempdir())
+        _reap_stale_workdirs(parent)
+        self._workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX, dir=parent))
+        (self._workdir / _OWNER_FILE).write_text(f"{os.getpid()}\n")
         logger.info("control plane workdir %s", self._workdir)
         for component in (
             "etcd",
@@ -894,6 +945,8 @@ class ControlPlane:
                 _live.discard(self)
             if self._workdir is not None and self._workdir.exists():
                 if self.keep_workdir:
+                    with contextlib.suppress(OSError):
+                        (self._workdir / _OWNER_FILE).unlink()
                     logger.info("control plane stopped; kept %s", self._workdir)
                 else:
                     shutil.rmtree(self._workdir, ignore_errors=True)
@@ -1219,7 +1272,7 @@ class ControlPlane:
                 if not process.alive():
                     raise ControlPlaneError(
                         f"{name} exited with code {process.exit_code()} while waiting for {what}; "
-                        f"last lines of {process.log_path}:\n{process.tail()}"
+                        f"last lines of {process.log_path.name}{_KEEP_HINT}:\n{process.tail()}"
                     )
             try:
                 if predicate():
@@ -1232,7 +1285,7 @@ class ControlPlane:
                 raise ControlPlaneError(
                     f"timed out after {timeout or self.startup_timeout:.0f}s "
                     f"waiting for {what}{detail}; "
-                    f"last lines of {self.log_path(component)}:\n{self.log_tail(component)}"
+                    f"last lines of {component}.log{_KEEP_HINT}:\n{self.log_tail(component)}"
                 )
             time.sleep(interval)
 
