@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from metax_core import components, devices, driver_config, labels, policy, validation, vfio, workloads
+from metax_core import components, devices, driver_config, labels, policy, spec, validation, vfio, workloads
 from metax_core.inventory import FunctionKind
 from metax_hw_fake import host as fake_host
 from metax_dev import fakehost
@@ -55,8 +55,8 @@ def show_validation(console: Console, example: Path) -> None:
 
 def show_plan(console: Console, example: Path) -> None:
     _section(console, "2. Deploy plan and workloads (R-DEP, R-SECURITY)")
-    spec = validation.parse(cli.load_document(str(example)))
-    rendered = workloads.render(spec)
+    wanted = validation.parse(cli.load_document(str(example)))
+    rendered = workloads.render(wanted)
     table = Table("component", "workloads", "prerequisites", "decision")
     blocked = {b.component: b.reason for b in rendered.plan.blocked}
     for info in components.CATALOGUE:
@@ -81,14 +81,14 @@ def show_rollout(console: Console, example: Path) -> None:
 
 def show_nodes(console: Console, example: Path, workdir: Path) -> None:
     _section(console, "4. Simulated GPU nodes: driver choice, VFs, labels, vfio-pci, device-plugin resources")
-    spec = validation.parse(cli.load_document(str(example)))
+    wanted = validation.parse(cli.load_document(str(example)))
     config = driver_config.parse(DRIVER_CONFIG)
     table = Table("node", "GPUs", "driver", "VFs", "module params", "vfio-pci", "advertised")
     for name, gpus, host_driver in NODES:
         fake = fakehost.create(
             workdir / name, gpus, host_driver=host_driver, loaded=False, payload_drivers=[PAYLOAD_VERSION]
         )
-        table.add_row(*_node_row(name, fake, spec, config))
+        table.add_row(*_node_row(name, fake, wanted, config))
     console.print(table)
     console.print("Labels of gpu-node-3 (R-LABELS):")
     fake = fake_host.FakeHost.open(workdir / "gpu-node-3")
@@ -97,11 +97,11 @@ def show_nodes(console: Console, example: Path, workdir: Path) -> None:
 
 
 def _node_row(
-    name: str, fake: fake_host.FakeHost, spec: validation.spec.ClusterOperatorSpec, config: driver_config.DriverConfig
+    name: str, fake: fake_host.FakeHost, wanted: spec.ClusterOperatorSpec, config: driver_config.DriverConfig
 ) -> list[str]:
     hw = fake.hw
     choice = policy.choose_driver(
-        spec.driver.deploy_policy, hw.modules.installed_version("metax"), spec.driver.payload.version
+        wanted.driver.deploy_policy, hw.modules.installed_version("metax"), wanted.driver.payload.version
     )
     node_config = driver_config.for_node(config, name)
     if choice.source is policy.DriverSource.HOST:
@@ -111,7 +111,7 @@ def _node_row(
     vf_plan = driver_config.vf_count_plan(hw.devices.functions(), node_config.vfnum)
     for write in vf_plan.writes:
         hw.binder.set_vf_count(write.pf, node_config.vfnum)
-    selection = vfio.selection_for_node(spec.vfio_manager.vfio_config, name)
+    selection = vfio.selection_for_node(wanted.vfio_manager.vfio_config, name)
     binding = vfio.plan(hw.devices.functions(), selection)
     results = {}
     if binding.to_vfio and hw.modules.state("vfio_pci") is None:
@@ -123,7 +123,7 @@ def _node_row(
     plan = devices.plan_devices(
         functions,
         settings=devices.NodeSettings(),
-        shares=spec.gpu_device.sgpu_shares,
+        shares=wanted.gpu_device.sgpu_shares,
         health={},
         iommu_enabled=hw.devices.iommu_enabled(),
     )
