@@ -40,7 +40,8 @@ def camel_case(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _describe(value: object) -> str:
+def describe(value: object) -> str:
+    """How an error message names a wrong value: its kind and, for scalars, the value."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -58,20 +59,20 @@ def _describe(value: object) -> str:
 
 def _strict_bool(value: object, _: type) -> bool:
     if not isinstance(value, bool):
-        raise FieldValueError(f"must be true or false, got {_describe(value)}")
+        raise FieldValueError(f"must be true or false, got {describe(value)}")
     return value
 
 
 def _strict_int(value: object, _: type) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FieldValueError(f"must be an integer, got {_describe(value)}")
+        raise FieldValueError(f"must be an integer, got {describe(value)}")
     return value
 
 
 def _strict_str(value: object, _: type) -> str:
     if not isinstance(value, str):
         hint = " (quote it in YAML)" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
-        raise FieldValueError(f"must be a string, got {_describe(value)}{hint}")
+        raise FieldValueError(f"must be a string, got {describe(value)}{hint}")
     return value
 
 
@@ -87,7 +88,7 @@ def _int_or_percent(value: object, _: type) -> spec.IntOrPercent:
         match = _PERCENT.match(value.strip())
         if match:
             return spec.IntOrPercent.of_percent(int(match.group(1)))
-    raise FieldValueError(f'must be a non-negative integer or a percentage like "50%", got {_describe(value)}')
+    raise FieldValueError(f'must be a non-negative integer or a percentage like "50%", got {describe(value)}')
 
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)\s*$")
@@ -107,7 +108,7 @@ def duration_ms(value: object) -> int:
         if match:
             return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)]
     raise FieldValueError(
-        f'must be milliseconds (e.g. 10000) or a duration like "10s", "500ms", "2m", got {_describe(value)}'
+        f'must be milliseconds (e.g. 10000) or a duration like "10s", "500ms", "2m", got {describe(value)}'
     )
 
 
@@ -118,14 +119,14 @@ def _enum_hook(enum_type: type[enum.Enum]) -> Callable[[object, type], enum.Enum
         for member in enum_type:
             if member.value == value:
                 return member
-        raise FieldValueError(f"must be one of {', '.join(map(str, allowed))}; got {_describe(value)}")
+        raise FieldValueError(f"must be one of {', '.join(map(str, allowed))}; got {describe(value)}")
 
     return structure
 
 
 def _str_mapping(value: object, _: type) -> Mapping[str, str]:
     if not isinstance(value, Mapping):
-        raise FieldValueError(f"must be a mapping of strings, got {_describe(value)}")
+        raise FieldValueError(f"must be a mapping of strings, got {describe(value)}")
     bad = [k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)]
     if bad:
         raise FieldValueError(f"keys and values must be strings (quote them in YAML): {', '.join(map(str, bad))}")
@@ -134,7 +135,7 @@ def _str_mapping(value: object, _: type) -> Mapping[str, str]:
 
 def _any_mapping(value: object, _: type) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise FieldValueError(f"must be a mapping, got {_describe(value)}")
+        raise FieldValueError(f"must be a mapping, got {describe(value)}")
     return dict(value)
 
 
@@ -152,7 +153,7 @@ def _list_hook(conv: cattrs.Converter) -> Callable[[Any], Callable[[object, type
 
         def structure(value: object, _: type) -> tuple[Any, ...]:
             if not isinstance(value, (list, tuple)):
-                raise FieldValueError(f"must be a list, got {_describe(value)}")
+                raise FieldValueError(f"must be a list, got {describe(value)}")
             items: list[Any] = []
             errors: list[Exception] = []
             for index, item in enumerate(value):
@@ -201,7 +202,7 @@ def _build_converter() -> cattrs.Converter:
 
         def structure(value: Any, t: type) -> Any:
             if not isinstance(value, Mapping):
-                raise FieldValueError(f"must be a mapping, got {_describe(value)}")
+                raise FieldValueError(f"must be a mapping, got {describe(value)}")
             return inner(value, t)
 
         return structure

@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import yaml
 
+from metax_core import converter
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
 
@@ -124,22 +125,6 @@ class NodeDriverConfig:
     params_source: ParamSource = ParamSource.DEFAULT
 
 
-def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"number {value}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__name__
-
-
 def _realigned(text: str) -> str | None:
     """``"a: 1\\n    b: 2"`` → ``"a: 1\\nb: 2"``: the first line joins its indented siblings."""
     lines = text.strip("\n").split("\n")
@@ -202,7 +187,7 @@ def _unwrap(path: str, document: Mapping[Any, Any]) -> tuple[str, Mapping[Any, A
 def _int_value(path: str, value: object, *, maximum: int, errors: list[FieldError]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         hint = " (remove the quotes)" if isinstance(value, str) and value.strip().isdigit() else ""
-        errors.append(FieldError(path, f"must be a non-negative integer, got {_describe(value)}{hint}"))
+        errors.append(FieldError(path, f"must be a non-negative integer, got {converter.describe(value)}{hint}"))
         return None
     if value < 0 or value > maximum:
         errors.append(FieldError(path, f"must be between 0 and {maximum}, got {value}"))
@@ -214,7 +199,7 @@ def _parse_vfnums(document: object, errors: list[FieldError]) -> dict[str, int]:
     if document is None:
         return {}
     if not isinstance(document, Mapping):
-        errors.append(FieldError(NODE_VFNUMS, f"must be a mapping like 'nodes: {{<node>: {{vfnum: N}}}}', got {_describe(document)}"))
+        errors.append(FieldError(NODE_VFNUMS, f"must be a mapping like 'nodes: {{<node>: {{vfnum: N}}}}', got {converter.describe(document)}"))
         return {}
     path, nodes = _unwrap(NODE_VFNUMS, document)
     result: dict[str, int] = {}
@@ -225,7 +210,7 @@ def _parse_vfnums(document: object, errors: list[FieldError]) -> dict[str, int]:
         here = f"{path}.{node}"
         if not isinstance(entry, Mapping):
             hint = f" (write '{node}: {{vfnum: {entry}}}')" if isinstance(entry, int) and not isinstance(entry, bool) else ""
-            errors.append(FieldError(here, f"must be a mapping like {{vfnum: N}}, got {_describe(entry)}{hint}"))
+            errors.append(FieldError(here, f"must be a mapping like {{vfnum: N}}, got {converter.describe(entry)}{hint}"))
             continue
         for extra in sorted(str(k) for k in entry if k != VFNUM):
             errors.append(FieldError(f"{here}.{extra}", f"unknown field; supported: {VFNUM}"))
@@ -252,7 +237,7 @@ def _param_value(path: str, name: str, value: object, errors: list[FieldError]) 
         FieldError(
             path,
             "must be a non-negative integer or a word of letters, digits, '_', '.' and '-' "
-            f"(at most 64 characters), got {_describe(value)}",
+            f"(at most 64 characters), got {converter.describe(value)}",
         )
     )
     return None
@@ -262,7 +247,7 @@ def _parse_params(path: str, document: object, errors: list[FieldError]) -> dict
     if document is None:
         return {}
     if not isinstance(document, Mapping):
-        errors.append(FieldError(path, f"must be a mapping of module parameters, got {_describe(document)}"))
+        errors.append(FieldError(path, f"must be a mapping of module parameters, got {converter.describe(document)}"))
         return {}
     result: dict[str, str] = {}
     for raw_name, value in document.items():
@@ -283,7 +268,7 @@ def _parse_node_params(document: object, errors: list[FieldError]) -> dict[str, 
     if document is None:
         return {}
     if not isinstance(document, Mapping):
-        errors.append(FieldError(NODE_MODULE_PARAMS, f"must be a mapping of node name → parameters, got {_describe(document)}"))
+        errors.append(FieldError(NODE_MODULE_PARAMS, f"must be a mapping of node name → parameters, got {converter.describe(document)}"))
         return {}
     path, nodes = _unwrap(NODE_MODULE_PARAMS, document)
     result: dict[str, dict[str, str]] = {}
