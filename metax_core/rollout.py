@@ -39,6 +39,7 @@ from metax_core.rollout_status import (
     StepStatus,
     UpgradeStatus,
     as_utc,
+    in_utc,
 )
 
 __all__ = ["Decision", "Fleet", "Node", "Revision", "Template", "UpdateStrategy", "decide"]
@@ -50,7 +51,7 @@ def decide(
     """The next step of the driver rollout. Pure and total: the same inputs always give the same decision."""
     ctx = rollout_draft.Context(
         policy=policy,
-        prev=previous if previous is not None else UpgradeStatus(),
+        prev=in_utc(previous) if previous is not None else UpgradeStatus(),
         first=previous is None,
         nodes=tuple(sorted(fleet.nodes, key=lambda n: n.name)),
         fleet=fleet,

@@ -170,14 +170,14 @@ def restart(ctx: Context, d: Draft, pending: Sequence[str], loop: int, label: st
     if not chosen:
         message = f"{label}: retry {d.retry} of {ctx.policy.max_failure_threshold}" + busy_text(waiting)
         return amend(d, message, {PROGRESSING: (status, Reason.WAITING_FOR_IDLE_NODES, message)},
-                    waiting=waiting, requeue=BUSY_RECHECK)
+                     waiting=waiting, requeue=BUSY_RECHECK)
     message = (f"{label}: retry {d.retry} of {ctx.policy.max_failure_threshold}: restarting the driver on "
                f"{names(chosen)}" + busy_text(waiting))
     started = set(chosen)
     left = tuple(n for n in pending if n not in started)
     actions = {"upgrade": chosen} if forward else {"rollback": chosen}
     return amend(d, message, {PROGRESSING: (status, Reason.STEP_RETRYING, message)}, state=StepState.STEP_UPGRADE,
-                pending=left, waiting=waiting, requeue=IN_FLIGHT_RECHECK, **actions)
+                 pending=left, waiting=waiting, requeue=IN_FLIGHT_RECHECK, **actions)
 
 
 def arming(ctx: Context, reached_now: bool) -> tuple[bool, dict[str, Any]]:

@@ -192,7 +192,7 @@ def as_utc(moment: dt.datetime) -> dt.datetime:
 def format_time(moment: dt.datetime) -> str:
     """RFC 3339 in UTC: ``2024-05-01T08:00:00Z``, with microseconds only when there are any."""
     utc = as_utc(moment)
-    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
     if utc.microsecond:
         text += f".{utc.microsecond:06d}"
     return text + "Z"
@@ -211,6 +211,21 @@ def parse_time(text: str) -> dt.datetime:
         offset = dt.timedelta(hours=int(off_h), minutes=int(off_m)) * (1 if sign == "+" else -1)
     moment = dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=dt.timezone(offset))
     return moment.astimezone(dt.timezone.utc)
+
+
+def in_utc(status: UpgradeStatus) -> UpgradeStatus:
+    """``status`` with every time in UTC (naive times taken as UTC), as its document form would give it back."""
+    step = status.status
+    return attrs.evolve(
+        status,
+        conditions=tuple(attrs.evolve(c, last_transition_time=as_utc(c.last_transition_time))
+                         for c in status.conditions),
+        status=attrs.evolve(
+            step,
+            last_update_time=None if step.last_update_time is None else as_utc(step.last_update_time),
+            recheck_time=None if step.recheck_time is None else as_utc(step.recheck_time),
+        ),
+    )
 
 
 # --- document form -----------------------------------------------------------------------------------------

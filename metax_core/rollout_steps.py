@@ -34,7 +34,7 @@ from metax_core.rollout_draft import (
     names,
 )
 from metax_core.rollout_model import Revision, Template, UpdateStrategy
-from metax_core.rollout_status import ConditionType, Phase, Reason, StepState, format_time
+from metax_core.rollout_status import ConditionType, Phase, Reason, StepState, as_utc, format_time
 
 
 def next_draft(ctx: Context) -> Draft:
@@ -88,10 +88,12 @@ def _idle(ctx: Context) -> Draft:
     if pinned and prev.phase is not Phase.DISABLED:
         message = _pinned_message(ctx, False, _rollback_failure(ctx))
         return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLED_BACK, message)},
-                    phase=Phase.IDLING, template=Template.LAST_APPLIED)
+                     phase=Phase.IDLING, template=Template.LAST_APPLIED)
     if ctx.names(revision=Revision.OLD):
         return _start(ctx, retarget=False)
     message = f"no driver rollout is running: every node runs revision {ctx.fleet.new_revision}"
+    if not ctx.first and prev.phase is Phase.IDLING and prev.message:
+        message = prev.message  # keep what the last rollout's end said (e.g. nodes failed within maxUnavailable)
     old = prev.condition(PROGRESSING)
     keep = old is not None and old.status is FALSE and old.reason in (Reason.ROLLOUT_COMPLETED, Reason.NO_ROLLOUT)
     conds = {} if keep else {PROGRESSING: (FALSE, Reason.NO_ROLLOUT, "no driver rollout is running")}
@@ -100,8 +102,9 @@ def _idle(ctx: Context) -> Draft:
 
 def _start(ctx: Context, *, retarget: bool) -> Draft:
     fleet, first = ctx.fleet, ctx.plans[0]
-    plan_text = (f"rolling out revision {fleet.new_revision} to {count(len(ctx.nodes), 'node')} in {count(len(ctx.plans), 'step')}; "
-                 f"step 1 of {len(ctx.plans)}: {count(first.target, 'node')} on the new driver, {first.loop} at a time")
+    plan_text = (f"rolling out revision {fleet.new_revision} to {count(len(ctx.nodes), 'node')} in "
+                 f"{count(len(ctx.plans), 'step')}; step 1 of {len(ctx.plans)}: {count(first.target, 'node')} "
+                 f"on the new driver, {first.loop} at a time")
     if retarget:
         st = ctx.prev.status
         message = (f"the desired driver revision changed from {st.upgrading_pod_spec_revision} to "
@@ -120,7 +123,7 @@ def _start(ctx: Context, *, retarget: bool) -> Draft:
         TERMINATING: (FALSE, Reason.NOT_TERMINATING, "no rollback is running"),
     }
     return amend(d, message, conds, phase=Phase.PROGRESSING, state=StepState.STEP_UPGRADE_INIT, index=0, retry=0,
-                step_nodes=(), pending=(), recheck=None, upgrading_revision=fleet.new_revision, requeue=AT_ONCE)
+                 step_nodes=(), pending=(), recheck=None, upgrading_revision=fleet.new_revision, requeue=AT_ONCE)
 
 
 # --- a step going forward --------------------------------------------------------------------------------------
@@ -144,7 +147,8 @@ def _step(ctx: Context) -> Draft:
         return rollout_draft.restart(ctx, d, pending, plan.loop, label)
     failed = ctx.names(revision=Revision.NEW, failed=True, among=step_nodes)
     if len(failed) > plan.toleration:
-        why = f"{label}: {count(len(failed), 'failed node')} ({names(failed)}), more than its toleration of {plan.toleration}"
+        why = (f"{label}: {count(len(failed), 'failed node')} ({names(failed)}), "
+               f"more than its toleration of {plan.toleration}")
         return _failure(ctx, d, plan, failed, Reason.STEP_FAILED, why)
     upgraded = len(ctx.names(revision=Revision.NEW))
     if upgraded < plan.target:
@@ -153,7 +157,8 @@ def _step(ctx: Context) -> Draft:
         failed = ctx.names(revision=Revision.NEW, failed=True)
         allowed = rollout_plan.max_unavailable(ctx.policy, len(ctx.nodes))
         if len(failed) > allowed:
-            why = f"{count(len(failed), 'node')} failed the upgrade ({names(failed)}), more than maxUnavailable allows ({allowed})"
+            why = (f"{count(len(failed), 'node')} failed the upgrade ({names(failed)}), "
+                   f"more than maxUnavailable allows ({allowed})")
             return _failure(ctx, d, plan, failed, Reason.TOO_MANY_UNAVAILABLE, why)
     if ctx.prev.status.current_step_state is StepState.STEP_READY:
         if ctx.policy.pause:
@@ -171,13 +176,15 @@ def _next_loop(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, upgraded: in
     if not chosen:
         message = f"{label}: {count(todo, 'node')} still to upgrade" + rollout_draft.busy_text(waiting)
         return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_IDLE_NODES, message)},
-                    waiting=waiting, requeue=BUSY_RECHECK)
+                     waiting=waiting, requeue=BUSY_RECHECK)
     message = f"{label}: upgrading {names(chosen)}" + rollout_draft.busy_text(waiting)
     return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, state=StepState.STEP_UPGRADE,
-                step_nodes=d.step_nodes + chosen, upgrade=chosen, waiting=waiting, requeue=IN_FLIGHT_RECHECK)
+                 step_nodes=d.step_nodes + chosen, upgrade=chosen, waiting=waiting, requeue=IN_FLIGHT_RECHECK)
 
 
-def _failure(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, failed: Sequence[str], reason: Reason, why: str) -> Draft:
+def _failure(
+    ctx: Context, d: Draft, plan: rollout_plan.StepPlan, failed: Sequence[str], reason: Reason, why: str
+) -> Draft:
     """Too many failures: another retry round if maxFailureThreshold allows, else the fallback."""
     threshold = ctx.policy.max_failure_threshold
     if d.retry < threshold:
@@ -206,12 +213,12 @@ def _step_done(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, label: str) 
     if plan.pause is rollout_plan.PauseKind.NONE:
         message = f"{done}; this step does not pause"
         return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_READY, message)},
-                    state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
+                     state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
     if plan.pause is rollout_plan.PauseKind.TIMED:
-        recheck = ctx.now + dt.timedelta(milliseconds=plan.step.pause_duration or 0)
+        recheck = ctx.now + dt.timedelta(milliseconds=max(0, plan.step.pause_duration or 0))
         message = f"{done}; pausing until {format_time(recheck)}, then going on unless pause is true"
         return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_PAUSE_DURATION, message)},
-                    state=StepState.STEP_PAUSED, recheck=recheck, requeue=recheck - ctx.now)
+                     state=StepState.STEP_PAUSED, recheck=recheck, requeue=recheck - ctx.now)
     return _manual(ctx, attrs.evolve(d, state=StepState.STEP_PAUSED, recheck=None), done, reached_now=True)
 
 
@@ -237,17 +244,18 @@ def _paused(ctx: Context) -> Draft:
         return _paused_by_fallback(ctx, d, failed.message, None)
     ready = {PROGRESSING: (TRUE, Reason.STEP_READY, f"{label} done; its pause is over")}
     if st.recheck_time is not None:
-        if ctx.now < st.recheck_time:
+        recheck = as_utc(st.recheck_time)
+        if ctx.now < recheck:
             reason = Reason.PAUSED_BY_ADMIN if ctx.policy.pause else Reason.WAITING_FOR_PAUSE_DURATION
-            message = f"{label} done; pausing until {format_time(st.recheck_time)}"
-            return amend(d, message, {PROGRESSING: (TRUE, reason, message)}, requeue=st.recheck_time - ctx.now)
+            message = f"{label} done; pausing until {format_time(recheck)}"
+            return amend(d, message, {PROGRESSING: (TRUE, reason, message)}, requeue=recheck - ctx.now)
         if ctx.policy.pause:
             message = f"{label} done and its pause is over, but pause is true: set pause: false to go on"
             return amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSED_BY_ADMIN, message)}, requeue=None)
         return amend(d, ready[PROGRESSING][2], ready, state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
     if armed and not ctx.policy.pause:
         return amend(d, f"{label} done; resumed by an administrator", ready,
-                    state=StepState.STEP_READY, requeue=AT_ONCE)
+                     state=StepState.STEP_READY, requeue=AT_ONCE)
     return _manual(ctx, d, f"{label} done", reached_now=False)
 
 
@@ -255,8 +263,8 @@ def _resume_after_failure(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, r
     """An administrator resumed a rollout the fallback paused: one fresh retry round, counter back to 0."""
     among = None if reason is Reason.TOO_MANY_UNAVAILABLE else d.step_nodes
     failed = ctx.names(revision=Revision.NEW, failed=True, among=among)
-    d = amend(d, d.message, {FAILED: (FALSE, Reason.RESUMED_AFTER_FAILURE, f"resumed by an administrator after: {why}")},
-             state=StepState.STEP_UPGRADE, retry=0, recheck=None)
+    resumed = (FALSE, Reason.RESUMED_AFTER_FAILURE, f"resumed by an administrator after: {why}")
+    d = amend(d, d.message, {FAILED: resumed}, state=StepState.STEP_UPGRADE, retry=0, recheck=None)
     if failed:
         return rollout_draft.restart(ctx, d, failed, plan.loop, _label(ctx, plan))
     message = f"{_label(ctx, plan)}: resumed by an administrator; the failed nodes have recovered"
@@ -270,7 +278,7 @@ def _advance(ctx: Context, d: Draft, plan: rollout_plan.StepPlan) -> Draft:
     message = (f"step {nxt.index + 1} of {len(ctx.plans)} begins: {nxt.target} of {len(ctx.nodes)} nodes on the "
                f"new driver when done ({nxt.size} more, {nxt.loop} at a time, {nxt.toleration} may fail)")
     return amend(d, message, {PROGRESSING: (TRUE, Reason.STEP_UPGRADING, message)}, index=nxt.index,
-                state=StepState.STEP_UPGRADE_INIT, retry=0, step_nodes=(), pending=(), recheck=None, requeue=AT_ONCE)
+                 state=StepState.STEP_UPGRADE_INIT, retry=0, step_nodes=(), pending=(), recheck=None, requeue=AT_ONCE)
 
 
 def _complete(ctx: Context, d: Draft) -> Draft:
@@ -305,8 +313,8 @@ def _begin_rollback(ctx: Context, failure: tuple[Reason, str] | None) -> Draft:
         conds[FAILED] = (TRUE, failure[0], failure[1])
     d = rollout_draft.carry(ctx, Direction.BACKWARD, Template.LAST_APPLIED)
     return amend(d, message, conds, phase=Phase.DISABLING if failure is None else Phase.TERMINATING,
-                state=StepState.STEP_UPGRADE_INIT, retry=0, step_nodes=tuple(new), pending=(), recheck=None,
-                requeue=AT_ONCE)
+                 state=StepState.STEP_UPGRADE_INIT, retry=0, step_nodes=tuple(new), pending=(), recheck=None,
+                 requeue=AT_ONCE)
 
 
 def _rollback(ctx: Context) -> Draft:
@@ -331,10 +339,10 @@ def _rollback(ctx: Context) -> Draft:
         if not chosen:
             message += rollout_draft.busy_text(waiting)
             return amend(d, message, {PROGRESSING: (FALSE, Reason.WAITING_FOR_IDLE_NODES, message)},
-                        waiting=waiting, requeue=BUSY_RECHECK)
+                         waiting=waiting, requeue=BUSY_RECHECK)
         message += f"; restarting {names(chosen)} on the old driver" + rollout_draft.busy_text(waiting)
         return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLING_BACK, message)}, state=StepState.STEP_UPGRADE,
-                    rollback=chosen, waiting=waiting, requeue=IN_FLIGHT_RECHECK)
+                     rollback=chosen, waiting=waiting, requeue=IN_FLIGHT_RECHECK)
     failed = ctx.names(revision=Revision.OLD, failed=True, among=roll)
     if failed and d.retry < ctx.policy.max_failure_threshold:
         return rollout_draft.restart(ctx, attrs.evolve(d, retry=d.retry + 1), failed, loop, label)

@@ -263,15 +263,17 @@ def test_pause_true_set_before_the_step_ended_does_not_acknowledge_its_pause() -
         StepState.STEP_PAUSED, Reason.PAUSING_FOR_ADMIN, True)
 
 
-def timed_run() -> tuple[Run, rollout.Decision]:
+def timed_run() -> tuple[Run, rollout.Decision, dt.datetime]:
+    """A run whose second step just finished and started its 10 s pause; and when that pause ends."""
     run = Run(SEED)
     d = run.until(lambda d: reason(d) is Reason.WAITING_FOR_PAUSE_DURATION)
-    return run, d
+    recheck = d.status.status.recheck_time
+    assert recheck is not None
+    return run, d, recheck
 
 
 def test_timed_pause_resumes_exactly_at_recheck_time_and_not_before() -> None:
-    run, d = timed_run()
-    recheck = d.status.status.recheck_time
+    run, d, recheck = timed_run()
     assert recheck == run.now + dt.timedelta(milliseconds=10_000)
     assert d.requeue_after == dt.timedelta(seconds=10)
     run.now = recheck - dt.timedelta(microseconds=1)
@@ -283,9 +285,9 @@ def test_timed_pause_resumes_exactly_at_recheck_time_and_not_before() -> None:
 
 
 def test_timed_pause_holds_past_recheck_time_while_pause_is_true() -> None:
-    run, d = timed_run()
+    run, _, recheck = timed_run()
     run.pause(True)
-    run.now = d.status.status.recheck_time + dt.timedelta(hours=1)
+    run.now = recheck + dt.timedelta(hours=1)
     held = run.decide()
     assert (state(held), reason(held), held.requeue_after) == (StepState.STEP_PAUSED, Reason.PAUSED_BY_ADMIN, None)
     run.pause(False)
@@ -293,9 +295,9 @@ def test_timed_pause_holds_past_recheck_time_while_pause_is_true() -> None:
 
 
 def test_a_node_that_fails_during_a_pause_is_caught_before_the_next_step() -> None:
-    run, d = timed_run()
+    run, _, recheck = timed_run()
     run.fleet.set("node-04", ready=False, failed=True)
-    run.now = d.status.status.recheck_time
+    run.now = recheck
     assert state(run.decide()) is StepState.STEP_READY
     retry = run.decide()
     assert (retry.upgrade, reason(retry), retry.status.status.current_failure_retry) == (

@@ -121,7 +121,8 @@ def test_invariants_hold_at_every_decision_of_a_random_run(policy: spec.UpgradeP
             disabled_while_active = status.upgrading
             policy = attrs.evolve(policy, enable_rollout=False)
         calm = i >= 40
-        if calm and (fallback_paused(status) or (not status.upgrading and d.requeue_after is None)):
+        settled = not status.upgrading and d.requeue_after is None
+        if calm and ((fallback_paused(status) and policy.enable_rollout) or settled):
             break
         if not calm:
             flying = fleet.in_flight()
@@ -184,3 +185,63 @@ def test_failures_within_toleration_never_trigger_the_fallback(policy: spec.Upgr
         if result.outcome is rollout_sim.Outcome.ROLLED_BACK:
             assert {n.revision for n in result.nodes} == {rollout.Revision.OLD}
             assert policy.fallback is spec.Fallback.ROLLBACK
+
+
+def any_count() -> st.SearchStrategy[IoP]:
+    return st.builds(IoP, st.integers(-2, 15), st.booleans())
+
+
+@st.composite
+def any_policy(draw: st.DrawFn) -> spec.UpgradePolicy:
+    """Policies validation would refuse too: the machine must still answer."""
+    step = st.builds(spec.UpgradeStep, any_count(), st.none() | st.booleans(),
+                     st.none() | st.integers(-5, 5000), any_count())
+    return spec.UpgradePolicy(draw(st.booleans()), tuple(draw(st.lists(step, max_size=4))), draw(st.booleans()),
+                              draw(any_count()), draw(any_count()), draw(st.integers(-1, 3)),
+                              draw(st.sampled_from(spec.Fallback)))
+
+
+@st.composite
+def any_node(draw: st.DrawFn, name: str) -> rollout.Node:
+    ready = draw(st.booleans())
+    return rollout.Node(name, draw(st.sampled_from(rollout.Revision)), ready,
+                        draw(st.booleans()) and not ready, draw(st.booleans()))
+
+
+@SETTINGS
+@given(policy=any_policy(), data=st.data())
+def test_decide_is_total_over_any_stored_status_fleet_and_policy(policy: spec.UpgradePolicy,
+                                                                  data: st.DataObject) -> None:
+    names = data.draw(st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), unique=True, max_size=5))
+    nodes = tuple(data.draw(any_node(n)) for n in names)
+    known = st.sampled_from(["a", "b", "c", "gone"])
+    times = st.none() | st.datetimes(timezones=st.just(dt.timezone.utc) | st.none())
+    reasons = st.sampled_from(Reason)
+    condition = st.builds(rollout_status.Condition, st.sampled_from(ConditionType),
+                          st.sampled_from(ConditionStatus), st.datetimes(timezones=st.just(dt.timezone.utc)), reasons)
+    stored = st.builds(
+        rollout_status.UpgradeStatus,
+        upgrading=st.booleans(),
+        conditions=st.lists(condition, max_size=5).map(tuple),
+        phase=st.sampled_from(Phase),
+        status=st.builds(
+            rollout_status.StepStatus,
+            upgrading_pod_spec_revision=st.sampled_from(["old", "new"]),
+            current_step_index=st.integers(0, 6),
+            current_failure_retry=st.integers(0, 4),
+            current_step_state=st.sampled_from(StepState),
+            recheck_time=times,
+            current_step_nodes=st.lists(known, unique=True).map(lambda v: tuple(sorted(v))),
+            pending_retry_nodes=st.lists(known, unique=True).map(lambda v: tuple(sorted(v))),
+        ),
+    )
+    previous = data.draw(st.none() | stored)
+    fleet = rollout.Fleet(nodes, "old", data.draw(st.sampled_from(["new", "newer"])))
+    now = data.draw(st.datetimes(timezones=st.just(dt.timezone.utc)))
+    d = rollout.decide(policy, previous, fleet, now)
+    assert rollout.decide(policy, previous, fleet, now) == d
+    assert rollout_status.from_document(rollout_status.to_document(d.status)) == d.status
+    assert d.requeue_after is None or d.requeue_after >= dt.timedelta(0)
+    assert set(d.upgrade + d.rollback) <= set(names)
+    if policy.pause:
+        assert d.upgrade + d.rollback == ()
