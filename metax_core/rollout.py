@@ -9,9 +9,10 @@ or when something changes. Everything the machine remembers is in the returned s
 
 The rules, and every choice made where the seed is silent, are in docs/rollout.md. In short:
 
-- the driver DaemonSet runs with ``updateStrategy: OnDelete`` while the machine is in control, so a driver
-  pod is replaced only when a decision lists its node in ``upgrade`` (recreated on the new revision) or
-  ``rollback`` (recreated on lastAppliedSpec, after the DaemonSet template has been set back);
+- the driver DaemonSet always runs with ``updateStrategy: OnDelete``, so a driver pod is replaced only when
+  a decision lists its node in ``upgrade`` (recreated on the new revision) or ``rollback`` (recreated on
+  lastAppliedSpec, after the DaemonSet template has been set back); with enableRollout false there is no
+  canary, and every idle node is upgraded at once;
 - nodes are taken in name order, in loops of maxParallel, a loop only when no node is in flight;
 - a node running GPU workloads is never touched; it waits, and ``waiting`` and the messages name it;
 - ``pause: true`` means no driver pod is deleted at all, in either direction; in-flight nodes finish;
@@ -28,7 +29,7 @@ import datetime as dt
 import attrs
 
 from metax_core import rollout_draft, rollout_plan, rollout_steps, spec
-from metax_core.rollout_model import Decision, Fleet, Node, Revision, Template, UpdateStrategy
+from metax_core.rollout_model import Decision, Fleet, Node, Revision, Template
 from metax_core.rollout_status import (
     ACTIVE_PHASES,
     CONDITION_ORDER,
@@ -42,7 +43,7 @@ from metax_core.rollout_status import (
     in_utc,
 )
 
-__all__ = ["Decision", "Fleet", "Node", "Revision", "Template", "UpdateStrategy", "decide"]
+__all__ = ["Decision", "Fleet", "Node", "Revision", "Template", "decide"]
 
 
 def decide(
@@ -106,7 +107,6 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
     return Decision(
         status=status,
         template=d.template,
-        strategy=d.strategy,
         upgrade=tuple(sorted(d.upgrade)),
         rollback=tuple(sorted(d.rollback)),
         request_pause=d.request_pause,

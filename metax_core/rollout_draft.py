@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from metax_core import rollout_plan, spec
-from metax_core.rollout_model import Fleet, Node, Revision, Template, UpdateStrategy
+from metax_core.rollout_model import Fleet, Node, Revision, Template
 from metax_core.rollout_status import ConditionStatus, ConditionType, Phase, Reason, StepState, UpgradeStatus
 
 IN_FLIGHT_RECHECK = dt.timedelta(seconds=10)
@@ -79,7 +79,6 @@ class Draft:
     state: StepState
     direction: Direction
     template: Template
-    strategy: UpdateStrategy
     message: str
     step_message: str
     index: int
@@ -114,7 +113,7 @@ def carry(ctx: Context, direction: Direction, template: Template = Template.NEW)
     p, st = ctx.prev, ctx.prev.status
     return Draft(
         phase=p.phase, state=st.current_step_state, direction=direction, template=template,
-        strategy=UpdateStrategy.ON_DELETE, message=p.message, step_message=st.message,
+        message=p.message, step_message=st.message,
         index=st.current_step_index, retry=st.current_failure_retry, step_nodes=st.current_step_nodes,
         pending=st.pending_retry_nodes, recheck=st.recheck_time, last_applied_spec=p.last_applied_spec,
         last_co_driver_spec=p.last_co_driver_spec, last_revision=st.last_pod_spec_revision,

@@ -38,15 +38,6 @@ class Template(enum.Enum):
     """``status.upgradeStatus.lastAppliedSpec``: the template before the rollout (rolling back, or rolled back)."""
 
 
-class UpdateStrategy(enum.Enum):
-    """The metax-driver DaemonSet's updateStrategy.type."""
-
-    ON_DELETE = "OnDelete"
-    """The machine is in control: pods change only when a decision deletes them."""
-    ROLLING_UPDATE = "RollingUpdate"
-    """enableRollout is false and nothing is pinned: the DaemonSet updates nodes itself."""
-
-
 def _not_ready_and_failed(instance: Node, attribute: attrs.Attribute[bool], value: bool) -> None:
     if value and instance.ready:
         raise ValueError(f"node {instance.name}: a driver pod cannot be both ready and failed")
@@ -98,11 +89,14 @@ class Fleet:
 
 @attrs.frozen
 class Decision:
-    """What the operator does now. Apply in this order: template and strategy, deletions, status."""
+    """What the operator does now. Apply in this order: the template, the deletions, the pause, the status.
+
+    The metax-driver DaemonSet always uses ``updateStrategy: OnDelete``: its pods change only when a decision
+    deletes them, also when enableRollout is false (then every idle node is upgraded at once).
+    """
 
     status: UpgradeStatus
     template: Template
-    strategy: UpdateStrategy
     upgrade: tuple[str, ...] = ()
     """Delete these nodes' driver pods: they come back on the new revision."""
     rollback: tuple[str, ...] = ()

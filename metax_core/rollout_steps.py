@@ -33,7 +33,7 @@ from metax_core.rollout_draft import (
     count,
     names,
 )
-from metax_core.rollout_model import Revision, Template, UpdateStrategy
+from metax_core.rollout_model import Revision, Template
 from metax_core.rollout_status import ConditionType, Phase, Reason, StepState, as_utc, format_time
 
 
@@ -78,13 +78,11 @@ def _idle(ctx: Context) -> Draft:
               and prev.status.upgrading_pod_spec_revision == ctx.fleet.new_revision)
     d = rollout_draft.carry(ctx, Direction.NONE)
     if not ctx.policy.enable_rollout:
-        if pinned:
-            message = _pinned_message(ctx, True, _rollback_failure(ctx))
-            d = attrs.evolve(d, template=Template.LAST_APPLIED)
-        else:
-            message = "enableRollout is false: the metax-driver DaemonSet updates driver pods itself"
-            d = attrs.evolve(d, strategy=UpdateStrategy.ROLLING_UPDATE)
-        return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED, message)}, phase=Phase.DISABLED)
+        if not pinned:
+            return _all_at_once(ctx, d)
+        message = _pinned_message(ctx, True, _rollback_failure(ctx))
+        return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED, message)},
+                     phase=Phase.DISABLED, template=Template.LAST_APPLIED)
     if pinned and prev.phase is not Phase.DISABLED:
         message = _pinned_message(ctx, False, _rollback_failure(ctx))
         return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLED_BACK, message)},
@@ -98,6 +96,23 @@ def _idle(ctx: Context) -> Draft:
     keep = old is not None and old.status is FALSE and old.reason in (Reason.ROLLOUT_COMPLETED, Reason.NO_ROLLOUT)
     conds = {} if keep else {PROGRESSING: (FALSE, Reason.NO_ROLLOUT, "no driver rollout is running")}
     return amend(d, message, conds, phase=Phase.IDLING)
+
+
+def _all_at_once(ctx: Context, d: Draft) -> Draft:
+    """enableRollout is false: no canary; every idle node still on the old driver is upgraded now."""
+    d = attrs.evolve(d, phase=Phase.DISABLED)
+    old = [n for n in ctx.nodes if n.revision is Revision.OLD and not n.in_flight]
+    label = "enableRollout is false"
+    if not old:
+        message = f"{label}: no canary steps; every node runs revision {ctx.fleet.new_revision}"
+        return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED, message)})
+    if ctx.policy.pause:
+        return rollout_draft.held(ctx, d, label, f"{count(len(old), 'node')} still on the old driver")
+    chosen, waiting = rollout_draft.pick(old, len(old))
+    message = (f"{label}: upgrading every idle node at once, without canary steps ({names(chosen) or 'none'})"
+               + rollout_draft.busy_text(waiting))
+    return amend(d, message, {PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED, message)}, upgrade=chosen,
+                 waiting=waiting, requeue=BUSY_RECHECK if waiting else IN_FLIGHT_RECHECK)
 
 
 def _start(ctx: Context, *, retarget: bool) -> Draft:

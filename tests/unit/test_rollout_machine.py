@@ -109,19 +109,31 @@ def state(d: rollout.Decision) -> StepState:
 
 def test_nothing_to_upgrade_is_idling_with_the_daemonset_on_delete() -> None:
     d = Run(SEED, revision=rollout.Revision.NEW).decide()
-    assert (d.status.phase, d.status.upgrading, d.template, d.strategy) == (
-        Phase.IDLING, False, rollout.Template.NEW, rollout.UpdateStrategy.ON_DELETE)
+    assert (d.status.phase, d.status.upgrading, d.template) == (Phase.IDLING, False, rollout.Template.NEW)
     assert (d.upgrade, d.rollback, d.requeue_after, d.request_pause) == ((), (), None, False)
     assert [(c.type, c.status, c.reason) for c in d.status.conditions] == [
         (CT.PROGRESSING, CS.FALSE, Reason.NO_ROLLOUT), (CT.SUCCEED, CS.UNKNOWN, Reason.NO_ROLLOUT),
         (CT.FAILED, CS.FALSE, Reason.NO_FAILURE), (CT.TERMINATING, CS.FALSE, Reason.NOT_TERMINATING)]
 
 
-def test_disabled_rollout_leaves_updates_to_the_daemonset() -> None:
-    d = Run(attrs.evolve(SEED, enable_rollout=False)).decide()
-    assert (d.status.phase, d.strategy, d.template, d.upgrade) == (
-        Phase.DISABLED, rollout.UpdateStrategy.ROLLING_UPDATE, rollout.Template.NEW, ())
-    assert reason(d) is Reason.ROLLOUT_DISABLED
+def test_disabled_rollout_upgrades_every_idle_node_at_once_and_names_the_busy_ones() -> None:
+    run = Run(attrs.evolve(SEED, enable_rollout=False), names=("a", "b", "c"))
+    run.fleet.set("b", busy=True)
+    d = run.decide()
+    assert (d.status.phase, d.status.upgrading, d.template, d.upgrade, d.waiting) == (
+        Phase.DISABLED, False, rollout.Template.NEW, ("a", "c"), ("b",))
+    assert (reason(d), d.requeue_after) == (Reason.ROLLOUT_DISABLED, dt.timedelta(seconds=30))
+    assert "waiting for GPU workloads to end on b" in d.status.message
+    run.settle()
+    run.pause(True)
+    run.fleet.set("b", busy=False)
+    held = run.decide()
+    assert (held.upgrade, reason(held)) == ((), Reason.PAUSED_BY_ADMIN)
+    run.pause(False)
+    assert run.decide().upgrade == ("b",)
+    run.settle()
+    done = run.decide()
+    assert (done.upgrade, done.requeue_after, done.status.phase) == ((), None, Phase.DISABLED)
 
 
 # --- starting and stepping forward --------------------------------------------------------------------------------
@@ -130,8 +142,7 @@ def test_disabled_rollout_leaves_updates_to_the_daemonset() -> None:
 def test_start_records_the_old_revision_and_applies_the_template_before_any_deletion() -> None:
     d = Run(SEED).decide()
     assert (d.status.phase, d.status.upgrading, state(d)) == (Phase.PROGRESSING, True, StepState.STEP_UPGRADE_INIT)
-    assert (d.template, d.strategy, d.upgrade, d.requeue_after) == (
-        rollout.Template.NEW, rollout.UpdateStrategy.ON_DELETE, (), dt.timedelta(0))
+    assert (d.template, d.upgrade, d.requeue_after) == (rollout.Template.NEW, (), dt.timedelta(0))
     assert (d.status.last_applied_spec, d.status.last_co_driver_spec) == ("old template", "old spec.driver")
     s = d.status.status
     assert (s.last_pod_spec_revision, s.upgrading_pod_spec_revision, s.current_step_index) == ("old", "new", 0)
@@ -407,8 +418,8 @@ def test_enable_rollout_false_rolls_back_to_disabled_then_true_starts_again() ->
     assert back.status.status.current_upgrade_replicas == 5
     run.settle()
     done = run.decide()
-    assert (done.status.phase, done.status.upgrading, done.template, done.strategy) == (
-        Phase.DISABLED, False, rollout.Template.LAST_APPLIED, rollout.UpdateStrategy.ON_DELETE)
+    assert (done.status.phase, done.status.upgrading, done.template) == (
+        Phase.DISABLED, False, rollout.Template.LAST_APPLIED)
     assert run.revisions() == {rollout.Revision.OLD}
     assert condition(done, CT.SUCCEED).reason is Reason.ROLLED_BACK
     assert run.decide().template is rollout.Template.LAST_APPLIED  # pinned while the target is the same

@@ -3,7 +3,8 @@
 At every decision of a random run (pods finishing in any order, nodes getting busy and idle, pause toggled,
 enableRollout switched off at a random moment):
 - the same inputs give the same decision, and the status round-trips through its document form;
-- a loop starts only when no driver pod is in flight, and never has more nodes than maxParallel allows;
+- a loop starts only when no driver pod is in flight, and never has more nodes than maxParallel allows
+  (with enableRollout: false there is no canary: every idle node at once);
 - no step makes more nodes new than its target; a node with GPU workloads is never restarted;
 - with pause: true nothing starts, in either direction.
 At the end of every run: a rollback left every node on the old driver; enableRollout: false ended Disabled
@@ -62,6 +63,8 @@ def policies(draw: st.DrawFn) -> spec.UpgradePolicy:
 
 def loop_bound(policy: spec.UpgradePolicy, d: rollout.Decision, total: int) -> int:
     s = d.status.status
+    if d.status.phase is Phase.DISABLED:
+        return total  # no canary: every idle node at once
     if d.rollback:
         return rollout_plan.loop_size(policy.max_parallel, s.current_upgrade_replicas)
     return rollout_plan.step_at(rollout_plan.plan(policy, total), s.current_step_index).loop
@@ -79,13 +82,16 @@ def check_decision(policy: spec.UpgradePolicy, prev: rollout_status.UpgradeStatu
         assert moving == ()
     if not moving:
         return
-    assert not any(n.in_flight for n in fleet.nodes)
+    if d.status.phase is not Phase.DISABLED:  # without a canary every idle node goes at once
+        assert not any(n.in_flight for n in fleet.nodes)
     assert not any(by_name[n].busy for n in moving)
     assert len(moving) <= loop_bound(policy, d, len(fleet.nodes))
     if d.rollback:
         assert d.template is rollout.Template.LAST_APPLIED
         assert all(by_name[n].revision is rollout.Revision.NEW or by_name[n].failed for n in d.rollback)
-    if d.upgrade:
+    if d.upgrade and d.status.phase is Phase.DISABLED:
+        assert not policy.enable_rollout and d.template is rollout.Template.NEW
+    elif d.upgrade:
         assert d.template is rollout.Template.NEW
         new_before = sum(1 for n in fleet.nodes if n.revision is rollout.Revision.NEW)
         first_time = [n for n in d.upgrade if by_name[n].revision is rollout.Revision.OLD]
