@@ -131,7 +131,7 @@ def simulate(
     plans = rollout_plan.plan(policy, len(fleet.nodes))
     batches: list[list[tuple[str, ...]]] = [[] for _ in plans]
     retries: list[list[tuple[str, ...]]] = [[] for _ in plans]
-    reached = {0}
+    reached: set[int] = set()
     rolled_back: list[tuple[str, ...]] = []
     budget = max_decisions or 100 + 20 * (len(fleet.nodes) + 1) * (policy.max_failure_threshold + 2)
     status: UpgradeStatus | None = None
@@ -161,6 +161,9 @@ def simulate(
             policy = attrs.evolve(policy, pause=True)
         started = started or status.upgrading
         result = _outcome(status) if started else None
+        if not started and decision.requeue_after is None and not decision.upgrade:
+            done = all(n.revision is rollout.Revision.NEW for n in fleet.nodes.values())
+            result = Outcome.COMPLETED if done else Outcome.FAILED  # no rollout ran (nothing to do, or disabled)
         if result is not None:
             outcome = result
             break

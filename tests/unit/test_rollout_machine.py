@@ -514,3 +514,8 @@ def test_snapshot_invariants() -> None:
         rollout.Node("a", rollout.Revision.NEW, ready=True, failed=True)
     with pytest.raises(ValueError, match="unique.*: a"):
         rollout.Fleet((rollout.Node("a", rollout.Revision.OLD), rollout.Node("a", rollout.Revision.NEW)))
+
+
+def test_a_simulation_with_nothing_to_do_ends_at_once() -> None:
+    result = rollout_sim.simulate(SEED, ())
+    assert (result.outcome, result.decisions, result.steps) == (rollout_sim.Outcome.COMPLETED, 1, ())
