@@ -146,8 +146,9 @@ def simulate(
         status = decision.status
         step = min(status.status.current_step_index, len(plans) - 1)
         if decision.upgrade:
-            again = tuple(n for n in decision.upgrade if fleet.nodes[n].revision is rollout.Revision.NEW)
-            first = tuple(n for n in decision.upgrade if n not in again)
+            retried = {n for n in decision.upgrade if fleet.nodes[n].revision is rollout.Revision.NEW}
+            again = tuple(n for n in decision.upgrade if n in retried)
+            first = tuple(n for n in decision.upgrade if n not in retried)
             if again:
                 retries[step].append(again)
             if first:
