@@ -58,6 +58,12 @@ def create(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m metax_dev.fakehost", description="Create a fake MetaX host root.")
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fake host's options, shared by ``python -m metax_dev.fakehost`` and ``metax-operator dev fake-host``."""
     parser.add_argument("--root", type=Path, required=True, help="directory to create the host tree in")
     parser.add_argument("--gpus", type=int, default=8, help="number of MetaX GPUs (default 8)")
     parser.add_argument("--vfs", type=int, default=0, help="VFs to enable on every GPU at boot (default 0)")
@@ -76,11 +82,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="put a payload driver module under /var/lib/metax/drivers/VERSION/")
     parser.add_argument("--firmware-image", action="append", default=[], metavar="VERSION",
                         help="put a VBIOS image under /lib/firmware/metax/<model>/")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    return run(_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create the fake host the parsed options describe and print how to use it."""
     host_driver = None if args.host_driver.lower() == "none" else args.host_driver
     try:
         fake = create(

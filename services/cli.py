@@ -111,7 +111,7 @@ def cmd_dev_cluster_up(args: argparse.Namespace) -> int:
 def cmd_dev_fake_host(args: argparse.Namespace) -> int:
     from metax_dev import fakehost
 
-    return int(fakehost.main(args.rest))
+    return fakehost.run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,8 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cluster.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler, kwok")
     p.add_argument("--nodes", type=int, default=3)
     p.set_defaults(func=cmd_dev_cluster_up)
-    p = dev.add_parser("fake-host", help="create a fake GPU host root (see --help)", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    from metax_dev import fakehost
+
+    p = dev.add_parser("fake-host", help="create a fake GPU host root for the node agents")
+    fakehost.add_arguments(p)
     p.set_defaults(func=cmd_dev_fake_host)
     return parser
 

@@ -116,3 +116,13 @@ def test_maca_resolve_picks_the_newest_prefix_match(capsys: pytest.CaptureFixtur
 def test_maca_resolve_refuses_with_a_message(capsys: pytest.CaptureFixture[str], request_: str, message: str) -> None:
     code, out, err = run(capsys, "maca", "resolve", request_, "--available", "2.18.0.3")
     assert code == 2 and out == "" and message in err
+
+
+def test_dev_fake_host_creates_a_host_the_real_adapter_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from metax_hw import host
+
+    code, out, _ = run(capsys, "dev", "fake-host", "--root", str(tmp_path / "h"), "--gpus", "3", "--host-driver", "none")
+    assert code == 0 and "export PATH=" in out
+    hw = host.open_host(tmp_path / "h")
+    assert len(hw.devices.functions()) == 3
+    assert hw.modules.state("metax") is None
