@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from metax_dev.controlplane import ControlPlane, build, module_versions  # noqa: E402
+from metax_dev.controlplane import build, cluster  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,12 @@ def _cold_build() -> float:
         base = pathlib.Path(scratch)
         flags = (os.environ.get("GOFLAGS", "") + " -modcacherw").strip()
         with _env(GOCACHE=str(base / "gocache"), GOMODCACHE=str(base / "gomod"), GOFLAGS=flags):
-            return build(cache_dir=base / "bin-cache", quiet=True).seconds
+            return build.build(cache_dir=base / "bin-cache", quiet=True).seconds
 
 
 def _relink() -> float:
     with tempfile.TemporaryDirectory(prefix="metax-cp-relink-") as scratch:
-        return build(cache_dir=pathlib.Path(scratch), quiet=True).seconds
+        return build.build(cache_dir=pathlib.Path(scratch), quiet=True).seconds
 
 
 def _fmt(values: Sequence[float]) -> str:
@@ -89,15 +89,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[tuple[str, str]] = []
     cold = [_cold_build()] if args.cold else []
     rows.append(("cold build (empty Go build + module caches)", _fmt(cold)))
-    warm_build = build(quiet=True)  # fills the real cache if it is empty
+    warm_build = build.build(quiet=True)  # fills the real cache if it is empty
     rows.append(("rebuild, Go caches warm (no cached binaries)", _fmt([_relink()])))
-    rows.append(("build with cached binaries", _fmt([build(quiet=True).seconds])))
+    rows.append(("build with cached binaries", _fmt([build.build(quiet=True).seconds])))
 
     first_api: list[float] = []
     small_ready: list[float] = []
     restarts: list[float] = []
     for _ in range(args.runs):
-        with ControlPlane(nodes=3, bin_dir=warm_build.bin_dir) as plane:
+        with cluster.ControlPlane(nodes=3, bin_dir=warm_build.bin_dir) as plane:
             first_api.append(plane.timings.first_api or 0.0)
             small_ready.append(plane.timings.total or 0.0)
             restarts.append(plane.restart_apiserver())
@@ -109,13 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     big_nodes: list[float] = []
     for _ in range(args.runs):
         started = time.monotonic()
-        with ControlPlane(nodes=args.nodes, bin_dir=warm_build.bin_dir) as plane:
+        with cluster.ControlPlane(nodes=args.nodes, bin_dir=warm_build.bin_dir) as plane:
             big_total.append(time.monotonic() - started)
             big_nodes.append(plane.timings.nodes_ready or 0.0)
     rows.append((f"time to {args.nodes} Ready kwok nodes (from etcd launch)", _fmt(big_total)))
     rows.append((f"  of which creating + awaiting the {args.nodes} nodes", _fmt(big_nodes)))
 
-    versions = module_versions()
+    versions = build.module_versions()
     print(
         f"\ntest control plane: kubernetes {versions['kubernetes']}, etcd {versions['etcd']}, "
         f"kwok {versions['kwok']}; {os.cpu_count()} CPUs; median of {args.runs} runs\n"

@@ -102,9 +102,9 @@ def cmd_maca_resolve(args: argparse.Namespace) -> int:
 
 
 def cmd_dev_cluster_up(args: argparse.Namespace) -> int:
-    from metax_dev import controlplane
+    from metax_dev.controlplane import cli as controlplane_cli
 
-    controlplane.up(args.nodes)
+    controlplane_cli.up(args.nodes)
     return EXIT_OK
 
 

@@ -239,6 +239,12 @@ def named(event_type: str, name: str) -> Callable[[WatchEvent], bool]:
     return lambda e: e.type.value == event_type and (e.object.get("metadata") or {}).get("name") == name
 
 
+def event_list(cluster: Cluster, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Our events (controllers of the real cluster may report in the same namespace)."""
+    listing = cluster.objects().list("events.k8s.io/v1", "Event", namespace or cluster.namespace)
+    return [e for e in listing.items if e.get("reportingController") == "metax-tech.com/operator"]
+
+
 # -- a fault-injecting proxy in front of the real API server ---------------------------------------------
 
 

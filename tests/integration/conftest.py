@@ -7,7 +7,7 @@ client and, if it wants, its own namespace.
 
 Fixtures:
 
-* ``control_plane`` (session): a started :class:`metax_dev.controlplane.ControlPlane`
+* ``control_plane`` (session): a started :class:`metax_dev.controlplane.cluster.ControlPlane`
   with ``SESSION_NODES`` kwok nodes (``control_plane.node_names``), its
   ``kubeconfig_path``, ``server_url``, ``ca_path`` and ``restart_apiserver()``.
 * ``kube_api`` (function): a ``kubernetes.client.ApiClient`` with admin credentials,
@@ -15,6 +15,11 @@ Fixtures:
 * ``kube_namespace`` (function): a fresh namespace name, deleted after the test.
 * ``record_timing`` (function): ``record_timing(label, seconds)`` adds a line to the
   timing table printed at the end of the session.
+* ``real_api`` (session): a ``metax_k8s.client.HttpApi`` on the session control plane, with the
+  contract suite's test-only Widget CRD installed.
+* ``cluster`` (function, parametrized): a ``cluster_helpers.Cluster`` with a fresh namespace,
+  ``[inmemory]`` (always) and ``[real]`` (marked ``integration``): the contract suite
+  (``test_cluster_contract_*.py``) runs every test against both.
 
 The binaries are built (or found in the cache) right after collection, outside any test
 timeout. Without Go the tests that need the control plane fail with the reason; they are
@@ -31,14 +36,19 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from metax_dev.controlplane import ControlPlane, ControlPlaneError, build
+from cluster_helpers import WIDGET_API, WIDGET_CRD, Cluster, FaultProxy, new_namespace, wait_served
+from metax_core.errors import ClusterError
+from metax_dev.controlplane import build, errors
+from metax_dev.controlplane import cluster as controlplane  # "cluster" is the contract fixture below
+from metax_k8s import client as metax_client
+from metax_k8s.inmemory import InMemoryApiServer
 
 logger = logging.getLogger(__name__)
 
 #: kwok nodes in the session's control plane.
 SESSION_NODES = 3
 
-_build_error: ControlPlaneError | None = None
+_build_error: errors.ControlPlaneError | None = None
 _timings: list[tuple[str, float]] = []
 
 
@@ -52,8 +62,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly or not any(_needs_control_plane(i) for i in session.items):
         return
     try:
-        result = build()
-    except ControlPlaneError as exc:
+        result = build.build()
+    except errors.ControlPlaneError as exc:
         _build_error = exc
         return
     _timings.append(
@@ -71,14 +81,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture(scope="session")
-def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+def control_plane(request: pytest.FixtureRequest) -> Iterator[controlplane.ControlPlane]:
     if _build_error is not None:
         pytest.fail(f"test control plane unavailable: {_build_error}", pytrace=False)
-    plane = ControlPlane(nodes=SESSION_NODES)
+    plane = controlplane.ControlPlane(nodes=SESSION_NODES)
     request.addfinalizer(plane.stop)
     try:
         plane.start()
-    except ControlPlaneError as exc:
+    except errors.ControlPlaneError as exc:
         pytest.fail(f"test control plane failed to start: {exc}", pytrace=False)
     if plane.timings.first_api is not None:
         _timings.append(("session control plane: first usable API", plane.timings.first_api))
@@ -90,7 +100,7 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture
-def kube_api(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+def kube_api(control_plane: controlplane.ControlPlane) -> Iterator[client.ApiClient]:
     api = control_plane.api_client()
     try:
         yield api
@@ -120,3 +130,50 @@ def record_timing() -> Callable[[str, float], None]:
         _timings.append((label, seconds))
 
     return record
+
+
+@pytest.fixture(scope="session")
+def real_api(control_plane: controlplane.ControlPlane) -> metax_client.HttpApi:
+    api = metax_client.HttpApi(metax_client.api_client(control_plane.kubeconfig_path))
+    api.apply(WIDGET_CRD, field_manager="contract-tests", force=True)
+    wait_served(api, WIDGET_API, "Widget")
+    return api
+
+
+@pytest.fixture(params=["inmemory", pytest.param("real", marks=pytest.mark.integration)])
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    proxies: list[FaultProxy] = []
+    if request.param == "inmemory":
+        server = InMemoryApiServer()
+        server.apply(WIDGET_CRD, field_manager="contract-tests", force=True)
+        result = Cluster(
+            "inmemory", server, new_namespace(server), restart=server.restart, compact=server.compact, faulty=lambda: (server, server)
+        )
+    else:
+        control_plane: controlplane.ControlPlane = request.getfixturevalue("control_plane")
+        api: metax_client.HttpApi = request.getfixturevalue("real_api")
+
+        def faulty() -> tuple[metax_client.Api, FaultProxy]:
+            proxy = FaultProxy(api.client)
+            proxies.append(proxy)
+            return proxy.api(), proxy
+
+        result = Cluster(
+            "real",
+            api,
+            new_namespace(api),
+            restart=control_plane.restart_apiserver,
+            # The watch cache forgets its history when kube-apiserver restarts (etcd compaction alone does
+            # not expire versions the cache still serves), so that is how versions expire for real.
+            compact=control_plane.restart_apiserver,
+            faulty=faulty,
+        )
+    yield result
+    for cleanup in result.cleanups:
+        cleanup()
+    for proxy in proxies:
+        proxy.close()
+    try:
+        result.api.delete("v1", "Namespace", result.namespace)
+    except ClusterError:
+        pass

@@ -17,14 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from metax_dev.controlplane import (
-    KWOK_NODE_ANNOTATION,
-    KWOK_NODE_ANNOTATION_VALUE,
-    KWOK_NODE_LABEL,
-    KWOK_NODE_LABEL_VALUE,
-    ControlPlane,
-    module_versions,
-)
+from metax_dev.controlplane import build, cluster
+from metax_dev.controlplane import nodes as kwok_nodes
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +49,7 @@ def _config_map(name: str, value: str) -> client.V1ConfigMap:
     return client.V1ConfigMap.model_validate({"metadata": {"name": name}, "data": {"value": value}})
 
 
-def _token_client(plane: ControlPlane, token: str) -> client.ApiClient:
+def _token_client(plane: cluster.ControlPlane, token: str) -> client.ApiClient:
     configuration = client.Configuration(
         host=plane.server_url,
         ssl_ca_cert=str(plane.ca_path),
@@ -65,15 +59,15 @@ def _token_client(plane: ControlPlane, token: str) -> client.ApiClient:
 
 
 def test_api_server_answers_with_the_built_version_and_kwok_nodes(
-    control_plane: ControlPlane, kube_api: client.ApiClient
+    control_plane: cluster.ControlPlane, kube_api: client.ApiClient
 ) -> None:
     version = client.VersionApi(kube_api).get_code()
-    assert version.git_version == module_versions()["kubernetes"]
+    assert version.git_version == build.module_versions()["kubernetes"]
     assert control_plane.server_url.startswith("https://127.0.0.1:")
     assert control_plane.kubeconfig_path.is_file()
 
     nodes = client.CoreV1Api(kube_api).list_node(
-        label_selector=f"{KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}"
+        label_selector=f"{kwok_nodes.KWOK_NODE_LABEL}={kwok_nodes.KWOK_NODE_LABEL_VALUE}"
     )
     by_name = {_name(n.metadata): n for n in nodes.items}
     session_nodes = control_plane.node_names[: control_plane.initial_nodes]
@@ -82,14 +76,14 @@ def test_api_server_answers_with_the_built_version_and_kwok_nodes(
     for name in session_nodes:
         node = by_name[name]
         assert node.metadata is not None and node.status is not None
-        assert (node.metadata.annotations or {})[KWOK_NODE_ANNOTATION] == KWOK_NODE_ANNOTATION_VALUE
+        assert (node.metadata.annotations or {})[kwok_nodes.KWOK_NODE_ANNOTATION] == kwok_nodes.KWOK_NODE_ANNOTATION_VALUE
         assert (node.status.allocatable or {})["cpu"] == "32"
         assert (node.status.allocatable or {})["pods"] == "110"
         assert _node_ready(node)
 
 
 def test_rbac_forbids_an_unprivileged_service_account(
-    control_plane: ControlPlane, kube_api: client.ApiClient, kube_namespace: str
+    control_plane: cluster.ControlPlane, kube_api: client.ApiClient, kube_namespace: str
 ) -> None:
     core = client.CoreV1Api(kube_api)
     core.create_namespaced_service_account(
@@ -158,7 +152,7 @@ def test_rbac_forbids_an_unprivileged_service_account(
 
 
 def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
-    control_plane: ControlPlane, kube_api: client.ApiClient, kube_namespace: str
+    control_plane: cluster.ControlPlane, kube_api: client.ApiClient, kube_namespace: str
 ) -> None:
     replicas = 4
     apps = client.AppsV1Api(kube_api)
@@ -218,7 +212,7 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
 
 
 def test_restart_apiserver_keeps_data_and_address(
-    control_plane: ControlPlane,
+    control_plane: cluster.ControlPlane,
     kube_namespace: str,
     record_timing: Callable[[str, float], None],
 ) -> None:
@@ -243,11 +237,11 @@ def test_restart_apiserver_keeps_data_and_address(
 
 
 def test_a_hundred_node_kwok_cluster_comes_up(
-    control_plane: ControlPlane, record_timing: Callable[[str, float], None]
+    control_plane: cluster.ControlPlane, record_timing: Callable[[str, float], None]
 ) -> None:
     # A cluster of its own, so the session's cluster keeps its small, known node set.
     started = time.monotonic()
-    with ControlPlane(nodes=100, bin_dir=control_plane.bin_dir) as big:
+    with cluster.ControlPlane(nodes=100, bin_dir=control_plane.bin_dir) as big:
         up = time.monotonic() - started
         record_timing("100-node cluster: first usable API", big.timings.first_api or 0.0)
         record_timing("100-node cluster: 100 nodes Ready after API", big.timings.nodes_ready or 0.0)

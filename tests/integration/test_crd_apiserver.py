@@ -1,7 +1,7 @@
 """The generated ClusterOperator CRD as the real kube-apiserver enforces it (integration only).
 
 The schema parts the in-memory server also enforces (defaults, enums, int-or-string, unknown fields) are
-in test_cluster_contract.py for both adapters; here is what only the real server does: it accepts the CRD
+in test_cluster_contract_objects.py for both adapters; here is what only the real server does: it accepts the CRD
 as structural and its CEL rules as well-typed, evaluates the rules (the object's name, the exporter port,
 the last rollout step), stores status through the subresource with the Table 3.16 schema, and prints the
 columns ``kubectl get mxco`` shows. Objects are written with ``dryRun=All`` where possible, so the
@@ -21,7 +21,7 @@ import pytest
 from cluster_helpers import wait_served
 from metax_core import rollout_status, spec
 from metax_core.errors import ClusterError
-from metax_dev.controlplane import ControlPlane
+from metax_dev.controlplane import cluster
 from metax_k8s import client, crd, objects
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 
 
 @pytest.fixture(scope="module")
-def api(control_plane: ControlPlane) -> client.HttpApi:
+def api(control_plane: cluster.ControlPlane) -> client.HttpApi:
     http = client.HttpApi(client.api_client(control_plane.kubeconfig_path))
     installed = http.apply(crd.crd(), field_manager="crd-tests", force=True)
     assert installed["spec"]["versions"][0]["schema"]["openAPIV3Schema"] == crd.openapi_schema()

@@ -1,0 +1,205 @@
+"""How each control-plane component is configured: its credentials, config files and flags.
+
+Why this module exists: the flags are where the test control plane's behaviour is decided (RBAC
+and NodeRestriction on, no leader election, nodes on loopback, watches that close promptly on
+restart), and they are easiest to read and review apart from the code that starts and waits for
+the processes. Everything here writes files or returns argument lists; the only program it
+runs is ``kwok default-stages``, whose output becomes kwok's config.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from metax_dev.controlplane import errors, network, nodes, pki
+
+SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
+
+#: Everything that listens, and so gets a loopback port.
+PORTS: Final = (
+    "etcd",
+    "etcd-peer",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+)
+
+#: Client identities (common name, groups) of the components that talk to the API server.
+_CLIENT_IDENTITIES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "kube-controller-manager": ("system:kube-controller-manager", ()),
+    "kube-scheduler": ("system:kube-scheduler", ()),
+    "kwok": ("kwok-controller", ("system:masters",)),
+}
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The CA and the certificates the launcher itself and the components' flags refer to."""
+
+    authority: pki.Pki
+    """The CA (and the service-account key pair)."""
+    apiserver: pki.KeyPair
+    """kube-apiserver's serving certificate."""
+    serving: pki.KeyPair
+    """The serving certificate of every other component (localhost, 127.0.0.1)."""
+    admin: pki.KeyPair
+    """A ``system:masters`` client certificate."""
+
+
+def write_credentials(workdir: Path, server: str) -> Credentials:
+    """A fresh PKI under ``workdir/pki`` and a kubeconfig for the admin and each component."""
+    authority = pki.Pki(workdir / "pki")
+    apiserver = authority.issue(
+        "apiserver",
+        "kube-apiserver",
+        dns_names=[
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ],
+        ips=[
+            network.LOOPBACK,
+            str(next(ipaddress.ip_network(network.SERVICE_CLUSTER_IP_RANGE).hosts())),
+        ],
+        server=True,
+    )
+    serving = authority.issue(
+        "serving", "localhost", dns_names=["localhost"], ips=[network.LOOPBACK], server=True
+    )
+    admin = authority.issue(
+        "admin", "metax-test-admin", organizations=["system:masters"], client=True
+    )
+    pki.write_kubeconfig(workdir / "admin.kubeconfig", server, authority.ca, "admin", admin)
+    for component, (common_name, orgs) in _CLIENT_IDENTITIES.items():
+        pair = authority.issue(component, common_name, organizations=orgs, client=True)
+        pki.write_kubeconfig(
+            workdir / f"{component}.kubeconfig", server, authority.ca, component, pair
+        )
+    return Credentials(authority, apiserver, serving, admin)
+
+
+def write_kwok_config(workdir: Path, kwok: str) -> None:
+    """kwok's ``--config``: its own default stages, so they match the kwok version built."""
+    stages = subprocess.run([kwok, "default-stages"], capture_output=True, text=True, check=False)
+    if stages.returncode != 0 or "kind: Stage" not in stages.stdout:
+        raise errors.ControlPlaneError(f"`kwok default-stages` failed: {stages.stderr.strip()}")
+    (workdir / "kwok.yaml").write_text(stages.stdout)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One control plane's work dir, ports, credentials and log verbosity.
+
+    Every component's command line follows from these; the methods return the arguments
+    after the binary.
+    """
+
+    workdir: Path
+    ports: Mapping[str, int]
+    credentials: Credentials
+    verbosity: int
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{network.LOOPBACK}:{self.ports['etcd']}"
+
+    def etcd_args(self) -> list[str]:
+        client = self.etcd_url
+        peer = f"http://{network.LOOPBACK}:{self.ports['etcd-peer']}"
+        return [
+            "--name=metax-test",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=metax-test={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]
+
+    def apiserver_args(self) -> list[str]:
+        authority = self.credentials.authority
+        return [
+            f"--etcd-servers={self.etcd_url}",
+            f"--bind-address={network.LOOPBACK}",
+            f"--advertise-address={network.LOOPBACK}",
+            f"--secure-port={self.ports['kube-apiserver']}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={self.credentials.apiserver.cert}",
+            f"--tls-private-key-file={self.credentials.apiserver.key}",
+            f"--client-ca-file={authority.ca.cert}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={authority.sa_pub}",
+            f"--service-account-signing-key-file={authority.sa_key}",
+            f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
+            # 127.0.0.1 is no valid endpoint address: do not publish the kubernetes endpoints.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            "--event-ttl=1h",
+            # Close open watches promptly on SIGTERM (restart_apiserver) instead of hanging.
+            "--shutdown-watch-termination-grace-period=2s",
+            f"--v={self.verbosity}",
+        ]
+
+    def _component_common(self, component: str) -> list[str]:
+        kubeconfig = self.workdir / f"{component}.kubeconfig"
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--bind-address={network.LOOPBACK}",
+            f"--secure-port={self.ports[component]}",
+            f"--tls-cert-file={self.credentials.serving.cert}",
+            f"--tls-private-key-file={self.credentials.serving.key}",
+            f"--client-ca-file={self.credentials.authority.ca.cert}",
+            "--leader-elect=false",
+            f"--v={self.verbosity}",
+        ]
+
+    def controller_manager_args(self) -> list[str]:
+        authority = self.credentials.authority
+        return [
+            *self._component_common("kube-controller-manager"),
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={authority.sa_key}",
+            f"--root-ca-file={authority.ca.cert}",
+            f"--cluster-signing-cert-file={authority.ca.cert}",
+            f"--cluster-signing-key-file={authority.ca.key}",
+            f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+        ]
+
+    def scheduler_args(self) -> list[str]:
+        return self._component_common("kube-scheduler")
+
+    def kwok_args(self) -> list[str]:
+        port = self.ports["kwok"]
+        return [
+            f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
+            f"--config={self.workdir / 'kwok.yaml'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector="
+            f"{nodes.KWOK_NODE_ANNOTATION}={nodes.KWOK_NODE_ANNOTATION_VALUE}",
+            # Nodes advertise loopback, so anything that dials a "kubelet" reaches kwok here.
+            f"--node-ip={network.LOOPBACK}",
+            f"--node-port={port}",
+            f"--server-address={network.LOOPBACK}:{port}",
+            f"--tls-cert-file={self.credentials.serving.cert}",
+            f"--tls-private-key-file={self.credentials.serving.key}",
+            f"--cidr={network.POD_CIDR}",
+            "--node-lease-duration-seconds=40",
+        ]
