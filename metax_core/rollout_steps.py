@@ -148,18 +148,31 @@ def _label(ctx: Context, plan: rollout_plan.StepPlan) -> str:
     return f"step {plan.index + 1} of {len(ctx.plans)} ({plan.target} of {len(ctx.nodes)} nodes)"
 
 
+def _settle(
+    ctx: Context, d: Draft, mine: Sequence[str], retry_revision: Revision, loop: int, label: str
+) -> Draft | None:
+    """First let in-flight nodes land, then re-run this phase's pending retries (on ``retry_revision``).
+
+    None when nothing is in flight or pending, so the caller goes on to judge the phase.
+    """
+    own = set(mine)
+    flying = [n.name for n in ctx.nodes if n.in_flight and (n.revision is Revision.NEW or n.name in own)]
+    if flying:
+        return rollout_draft.wait_flying(ctx, d, flying, label)
+    pending = ctx.names(revision=retry_revision, failed=True, among=d.pending)
+    if pending:
+        return rollout_draft.restart(ctx, d, pending, loop, label)
+    return None
+
+
 def _step(ctx: Context) -> Draft:
     plan = rollout_plan.step_at(ctx.plans, ctx.prev.status.current_step_index)
     d = attrs.evolve(rollout_draft.carry(ctx, Direction.FORWARD), index=plan.index)
     label = _label(ctx, plan)
     step_nodes = [n for n in d.step_nodes if n in ctx.by_name]
-    mine = set(step_nodes)
-    flying = [n.name for n in ctx.nodes if n.in_flight and (n.revision is Revision.NEW or n.name in mine)]
-    if flying:
-        return rollout_draft.wait_flying(ctx, d, flying, label)
-    pending = ctx.names(revision=Revision.NEW, failed=True, among=d.pending)
-    if pending:
-        return rollout_draft.restart(ctx, d, pending, plan.loop, label)
+    busy = _settle(ctx, d, step_nodes, Revision.NEW, plan.loop, label)
+    if busy is not None:
+        return busy
     failed = ctx.names(revision=Revision.NEW, failed=True, among=step_nodes)
     if len(failed) > plan.toleration:
         why = (f"{label}: {count(len(failed), 'failed node')} ({names(failed)}), "
@@ -338,13 +351,9 @@ def _rollback(ctx: Context) -> Draft:
     d = attrs.evolve(d, step_nodes=tuple(roll))
     loop = rollout_plan.loop_size(ctx.policy.max_parallel, len(roll))
     label = f"rollback to revision {d.last_revision}"
-    mine = set(roll)
-    flying = [n.name for n in ctx.nodes if n.in_flight and (n.revision is Revision.NEW or n.name in mine)]
-    if flying:
-        return rollout_draft.wait_flying(ctx, d, flying, label)
-    pending = ctx.names(revision=Revision.OLD, failed=True, among=d.pending)
-    if pending:
-        return rollout_draft.restart(ctx, d, pending, loop, label)
+    busy = _settle(ctx, d, roll, Revision.OLD, loop, label)
+    if busy is not None:
+        return busy
     new = [n for n in ctx.nodes if n.revision is Revision.NEW]
     if new:
         if ctx.policy.pause:

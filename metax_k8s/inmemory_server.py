@@ -137,6 +137,16 @@ class InMemoryApiServer:
     def _key(self, info: kinds.KindInfo, name: str, namespace: str | None) -> _Key:
         return (info.api_version, info.kind, (namespace or "") if info.namespaced else "", name)
 
+    def _existing(
+        self, verb: str, what: str, info: kinds.KindInfo, name: str, namespace: str | None
+    ) -> tuple[_Key, _Stored]:
+        """The stored object's key and record; NotFound (as the API server words it) when it does not exist."""
+        key = self._key(info, name, namespace)
+        stored = self._objects.get(key)
+        if stored is None:
+            raise NotFound(verb, what, f'{info.plural} "{name}" not found', 404)
+        return key, stored
+
     def _stamp(self) -> str:
         return self.clock().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -233,9 +243,7 @@ class InMemoryApiServer:
         with self._cond:
             self._fault("get", what)
             info = self._info(api_version, kind)
-            stored = self._objects.get(self._key(info, name, namespace))
-            if stored is None:
-                raise NotFound("get", what, f'{info.plural} "{name}" not found', 404)
+            _, stored = self._existing("get", what, info, name, namespace)
             return self._render(info, stored)
 
     def _matching(
@@ -324,10 +332,7 @@ class InMemoryApiServer:
             info, name, namespace = self._locate(obj, "replace")
             what = target(info.kind, name, namespace)
             self._fault("replace", what)
-            key = self._key(info, name, namespace)
-            stored = self._objects.get(key)
-            if stored is None:
-                raise NotFound("replace", what, f'{info.plural} "{name}" not found', 404)
+            key, stored = self._existing("replace", what, info, name, namespace)
             if info.custom and not (obj.get("metadata") or {}).get("resourceVersion"):
                 raise ClusterError("replace", what, "metadata.resourceVersion: must be specified for an update", 422)
             self._precondition(obj, stored, "replace", what)
@@ -361,10 +366,7 @@ class InMemoryApiServer:
         with self._cond:
             self._fault("patch", what)
             info = self._info(api_version, kind)
-            key = self._key(info, name, namespace)
-            stored = self._objects.get(key)
-            if stored is None:
-                raise NotFound("patch", what, f'{info.plural} "{name}" not found', 404)
+            key, stored = self._existing("patch", what, info, name, namespace)
             self._precondition(patch, stored, "patch", what)
             patched = _merge(copy.deepcopy(stored.obj), patch)
             return self._write(info, key, stored, patched, field_manager, what)
@@ -417,10 +419,7 @@ class InMemoryApiServer:
         with self._cond:
             self._fault("delete", what)
             info = self._info(api_version, kind)
-            key = self._key(info, name, namespace)
-            stored = self._objects.get(key)
-            if stored is None:
-                raise NotFound("delete", what, f'{info.plural} "{name}" not found', 404)
+            key, stored = self._existing("delete", what, info, name, namespace)
             if stored.obj["metadata"].get("finalizers"):
                 if not stored.obj["metadata"].get("deletionTimestamp"):
                     after = copy.deepcopy(stored.obj)

@@ -22,19 +22,11 @@ from metax_core.rollout_status import ConditionType as CT
 from metax_core.rollout_status import Phase, Reason, StepState
 from metax_core.spec import IntOrPercent as IoP
 
+import rollout_examples
+
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 NAMES = rollout_sim.node_names(10)
-SEED = spec.UpgradePolicy(
-    enable_rollout=True,
-    upgrade_steps=(
-        spec.UpgradeStep(IoP(2)),
-        spec.UpgradeStep(IoP(5), pause_duration=10_000),
-        spec.UpgradeStep(IoP(8), pause_duration=10_000),
-        spec.UpgradeStep(IoP.of_percent(100)),
-    ),
-    max_parallel=IoP.of_percent(50),
-    max_failure_threshold=3,
-)
+SEED = rollout_examples.SEED_POLICY
 NO_PAUSES = spec.UpgradePolicy(
     enable_rollout=True,
     upgrade_steps=(spec.UpgradeStep(IoP(2), pause=False), spec.UpgradeStep(IoP.of_percent(100), pause=False)),

@@ -12,17 +12,9 @@ import pytest
 from metax_core import rollout_plan, spec
 from metax_core.spec import IntOrPercent as IoP
 
-SEED_POLICY = spec.UpgradePolicy(
-    enable_rollout=True,
-    upgrade_steps=(
-        spec.UpgradeStep(IoP(2)),
-        spec.UpgradeStep(IoP(5), pause_duration=10_000),
-        spec.UpgradeStep(IoP(8), pause_duration=10_000),
-        spec.UpgradeStep(IoP.of_percent(100)),
-    ),
-    max_parallel=IoP.of_percent(50),
-    max_failure_threshold=3,
-)
+import rollout_examples
+
+SEED_POLICY = rollout_examples.SEED_POLICY
 
 
 def test_seed_example_targets_sizes_and_loops() -> None:
