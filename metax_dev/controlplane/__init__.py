@@ -4,7 +4,7 @@ Why this package exists: the operator's cluster adapter must be proven against t
 kube-apiserver (RBAC, admission, server-side apply, watches that survive a restart), and
 workloads must really be scheduled and run, not faked. This package builds etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kwok from their upstream Go
-modules (the small Go module in ``tests/controlplane``), caches the binaries, and starts
+modules (the small Go module in ``metax_dev/controlplane/gomod``), caches the binaries, and starts
 them on free 127.0.0.1 ports with a throw-away PKI, an admin kubeconfig and a number of
 kwok-simulated nodes whose pods kwok marks Running.
 

@@ -2,7 +2,7 @@
 
 Why this module exists: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 are not downloaded but built from their upstream Go modules (the small Go module in
-``tests/controlplane``), which takes minutes cold. So the binaries are cached under a key that
+``metax_dev/controlplane/gomod``), which takes minutes cold. So the binaries are cached under a key that
 hashes everything that decides them (go.mod, go.sum, every ``.go`` file of that module, the Go
 version, the platform and the flags); a test run with the same sources reuses them in no time,
 and concurrent runs wait for one build instead of racing.
@@ -30,7 +30,7 @@ from metax_dev.controlplane import errors, processes
 
 logger = logging.getLogger(__name__)
 
-#: The binaries built from ``tests/controlplane/cmd/*``.
+#: The binaries built from ``metax_dev/controlplane/gomod/cmd/*``.
 BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 #: Binary sets (about 400 MB each) kept in the cache; older ones are removed after a build.
@@ -38,7 +38,7 @@ CACHE_KEEP: Final = 3
 
 _GO_INSTALL_HINT: Final = (
     "The test control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
-    "kwok) is built from Go modules in tests/controlplane and needs the Go toolchain "
+    "kwok) is built from Go modules in metax_dev/controlplane/gomod and needs the Go toolchain "
     "(go >= 1.26) on PATH. Install Go, put its bin directory on PATH (or set "
     "METAX_CONTROLPLANE_GO to the go executable), then run "
     "`python -m metax_dev.controlplane build`. See docs/controlplane.md."
@@ -50,8 +50,8 @@ def go_module_dir() -> Path:
     override = os.environ.get("METAX_CONTROLPLANE_GO_MODULE")
     if override:
         return Path(override).resolve()
-    # metax_dev/controlplane/build.py -> the repository root
-    return Path(__file__).resolve().parents[2] / "tests" / "controlplane"
+    # Shipped beside this module (package data), so an installed package finds it too.
+    return Path(__file__).resolve().parent / "gomod"
 
 
 def cache_root() -> Path:
