@@ -24,7 +24,6 @@ import argparse
 import logging
 import os
 import pathlib
-import shutil
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from metax_dev.controlplane import build, cluster  # noqa: E402
+from metax_dev.controlplane import build, cluster
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +76,7 @@ def _fmt(values: Sequence[float]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--cold", action="store_true", help="also build from empty Go caches")
     parser.add_argument("--runs", type=int, default=3, help="start-up runs to take the median of")
     parser.add_argument("--nodes", type=int, default=100, help="size of the big kwok cluster")

@@ -28,11 +28,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from metax_core import devices, readiness  # noqa: E402
-from metax_k8s.deviceplugin import hostfiles  # noqa: E402
-from services.gpu_device import bootstrap, config  # noqa: E402
-from tests.deviceplugin.fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu  # noqa: E402
-from tests.deviceplugin.kubelet import Kubelet  # noqa: E402
+from metax_core.node import (
+    devices,
+    readiness,
+)
+from metax_k8s.deviceplugin import hostfiles
+from services.gpu_device import bootstrap, config
+from tests.deviceplugin.fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu
+from tests.deviceplugin.kubelet import Kubelet
 
 GPU = devices.Resource.GPU.value
 SGPU = devices.Resource.SGPU.value
@@ -44,7 +47,7 @@ def eight_gpus() -> list:  # type: ignore[type-arg]
 
 def percentiles(samples: list[float]) -> tuple[float, float, float]:
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return statistics.median(ordered), p99, ordered[-1]
 
 
@@ -59,10 +62,17 @@ class Bench:
             board.publish(readiness.ComponentReadiness(component, True))
         self.kubelet = Kubelet(self.root / "var/lib/kubelet/device-plugins").start()
         settings = config.Settings(
-            node_name="bench", host_root=self.root, healthy_interval=healthy_interval, tick=tick,
-            label_interval=0.05, readiness_interval=1.0, inventory_interval=10.0,
+            node_name="bench",
+            host_root=self.root,
+            healthy_interval=healthy_interval,
+            tick=tick,
+            label_interval=0.05,
+            readiness_interval=1.0,
+            inventory_interval=10.0,
         )
-        self.agent = bootstrap.bootstrap(settings, inventory=self.inventory, monitor=self.monitor, nodes=self.labels, board=board)
+        self.agent = bootstrap.bootstrap(
+            settings, inventory=self.inventory, monitor=self.monitor, nodes=self.labels, board=board
+        )
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.agent.run, args=(self.stop,), daemon=True)
         self.thread.start()
@@ -96,7 +106,12 @@ def rpc_latencies(calls: int) -> list[tuple[str, list[float]]]:
         bench.labels.patch_node_metadata("bench", labels={devices.MODE_LABEL: "sgpu"})
         bench.kubelet.wait_for(lambda: len(bench.kubelet.healthy(SGPU)) == 128, timeout=30)
         shares = sorted(bench.kubelet.healthy(SGPU))
-        rows.append(("GetPreferredAllocation, 4 of 128 sGPUs", timed(lambda: bench.kubelet.preferred(SGPU, shares, [], 4), max(calls // 10, 20))))
+        rows.append(
+            (
+                "GetPreferredAllocation, 4 of 128 sGPUs",
+                timed(lambda: bench.kubelet.preferred(SGPU, shares, [], 4), max(calls // 10, 20)),
+            )
+        )
         return rows
     finally:
         bench.close()
@@ -125,8 +140,11 @@ def health_delays(flips: int, healthy_interval: float, tick: float) -> dict[str,
         target = bench.inventory.present[3].address
         for _ in range(flips):
             for kind, flip, seen in (
-                ("unhealthy", lambda: monitor.unhealthy.__setitem__(target, "benchmark"),
-                 lambda: target in bench.kubelet.unhealthy(GPU)),
+                (
+                    "unhealthy",
+                    lambda: monitor.unhealthy.__setitem__(target, "benchmark"),
+                    lambda: target in bench.kubelet.unhealthy(GPU),
+                ),
                 ("recovered", monitor.unhealthy.clear, lambda: len(bench.kubelet.healthy(GPU)) == 8),
             ):
                 time.sleep(rng.uniform(0, healthy_interval))

@@ -1,6 +1,6 @@
 """How long the driver rollout machine takes: one decision, and a whole simulated rollout, per fleet size.
 
-Why this module exists: the operator calls `metax_core.rollout.decide` on every reconcile of the
+Why this module exists: the operator calls `metax_core.rollout.machine.decide` on every reconcile of the
 ClusterOperator, and ``metax-operator rollout plan`` plays whole rollouts, so both must stay fast on large
 fleets. Nothing is asserted: the numbers depend on the machine.
 
@@ -31,10 +31,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from metax_core import rollout, rollout_sim, rollout_status, spec  # noqa: E402
+from metax_core.rollout import machine as rollout
+from metax_core.rollout import sim as rollout_sim
+from metax_core.rollout import status as rollout_status
+from metax_core.spec import model as spec
 
 POLICY = spec.UpgradePolicy(
     enable_rollout=True,
@@ -96,8 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table.add_column(column, justify="right" if column != "what" else "left")
     for size in args.sizes:
         one = time_decision(mid_rollout(size), args.repeat)
-        table.add_row(str(size), "one decision (mid-rollout)", "1", f"{one * 1000:.2f} ms",
-                      f"{one * 1000:.2f} ms", "")
+        table.add_row(str(size), "one decision (mid-rollout)", "1", f"{one * 1000:.2f} ms", f"{one * 1000:.2f} ms", "")
         names = rollout_sim.node_names(size)
         second_step = names[max(1, size // 100)]  # the first node the 10% step upgrades
         runs = (
@@ -107,8 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for label, policy, failing in runs:
             seconds, result = time_rollout(policy, size, failing)
-            table.add_row(str(size), label, str(result.decisions), f"{seconds * 1000:.0f} ms",
-                          f"{seconds / result.decisions * 1000:.2f} ms", result.outcome.value)
+            table.add_row(
+                str(size),
+                label,
+                str(result.decisions),
+                f"{seconds * 1000:.0f} ms",
+                f"{seconds / result.decisions * 1000:.2f} ms",
+                result.outcome.value,
+            )
     Console(width=110).print(table)
     return 0
 

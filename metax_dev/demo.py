@@ -18,11 +18,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from metax_core import components, devices, driver_config, labels, policy, spec, validation, vfio, workloads
+from metax_core.cluster import components, workloads
 from metax_core.inventory import FunctionKind
-from metax_hw_fake import host as fake_host
+from metax_core.node import devices, driver_config, labels, policy, vfio
+from metax_core.spec import model as spec
+from metax_core.spec import validation, vfio_config
 from metax_dev import fakehost
-from services import cli
+from metax_hw_fake import host as fake_host
+from services.cli import documents
+from services.cli import main as cli
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -55,7 +59,7 @@ def show_validation(console: Console, example: Path) -> None:
 
 def show_plan(console: Console, example: Path) -> None:
     _section(console, "2. Deploy plan and workloads (R-DEP, R-SECURITY)")
-    wanted = validation.parse(cli.load_document(str(example)))
+    wanted = validation.parse(documents.load_document(str(example)))
     rendered = workloads.render(wanted)
     table = Table("component", "workloads", "prerequisites", "decision")
     blocked = {b.component: b.reason for b in rendered.plan.blocked}
@@ -81,7 +85,7 @@ def show_rollout(console: Console, example: Path) -> None:
 
 def show_nodes(console: Console, example: Path, workdir: Path) -> None:
     _section(console, "4. Simulated GPU nodes: driver choice, VFs, labels, vfio-pci, device-plugin resources")
-    wanted = validation.parse(cli.load_document(str(example)))
+    wanted = validation.parse(documents.load_document(str(example)))
     config = driver_config.parse(DRIVER_CONFIG)
     table = Table("node", "GPUs", "driver", "VFs", "module params", "vfio-pci", "advertised")
     for name, gpus, host_driver in NODES:
@@ -111,7 +115,7 @@ def _node_row(
     vf_plan = driver_config.vf_count_plan(hw.devices.functions(), node_config.vfnum)
     for write in vf_plan.writes:
         hw.binder.set_vf_count(write.pf, node_config.vfnum)
-    selection = vfio.selection_for_node(wanted.vfio_manager.vfio_config, name)
+    selection = vfio_config.selection_for_node(wanted.vfio_manager.vfio_config, name)
     binding = vfio.plan(hw.devices.functions(), selection)
     results = {}
     if binding.to_vfio and hw.modules.state("vfio_pci") is None:
@@ -131,8 +135,15 @@ def _node_row(
     vfs = sum(1 for f in functions if f.kind is FunctionKind.VF)
     params = ", ".join(f"{k}={v}" for k, v in node_config.module_params.items()) or "-"
     annotation = vfio.annotation_value(results) if results else "-"
-    return [name, str(len([f for f in functions if f.kind is FunctionKind.PF])),
-            f"{choice.source.value} {choice.version or ''}", str(vfs), params, annotation, advertised or "-"]
+    return [
+        name,
+        str(len([f for f in functions if f.kind is FunctionKind.PF])),
+        f"{choice.source.value} {choice.version or ''}",
+        str(vfs),
+        params,
+        annotation,
+        advertised or "-",
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

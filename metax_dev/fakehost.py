@@ -41,14 +41,16 @@ def create(
     firmware_images: Sequence[str] = (),
 ) -> FakeHost:
     """Build a fake host with ``gpus`` GPUs under ``root`` (which must not already hold a host tree)."""
-    spec = (builder.FakeHostBuilder()
-            .gpus(gpus, model=model, numa_nodes=numa_nodes, switches=switches, sriov_totalvfs=sriov_totalvfs)
-            .host_driver(host_driver, loaded=loaded)
-            .vbios(vbios)
-            .iommu(iommu)
-            .vfio(vfio)
-            .vfs(vfs)
-            .nics(*(builder.NicSpec(name, switch=i) for i, name in enumerate(nics))))
+    spec = (
+        builder.FakeHostBuilder()
+        .gpus(gpus, model=model, numa_nodes=numa_nodes, switches=switches, sriov_totalvfs=sriov_totalvfs)
+        .host_driver(host_driver, loaded=loaded)
+        .vbios(vbios)
+        .iommu(iommu)
+        .vfio(vfio)
+        .vfs(vfs)
+        .nics(*(builder.NicSpec(name, switch=i) for i, name in enumerate(nics)))
+    )
     for version in payload_drivers:
         spec.payload_driver(version)
     for version in firmware_images:
@@ -63,12 +65,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The fake host's options, shared by ``python -m metax_dev.fakehost`` and ``metax-operator dev fake-host``."""
+    """The fake host's options, shared by ``python -m metax_dev.fakehost`` and ``metax-dev fake-host``."""
     parser.add_argument("--root", type=Path, required=True, help="directory to create the host tree in")
     parser.add_argument("--gpus", type=int, default=8, help="number of MetaX GPUs (default 8)")
     parser.add_argument("--vfs", type=int, default=0, help="VFs to enable on every GPU at boot (default 0)")
-    parser.add_argument("--host-driver", default="2.18.0",
-                        help="version of the driver installed on the host; 'none' for no host driver")
+    parser.add_argument(
+        "--host-driver", default="2.18.0", help="version of the driver installed on the host; 'none' for no host driver"
+    )
     parser.add_argument("--not-loaded", action="store_true", help="install the host driver but do not load it")
     parser.add_argument("--model", default="C500")
     parser.add_argument("--numa-nodes", type=int, default=2)
@@ -78,10 +81,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-iommu", action="store_true")
     parser.add_argument("--vfio", action="store_true", help="load vfio-pci at boot")
     parser.add_argument("--nic", action="append", default=None, help="a NIC name (repeatable; default ens1f0)")
-    parser.add_argument("--payload-driver", action="append", default=[], metavar="VERSION",
-                        help="put a payload driver module under /var/lib/metax/drivers/VERSION/")
-    parser.add_argument("--firmware-image", action="append", default=[], metavar="VERSION",
-                        help="put a VBIOS image under /lib/firmware/metax/<model>/")
+    parser.add_argument(
+        "--payload-driver",
+        action="append",
+        default=[],
+        metavar="VERSION",
+        help="put a payload driver module under /var/lib/metax/drivers/VERSION/",
+    )
+    parser.add_argument(
+        "--firmware-image",
+        action="append",
+        default=[],
+        metavar="VERSION",
+        help="put a VBIOS image under /lib/firmware/metax/<model>/",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,10 +106,20 @@ def run(args: argparse.Namespace) -> int:
     host_driver = None if args.host_driver.lower() == "none" else args.host_driver
     try:
         fake = create(
-            args.root, args.gpus, vfs=args.vfs, host_driver=host_driver, loaded=not args.not_loaded,
-            model=args.model, numa_nodes=args.numa_nodes, switches=args.switches,
-            sriov_totalvfs=args.sriov_totalvfs, vbios=args.vbios, iommu=not args.no_iommu, vfio=args.vfio,
-            nics=args.nic if args.nic is not None else ("ens1f0",), payload_drivers=args.payload_driver,
+            args.root,
+            args.gpus,
+            vfs=args.vfs,
+            host_driver=host_driver,
+            loaded=not args.not_loaded,
+            model=args.model,
+            numa_nodes=args.numa_nodes,
+            switches=args.switches,
+            sriov_totalvfs=args.sriov_totalvfs,
+            vbios=args.vbios,
+            iommu=not args.no_iommu,
+            vfio=args.vfio,
+            nics=args.nic if args.nic is not None else ("ens1f0",),
+            payload_drivers=args.payload_driver,
             firmware_images=args.firmware_image,
         )
     except (OSError, ValueError) as exc:

@@ -15,7 +15,6 @@ import logging
 
 from metax_core import errors, inventory
 from metax_core.inventory import FunctionKind, PciAddress
-
 from metax_hw import pci, sysfs
 
 logger = logging.getLogger(__name__)
@@ -30,8 +29,9 @@ _CLEAR = "\n"
 class SysfsDriverBinder:
     """`metax_core.ports.hardware.DriverBinder` through ``<root>/sys/bus/pci`` writes."""
 
-    def __init__(self, tree: sysfs.HostTree, devices: pci.SysfsDeviceInventory,
-                 native_driver: str = inventory.METAX_MODULE) -> None:
+    def __init__(
+        self, tree: sysfs.HostTree, devices: pci.SysfsDeviceInventory, native_driver: str = inventory.METAX_MODULE
+    ) -> None:
         self.tree = tree
         self.devices = devices
         self.native_driver = native_driver
@@ -78,8 +78,7 @@ class SysfsDriverBinder:
         if before.driver is not None:
             self._unbind_from(address, before.driver, op)
         if before.driver_override is not None:
-            self.tree.write(self.devices.device_dir(address) / "driver_override", _CLEAR, operation=op,
-                            device=address)
+            self.tree.write(self.devices.device_dir(address) / "driver_override", _CLEAR, operation=op, device=address)
         logger.info("unbound %s from %s", address, before.driver or "no driver")
 
     def reset_driver(self, address: PciAddress) -> str | None:
@@ -105,7 +104,8 @@ class SysfsDriverBinder:
         op = f"bind to {inventory.VFIO_DRIVER}"
         if not self.devices.iommu_enabled():
             raise errors.HardwareError(
-                op, address,
+                op,
+                address,
                 f"the IOMMU is off ({pci.IOMMU_GROUPS} is empty): enable VT-d/AMD-Vi in the firmware and boot "
                 "with intel_iommu=on or amd_iommu=on",
             )
@@ -125,7 +125,8 @@ class SysfsDriverBinder:
             blockers.append(f"{mate} (driver {driver})")
         if blockers:
             raise errors.HardwareError(
-                op, address,
+                op,
+                address,
                 f"IOMMU group {group} also holds {', '.join(blockers)} bound to a host driver; VFIO assigns whole "
                 "groups: unbind those devices or move the GPU to a slot with its own group",
             )
@@ -143,17 +144,16 @@ class SysfsDriverBinder:
                 op, pf, "the device has no SR-IOV capability (no sriov_totalvfs): it needs the virtualisation firmware"
             )
         if not 0 <= count <= function.sriov_totalvfs:
-            raise errors.HardwareError(
-                op, pf, f"{count} VFs asked, the device supports 0 to {function.sriov_totalvfs}"
-            )
+            raise errors.HardwareError(op, pf, f"{count} VFs asked, the device supports 0 to {function.sriov_totalvfs}")
         if function.driver is None and count != function.sriov_numvfs:
             raise errors.HardwareError(
-                op, pf, "no driver is bound to the PF, and the PF driver is what creates VFs: bind it (load the "
-                "metax module) first"
+                op,
+                pf,
+                "no driver is bound to the PF, and the PF driver is what creates VFs: bind it (load the "
+                "metax module) first",
             )
         if drivers_autoprobe is not None:
-            self.tree.write(dev / "sriov_drivers_autoprobe", "1" if drivers_autoprobe else "0", operation=op,
-                            device=pf)
+            self.tree.write(dev / "sriov_drivers_autoprobe", "1" if drivers_autoprobe else "0", operation=op, device=pf)
         if function.sriov_numvfs == count:
             return
         numvfs = dev / "sriov_numvfs"
@@ -181,8 +181,9 @@ class SysfsDriverBinder:
         probe = self.tree.path("/sys/bus/pci/drivers_probe")
         self.tree.write(probe, address, operation=op, device=address)
 
-    def _roll_back(self, address: PciAddress, driver: str | None, override: str | None,
-                   cause: errors.HardwareError) -> None:
+    def _roll_back(
+        self, address: PciAddress, driver: str | None, override: str | None, cause: errors.HardwareError
+    ) -> None:
         """Best effort back to the previous driver and override; the original error is what the caller sees."""
         dev = self.devices.device_dir(address)
         try:
@@ -194,7 +195,11 @@ class SysfsDriverBinder:
                 self._unbind_from(address, now, "roll back")
             if self.devices.driver_of(address) is None and driver is not None:
                 self._probe(address, "roll back")
-            logger.warning("bind of %s failed (%s); rolled back to %s", address, cause.detail,
-                           self.devices.driver_of(address) or "no driver")
+            logger.warning(
+                "bind of %s failed (%s); rolled back to %s",
+                address,
+                cause.detail,
+                self.devices.driver_of(address) or "no driver",
+            )
         except errors.HardwareError as exc:
             logger.error("bind of %s failed (%s) and the roll back failed too: %s", address, cause.detail, exc)

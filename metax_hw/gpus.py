@@ -25,7 +25,6 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
-
 from metax_hw import mxsmi, pci, tools
 
 logger = logging.getLogger(__name__)
@@ -43,8 +42,9 @@ FLASH_TIMEOUT = 900.0
 class MxSmiMonitor:
     """`GpuMonitor`, `GpuTopology` and `GpuProcesses` from mx-smi, joined with the sysfs inventory."""
 
-    def __init__(self, runner: tools.ToolRunner, devices: pci.SysfsDeviceInventory,
-                 native_driver: str = inventory.METAX_MODULE) -> None:
+    def __init__(
+        self, runner: tools.ToolRunner, devices: pci.SysfsDeviceInventory, native_driver: str = inventory.METAX_MODULE
+    ) -> None:
         self.runner = runner
         self.devices = devices
         self.native_driver = native_driver
@@ -66,8 +66,9 @@ class MxSmiMonitor:
             verdicts[function.address] = self._judge(function, listed, verdicts)
         return verdicts
 
-    def _judge(self, function: PciFunction, listed: Mapping[PciAddress, mxsmi.SmiGpu],
-               earlier: Mapping[PciAddress, GpuHealth]) -> GpuHealth:
+    def _judge(
+        self, function: PciFunction, listed: Mapping[PciAddress, mxsmi.SmiGpu], earlier: Mapping[PciAddress, GpuHealth]
+    ) -> GpuHealth:
         address = function.address
         vendor = self.devices.config_vendor(address)
         if vendor == FALLEN_OFF:
@@ -92,17 +93,19 @@ class MxSmiMonitor:
             return []
         samples: list[GpuMetrics] = []
         for gpu in self.summary().gpus:
-            samples.append(GpuMetrics(
-                address=gpu.address,
-                index=gpu.index,
-                name=gpu.name,
-                utilization_percent=gpu.utilization_percent,
-                temperature_celsius=gpu.temperature_celsius,
-                power_milliwatts=gpu.power_watts * 1000 if gpu.power_watts is not None else None,
-                power_cap_milliwatts=gpu.power_cap_watts * 1000 if gpu.power_cap_watts is not None else None,
-                memory_used_bytes=gpu.memory_used_bytes,
-                memory_total_bytes=gpu.memory_total_bytes,
-            ))
+            samples.append(
+                GpuMetrics(
+                    address=gpu.address,
+                    index=gpu.index,
+                    name=gpu.name,
+                    utilization_percent=gpu.utilization_percent,
+                    temperature_celsius=gpu.temperature_celsius,
+                    power_milliwatts=gpu.power_watts * 1000 if gpu.power_watts is not None else None,
+                    power_cap_milliwatts=gpu.power_cap_watts * 1000 if gpu.power_cap_watts is not None else None,
+                    memory_used_bytes=gpu.memory_used_bytes,
+                    memory_total_bytes=gpu.memory_total_bytes,
+                )
+            )
         return sorted(samples, key=lambda m: m.address)
 
     def processes(self) -> Sequence[GpuProcess]:
@@ -112,7 +115,8 @@ class MxSmiMonitor:
         by_index = {g.index: g.address for g in summary.gpus}
         return [
             GpuProcess(address=by_index[p.gpu_index], pid=p.pid, name=p.name, memory_used_bytes=p.memory_used_bytes)
-            for p in summary.processes if p.gpu_index in by_index
+            for p in summary.processes
+            if p.gpu_index in by_index
         ]
 
     def links(self) -> Sequence[GpuLink]:
@@ -133,8 +137,14 @@ class MxSmiMonitor:
 class MxSmiFirmware:
     """`Firmware`: VBIOS versions from ``mx-smi --show-version`` (header as fallback), flashing with ``-u``."""
 
-    def __init__(self, runner: tools.ToolRunner, devices: pci.SysfsDeviceInventory, monitor: MxSmiMonitor,
-                 flash_args: Sequence[str] = FLASH_ARGS, flash_timeout: float = FLASH_TIMEOUT) -> None:
+    def __init__(
+        self,
+        runner: tools.ToolRunner,
+        devices: pci.SysfsDeviceInventory,
+        monitor: MxSmiMonitor,
+        flash_args: Sequence[str] = FLASH_ARGS,
+        flash_timeout: float = FLASH_TIMEOUT,
+    ) -> None:
         self.runner = runner
         self.devices = devices
         self.monitor = monitor

@@ -15,7 +15,6 @@ from pathlib import Path
 import attrs
 
 from metax_core import inventory
-
 from metax_hw import binding, gpus, kmod, net, pci, sysfs, tools
 
 

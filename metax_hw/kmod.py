@@ -16,7 +16,6 @@ from pathlib import PurePosixPath
 
 from metax_core import errors
 from metax_core.inventory import DriverVersion, ModuleState
-
 from metax_hw import sysfs, tools
 
 logger = logging.getLogger(__name__)
@@ -180,7 +179,8 @@ class ModprobeKernelModules:
                 )
             if not same_param_value(asked, seen):
                 raise errors.HardwareError(
-                    op, name,
+                    op,
+                    name,
                     f"{param} is {seen} after loading, {asked} was asked (a loaded module keeps its parameters: "
                     "unload it first)",
                 )

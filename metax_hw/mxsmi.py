@@ -164,7 +164,7 @@ def _gpu_table(lines: list[str]) -> list[SmiGpu] | None:
             continue
         gpus: list[SmiGpu] = []
         entry: list[str] = []
-        for row in lines[at + 1:]:
+        for row in lines[at + 1 :]:
             stripped = row.strip()
             if _is_rule(row) or not stripped.startswith("|"):
                 if entry:
@@ -199,10 +199,14 @@ def _process_table(lines: list[str]) -> list[SmiProcess]:
             match = _PROCESS_ROW.match(line.strip())
             if match:
                 memory = match.group(4)
-                processes.append(SmiProcess(
-                    gpu_index=int(match.group(1)), pid=int(match.group(2)), name=match.group(3).strip(),
-                    memory_used_bytes=None if memory == "N/A" else _bytes(memory, "MiB"),
-                ))
+                processes.append(
+                    SmiProcess(
+                        gpu_index=int(match.group(1)),
+                        pid=int(match.group(2)),
+                        name=match.group(3).strip(),
+                        memory_used_bytes=None if memory == "N/A" else _bytes(memory, "MiB"),
+                    )
+                )
     return processes
 
 
@@ -277,13 +281,13 @@ def parse_topology(text: str) -> SmiTopology:
         if not tokens or not re.fullmatch(r"(?:GPU|NIC)\d+", tokens[0]):
             break
         row = tokens[0]
-        cells = tokens[1:1 + len(labels)]
+        cells = tokens[1 : 1 + len(labels)]
         if len(cells) != len(labels):
             raise errors.HardwareError(_OP, None, f"topology row {row} has {len(cells)} cells, expected {len(labels)}")
-        for column, code in zip(labels, cells):
+        for column, code in zip(labels, cells, strict=False):
             if column != row:
                 links[(row, column)] = _link_kind(code)
-        rest = tokens[1 + len(labels):]
+        rest = tokens[1 + len(labels) :]
         affinity[row] = int(rest[0]) if rest and rest[0].isdigit() else None
     if not links and len(labels) > 1:
         raise errors.HardwareError(_OP, None, "the link matrix has no rows")

@@ -23,7 +23,6 @@ import attrs
 
 from metax_core import errors
 from metax_core.inventory import NetworkInterface, PciAddress
-
 from metax_hw import pci, sysfs
 
 logger = logging.getLogger(__name__)
@@ -46,7 +45,9 @@ LinkSource = Callable[[], Sequence[LinkInfo]]
 
 def pyroute2_links() -> list[LinkInfo]:
     """An RTM_GETLINK dump of the agent's network namespace."""
-    from pyroute2 import IPRoute  # imported here: pyroute2 opens nothing at import, but keep startup light
+    from pyroute2 import (
+        IPRoute,  # imported here: pyroute2 opens nothing at import, but keep startup light
+    )
 
     links: list[LinkInfo] = []
     try:
@@ -88,12 +89,18 @@ class PyrouteNetworkInterfaces:
             address = self.pci_address(link.name)
             numa = None
             if address is not None:
-                numa = self.tree.read_int(self.tree.path(pci.PCI_DEVICES) / address / "numa_node", operation=_OP,
-                                          device=link.name)
-            found.append(NetworkInterface(
-                name=link.name, pci_address=address, numa_node=numa if numa is not None and numa >= 0 else None,
-                mac=link.mac, up=link.up,
-            ))
+                numa = self.tree.read_int(
+                    self.tree.path(pci.PCI_DEVICES) / address / "numa_node", operation=_OP, device=link.name
+                )
+            found.append(
+                NetworkInterface(
+                    name=link.name,
+                    pci_address=address,
+                    numa_node=numa if numa is not None and numa >= 0 else None,
+                    mac=link.mac,
+                    up=link.up,
+                )
+            )
         return sorted(found, key=lambda i: i.name)
 
     def pci_address(self, name: str) -> PciAddress | None:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from metax_core import errors, inventory
 from metax_core.inventory import FunctionKind, PciAddress, PciFunction
-
 from metax_hw import sysfs
 
 logger = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ def is_pci_address(text: str) -> bool:
 
 
 def _virtfn_index(name: str) -> int:
-    return int(name[len("virtfn"):])
+    return int(name[len("virtfn") :])
 
 
 class SysfsDeviceInventory:
@@ -100,8 +99,9 @@ class SysfsDeviceInventory:
 
     def config_vendor(self, address: PciAddress) -> int | None:
         """The vendor id read live from config space: 0xffff means the device no longer answers."""
-        raw = self.tree.read_bytes(self.device_dir(address) / "config", 2, operation="read config space",
-                                   device=address)
+        raw = self.tree.read_bytes(
+            self.device_dir(address) / "config", 2, operation="read config space", device=address
+        )
         if raw is None or len(raw) < 2:
             return None
         return int.from_bytes(raw[:2], "little")

@@ -112,7 +112,12 @@ class ToolRunner:
         logger.debug("running %s %s (timeout %gs)", exe, " ".join(argv), deadline)
         try:
             result = sh.Command(exe)(
-                *argv, _return_cmd=True, _timeout=deadline, _env=self._env(), _tty_out=False, _in=None,
+                *argv,
+                _return_cmd=True,
+                _timeout=deadline,
+                _env=self._env(),
+                _tty_out=False,
+                _in=None,
             )
         except sh.TimeoutException as exc:
             raise errors.HardwareError(

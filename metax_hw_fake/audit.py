@@ -32,8 +32,9 @@ def audit(root: Path) -> list[str]:
                 drm = [n.name for n in (entry / "drm").iterdir()] if (entry / "drm").is_dir() else []
                 if not drm:
                     problems.append(f"{addr}: bound to {driver} without drm nodes")
-                problems += [f"{addr}: /dev/dri/{n} missing" for n in drm
-                             if not (layout.dev(root) / "dri" / n).exists()]
+                problems += [
+                    f"{addr}: /dev/dri/{n} missing" for n in drm if not (layout.dev(root) / "dri" / n).exists()
+                ]
         elif (entry / "drm").exists():
             problems.append(f"{addr}: unbound but still has drm nodes")
         numvfs = layout.get(entry / "sriov_numvfs")

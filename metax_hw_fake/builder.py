@@ -79,9 +79,19 @@ class FakeHostBuilder:
         self._release = "5.15.0-91-generic"
         self._maca = "2.32.0.6"
 
-    def gpus(self, count: int, *, model: str = "C500", device_id: int = 0x4000, vf_device_id: int = 0x4001,
-             numa_nodes: int = 2, switches: int = 2, sriov_totalvfs: int = 16, memory_mib: int = 65536,
-             metaxlink_group: int = 0) -> Self:
+    def gpus(
+        self,
+        count: int,
+        *,
+        model: str = "C500",
+        device_id: int = 0x4000,
+        vf_device_id: int = 0x4001,
+        numa_nodes: int = 2,
+        switches: int = 2,
+        sriov_totalvfs: int = 16,
+        memory_mib: int = 65536,
+        metaxlink_group: int = 0,
+    ) -> Self:
         """``count`` GPUs spread over ``switches`` PCIe switches (0: each on its own root port), switches over
         NUMA nodes; GPUs in consecutive groups of ``metaxlink_group`` are MetaXLink-connected.
         ``sriov_totalvfs=0`` means non-virtualisation firmware (no SR-IOV capability)."""
@@ -90,8 +100,9 @@ class FakeHostBuilder:
         self._memory_mib, self._mx_group = memory_mib, metaxlink_group
         return self
 
-    def host_driver(self, version: str | None = "2.18.0", *, loaded: bool = True,
-                    params: Mapping[str, str] | None = None) -> Self:
+    def host_driver(
+        self, version: str | None = "2.18.0", *, loaded: bool = True, params: Mapping[str, str] | None = None
+    ) -> Self:
         """The driver installed on the host (None: none installed), loaded at boot or not."""
         self._host_driver, self._loaded, self._params = version, loaded and version is not None, dict(params or {})
         return self
@@ -157,17 +168,44 @@ class FakeHostBuilder:
 
     def _initial_state(self) -> dict[str, Any]:
         return {
-            "version": 1, "kernel_release": self._release, "native_driver": "metax", "native_module": "metax",
-            "iommu": self._iommu, "next_group": 1, "next_card": 0, "maca_version": self._maca,
-            "smi_version": "2.2.9", "driver_ids": {"pcieport": [], NIC_DRIVER: [[NIC_VENDOR, NIC_DEVICE]]},
-            "module_drivers": {}, "gpus": {}, "sriov": {}, "mx_links": [], "processes": [], "dmesg": [],
-            "faults": {"fallen": [], "bind_refused": {}, "load_fails": {}, "in_use": [], "smi": None,
-                       "flash_fails": {}},
+            "version": 1,
+            "kernel_release": self._release,
+            "native_driver": "metax",
+            "native_module": "metax",
+            "iommu": self._iommu,
+            "next_group": 1,
+            "next_card": 0,
+            "maca_version": self._maca,
+            "smi_version": "2.2.9",
+            "driver_ids": {"pcieport": [], NIC_DRIVER: [[NIC_VENDOR, NIC_DEVICE]]},
+            "module_drivers": {},
+            "gpus": {},
+            "sriov": {},
+            "mx_links": [],
+            "processes": [],
+            "dmesg": [],
+            "faults": {
+                "fallen": [],
+                "bind_refused": {},
+                "load_fails": {},
+                "in_use": [],
+                "smi": None,
+                "flash_fails": {},
+            },
         }
 
     def _skeleton(self, base: Path) -> None:
-        for directory in ("sys/bus/pci/devices", "sys/kernel/iommu_groups", "sys/module", "sys/class/net",
-                          "dev/dri", "dev/vfio", "lib/firmware", "var/lib/metax", "run/metax"):
+        for directory in (
+            "sys/bus/pci/devices",
+            "sys/kernel/iommu_groups",
+            "sys/module",
+            "sys/class/net",
+            "dev/dri",
+            "dev/vfio",
+            "lib/firmware",
+            "var/lib/metax",
+            "run/metax",
+        ):
             (base / directory).mkdir(parents=True, exist_ok=True)
         layout.put(layout.bus(base) / "drivers_probe", "")
         layout.put(layout.bus(base) / "rescan", "")
@@ -183,16 +221,29 @@ class FakeHostBuilder:
     def _modules(self, base: Path) -> None:
         tree = layout.modules_root(base, self._release)
         dep = ["kernel/drivers/vfio/pci/vfio-pci.ko: kernel/drivers/vfio/vfio.ko"]
-        kmods.write_module_file(tree / "kernel/drivers/vfio/pci/vfio-pci.ko", "vfio-pci", None, "vfio-pci", [],
-                                {"enable_sriov": ("bool", "N", "Enable support for SR-IOV configuration")})
+        kmods.write_module_file(
+            tree / "kernel/drivers/vfio/pci/vfio-pci.ko",
+            "vfio-pci",
+            None,
+            "vfio-pci",
+            [],
+            {"enable_sriov": ("bool", "N", "Enable support for SR-IOV configuration")},
+        )
         if self._host_driver is not None:
-            kmods.write_module_file(tree / "updates/dkms/metax.ko", "metax", self._host_driver, "metax",
-                                    [(METAX_VENDOR, -1)], dict(METAX_PARAMS))
+            kmods.write_module_file(
+                tree / "updates/dkms/metax.ko",
+                "metax",
+                self._host_driver,
+                "metax",
+                [(METAX_VENDOR, -1)],
+                dict(METAX_PARAMS),
+            )
             dep.append("updates/dkms/metax.ko:")
         layout.put(tree / "modules.dep", "\n".join(dep))
         for path, version in self._payloads.items():
-            kmods.write_module_file(base / path.lstrip("/"), "metax", version, "metax", [(METAX_VENDOR, -1)],
-                                    dict(METAX_PARAMS))
+            kmods.write_module_file(
+                base / path.lstrip("/"), "metax", version, "metax", [(METAX_VENDOR, -1)], dict(METAX_PARAMS)
+            )
 
     def _load(self, base: Path, st: state.State, name: str, params: dict[str, str]) -> None:
         path = kmods.installed(base, st, name)
@@ -241,19 +292,33 @@ class FakeHostBuilder:
             addr = layout.address(0, buses.take(node), 0, 0)
             extra = {}
             if self._totalvfs:
-                extra = {"sriov_totalvfs": str(self._totalvfs), "sriov_numvfs": "0", "sriov_offset": "1",
-                         "sriov_stride": "1", "sriov_vf_device": f"{self._vf_device_id:04x}",
-                         "sriov_drivers_autoprobe": "1"}
+                extra = {
+                    "sriov_totalvfs": str(self._totalvfs),
+                    "sriov_numvfs": "0",
+                    "sriov_offset": "1",
+                    "sriov_stride": "1",
+                    "sriov_vf_device": f"{self._vf_device_id:04x}",
+                    "sriov_drivers_autoprobe": "1",
+                }
                 st["sriov"][addr] = {"vf_device_id": self._vf_device_id}
-            pcidev.create_function(base, st, parent, addr, METAX_VENDOR, self._device_id, DISPLAY_CLASS, node,
-                                   extra=extra)
-            st["gpus"][addr] = {"model": self._model, "vbios": self._vbios, "util": 0, "temp": 35, "power": 57,
-                                "power_cap": 350, "mem_used_mib": 826, "mem_total_mib": self._memory_mib,
-                                "state": "Available"}
+            pcidev.create_function(
+                base, st, parent, addr, METAX_VENDOR, self._device_id, DISPLAY_CLASS, node, extra=extra
+            )
+            st["gpus"][addr] = {
+                "model": self._model,
+                "vbios": self._vbios,
+                "util": 0,
+                "temp": 35,
+                "power": 57,
+                "power_cap": 350,
+                "mem_used_mib": 826,
+                "mem_total_mib": self._memory_mib,
+                "state": "Available",
+            }
         pfs = sorted(st["gpus"])
         if self._mx_group > 1:
             for g in range(0, len(pfs), self._mx_group):
-                group = pfs[g:g + self._mx_group]
+                group = pfs[g : g + self._mx_group]
                 st["mx_links"] += [f"{a}|{b}" for a in group for b in group if a < b]
         for n, nic in enumerate(self._nics):
             parent, node = slot(nic.switch, nic.numa)
@@ -272,8 +337,10 @@ def write_tools(root: Path) -> None:
     """The fake executables: tiny sh wrappers exec'ing this interpreter on `metax_hw_fake.tools`."""
     source = str(Path(__file__).resolve().parent.parent)
     for tool in TOOLS:
-        code = (f"import sys; sys.path.insert(0, {source!r}); from metax_hw_fake import tools; "
-                f"sys.exit(tools.main({tool!r}, {str(root)!r}, sys.argv[1:]))")
+        code = (
+            f"import sys; sys.path.insert(0, {source!r}); from metax_hw_fake import tools; "
+            f"sys.exit(tools.main({tool!r}, {str(root)!r}, sys.argv[1:]))"
+        )
         script = layout.bin_dir(root) / tool
-        script.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E -c {shlex.quote(code)} \"$@\"\n")
+        script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E -c {shlex.quote(code)} "$@"\n')
         script.chmod(0o755)

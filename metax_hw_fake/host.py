@@ -43,8 +43,13 @@ class FakeHost:
 
     def adapters(self, *, timeout: float = 10.0) -> host.Host:
         """A fresh real-adapter bundle on this root (e.g. with a short tool timeout for a hang test)."""
-        return host.open_host(self.root, writer=self.kernel, tool_path=[str(self.bin_dir)], timeout=timeout,
-                              net_source=host.NetSource.SYSFS)
+        return host.open_host(
+            self.root,
+            writer=self.kernel,
+            tool_path=[str(self.bin_dir)],
+            timeout=timeout,
+            net_source=host.NetSource.SYSFS,
+        )
 
     # The port implementations, for callers that want one part.
     @property
@@ -158,8 +163,9 @@ class FakeHost:
         with state.transaction(self.root) as st:
             st["faults"]["bind_refused"][address] = {"driver": driver, "errno": code}
 
-    def fail_module_load(self, name: str = "metax",
-                         message: str = "Unknown symbol in module, or unknown parameter (see dmesg)") -> None:
+    def fail_module_load(
+        self, name: str = "metax", message: str = "Unknown symbol in module, or unknown parameter (see dmesg)"
+    ) -> None:
         with state.transaction(self.root) as st:
             st["faults"]["load_fails"][name.replace("-", "_")] = message
 
@@ -188,8 +194,17 @@ class FakeHost:
                 raise ValueError(f"{address} has no IOMMU group (IOMMU off?)")
             domain, bus_no, _, _ = layout.split_address(address)
             mate = layout.address(domain, bus_no, 0x1F, 0)
-            pcidev.create_function(self.root, st, gpu.parent, mate, 0x15B3, 0x101B, 0x020000,
-                                   int(layout.get(gpu / "numa_node") or "-1"), group=int(group))
+            pcidev.create_function(
+                self.root,
+                st,
+                gpu.parent,
+                mate,
+                0x15B3,
+                0x101B,
+                0x020000,
+                int(layout.get(gpu / "numa_node") or "-1"),
+                group=int(group),
+            )
             st["driver_ids"].setdefault(driver, [])
             if not (layout.drivers_dir(self.root) / driver).is_dir():
                 for attribute in ("bind", "unbind", "new_id", "remove_id"):
@@ -203,10 +218,17 @@ class FakeHost:
             for address in st["faults"]["fallen"]:
                 if pcidev.exists(self.root, address):
                     vendor, device, klass = pcidev.ids_of(self.root, address)
-                    layout.put(pcidev.device_dir(self.root, address) / "config",
-                               pcidev.config_space(vendor, device, klass))
-            st["faults"] = {"fallen": [], "bind_refused": {}, "load_fails": {}, "in_use": [], "smi": None,
-                            "flash_fails": {}}
+                    layout.put(
+                        pcidev.device_dir(self.root, address) / "config", pcidev.config_space(vendor, device, klass)
+                    )
+            st["faults"] = {
+                "fallen": [],
+                "bind_refused": {},
+                "load_fails": {},
+                "in_use": [],
+                "smi": None,
+                "flash_fails": {},
+            }
 
     def reboot_firmware(self) -> list[str]:
         """Apply flashed VBIOS images (what a reboot does to firmware); returns the GPUs that changed."""
@@ -224,6 +246,8 @@ class FakeHost:
         lines = [f"fake host at {self.root}"]
         for address in self.gpu_addresses():
             lines.append(f"  {address} driver={self.driver_of(address) or '-'} vfs={len(self.vfs_of(address))}")
-        lines.append(f"  metax module: {self.module_version('metax') or 'not loaded'} {self.module_params('metax') or ''}")
+        lines.append(
+            f"  metax module: {self.module_version('metax') or 'not loaded'} {self.module_params('metax') or ''}"
+        )
         lines.append(f"  tools: {self.bin_dir}")
         return lines

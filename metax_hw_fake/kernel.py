@@ -98,9 +98,9 @@ class FakeKernel:
                 raise pcidev.oserror(errno.EEXIST, path)
             table.append(pair)
             for entry in sorted(layout.devices_dir(root).iterdir()):
-                if pcidev.driver_of(root, entry.name) is None and pcidev.override_of(root, entry.name) is None:
-                    if pcidev.claims(root, st, driver, entry.name):
-                        pcidev.probe(root, st, entry.name)
+                unclaimed = pcidev.driver_of(root, entry.name) is None and pcidev.override_of(root, entry.name) is None
+                if unclaimed and pcidev.claims(root, st, driver, entry.name):
+                    pcidev.probe(root, st, entry.name)
             return
         if attr == "remove_id":
             pair = _device_id_pair(text)

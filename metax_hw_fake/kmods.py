@@ -31,8 +31,14 @@ class KmodError(Exception):
         self.message = message
 
 
-def write_module_file(path: Path, name: str, version: str | None, driver: str | None,
-                      ids: list[tuple[int, int]], params: dict[str, tuple[str, str, str]]) -> None:
+def write_module_file(
+    path: Path,
+    name: str,
+    version: str | None,
+    driver: str | None,
+    ids: list[tuple[int, int]],
+    params: dict[str, tuple[str, str, str]],
+) -> None:
     """``params``: name -> (type, default, description)."""
     lines = [MAGIC, f"name={name}"]
     if version:
@@ -55,7 +61,7 @@ def read_module_file(path: Path) -> dict[str, Any]:
     for line in lines[1:]:
         key, _, value = line.partition("=")
         if key == "parm":
-            name, kind, default, text = (value.split(":", 3) + ["", "", ""])[:4]
+            name, kind, default, text = ([*value.split(":", 3), "", "", ""])[:4]
             info["params"][name] = {"type": kind, "default": default, "description": text}
         elif key == "ids":
             vendor, device = value.split(":")
@@ -91,7 +97,7 @@ def load(root: Path, st: State, info: dict[str, Any], params: dict[str, str]) ->
     log: list[str] = []
     directory = layout.module_dir(root, mod)
     known: dict[str, dict[str, str]] = info["params"]
-    for param, value in params.items():
+    for param, _value in params.items():
         if param not in known:
             log.append(f"{mod}: unknown parameter '{param}' ignored")
     for param, spec in known.items():

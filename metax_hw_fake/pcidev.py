@@ -48,8 +48,11 @@ def override_of(root: Path, addr: str) -> str | None:
 
 def ids_of(root: Path, addr: str) -> tuple[int, int, int]:
     base = layout.devices_dir(root) / addr
-    return (int(layout.get(base / "vendor") or "0", 16), int(layout.get(base / "device") or "0", 16),
-            int(layout.get(base / "class") or "0", 16))
+    return (
+        int(layout.get(base / "vendor") or "0", 16),
+        int(layout.get(base / "device") or "0", 16),
+        int(layout.get(base / "class") or "0", 16),
+    )
 
 
 def config_space(vendor: int, device: int, klass: int) -> bytes:
@@ -74,8 +77,18 @@ def join_group(root: Path, group: int, path: Path) -> None:
     layout.relink(path / "iommu_group", group_dir)
 
 
-def create_function(root: Path, st: State, parent: Path, addr: str, vendor: int, device: int, klass: int,
-                    numa: int, group: int | None = None, extra: dict[str, str] | None = None) -> Path:
+def create_function(
+    root: Path,
+    st: State,
+    parent: Path,
+    addr: str,
+    vendor: int,
+    device: int,
+    klass: int,
+    numa: int,
+    group: int | None = None,
+    extra: dict[str, str] | None = None,
+) -> Path:
     """A PCI function directory under ``parent`` (a real directory), linked from /sys/bus/pci/devices."""
     path = parent / addr
     path.mkdir(parents=True)

@@ -42,8 +42,7 @@ def listed(root: Path, st: State) -> list[Gpu]:
             if parent is None:
                 continue
             numvfs = max(1, int(layout.get(layout.devices_dir(root) / str(physfn) / "sriov_numvfs") or "1"))
-            record = dict(parent, util=0, mem_used_mib=0, mem_total_mib=int(parent["mem_total_mib"]) // numvfs,
-                          power=0)
+            record = dict(parent, util=0, mem_used_mib=0, mem_total_mib=int(parent["mem_total_mib"]) // numvfs, power=0)
         found.append(Gpu(len(found), addr, record))
     return found
 
@@ -79,14 +78,23 @@ def summary(root: Path, st: State, driver_version: str | None) -> str:
     for gpu in gpus:
         r = gpu.record
         lines.append(_row((f"{gpu.index:<12}MetaX {r['model']}", 36), (gpu.address, 21), (f"{r['util']}%", 22)))
-        lines.append(_row((f"{r['temp']}C{'':<9}{r['power']}W / {r['power_cap']}W", 36),
-                          (f"{r['mem_used_mib']}/{r['mem_total_mib']} MiB", 21), (str(r["state"]), 22)))
+        lines.append(
+            _row(
+                (f"{r['temp']}C{'':<9}{r['power']}W / {r['power_cap']}W", 36),
+                (f"{r['mem_used_mib']}/{r['mem_total_mib']} MiB", 21),
+                (str(r["state"]), 22),
+            )
+        )
         lines.append(RULE)
     by_address = {g.address: g.index for g in gpus}
-    lines += ["", "+" + "-" * 81 + "+", _row(("Process:", 81)),
-              _row((" GPU                    PID         Process Name                 GPU Memory", 81)),
-              _row(("                                                                 Usage(MiB)", 81)),
-              "|" + "=" * 81 + "|"]
+    lines += [
+        "",
+        "+" + "-" * 81 + "+",
+        _row(("Process:", 81)),
+        _row((" GPU                    PID         Process Name                 GPU Memory", 81)),
+        _row(("                                                                 Usage(MiB)", 81)),
+        "|" + "=" * 81 + "|",
+    ]
     processes = [p for p in st["processes"] if p["address"] in by_address]
     if not processes:
         lines.append(_row((" no process found", 81)))
@@ -107,7 +115,7 @@ def versions(root: Path, st: State, driver_version: str | None) -> str:
             f"    Kernel Mode Driver Version                    : {driver_version or 'N/A'}",
             f"    BIOS Version                                  : {gpu.record['vbios']}",
         ]
-    return "\n".join(lines + ["", "End of Log"]) + "\n"
+    return "\n".join([*lines, "", "End of Log"]) + "\n"
 
 
 def _link(root: Path, st: State, a: str, b: str) -> str:
@@ -126,9 +134,12 @@ def _link(root: Path, st: State, a: str, b: str) -> str:
 def topology(root: Path, st: State) -> str:
     gpus = listed(root, st)
     labels = [f"GPU{g.index}" for g in gpus]
-    lines = _header(st, len(gpus)) + ["Device link type matrix",
-                                       "        " + "".join(f"{label:<8}" for label in labels) + "Node Affinity"]
-    for gpu, label in zip(gpus, labels):
+    lines = [
+        *_header(st, len(gpus)),
+        "Device link type matrix",
+        "        " + "".join(f"{label:<8}" for label in labels) + "Node Affinity",
+    ]
+    for gpu, label in zip(gpus, labels, strict=False):
         cells = ["X" if other is gpu else _link(root, st, gpu.address, other.address) for other in gpus]
         numa = layout.get(layout.devices_dir(root) / gpu.address / "numa_node") or "-1"
         lines.append(f"{label:<8}" + "".join(f"{c:<8}" for c in cells) + (numa if numa != "-1" else "N/A"))
@@ -145,5 +156,7 @@ def gpu_list(root: Path, st: State) -> str:
 
 def garbage() -> str:
     """What a confused tool might print: table-ish fragments, nothing a parser may trust."""
-    return ("MX-SMI ?? Kernel Mode Driver Version: \x1b[31m\n|=====|\n| 0 | ##### | 77% | 3?C |\n"
-            "mxsml: ioctl 0xc0186d01 failed\n\x00\xff garbage\n")
+    return (
+        "MX-SMI ?? Kernel Mode Driver Version: \x1b[31m\n|=====|\n| 0 | ##### | 77% | 3?C |\n"
+        "mxsml: ioctl 0xc0186d01 failed\n\x00\xff garbage\n"
+    )

@@ -116,8 +116,9 @@ def modinfo(root: Path, args: list[str], out: TextIO, err: TextIO) -> int:
     if info.get("version"):
         fields.append(("version", str(info["version"])))
     fields += [("license", "GPL"), ("description", f"{info['name']} (fake module)")]
-    fields += [("alias", f"pci:v0000{v:04X}d{'*' if d == -1 else f'0000{d:04X}'}sv*sd*bc*sc*i*")
-               for v, d in info["ids"]]
+    fields += [
+        ("alias", f"pci:v0000{v:04X}d{'*' if d == -1 else f'0000{d:04X}'}sv*sd*bc*sc*i*") for v, d in info["ids"]
+    ]
     fields += [("depends", ""), ("name", str(info["name"])), ("vermagic", f"{release} SMP mod_unload modversions")]
     fields += [("parm", f"{p}:{spec['description']} ({spec['type']})") for p, spec in info["params"].items()]
     for key, value in fields:
@@ -170,7 +171,7 @@ def _render(root: Path, st: State, args: list[str]) -> str | None:
 
 
 def _flash(root: Path, st: State, args: list[str], out: TextIO) -> int:
-    options = dict(zip(args[::2], args[1::2]))
+    options = dict(zip(args[::2], args[1::2], strict=False))
     image = Path(options.get("-u") or options.get("-U") or "")
     gpus = {str(g.index): g.address for g in smi.listed(root, st)}
     targets = list(gpus.values()) if options.get("-i", "all") == "all" else [gpus.get(options["-i"], "")]

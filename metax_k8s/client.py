@@ -6,7 +6,7 @@ drop fields they do not know (our CRD, newer API fields), older releases cannot 
 use the package for what it does well (kubeconfig and in-cluster loading, token refresh, TLS, the
 connection pool) and speak JSON to the API server ourselves, one method per verb.
 
-`Api` is the seam between the port code (objects, nodes, events, lease) and a server. `HttpApi` is the real
+`api.Api` is the seam between the port code (objects, nodes, events, lease) and a server. `HttpApi` is the real
 one; `metax_k8s.inmemory.InMemoryApiServer` implements the same Protocol in memory. `HttpApi` does not
 retry: wrap it in `retry.RetryingApi` (the port classes do).
 """
@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import attrs
@@ -27,84 +27,13 @@ import urllib3
 
 from metax_core.errors import ClusterError, NotFound
 from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
-from metax_k8s import retry
+from metax_k8s import api, retry
 
 log = logging.getLogger(__name__)
 
-APPLY_PATCH = "application/apply-patch+yaml"
-MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds for one-shot requests; watches get a read timeout just past their own end."""
 LIST_CHUNK = 500
-
-
-class Api(Protocol):
-    """One Kubernetes API server, verb by verb. Errors are `retry.error_for` errors; nothing is retried."""
-
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        """The object; `NotFound` when it does not exist."""
-        ...
-
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> ObjectList:
-        ...
-
-    def watch(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        resource_version: str | None = None,
-        timeout_seconds: int = 60,
-    ) -> Iterator[WatchEvent]:
-        """One watch request: ends when the server closes it; `retry.Gone` when the version has expired."""
-        ...
-
-    def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
-        """POST; `Conflict` when it already exists. ``dry_run``: admitted and returned, not stored."""
-        ...
-
-    def replace(self, obj: RawObject, *, field_manager: str | None = None) -> dict[str, Any]:
-        """PUT; `Conflict` when ``metadata.resourceVersion`` is not the current one."""
-        ...
-
-    def merge_patch(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        patch: RawObject,
-        *,
-        namespace: str | None = None,
-        field_manager: str | None = None,
-    ) -> dict[str, Any]:
-        """JSON merge patch (RFC 7386); a ``metadata.resourceVersion`` in it is a precondition."""
-        ...
-
-    def apply(
-        self,
-        obj: RawObject,
-        *,
-        field_manager: str,
-        force: bool = False,
-        subresource: str | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """Server-side apply; `Conflict` when another manager owns a field with a different value."""
-        ...
-
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        ...
 
 
 def api_client(
@@ -116,7 +45,11 @@ def api_client(
     """
     in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     path = os.fspath(kubeconfig) if kubeconfig is not None else None
-    source = "in-cluster configuration" if in_cluster else f"kubeconfig {path or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+    source = (
+        "in-cluster configuration"
+        if in_cluster
+        else f"kubeconfig {path or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+    )
     try:
         if in_cluster:
             configuration = kubernetes.client.Configuration()
@@ -275,7 +208,9 @@ class HttpApi:
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
         res = self.resource(api_version, kind)
-        result: dict[str, Any] = self._send("GET", res.path(namespace, name), verb="get", what=target(kind, name, namespace))
+        result: dict[str, Any] = self._send(
+            "GET", res.path(namespace, name), verb="get", what=target(kind, name, namespace)
+        )
         return result
 
     def list(
@@ -364,7 +299,12 @@ class HttpApi:
         res, name, namespace = self._locate(obj)
         query = {"fieldManager": field_manager, "fieldValidation": "Strict"}
         result: dict[str, Any] = self._send(
-            "PUT", res.path(namespace, name), verb="replace", what=target(res.kind, name, namespace), query=query, body=obj
+            "PUT",
+            res.path(namespace, name),
+            verb="replace",
+            what=target(res.kind, name, namespace),
+            query=query,
+            body=obj,
         )
         return result
 
@@ -387,7 +327,7 @@ class HttpApi:
             what=target(kind, name, namespace),
             query=query,
             body=patch,
-            content_type=MERGE_PATCH,
+            content_type=api.MERGE_PATCH,
         )
         return result
 
@@ -415,7 +355,7 @@ class HttpApi:
             what=target(res.kind, name, namespace),
             query=query,
             body=obj,
-            content_type=APPLY_PATCH,
+            content_type=api.APPLY_PATCH,
         )
         return result
 

@@ -1,6 +1,6 @@
 """The ClusterOperator CustomResourceDefinition, generated from the spec model.
 
-Why generated: the attrs records of `metax_core.spec` are the one definition of every chart option, its
+Why generated: the attrs records of `metax_core.spec.model` are the one definition of every chart option, its
 type and its default. Writing the OpenAPI schema by hand would be a second definition that drifts. This
 module walks the records (camelCase names from `converter.camel_case`, defaults from
 `converter.unstructure` of the default records, enums from the Enum classes, descriptions from the
@@ -24,6 +24,7 @@ import datetime as dt
 import enum
 import functools
 import inspect
+import itertools
 import logging
 import sys
 import types
@@ -34,7 +35,9 @@ from typing import Any
 import attrs
 import yaml
 
-from metax_core import converter, rollout_status, spec
+from metax_core.rollout import status as rollout_status
+from metax_core.spec import converter
+from metax_core.spec import model as spec
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ PERCENT_PATTERN = r"^(100|[1-9]?[0-9])%$"
 DURATION_PATTERN = r"^\s*[0-9]+\s*(ms|s|m|h)?\s*$"
 """pauseDuration as a string: milliseconds ("10000") or a duration ("10s", "500ms", "2m", "1h")."""
 
-# Constraints the API server can check itself; the webhook (metax_core.validation) checks the rest.
+# Constraints the API server can check itself; the webhook (metax_core.spec.validation) checks the rest.
 _EXTRA: dict[tuple[type, str], Schema] = {
     (spec.GpuDevice, "healthy_interval"): {"minimum": 0},
     (spec.GpuDevice, "sgpu_shares"): {"minimum": 1},
@@ -65,7 +68,11 @@ _EXTRA: dict[tuple[type, str], Schema] = {
 
 # Whole-schema replacements where the attribute's Python type does not say what a document may hold.
 _REPLACE: dict[tuple[type, str], Schema] = {
-    (spec.UpgradeStep, "pause_duration"): {"x-kubernetes-int-or-string": True, "minimum": 0, "pattern": DURATION_PATTERN},
+    (spec.UpgradeStep, "pause_duration"): {
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "pattern": DURATION_PATTERN,
+    },
 }
 
 _RULES: dict[type, list[Schema]] = {
@@ -101,7 +108,7 @@ def _attribute_docs(module: types.ModuleType) -> dict[tuple[str, str], str]:
         if not isinstance(node, ast.ClassDef):
             continue
         body = node.body
-        for here, after in zip(body, body[1:]):
+        for here, after in itertools.pairwise(body):
             if (
                 isinstance(here, ast.AnnAssign)
                 and isinstance(here.target, ast.Name)
@@ -236,7 +243,7 @@ def _condition_schema() -> Schema:
 
 
 def _upgrade_status_schema() -> Schema:
-    """Table 3.16, from `metax_core.rollout_status`; fields a newer operator adds are kept, not pruned."""
+    """Table 3.16, from `metax_core.rollout.status`; fields a newer operator adds are kept, not pruned."""
     schema = record_schema(rollout_status.UpgradeStatus, defaults=False, strict_enums=False)
     return {
         "description": "Driver rollout state (001 Table 3.16), written by the rollout machine.",
@@ -258,7 +265,7 @@ def status_schema() -> Schema:
             },
             "phase": {
                 "type": "string",
-                "description": "Summary of the whole installation (e.g. Pending, Progressing, Ready, Degraded, Invalid).",
+                "description": "Summary of the whole installation (Pending, Progressing, Ready, Degraded, Invalid).",
             },
             "readyNodes": {"type": "integer", "description": "GPU nodes where every enabled component works."},
             "totalNodes": {"type": "integer", "description": "GPU nodes the operator manages."},

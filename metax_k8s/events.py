@@ -15,6 +15,7 @@ concurrent emitters never lose a count. A repeat after the window replaces the o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import logging
@@ -25,7 +26,7 @@ from typing import Any
 from metax_core.errors import NotFound
 from metax_core.ports.cluster import EventType, ObjectRef
 from metax_k8s import retry
-from metax_k8s.client import Api
+from metax_k8s.api import Api
 from metax_k8s.objects import retrying
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,16 @@ def _truncate(text: str, limit: int) -> str:
 def event_name(regarding: ObjectRef, reason: str, message: str, type: EventType, action: str) -> str:
     """The deterministic name of "this" event: the same inputs always give the same name."""
     identity = "\x00".join(
-        [regarding.api_version, regarding.kind, regarding.namespace or "", regarding.name, reason, message, type.value, action]
+        [
+            regarding.api_version,
+            regarding.kind,
+            regarding.namespace or "",
+            regarding.name,
+            reason,
+            message,
+            type.value,
+            action,
+        ]
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     prefix = re.sub(r"[^a-z0-9.-]", "-", regarding.name.lower())[:200].strip(".-") or "object"
@@ -107,10 +117,8 @@ class K8sEvents:
                 existing = None
             if existing is not None and self._last_seen(existing) + self.window < now:
                 log.debug("event %s/%s: last seen outside the window, starting a new one", namespace, name)
-                try:
+                with contextlib.suppress(NotFound):
                     self.api.delete(API_VERSION, "Event", name, namespace)
-                except NotFound:
-                    pass
                 existing = None
             if existing is None:
                 body = self._new(name, namespace, regarding, reason, message, type, action, now)

@@ -28,7 +28,7 @@ from typing import Any
 
 from metax_core.errors import Conflict, NotFound
 from metax_k8s import retry
-from metax_k8s.client import Api
+from metax_k8s.api import Api
 from metax_k8s.events import micro_time
 from metax_k8s.objects import retrying
 
@@ -125,7 +125,9 @@ class K8sLeaseLock:
         if holder and holder != self.identity and now < self._observed_at + duration:
             return self._lost()
         if holder and holder != self.identity:
-            log.info("lease %s/%s: %s has not renewed for %.0fs; taking over", self.namespace, self.name, holder, duration)
+            log.info(
+                "lease %s/%s: %s has not renewed for %.0fs; taking over", self.namespace, self.name, holder, duration
+            )
         body = {
             "apiVersion": API_VERSION,
             "kind": "Lease",
@@ -166,7 +168,12 @@ class K8sLeaseLock:
             "apiVersion": API_VERSION,
             "kind": "Lease",
             "metadata": _without_managed_fields(lease["metadata"]),
-            "spec": {**spec, "holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": micro_time(self.wall_clock())},
+            "spec": {
+                **spec,
+                "holderIdentity": None,
+                "leaseDurationSeconds": 1,
+                "renewTime": micro_time(self.wall_clock()),
+            },
         }
         try:
             self.api.replace(body, field_manager=self.identity)

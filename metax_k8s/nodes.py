@@ -16,7 +16,7 @@ from typing import Any
 from metax_core.errors import NotFound
 from metax_core.ports.cluster import RawObject
 from metax_k8s import retry
-from metax_k8s.client import Api
+from metax_k8s.api import Api
 from metax_k8s.objects import retrying
 
 log = logging.getLogger(__name__)

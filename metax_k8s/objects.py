@@ -27,7 +27,7 @@ from typing import Any
 from metax_core.errors import NotFound
 from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
 from metax_k8s import retry
-from metax_k8s.client import Api
+from metax_k8s.api import Api
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,7 @@ class K8sObjects:
         self.api = retrying(api, policy)
         self._monotonic = monotonic
 
-    def apply(
-        self, obj: RawObject, *, field_manager: str, force: bool = False, dry_run: bool = False
-    ) -> RawObject:
+    def apply(self, obj: RawObject, *, field_manager: str, force: bool = False, dry_run: bool = False) -> RawObject:
         return self.api.apply(obj, field_manager=field_manager, force=force, dry_run=dry_run)
 
     def apply_status(self, obj: RawObject, *, field_manager: str, force: bool = False) -> RawObject:
@@ -137,9 +135,7 @@ class _Watch:
         return self.deadline - self.objects._monotonic()
 
     def _list(self) -> ObjectList:
-        return self.objects.list(
-            self.api_version, self.kind, self.namespace, self.label_selector, self.field_selector
-        )
+        return self.objects.list(self.api_version, self.kind, self.namespace, self.label_selector, self.field_selector)
 
     def _relist(self, initial: bool) -> Iterator[WatchEvent]:
         listing = self._list()

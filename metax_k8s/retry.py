@@ -20,15 +20,13 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
 from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent
-
-if TYPE_CHECKING:
-    from metax_k8s.client import Api
+from metax_k8s.api import Api
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +51,7 @@ class Gone(ClusterError):
     """HTTP 410: the resourceVersion a watch (or list continuation) asked for has been compacted away."""
 
 
-def error_for(
-    verb: str, target: str, status: int, detail: str, retry_after: float | None = None
-) -> ClusterError:
+def error_for(verb: str, target: str, status: int, detail: str, retry_after: float | None = None) -> ClusterError:
     """The port-level error for an HTTP status (and the server's message)."""
     if status == 404:
         return NotFound(verb, target, detail, status)

@@ -49,9 +49,7 @@ class ObjectList:
 class Objects(Protocol):
     """Generic object access: server-side apply, get, list, watch, delete, status."""
 
-    def apply(
-        self, obj: RawObject, *, field_manager: str, force: bool = False, dry_run: bool = False
-    ) -> RawObject:
+    def apply(self, obj: RawObject, *, field_manager: str, force: bool = False, dry_run: bool = False) -> RawObject:
         """Server-side apply ``obj``; only the fields in ``obj`` are owned by ``field_manager``.
 
         A field owned by another manager with a different value raises `Conflict` unless ``force``.
@@ -59,8 +57,7 @@ class Objects(Protocol):
         """
         ...
 
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> RawObject | None:
-        ...
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> RawObject | None: ...
 
     def list(
         self,
@@ -69,8 +66,7 @@ class Objects(Protocol):
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> ObjectList:
-        ...
+    ) -> ObjectList: ...
 
     def watch(
         self,
@@ -97,8 +93,7 @@ class Objects(Protocol):
 class NodeMetadata(Protocol):
     """Node labels and annotations owned by us: patches touch only the given keys (None removes a key)."""
 
-    def get_node(self, name: str) -> RawObject | None:
-        ...
+    def get_node(self, name: str) -> RawObject | None: ...
 
     def patch_node_metadata(
         self,
@@ -106,8 +101,7 @@ class NodeMetadata(Protocol):
         *,
         labels: Mapping[str, str | None] | None = None,
         annotations: Mapping[str, str | None] | None = None,
-    ) -> None:
-        ...
+    ) -> None: ...
 
 
 class EventType(enum.Enum):
@@ -126,8 +120,7 @@ class Events(Protocol):
         message: str,
         type: EventType = EventType.NORMAL,
         action: str = "Reconcile",
-    ) -> None:
-        ...
+    ) -> None: ...
 
 
 class LeaderLock(Protocol):
@@ -137,5 +130,4 @@ class LeaderLock(Protocol):
         """True when this identity holds the lease after the call."""
         ...
 
-    def release(self) -> None:
-        ...
+    def release(self) -> None: ...

@@ -90,39 +90,32 @@ class KernelModules(Protocol):
 class GpuMonitor(Protocol):
     """Health and telemetry of the node's GPUs (mx-smi and sysfs), each call bounded by a timeout."""
 
-    def health(self) -> Mapping[PciAddress, GpuHealth]:
-        ...
+    def health(self) -> Mapping[PciAddress, GpuHealth]: ...
 
-    def metrics(self) -> Sequence[GpuMetrics]:
-        ...
+    def metrics(self) -> Sequence[GpuMetrics]: ...
 
 
 class GpuTopology(Protocol):
     """GPU-to-GPU links as the vendor tool sees them (MetaXLink, PCIe switch, NUMA)."""
 
-    def links(self) -> Sequence[GpuLink]:
-        ...
+    def links(self) -> Sequence[GpuLink]: ...
 
 
 class GpuProcesses(Protocol):
     """Host processes using the GPUs (a driver cannot be unloaded under them)."""
 
-    def processes(self) -> Sequence[GpuProcess]:
-        ...
+    def processes(self) -> Sequence[GpuProcess]: ...
 
 
 class Firmware(Protocol):
     """Reads VBIOS/firmware facts and flashes firmware through the vendor tool."""
 
-    def info(self) -> Sequence[FirmwareInfo]:
-        ...
+    def info(self) -> Sequence[FirmwareInfo]: ...
 
-    def flash(self, address: PciAddress, image_path: str) -> None:
-        ...
+    def flash(self, address: PciAddress, image_path: str) -> None: ...
 
 
 class NetworkInterfaces(Protocol):
     """The node's network interfaces with their PCI and NUMA placement."""
 
-    def interfaces(self) -> Sequence[NetworkInterface]:
-        ...
+    def interfaces(self) -> Sequence[NetworkInterface]: ...

@@ -90,9 +90,7 @@ def module_versions(module_dir: Path | None = None) -> dict[str, str]:
             found["go"] = parts[1]
     missing = sorted(set(wanted.values()) - set(found))
     if missing:
-        raise errors.ControlPlaneError(
-            f"{module_dir}/go.mod does not require {', '.join(missing)}"
-        )
+        raise errors.ControlPlaneError(f"{module_dir}/go.mod does not require {', '.join(missing)}")
     return found
 
 
@@ -187,9 +185,7 @@ def build(
     started = time.monotonic()
     module_dir = (module_dir or go_module_dir()).resolve()
     if not (module_dir / "go.mod").is_file():
-        raise errors.ControlPlaneError(
-            f"no Go module at {module_dir} (set METAX_CONTROLPLANE_GO_MODULE)"
-        )
+        raise errors.ControlPlaneError(f"no Go module at {module_dir} (set METAX_CONTROLPLANE_GO_MODULE)")
     go = find_go()
     versions = module_versions(module_dir)
     key = build_key(module_dir, go)
@@ -234,8 +230,7 @@ def build(
             ]
             if not quiet:
                 print(
-                    f"control plane: building {', '.join(BINARIES)} with {go} "
-                    f"(a cold build takes several minutes) ...",
+                    f"control plane: building {', '.join(BINARIES)} with {go} (a cold build takes several minutes) ...",
                     file=sys.stderr,
                     flush=True,
                 )

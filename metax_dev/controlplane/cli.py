@@ -2,7 +2,7 @@
 
 Why this module exists: developers start a cluster by hand to poke at the operator with kubectl,
 and CI may build the binaries as a step of its own. :func:`up` is also what
-``metax-operator dev cluster up`` calls.
+``metax-dev cluster up`` calls.
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ def up(nodes: int = 3, *, workloads: bool = True) -> None:
             while not stop_requested.wait(1.0):
                 dead = plane.dead_components()
                 if dead:
-                    raise errors.ControlPlaneError(
-                        f"{', '.join(dead)} exited; see {plane.workdir / 'logs'}"
-                    )
+                    raise errors.ControlPlaneError(f"{', '.join(dead)} exited; see {plane.workdir / 'logs'}")
             print("stopping ...", flush=True)
     finally:
         for sig, handler in previous.items():
@@ -57,16 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up_parser = sub.add_parser("up", help="start a cluster and wait for Ctrl-C")
     up_parser.add_argument("--nodes", type=int, default=3, help="kwok nodes to create (default 3)")
-    up_parser.add_argument(
-        "--no-workloads", action="store_true", help="no controller-manager and scheduler"
-    )
+    up_parser.add_argument("--no-workloads", action="store_true", help="no controller-manager and scheduler")
     build_parser = sub.add_parser("build", help="build (or reuse) the binaries and print where")
     build_parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     sub.add_parser("versions", help="print the upstream versions built")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "up":
             up(args.nodes, workloads=not args.no_workloads)

@@ -87,9 +87,7 @@ class ControlPlane:
         self.node_labels = dict(node_labels or {})
         self.startup_timeout = startup_timeout
         self.keep_workdir = (
-            keep_workdir
-            if keep_workdir is not None
-            else os.environ.get("METAX_CONTROLPLANE_KEEP") == "1"
+            keep_workdir if keep_workdir is not None else os.environ.get("METAX_CONTROLPLANE_KEEP") == "1"
         )
         self.workdir_parent = workdir_parent
         self.verbosity = verbosity
@@ -189,9 +187,7 @@ class ControlPlane:
             self._ports[component] = network.free_port()
         credentials = components.write_credentials(self.workdir, self.server_url)
         components.write_kwok_config(self.workdir, self._binary("kwok"))
-        self._config = config = components.Config(
-            self.workdir, self._ports, credentials, self.verbosity
-        )
+        self._config = config = components.Config(self.workdir, self._ports, credentials, self.verbosity)
 
         self._start("etcd", config.etcd_args())
         self._wait_for(
@@ -294,9 +290,7 @@ class ControlPlane:
         if self._config is None:
             raise errors.ControlPlaneError("control plane not started")
         credentials = self._config.credentials
-        return network.Https(
-            self.port("kube-apiserver"), credentials.authority.ca.cert, credentials.admin
-        )
+        return network.Https(self.port("kube-apiserver"), credentials.authority.ca.cert, credentials.admin)
 
     # ---------------------------------------------------------------- nodes
 
@@ -350,9 +344,7 @@ class ControlPlane:
             raise errors.ControlPlaneError("no binaries")
         path = self.bin_dir / name
         if not path.is_file():
-            raise errors.ControlPlaneError(
-                f"missing binary {path}; run `python -m metax_dev.controlplane build`"
-            )
+            raise errors.ControlPlaneError(f"missing binary {path}; run `python -m metax_dev.controlplane build`")
         return str(path)
 
     def _start(self, name: str, args: Sequence[str]) -> processes.Process:

@@ -71,18 +71,12 @@ def write_credentials(workdir: Path, server: str) -> Credentials:
         ],
         server=True,
     )
-    serving = authority.issue(
-        "serving", "localhost", dns_names=["localhost"], ips=[network.LOOPBACK], server=True
-    )
-    admin = authority.issue(
-        "admin", "metax-test-admin", organizations=["system:masters"], client=True
-    )
+    serving = authority.issue("serving", "localhost", dns_names=["localhost"], ips=[network.LOOPBACK], server=True)
+    admin = authority.issue("admin", "metax-test-admin", organizations=["system:masters"], client=True)
     pki.write_kubeconfig(workdir / "admin.kubeconfig", server, authority.ca, "admin", admin)
     for component, (common_name, orgs) in _CLIENT_IDENTITIES.items():
         pair = authority.issue(component, common_name, organizations=orgs, client=True)
-        pki.write_kubeconfig(
-            workdir / f"{component}.kubeconfig", server, authority.ca, component, pair
-        )
+        pki.write_kubeconfig(workdir / f"{component}.kubeconfig", server, authority.ca, component, pair)
     return Credentials(authority, apiserver, serving, admin)
 
 
@@ -192,8 +186,7 @@ class Config:
             f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
             f"--config={self.workdir / 'kwok.yaml'}",
             "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector="
-            f"{nodes.KWOK_NODE_ANNOTATION}={nodes.KWOK_NODE_ANNOTATION_VALUE}",
+            f"--manage-nodes-with-annotation-selector={nodes.KWOK_NODE_ANNOTATION}={nodes.KWOK_NODE_ANNOTATION_VALUE}",
             # Nodes advertise loopback, so anything that dials a "kubelet" reaches kwok here.
             f"--node-ip={network.LOOPBACK}",
             f"--node-port={port}",

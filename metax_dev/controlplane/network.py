@@ -63,12 +63,8 @@ class Https:
         if client is not None:
             self.context.load_cert_chain(str(client.cert), str(client.key))
 
-    def request(
-        self, method: str, path: str, body: object | None = None, timeout: float = 10.0
-    ) -> tuple[int, bytes]:
-        connection = http.client.HTTPSConnection(
-            LOOPBACK, self.port, context=self.context, timeout=timeout
-        )
+    def request(self, method: str, path: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+        connection = http.client.HTTPSConnection(LOOPBACK, self.port, context=self.context, timeout=timeout)
         try:
             headers = {"Accept": "application/json"}
             payload = None

@@ -22,9 +22,7 @@ KWOK_NODE_LABEL: Final = "type"
 KWOK_NODE_LABEL_VALUE: Final = "kwok"
 
 
-def manifest(
-    name: str, *, cpu: str, memory: str, pods: str, labels: Mapping[str, str]
-) -> dict[str, Any]:
+def manifest(name: str, *, cpu: str, memory: str, pods: str, labels: Mapping[str, str]) -> dict[str, Any]:
     """The Node object created for a kwok node: kwok annotation, labels, resources."""
     resources = {"cpu": cpu, "memory": memory, "pods": pods}
     all_labels = {

@@ -25,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -122,9 +122,7 @@ class Pki:
             )
         )
 
-    def _write(
-        self, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey
-    ) -> KeyPair:
+    def _write(self, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> KeyPair:
         pair = KeyPair(self.dir / f"{stem}.crt", self.dir / f"{stem}.key")
         pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         pair.key.write_bytes(_key_pem(key))

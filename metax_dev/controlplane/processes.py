@@ -117,7 +117,7 @@ class Process:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 # PDEATHSIG follows the starting *thread*: only safe from the main thread.
-                preexec_fn=_die_with_parent if on_main_thread and sys.platform == "linux" else None,
+                preexec_fn=_die_with_parent if on_main_thread and sys.platform == "linux" else None,  # noqa: PLW1509
             )
         logger.debug("started %s (pid %d)", self.name, self.popen.pid)
 
@@ -219,9 +219,7 @@ def reap_stale_workdirs(parent: Path) -> None:
         except (OSError, ValueError):
             continue  # kept on purpose, being created, or not ours
         if owner != os.getpid() and not pid_alive(owner):
-            logger.info(
-                "removing stale control-plane workdir %s (pid %d is gone)", directory, owner
-            )
+            logger.info("removing stale control-plane workdir %s (pid %d is gone)", directory, owner)
             shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from metax_core import cdi, readiness
 from metax_core.errors import HardwareError, InvalidSpec
+from metax_core.node import cdi, readiness
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class CdiSpecFile:
 
 
 class FileReadinessBoard:
-    """`readiness.ReadinessBoard` on ``<host_root>/run/metax/ready/<component>.json``."""
+    """`ports.node.ReadinessBoard` on ``<host_root>/run/metax/ready/<component>.json``."""
 
     def __init__(self, host_root: pathlib.Path, directory: str = readiness.READY_DIR) -> None:
         self.directory = host_root / directory

@@ -34,9 +34,11 @@ class RegenerationFailed(RuntimeError):
 
 def generate(out_root: pathlib.Path, repo_root: pathlib.Path = REPO_ROOT) -> list[pathlib.Path]:
     """Run protoc on the .proto, writing the modules under ``out_root`` (mirroring the package path)."""
-    from grpc_tools import protoc  # imported here: grpcio-tools is a development dependency only
-
     import importlib.resources
+
+    from grpc_tools import (
+        protoc,  # imported here: grpcio-tools is a development dependency only
+    )
 
     well_known = str(importlib.resources.files("grpc_tools") / "_proto")
     target_dir = out_root / PROTO.parent
@@ -64,8 +66,7 @@ def drifted(repo_root: pathlib.Path = REPO_ROOT) -> list[str]:
         return [
             path.name
             for path in fresh
-            if not (checked_in / path.name).exists()
-            or not filecmp.cmp(path, checked_in / path.name, shallow=False)
+            if not (checked_in / path.name).exists() or not filecmp.cmp(path, checked_in / path.name, shallow=False)
         ]
 
 

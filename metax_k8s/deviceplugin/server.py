@@ -1,9 +1,9 @@
 """One kubelet device plugin: a gRPC server on a unix socket for one extended resource, and its registration.
 
 kubelet wants one socket and one registration per resource, so gpu-device runs one `PluginServer` per
-`metax_core.devices.Resource`. The server knows the protocol only: the device list is pushed in with
-`update`, and Allocate / GetPreferredAllocation are answered by a `Backend` (the service, which asks the
-core). Protocol facts this code relies on (kubelet's devicemanager):
+`metax_core.node.devices.Resource`. The server knows the protocol only: the device list is pushed in with
+`update`, and Allocate / GetPreferredAllocation are answered by a `ports.node.AllocationBackend` (the service,
+which asks the core). Protocol facts this code relies on (kubelet's devicemanager):
 
 - kubelet dials the plugin *inside* Register (GetDevicePluginOptions, then ListAndWatch), so the server
   must be serving before `register` is called;
@@ -21,12 +21,13 @@ import pathlib
 import stat
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 
-from metax_core import devices
 from metax_core.errors import PortError
+from metax_core.node import devices
+from metax_core.ports import node as node_ports
 from metax_k8s.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -49,19 +50,6 @@ class RegistrationFailed(PortError):
 
 class ServeFailed(PortError):
     """The plugin's gRPC server could not listen on its socket."""
-
-
-class Backend(Protocol):
-    """Answers the calls that need the node's current devices (implemented by the gpu-device service)."""
-
-    def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
-        """Raise `devices.AllocationRefused` for devices that cannot be handed out."""
-        ...
-
-    def preferred(
-        self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
-    ) -> Sequence[str]:
-        ...
 
 
 def to_proto_device(device: devices.Device) -> api_pb2.Device:
@@ -127,7 +115,9 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):  # type: ignore[misc, unused
 class PluginServer:
     """Serves one resource on ``<plugin_dir>/<resource socket name>`` and registers it with kubelet."""
 
-    def __init__(self, resource: devices.Resource, plugin_dir: pathlib.Path, backend: Backend) -> None:
+    def __init__(
+        self, resource: devices.Resource, plugin_dir: pathlib.Path, backend: node_ports.AllocationBackend
+    ) -> None:
         self.resource = resource
         self.backend = backend
         self.plugin_dir = plugin_dir

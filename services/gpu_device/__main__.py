@@ -13,9 +13,9 @@ from types import FrameType
 # there (the child execs at once) and log a line per fork. Must be set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from metax_core.errors import MetaxError  # noqa: E402
-from services.gpu_device import bootstrap  # noqa: E402
-from services.gpu_device.agent import Agent  # noqa: E402
+from metax_core.errors import MetaxError
+from services.gpu_device import bootstrap
+from services.gpu_device.agent import Agent
 
 log = logging.getLogger(__name__)
 

@@ -2,13 +2,14 @@
 
 Every ``tick`` the loop does only what has come due: the inventory and health (every healthy_interval),
 the node's labels (sGPU mode, QoS policy), the readiness signals of the components it depends on, and the
-state of kubelet's socket and of its own plugin servers. It then asks `metax_core.devices.plan_devices`
+state of kubelet's socket and of its own plugin servers. It then asks `metax_core.node.devices.plan_devices`
 for each resource's devices and applies the plan: start or stop a plugin server per active resource, push
 the device list (every open ListAndWatch stream sends it at once), (re)register after a kubelet restart
 or after its own server failed, and keep the CDI spec in step.
 
-The agent also answers the plugin servers' Allocate and GetPreferredAllocation calls (`Backend`) from the
-last plan, which it swaps atomically, so gRPC threads never see a half-applied state.
+The agent also answers the plugin servers' Allocate and GetPreferredAllocation calls
+(`ports.node.AllocationBackend`) from the last plan, which it swaps atomically, so gRPC threads never see a
+half-applied state.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
 
 import attrs
 
-from metax_core import cdi, devices, readiness
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
+from metax_core.node import cdi, devices, readiness
+from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services.gpu_device.config import Settings
@@ -32,31 +33,7 @@ from services.gpu_device.config import Settings
 log = logging.getLogger(__name__)
 
 
-class Plugin(Protocol):
-    """One resource's plugin server (`metax_k8s.deviceplugin.server.PluginServer`); failures are PortErrors."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def serving(self) -> bool: ...
-
-    def probe(self) -> bool: ...
-
-    def register(self) -> None: ...
-
-    def update(self, advertised: Sequence[devices.Device]) -> bool: ...
-
-
-class CdiSink(Protocol):
-    """Where the CDI spec goes (`metax_k8s.deviceplugin.hostfiles.CdiSpecFile`); failures are HardwareErrors."""
-
-    def write(self, spec: Mapping[str, Any] | None) -> bool: ...
-
-    def remove(self) -> bool: ...
-
-
-PluginFactory = Callable[[devices.Resource, "Agent"], Plugin]
+PluginFactory = Callable[[devices.Resource, "Agent"], node_ports.ResourcePlugin]
 KubeletWatch = Callable[[], object]
 """Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
 
@@ -80,8 +57,8 @@ class Agent:
         inventory: DeviceInventory,
         monitor: GpuMonitor,
         nodes: NodeMetadata,
-        board: readiness.ReadinessBoard,
-        cdi_file: CdiSink | None,
+        board: node_ports.ReadinessBoard,
+        cdi_file: node_ports.CdiSink | None,
         plugin_factory: PluginFactory,
         kubelet: KubeletWatch,
         clock: Callable[[], float] = time.monotonic,
@@ -98,7 +75,7 @@ class Agent:
         self._factory = plugin_factory
         self._kubelet_watch = kubelet
         self.snapshot = Snapshot()
-        self.plugins: dict[devices.Resource, Plugin] = {}
+        self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
         self._registered: set[devices.Resource] = set()
         self._kubelet: object = None
         self._next: dict[str, float] = {}
@@ -118,7 +95,7 @@ class Agent:
         """The last readiness decision (R-READY), for logs and tests."""
         return self._decision
 
-    # --- Backend for the plugin servers --------------------------------------------------------------------
+    # --- AllocationBackend for the plugin servers --------------------------------------------------------------------
 
     def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
         snap = self.snapshot
@@ -203,9 +180,7 @@ class Agent:
         try:
             functions = self._inventory.functions()
             nodes = {
-                f.address: tuple(self._inventory.device_nodes(f.address))
-                for f in functions
-                if devices.is_native(f)
+                f.address: tuple(self._inventory.device_nodes(f.address)) for f in functions if devices.is_native(f)
             }
             iommu = self._inventory.iommu_enabled()
         except HardwareError as exc:
@@ -245,7 +220,9 @@ class Agent:
         try:
             node = self._nodes.get_node(self.settings.node_name)
         except ClusterError as exc:
-            self._say("labels", f"cannot read node {self.settings.node_name}, keeping its labels: {exc}", logging.WARNING)
+            self._say(
+                "labels", f"cannot read node {self.settings.node_name}, keeping its labels: {exc}", logging.WARNING
+            )
             return
         if node is None:
             self._say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)

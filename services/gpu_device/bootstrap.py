@@ -13,8 +13,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from metax_core import devices, readiness
 from metax_core.errors import MetaxError
+from metax_core.node import devices
+from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from metax_k8s.deviceplugin import hostfiles, server
@@ -57,7 +58,7 @@ def bootstrap(
     inventory: DeviceInventory | None = None,
     monitor: GpuMonitor | None = None,
     nodes: NodeMetadata | None = None,
-    board: readiness.ReadinessBoard | None = None,
+    board: node_ports.ReadinessBoard | None = None,
     clock: Callable[[], float] | None = None,
     wall: Callable[[], datetime.datetime] | None = None,
 ) -> agent.Agent:
@@ -71,7 +72,7 @@ def bootstrap(
     if wall is not None:
         extra["wall"] = wall
 
-    def plugin(resource: devices.Resource, backend: agent.Agent) -> agent.Plugin:
+    def plugin(resource: devices.Resource, backend: agent.Agent) -> node_ports.ResourcePlugin:
         return server.PluginServer(resource, plugin_dir, backend)
 
     if inventory is None or monitor is None:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core import devices, readiness
 from metax_core.errors import FieldError, InvalidSpec
+from metax_core.node import devices, readiness
 
 DEFAULT_REQUIRED = ("gpu-label", "container-runtime", "maca", "driver")
 

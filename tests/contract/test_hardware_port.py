@@ -51,8 +51,13 @@ class Backend:
 
 
 def _fake(tmp_path: Path) -> FakeHost:
-    return (builder.FakeHostBuilder().gpus(4, numa_nodes=2, switches=2).nics(builder.NicSpec("ens1", switch=0))
-            .vfs(2).build(tmp_path / "host"))
+    return (
+        builder.FakeHostBuilder()
+        .gpus(4, numa_nodes=2, switches=2)
+        .nics(builder.NicSpec("ens1", switch=0))
+        .vfs(2)
+        .build(tmp_path / "host")
+    )
 
 
 @pytest.fixture(params=["fake", "this-machine"])
@@ -89,11 +94,15 @@ def _link(root: Path, address: str, attribute: str) -> str | None:
 
 # --- inventory, both backends ---------------------------------------------------------------------------
 
+
 def test_functions_are_the_vendors_devices_sorted_by_address(backend: Backend) -> None:
     functions = backend.hw.devices.functions()
     addresses = [f.address for f in functions]
-    expected = sorted(a for a in os.listdir(backend.root / "sys/bus/pci/devices")
-                      if int(_raw(backend.root, a, "vendor") or "0", 16) == backend.vendor_id)
+    expected = sorted(
+        a
+        for a in os.listdir(backend.root / "sys/bus/pci/devices")
+        if int(_raw(backend.root, a, "vendor") or "0", 16) == backend.vendor_id
+    )
     assert addresses == expected
     assert len(set(addresses)) == len(addresses)
     assert all(pci.is_pci_address(a) for a in addresses)
@@ -175,6 +184,7 @@ def test_network_interfaces_match_sys_class_net(backend: Backend) -> None:
 
 # --- binding, fake ---------------------------------------------------------------------------------------
 
+
 def test_bind_to_vfio_and_back(fake: FakeHost) -> None:
     gpu = fake.gpu_addresses()[1]
     with pytest.raises(errors.HardwareError, match="vfio-pci is not loaded"):
@@ -199,6 +209,7 @@ def test_unbind_leaves_the_function_free(fake: FakeHost) -> None:
 
 
 # --- SR-IOV, fake ----------------------------------------------------------------------------------------
+
 
 def test_vf_count_goes_through_zero_and_vfs_follow_autoprobe(fake: FakeHost) -> None:
     pf = fake.gpu_addresses()[0]
@@ -225,6 +236,7 @@ def test_vfs_need_a_driver_on_the_pf(fake: FakeHost) -> None:
 
 
 # --- modules, fake ---------------------------------------------------------------------------------------
+
 
 def test_module_reload_with_params_reads_back(fake: FakeHost) -> None:
     assert fake.modules.installed_version("metax") == "2.18.0"
@@ -274,6 +286,7 @@ def test_unloading_an_absent_module_is_a_no_op(fake: FakeHost) -> None:
 
 
 # --- monitor and firmware, fake --------------------------------------------------------------------------
+
 
 def test_health_metrics_links_processes(fake: FakeHost) -> None:
     gpus = fake.gpu_addresses()

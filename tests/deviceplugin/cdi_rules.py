@@ -1,4 +1,4 @@
-"""The CDI spec's rules, written down independently of `metax_core.cdi`, to check the files gpu-device writes.
+"""The CDI spec's rules, written down independently of `metax_core.node.cdi`, to check the files gpu-device writes.
 
 From the CDI specification (cncf-tags/container-device-interface SPEC.md and specs-go): the known
 ``cdiVersion`` values; ``kind`` is ``vendor/class`` with the vendor a DNS subdomain and the class a name

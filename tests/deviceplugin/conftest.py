@@ -13,23 +13,24 @@ from typing import Any
 import attrs
 import pytest
 
-from metax_core import readiness
 from metax_core.inventory import PciFunction
+from metax_core.node import readiness
 from metax_k8s.deviceplugin import hostfiles
 from services.gpu_device import agent as agent_module
 from services.gpu_device import bootstrap, config
+
 from .fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu
 from .kubelet import Kubelet
 
 NODE = "node-a"
-FAST = dict(
-    tick=0.01,
-    healthy_interval=0.05,
-    label_interval=0.05,
-    readiness_interval=0.05,
-    inventory_interval=0.05,
-    probe_interval=0.2,
-)
+FAST = {
+    "tick": 0.01,
+    "healthy_interval": 0.05,
+    "label_interval": 0.05,
+    "readiness_interval": 0.05,
+    "inventory_interval": 0.05,
+    "probe_interval": 0.2,
+}
 
 
 def four_gpus() -> list[PciFunction]:
@@ -68,7 +69,11 @@ class Node:
 
     def start(self, **overrides: Any) -> agent_module.Agent:
         self.agent = bootstrap.bootstrap(
-            self.settings(**overrides), inventory=self.inventory, monitor=self.monitor, nodes=self.labels, board=self.board
+            self.settings(**overrides),
+            inventory=self.inventory,
+            monitor=self.monitor,
+            nodes=self.labels,
+            board=self.board,
         )
         self._stop.clear()
 

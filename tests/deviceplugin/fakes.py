@@ -13,7 +13,13 @@ from typing import Any
 
 from metax_core import inventory
 from metax_core.errors import HardwareError
-from metax_core.inventory import FunctionKind, GpuHealth, GpuMetrics, PciAddress, PciFunction
+from metax_core.inventory import (
+    FunctionKind,
+    GpuHealth,
+    GpuMetrics,
+    PciAddress,
+    PciFunction,
+)
 
 
 def address(bus: int, function: int = 0) -> PciAddress:

@@ -189,5 +189,7 @@ class Kubelet:
 
     def pre_start(self, resource: str, ids: Sequence[str]) -> api_pb2.PreStartContainerResponse:
         request = api_pb2.PreStartContainerRequest(devices_ids=list(ids))
-        response: api_pb2.PreStartContainerResponse = self.endpoints[resource].stub.PreStartContainer(request, timeout=5)
+        response: api_pb2.PreStartContainerResponse = self.endpoints[resource].stub.PreStartContainer(
+            request, timeout=5
+        )
         return response

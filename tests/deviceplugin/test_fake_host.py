@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from metax_core import readiness
 from metax_core.inventory import PciAddress
+from metax_core.node import readiness
 from metax_hw_fake import builder
 from metax_hw_fake.host import FakeHost
 from metax_k8s.deviceplugin import hostfiles
@@ -52,8 +52,13 @@ def on_fake_host() -> Iterator[Start]:
         kubelet = Kubelet(fake.root / "var/lib/kubelet/device-plugins").start()
         kubelets.append(kubelet)
         settings = config.Settings(
-            node_name="n", host_root=fake.root, tick=0.02, healthy_interval=0.2, inventory_interval=0.2,
-            label_interval=0.2, readiness_interval=0.2,
+            node_name="n",
+            host_root=fake.root,
+            tick=0.02,
+            healthy_interval=0.2,
+            inventory_interval=0.2,
+            label_interval=0.2,
+            readiness_interval=0.2,
         )
         agent = bootstrap.bootstrap(
             settings, inventory=fake.devices, monitor=fake.monitor, nodes=FakeNodeMetadata("n"), board=board
@@ -91,7 +96,11 @@ def test_lists_sysfs_gpus_with_real_device_nodes_and_topology(on_fake_host: Star
     paths = {f.address: f.pcie_path for f in fake.devices.functions()}
 
     def shared(a: str, b: str) -> int:
-        return len(os.path.commonprefix([paths[PciAddress(a)], paths[PciAddress(b)]]))
+        return len(
+            os.path.commonprefix(  # noqa: RUF071 (characters of sysfs paths, on purpose)
+                [paths[PciAddress(a)], paths[PciAddress(b)]]
+            )
+        )
 
     pair = kubelet.preferred(GPU, sorted(addresses), [], 2)
     assert shared(*pair) == max(shared(a, b) for a in addresses for b in addresses if a != b) >= 2

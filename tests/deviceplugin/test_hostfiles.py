@@ -15,8 +15,8 @@ import pathlib
 
 import pytest
 
-from metax_core import readiness
 from metax_core.errors import InvalidSpec
+from metax_core.node import readiness
 from metax_k8s.deviceplugin import hostfiles
 
 SPEC = {"cdiVersion": "0.3.0", "kind": "metax-tech.com/gpu", "devices": [{"name": "a", "containerEdits": {}}]}

@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 
-from metax_core import devices
+from metax_core.node import devices
 from services.gpu_device import __main__ as entry
 
 from .conftest import Node
@@ -74,7 +74,7 @@ def test_restarts_when_its_socket_disappears(node: Node) -> None:
 
     (node.plugin_dir / "metax-gpu.sock").unlink()
     node.kubelet.wait_for(lambda: node.kubelet.registered(GPU) == 2, what="re-registration")
-    node.kubelet.wait_for(lambda: (node.plugin_dir / "metax-gpu.sock").is_socket())
+    node.kubelet.wait_for((node.plugin_dir / "metax-gpu.sock").is_socket)
     assert len(node.kubelet.allocate(GPU, ["0000:09:00.0"]).container_responses) == 1
 
 
@@ -100,7 +100,7 @@ def test_advertises_nothing_until_required_components_are_ready(node: Node) -> N
     assert not (node.plugin_dir / "metax-gpu.sock").exists()
 
     node.set_ready("driver")
-    node.kubelet.wait_for(lambda: "maca not ready: installing MXMACA 2.18" == agent.decision.reason)
+    node.kubelet.wait_for(lambda: agent.decision.reason == "maca not ready: installing MXMACA 2.18")
     assert node.kubelet.registrations == []
 
     node.set_ready("maca")

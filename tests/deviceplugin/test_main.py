@@ -12,7 +12,9 @@ import pytest
 from services.gpu_device import __main__ as entry
 
 
-def test_missing_node_name_stops_with_a_message(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_node_name_stops_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
     caplog.set_level(logging.ERROR)
     assert entry.main() == 2

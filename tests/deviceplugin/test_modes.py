@@ -15,7 +15,7 @@ import logging
 
 import pytest
 
-from metax_core import devices
+from metax_core.node import devices
 
 from .conftest import Node
 from .fakes import gpu, vf
@@ -55,10 +55,15 @@ def test_sgpu_shares_are_configurable_and_qos_reaches_the_container(node: Node) 
     assert response.envs["METAX_SGPU_SHARES_PER_GPU"] == "4"
     assert response.envs["METAX_SGPU_SHARES"] == "0000:09:00.0=2,0000:0a:00.0=1"
     assert response.envs["METAX_VISIBLE_DEVICES"] == "0000:09:00.0,0000:0a:00.0"
-    assert [c.name for c in response.cdi_devices] == ["metax-tech.com/gpu=0000-09-00.0", "metax-tech.com/gpu=0000-0a-00.0"]
+    assert [c.name for c in response.cdi_devices] == [
+        "metax-tech.com/gpu=0000-09-00.0",
+        "metax-tech.com/gpu=0000-0a-00.0",
+    ]
 
     node.labels.patch_node_metadata("node-a", labels={QOS: "burst-share"})
-    node.kubelet.wait_for(lambda: node.agent is not None and node.agent.snapshot.node.qos is devices.QosPolicy.BURST_SHARE)
+    node.kubelet.wait_for(
+        lambda: node.agent is not None and node.agent.snapshot.node.qos is devices.QosPolicy.BURST_SHARE
+    )
     [response] = node.kubelet.allocate(SGPU, [ids[0]]).container_responses
     assert response.envs["METAX_SGPU_QOS_POLICY"] == "burst-share"
 

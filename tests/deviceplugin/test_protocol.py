@@ -42,7 +42,11 @@ def test_allocate_returns_device_nodes_env_and_cdi_names(node: Node) -> None:
     first, second = response.container_responses
     assert first.envs["METAX_VISIBLE_DEVICES"] == "0000:09:00.0,0000:0a:00.0"
     assert [d.host_path for d in first.devices] == [
-        "/dev/dri/card0", "/dev/dri/renderD128", "/dev/mxcd", "/dev/dri/card1", "/dev/dri/renderD129",
+        "/dev/dri/card0",
+        "/dev/dri/renderD128",
+        "/dev/mxcd",
+        "/dev/dri/card1",
+        "/dev/dri/renderD129",
     ]
     assert all(d.container_path == d.host_path and d.permissions == "rw" for d in first.devices)
     assert [c.name for c in first.cdi_devices] == ["metax-tech.com/gpu=0000-09-00.0", "metax-tech.com/gpu=0000-0a-00.0"]
@@ -66,7 +70,8 @@ def test_preferred_allocation_keeps_gpus_behind_one_switch(node: Node) -> None:
     assert node.kubelet.preferred(GPU, sorted(ALL), [], 2) == ["0000:09:00.0", "0000:0a:00.0"]
     assert node.kubelet.preferred(GPU, sorted(ALL), ["0000:8a:00.0"], 2) == ["0000:89:00.0", "0000:8a:00.0"]
     assert node.kubelet.preferred(GPU, ["0000:09:00.0", "0000:89:00.0", "0000:8a:00.0"], [], 2) == [
-        "0000:89:00.0", "0000:8a:00.0",
+        "0000:89:00.0",
+        "0000:8a:00.0",
     ]
 
 

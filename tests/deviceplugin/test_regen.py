@@ -41,7 +41,11 @@ def test_proto_is_upstream_kubelet_v1beta1() -> None:
     assert services == {
         "Registration": ["Register"],
         "DevicePlugin": [
-            "Allocate", "GetDevicePluginOptions", "GetPreferredAllocation", "ListAndWatch", "PreStartContainer",
+            "Allocate",
+            "GetDevicePluginOptions",
+            "GetPreferredAllocation",
+            "ListAndWatch",
+            "PreStartContainer",
         ],
     }
     assert api_pb2.DESCRIPTOR.package == "v1beta1"

@@ -9,6 +9,7 @@ of the real API server that answers chosen requests with an error and forwards e
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import http.server
 import json
@@ -25,6 +26,7 @@ import kubernetes
 from metax_core.errors import ClusterError
 from metax_core.ports.cluster import WatchEvent
 from metax_k8s import client, events, lease, nodes, objects, retry
+from metax_k8s.api import APPLY_PATCH, Api
 
 WIDGET_GROUP = "test.metax-tech.com"
 WIDGET_API = f"{WIDGET_GROUP}/v1"
@@ -117,20 +119,20 @@ class Cluster:
     """One adapter under test, with a namespace of its own."""
 
     name: str
-    api: client.Api
+    api: Api
     namespace: str
     restart: Callable[[], None]
     """Restart the API server: open watches break, clients reconnect."""
     compact: Callable[[], None]
     """Drop the server's change history: watches from older versions get 410 Gone."""
-    faulty: Callable[[], tuple[client.Api, Faults]]
+    faulty: Callable[[], tuple[Api, Faults]]
     clock: FakeClock = attrs.field(factory=FakeClock)
     cleanups: list[Callable[[], None]] = attrs.field(factory=list)
 
-    def objects(self, policy: retry.RetryPolicy | None = None, api: client.Api | None = None) -> objects.K8sObjects:
+    def objects(self, policy: retry.RetryPolicy | None = None, api: Api | None = None) -> objects.K8sObjects:
         return objects.K8sObjects(api or self.api, policy=policy)
 
-    def node_metadata(self, field_manager: str = "metax-gpu-label", api: client.Api | None = None) -> nodes.K8sNodeMetadata:
+    def node_metadata(self, field_manager: str = "metax-gpu-label", api: Api | None = None) -> nodes.K8sNodeMetadata:
         return nodes.K8sNodeMetadata(api or self.api, field_manager=field_manager)
 
     def events(self, instance: str = "test-0", **options: Any) -> events.K8sEvents:
@@ -162,7 +164,9 @@ class Cluster:
         self.cleanups.append(lambda: _quietly(lambda: self.api.delete("v1", "Node", name)))
         return name
 
-    def configmap(self, name: str, data: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    def configmap(
+        self, name: str, data: dict[str, str] | None = None, labels: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -172,19 +176,17 @@ class Cluster:
 
 
 def _quietly(fn: Callable[[], object]) -> None:
-    try:
+    with contextlib.suppress(ClusterError):
         fn()
-    except ClusterError:
-        pass
 
 
-def new_namespace(api: client.Api) -> str:
+def new_namespace(api: Api) -> str:
     name = f"t-{uuid.uuid4().hex[:10]}"
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, field_manager="test")
     return name
 
 
-def wait_served(api: client.Api, api_version: str, kind: str, timeout: float = 30.0) -> None:
+def wait_served(api: Api, api_version: str, kind: str, timeout: float = 30.0) -> None:
     """Until the API server serves ``kind`` (a new CRD takes a moment to be established)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -213,7 +215,7 @@ class WatchCollector:
                 with self._cond:
                     self.events.append(event)
                     self._cond.notify_all()
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+        except BaseException as exc:
             with self._cond:
                 self.error = exc
                 self._cond.notify_all()
@@ -264,7 +266,7 @@ def classify(method: str, url: str, content_type: str | None) -> str:
     if method == "GET":
         return "get" if named_object else "list"
     if method == "PATCH":
-        return "apply" if content_type == client.APPLY_PATCH else "patch"
+        return "apply" if content_type == APPLY_PATCH else "patch"
     return {"POST": "create", "PUT": "replace", "DELETE": "delete"}.get(method, method.lower())
 
 
@@ -293,8 +295,15 @@ class FaultProxy:
                     return
                 if fault is not None:
                     status, retry_after = fault
-                    payload = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                          "message": f"injected failure for {verb}", "code": status}).encode()
+                    payload = json.dumps(
+                        {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "message": f"injected failure for {verb}",
+                            "code": status,
+                        }
+                    ).encode()
                     self.send_response(status)
                     if retry_after is not None:
                         self.send_header("Retry-After", str(int(retry_after)))
@@ -306,8 +315,12 @@ class FaultProxy:
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
                 response = proxy.upstream.rest_client.pool_manager.request(
-                    self.command, proxy.upstream.configuration.host + self.path, body=body, headers=headers,
-                    retries=False, preload_content=True,
+                    self.command,
+                    proxy.upstream.configuration.host + self.path,
+                    body=body,
+                    headers=headers,
+                    retries=False,
+                    preload_content=True,
                 )
                 proxy.seen.append((verb, response.status))
                 self.send_response(response.status)

@@ -28,19 +28,30 @@ never skipped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from cluster_helpers import (
+    WIDGET_API,
+    WIDGET_CRD,
+    Cluster,
+    FaultProxy,
+    new_namespace,
+    wait_served,
+)
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster_helpers import WIDGET_API, WIDGET_CRD, Cluster, FaultProxy, new_namespace, wait_served
 from metax_core.errors import ClusterError
 from metax_dev.controlplane import build, errors
-from metax_dev.controlplane import cluster as controlplane  # "cluster" is the contract fixture below
+from metax_dev.controlplane import (
+    cluster as controlplane,  # "cluster" is the contract fixture below
+)
 from metax_k8s import client as metax_client
+from metax_k8s.api import Api
 from metax_k8s.inmemory import InMemoryApiServer
 
 logger = logging.getLogger(__name__)
@@ -66,9 +77,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     except errors.ControlPlaneError as exc:
         _build_error = exc
         return
-    _timings.append(
-        (f"control-plane binaries ({'cached' if result.cached else 'built'})", result.seconds)
-    )
+    _timings.append((f"control-plane binaries ({'cached' if result.cached else 'built'})", result.seconds))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -81,22 +90,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture(scope="session")
-def control_plane(request: pytest.FixtureRequest) -> Iterator[controlplane.ControlPlane]:
+def control_plane() -> Iterator[controlplane.ControlPlane]:
     if _build_error is not None:
         pytest.fail(f"test control plane unavailable: {_build_error}", pytrace=False)
     plane = controlplane.ControlPlane(nodes=SESSION_NODES)
-    request.addfinalizer(plane.stop)
     try:
-        plane.start()
-    except errors.ControlPlaneError as exc:
-        pytest.fail(f"test control plane failed to start: {exc}", pytrace=False)
-    if plane.timings.first_api is not None:
-        _timings.append(("session control plane: first usable API", plane.timings.first_api))
-    if plane.timings.total is not None:
-        _timings.append(
-            (f"session control plane: ready with {SESSION_NODES} kwok nodes", plane.timings.total)
-        )
-    yield plane
+        try:
+            plane.start()
+        except errors.ControlPlaneError as exc:
+            pytest.fail(f"test control plane failed to start: {exc}", pytrace=False)
+        if plane.timings.first_api is not None:
+            _timings.append(("session control plane: first usable API", plane.timings.first_api))
+        if plane.timings.total is not None:
+            _timings.append((f"session control plane: ready with {SESSION_NODES} kwok nodes", plane.timings.total))
+        yield plane
+    finally:
+        plane.stop()
 
 
 @pytest.fixture
@@ -147,13 +156,18 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         server = InMemoryApiServer()
         server.apply(WIDGET_CRD, field_manager="contract-tests", force=True)
         result = Cluster(
-            "inmemory", server, new_namespace(server), restart=server.restart, compact=server.compact, faulty=lambda: (server, server)
+            "inmemory",
+            server,
+            new_namespace(server),
+            restart=server.restart,
+            compact=server.compact,
+            faulty=lambda: (server, server),
         )
     else:
         control_plane: controlplane.ControlPlane = request.getfixturevalue("control_plane")
         api: metax_client.HttpApi = request.getfixturevalue("real_api")
 
-        def faulty() -> tuple[metax_client.Api, FaultProxy]:
+        def faulty() -> tuple[Api, FaultProxy]:
             proxy = FaultProxy(api.client)
             proxies.append(proxy)
             return proxy.api(), proxy
@@ -173,7 +187,5 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         cleanup()
     for proxy in proxies:
         proxy.close()
-    try:
+    with contextlib.suppress(ClusterError):
         result.api.delete("v1", "Namespace", result.namespace)
-    except ClusterError:
-        pass

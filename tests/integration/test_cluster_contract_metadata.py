@@ -16,18 +16,20 @@ import threading
 from typing import Any
 
 import pytest
-
 from cluster_helpers import Cluster, event_list
+
 from metax_core.errors import ClusterError, NotFound
 from metax_core.ports.cluster import EventType, ObjectRef
 from metax_k8s import retry
-
 
 # -- node metadata -------------------------------------------------------------------------------------------
 
 
 def test_node_patches_touch_only_our_keys(cluster: Cluster) -> None:
-    node = cluster.add_node(labels={"kubernetes.io/hostname": "h1", "metax-tech.com/gpu.product": "old"}, annotations={"other.io/note": "keep"})
+    node = cluster.add_node(
+        labels={"kubernetes.io/hostname": "h1", "metax-tech.com/gpu.product": "old"},
+        annotations={"other.io/note": "keep"},
+    )
     ours = cluster.node_metadata()
     ours.patch_node_metadata(
         node,
@@ -40,7 +42,9 @@ def test_node_patches_touch_only_our_keys(cluster: Cluster) -> None:
     assert result is not None
     labels, annotations = result["metadata"]["labels"], result["metadata"]["annotations"]
     # Controllers may add their own keys too (kube-controller-manager's TTL annotation): all left alone.
-    assert {k: v for k, v in labels.items() if k.startswith("metax-tech.com/")} == {"metax-tech.com/gpu.product": "C500"}
+    assert {k: v for k, v in labels.items() if k.startswith("metax-tech.com/")} == {
+        "metax-tech.com/gpu.product": "C500"
+    }
     assert labels["kubernetes.io/hostname"] == "h1" and labels["team"] == "ml"
     assert annotations["other.io/note"] == "keep" and annotations["metax-tech.com/gpu-vfio"] == '{"0":1}'
     assert not [k for k in annotations if k.startswith("metax-tech.com/") and k != "metax-tech.com/gpu-vfio"]
@@ -68,7 +72,10 @@ def test_repeated_events_become_one_series(cluster: Cluster) -> None:
         cluster.clock.advance(30)
     recorder.emit(regarding, reason="BadValue", message="another problem", type=EventType.WARNING)
     found = sorted(event_list(cluster), key=lambda e: e["note"])
-    assert [(e["note"], (e.get("series") or {}).get("count", 1)) for e in found] == [("another problem", 1), ("vfnum must be 1..16", 3)]
+    assert [(e["note"], (e.get("series") or {}).get("count", 1)) for e in found] == [
+        ("another problem", 1),
+        ("vfnum must be 1..16", 3),
+    ]
     assert found[1]["regarding"]["name"] == "driver-config" and found[1]["type"] == "Warning"
 
 
@@ -85,7 +92,10 @@ def test_a_repeat_after_the_window_starts_a_new_event(cluster: Cluster) -> None:
 
 def test_concurrent_emitters_never_lose_a_count(cluster: Cluster) -> None:
     regarding = ObjectRef("v1", "ConfigMap", "driver-config", cluster.namespace)
-    recorders = [cluster.events(f"replica-{i}", policy=retry.RetryPolicy(attempts=30, base_delay=0.01, max_delay=0.1)) for i in range(2)]
+    recorders = [
+        cluster.events(f"replica-{i}", policy=retry.RetryPolicy(attempts=30, base_delay=0.01, max_delay=0.1))
+        for i in range(2)
+    ]
     start = threading.Barrier(len(recorders))
 
     def emit_five(recorder: Any) -> None:
@@ -104,7 +114,11 @@ def test_concurrent_emitters_never_lose_a_count(cluster: Cluster) -> None:
 
 def test_events_about_cluster_scoped_objects_go_to_default(cluster: Cluster) -> None:
     node = cluster.add_node()
-    cluster.events().emit(ObjectRef("v1", "Node", node), reason="NodeNeedReboot", message="firmware upgrade done, need reboot machine to take effect")
+    cluster.events().emit(
+        ObjectRef("v1", "Node", node),
+        reason="NodeNeedReboot",
+        message="firmware upgrade done, need reboot machine to take effect",
+    )
     mine = [e for e in event_list(cluster, "default") if e["regarding"]["name"] == node]
     assert [(e["reason"], e["regarding"]["kind"]) for e in mine] == [("NodeNeedReboot", "Node")]
     assert event_list(cluster) == []
@@ -152,7 +166,9 @@ def test_two_candidates_never_lead_at_once_under_random_schedules(cluster: Clust
         if candidate.try_acquire_or_renew():
             now = cluster.clock.monotonic()
             for other, when in last_success.items():
-                assert other == candidate.identity or now >= when + 15, f"{candidate.identity} leads while {other} renewed at {when}"
+                assert other == candidate.identity or now >= when + 15, (
+                    f"{candidate.identity} leads while {other} renewed at {when}"
+                )
             last_success = {candidate.identity: now}
 
 
@@ -162,7 +178,7 @@ def test_a_real_race_for_a_free_lease_has_one_winner(cluster: Cluster) -> None:
         start = threading.Barrier(len(candidates))
         results: dict[str, bool] = {}
 
-        def run(lock: Any) -> None:
+        def run(lock: Any, start: threading.Barrier = start, results: dict[str, bool] = results) -> None:
             start.wait()
             results[lock.identity] = lock.try_acquire_or_renew()
 

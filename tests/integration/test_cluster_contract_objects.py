@@ -18,18 +18,24 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from cluster_helpers import WIDGET_API, Cluster, WatchCollector, named, wait_served
-from metax_core.errors import ClusterError, Conflict, NotFound
-from metax_core import converter, spec
-from metax_k8s import client, crd, retry
 
+from metax_core.errors import ClusterError, Conflict, NotFound
+from metax_core.spec import converter
+from metax_core.spec import model as spec
+from metax_k8s import client, crd, retry
 
 CO_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 
 
-def widget(cluster: Cluster, name: str, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"apiVersion": WIDGET_API, "kind": "Widget", "metadata": {"name": name, "namespace": cluster.namespace}}
+def widget(
+    cluster: Cluster, name: str, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": WIDGET_API,
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+    }
     if spec is not None:
         body["spec"] = spec
     if status is not None:
@@ -87,7 +93,9 @@ def test_fields_a_manager_stops_applying_are_removed_unless_someone_else_owns_th
 def test_a_write_by_someone_else_takes_the_field_over(cluster: Cluster) -> None:
     objects = cluster.objects()
     objects.apply(cluster.configmap("cm", {"mode": "sgpu", "other": "1"}), field_manager="operator")
-    cluster.api.merge_patch("v1", "ConfigMap", "cm", {"data": {"mode": "native"}}, namespace=cluster.namespace, field_manager="kubectl-edit")
+    cluster.api.merge_patch(
+        "v1", "ConfigMap", "cm", {"data": {"mode": "native"}}, namespace=cluster.namespace, field_manager="kubectl-edit"
+    )
     with pytest.raises(Conflict, match='conflict with "kubectl-edit"'):
         objects.apply(cluster.configmap("cm", {"mode": "sgpu", "other": "1"}), field_manager="operator")
     kept = objects.apply(cluster.configmap("cm", {"mode": "native", "other": "2"}), field_manager="operator")
@@ -121,7 +129,9 @@ def test_status_subresource_is_written_apart_from_the_spec(cluster: Cluster) -> 
     objects = cluster.objects()
     created = objects.apply(widget(cluster, "w", {"size": 2}, status={"phase": "ignored"}), field_manager="operator")
     assert "status" not in created and created["metadata"]["generation"] == 1
-    with_status = objects.apply_status(widget(cluster, "w", status={"phase": "Ready", "ready": 2}), field_manager="operator-status")
+    with_status = objects.apply_status(
+        widget(cluster, "w", status={"phase": "Ready", "ready": 2}), field_manager="operator-status"
+    )
     assert with_status["status"] == {"phase": "Ready", "ready": 2}
     assert with_status["spec"]["size"] == 2 and with_status["metadata"]["generation"] == 1
     changed = objects.apply(widget(cluster, "w", {"size": 3}), field_manager="operator")
@@ -156,7 +166,10 @@ def test_unknown_kinds_and_missing_namespaces_are_refused(cluster: Cluster) -> N
     with pytest.raises(ClusterError, match="does not serve"):
         objects.list("example.com/v1", "Nothing")
     with pytest.raises(NotFound, match='namespaces "no-such-namespace" not found'):
-        objects.apply({**cluster.configmap("cm", {}), "metadata": {"name": "cm", "namespace": "no-such-namespace"}}, field_manager="t")
+        objects.apply(
+            {**cluster.configmap("cm", {}), "metadata": {"name": "cm", "namespace": "no-such-namespace"}},
+            field_manager="t",
+        )
 
 
 def test_an_unloadable_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
@@ -171,7 +184,9 @@ def test_an_unloadable_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
 
 def test_schema_refuses_bad_values_and_unknown_fields(cluster: Cluster) -> None:
     objects = cluster.objects()
-    with pytest.raises(ClusterError, match=r'spec\.color: Unsupported value: "blue": supported values: "red", "green"') as bad_enum:
+    with pytest.raises(
+        ClusterError, match=r'spec\.color: Unsupported value: "blue": supported values: "red", "green"'
+    ) as bad_enum:
         objects.apply(widget(cluster, "w", {"color": "blue"}), field_manager="operator")
     assert bad_enum.value.status == 422
     with pytest.raises(ClusterError, match=r"spec\.size.*greater than or equal to 0"):
@@ -202,7 +217,9 @@ def cluster_operator(body: dict[str, Any], name: str = spec.OBJECT_NAME) -> dict
 
 def test_the_cluster_operator_crd_fills_every_default(cluster: Cluster) -> None:
     install_cluster_operator_crd(cluster)
-    result = cluster.objects().apply(cluster_operator({"driver": {"payload": {"version": "2.31.0"}}}), field_manager="t", dry_run=True)
+    result = cluster.objects().apply(
+        cluster_operator({"driver": {"payload": {"version": "2.31.0"}}}), field_manager="t", dry_run=True
+    )
     expected = spec.ClusterOperatorSpec(driver=spec.Driver(payload=spec.DriverPayload(version="2.31.0")))
     assert result["spec"] == converter.unstructure(expected)
     assert result["spec"]["driver"]["upgradePolicy"]["maxParallel"] == "100%"
@@ -211,19 +228,33 @@ def test_the_cluster_operator_crd_fills_every_default(cluster: Cluster) -> None:
 def test_the_cluster_operator_crd_refuses_bad_values_with_the_field_and_the_choices(cluster: Cluster) -> None:
     install_cluster_operator_crd(cluster)
     objects = cluster.objects()
-    with pytest.raises(ClusterError, match=r'spec\.driver\.deployPolicy: Unsupported value: "Sometimes": supported values: "PreferCloud", "PreferHost", "PreferNewer", "Never"'):
+    with pytest.raises(
+        ClusterError,
+        match=r'spec\.driver\.deployPolicy: Unsupported value: "Sometimes": '
+        r'supported values: "PreferCloud", "PreferHost", "PreferNewer", "Never"',
+    ):
         objects.apply(cluster_operator({"driver": {"deployPolicy": "Sometimes"}}), field_manager="t", dry_run=True)
-    with pytest.raises(ClusterError, match=r"spec\.driver\.upgradePolicy\.maxParallel: Invalid value: \"50 percent\".*should match"):
-        objects.apply(cluster_operator({"driver": {"upgradePolicy": {"maxParallel": "50 percent"}}}), field_manager="t", dry_run=True)
+    with pytest.raises(
+        ClusterError, match=r"spec\.driver\.upgradePolicy\.maxParallel: Invalid value: \"50 percent\".*should match"
+    ):
+        objects.apply(
+            cluster_operator({"driver": {"upgradePolicy": {"maxParallel": "50 percent"}}}),
+            field_manager="t",
+            dry_run=True,
+        )
     with pytest.raises(ClusterError, match=r"maxUnavailable.*should match"):
-        objects.apply(cluster_operator({"driver": {"upgradePolicy": {"maxUnavailable": "150%"}}}), field_manager="t", dry_run=True)
+        objects.apply(
+            cluster_operator({"driver": {"upgradePolicy": {"maxUnavailable": "150%"}}}), field_manager="t", dry_run=True
+        )
     with pytest.raises(ClusterError, match=r"spec\.gpuDevice\.healthyInterval.*greater than or equal to 0"):
         objects.apply(cluster_operator({"gpuDevice": {"healthyInterval": -5}}), field_manager="t", dry_run=True)
     with pytest.raises(ClusterError, match=r'unknown field "spec\.driver\.deployPolicyy"'):
         cluster.api.create(cluster_operator({"driver": {"deployPolicyy": "Never"}}), field_manager="t", dry_run=True)
     with pytest.raises(ClusterError, match=r"\.spec\.driver\.deployPolicyy: field not declared in schema"):
         objects.apply(cluster_operator({"driver": {"deployPolicyy": "Never"}}), field_manager="t", dry_run=True)
-    accepted = objects.apply(cluster_operator({"driver": {"upgradePolicy": {"maxParallel": 3}}}), field_manager="t", dry_run=True)
+    accepted = objects.apply(
+        cluster_operator({"driver": {"upgradePolicy": {"maxParallel": 3}}}), field_manager="t", dry_run=True
+    )
     assert accepted["spec"]["driver"]["upgradePolicy"]["maxParallel"] == 3
 
 
@@ -232,7 +263,11 @@ def test_the_cluster_operator_crd_refuses_bad_values_with_the_field_and_the_choi
 
 def test_label_selectors_equality_and_set_based(cluster: Cluster) -> None:
     objects = cluster.objects()
-    for name, labels in [("a", {"tier": "gpu", "zone": "x"}), ("b", {"tier": "cpu", "zone": "y"}), ("c", {"zone": "z"})]:
+    for name, labels in [
+        ("a", {"tier": "gpu", "zone": "x"}),
+        ("b", {"tier": "cpu", "zone": "y"}),
+        ("c", {"zone": "z"}),
+    ]:
         objects.apply(cluster.configmap(name, {}, labels={"suite": "sel", **labels}), field_manager="t")
 
     def names(selector: str) -> list[str]:
@@ -264,14 +299,22 @@ def test_field_selectors_by_name_and_node(cluster: Cluster) -> None:
     assert names("ConfigMap", "metadata.name!=b") == ["a"]
     with pytest.raises(ClusterError, match='"spec.nodeName" is not a known field selector'):
         names("ConfigMap", "spec.nodeName=x")
-    objects.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": cluster.namespace}}, field_manager="t", force=True)
+    objects.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": cluster.namespace}},
+        field_manager="t",
+        force=True,
+    )
     for pod, node in (("p1", "no-such-node-a"), ("p2", "no-such-node-b")):
         objects.apply(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": pod, "namespace": cluster.namespace, "labels": {"suite": "sel"}},
-                "spec": {"nodeName": node, "automountServiceAccountToken": False, "containers": [{"name": "c", "image": "busybox"}]},
+                "spec": {
+                    "nodeName": node,
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "c", "image": "busybox"}],
+                },
             },
             field_manager="t",
         )

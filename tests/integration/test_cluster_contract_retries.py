@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from cluster_helpers import Cluster, RecordingSleep, event_list
+
 from metax_core.errors import ClusterError, Conflict
 from metax_core.ports.cluster import ObjectRef
 from metax_k8s import retry
@@ -45,7 +45,9 @@ def test_5xx_and_lost_answers_are_retried_with_backoff(cluster: Cluster) -> None
     faults.fail_next("apply", 503, times=2)
     faults.fail_next("list", 500)
     objects.apply(cluster.configmap("cm", {"a": "1"}, labels={"suite": "retry"}), field_manager="t")
-    assert [o["metadata"]["name"] for o in objects.list("v1", "ConfigMap", cluster.namespace, "suite=retry").items] == ["cm"]
+    assert [o["metadata"]["name"] for o in objects.list("v1", "ConfigMap", cluster.namespace, "suite=retry").items] == [
+        "cm"
+    ]
     assert len(sleep.delays) == 3 and all(0 < d <= 0.2 for d in sleep.delays)
     faults.fail_next("get", 0)  # no answer at all: the connection is dropped
     assert objects.get("v1", "ConfigMap", "cm", cluster.namespace) is not None

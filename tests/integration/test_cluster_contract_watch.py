@@ -12,11 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from cluster_helpers import Cluster, WatchCollector, named
+
 from metax_core.ports.cluster import WatchEventType
 from metax_k8s import retry
-
 
 # -- watches -------------------------------------------------------------------------------------------------
 
@@ -41,7 +40,16 @@ def test_watch_lists_first_then_streams_changes_in_order(cluster: Cluster) -> No
 def test_a_selective_watch_sees_objects_move_in_and_out(cluster: Cluster) -> None:
     objects = cluster.objects()
     listing = objects.list("v1", "ConfigMap", cluster.namespace)
-    watch = WatchCollector(objects.watch("v1", "ConfigMap", cluster.namespace, label_selector="gpu=yes", resource_version=listing.resource_version, timeout_seconds=30))
+    watch = WatchCollector(
+        objects.watch(
+            "v1",
+            "ConfigMap",
+            cluster.namespace,
+            label_selector="gpu=yes",
+            resource_version=listing.resource_version,
+            timeout_seconds=30,
+        )
+    )
     objects.apply(cluster.configmap("cm", {}, labels={"gpu": "no"}), field_manager="t")
     objects.apply(cluster.configmap("cm", {}, labels={"gpu": "yes"}), field_manager="t")
     watch.wait_for(named("ADDED", "cm"))
@@ -56,8 +64,14 @@ def test_a_watch_from_an_expired_version_relists_and_goes_on(cluster: Cluster) -
     objects.apply(cluster.configmap("between", {}), field_manager="t")
     cluster.compact()
     with pytest.raises(retry.Gone, match=f"too old resource version: {version}"):
-        list(cluster.api.watch("v1", "ConfigMap", namespace=cluster.namespace, resource_version=version, timeout_seconds=3))
-    watch = WatchCollector(objects.watch("v1", "ConfigMap", cluster.namespace, resource_version=version, timeout_seconds=60))
+        list(
+            cluster.api.watch(
+                "v1", "ConfigMap", namespace=cluster.namespace, resource_version=version, timeout_seconds=3
+            )
+        )
+    watch = WatchCollector(
+        objects.watch("v1", "ConfigMap", cluster.namespace, resource_version=version, timeout_seconds=60)
+    )
     watch.wait_for(named("ADDED", "old"))
     watch.wait_for(named("ADDED", "between"))
     objects.apply(cluster.configmap("new", {}), field_manager="t")
@@ -76,7 +90,11 @@ def test_a_watch_survives_an_api_server_restart(cluster: Cluster) -> None:
     watch.wait_for(named("ADDED", "born-after-restart"), timeout=60)
     watch.wait_for(named("DELETED", "goes"), timeout=60)
     assert watch.error is None
-    assert not [e for e in watch.events if (e.object.get("metadata") or {}).get("name") == "stays" and e.type is WatchEventType.DELETED]
+    assert not [
+        e
+        for e in watch.events
+        if (e.object.get("metadata") or {}).get("name") == "stays" and e.type is WatchEventType.DELETED
+    ]
 
 
 def test_a_quiet_watch_ends_at_its_deadline(cluster: Cluster) -> None:

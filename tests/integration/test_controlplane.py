@@ -76,7 +76,9 @@ def test_api_server_answers_with_the_built_version_and_kwok_nodes(
     for name in session_nodes:
         node = by_name[name]
         assert node.metadata is not None and node.status is not None
-        assert (node.metadata.annotations or {})[kwok_nodes.KWOK_NODE_ANNOTATION] == kwok_nodes.KWOK_NODE_ANNOTATION_VALUE
+        assert (node.metadata.annotations or {})[
+            kwok_nodes.KWOK_NODE_ANNOTATION
+        ] == kwok_nodes.KWOK_NODE_ANNOTATION_VALUE
         assert (node.status.allocatable or {})["cpu"] == "32"
         assert (node.status.allocatable or {})["pods"] == "110"
         assert _node_ready(node)
@@ -129,9 +131,7 @@ def test_rbac_forbids_an_unprivileged_service_account(
                         "kind": "Role",
                         "name": "pod-reader",
                     },
-                    "subjects": [
-                        {"kind": "ServiceAccount", "name": "nobody", "namespace": kube_namespace}
-                    ],
+                    "subjects": [{"kind": "ServiceAccount", "name": "nobody", "namespace": kube_namespace}],
                 }
             ),
         )
@@ -189,10 +189,7 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
         running = [
             p
             for p in pods
-            if p.status is not None
-            and p.status.phase == "Running"
-            and p.spec is not None
-            and p.spec.node_name
+            if p.status is not None and p.status.phase == "Running" and p.spec is not None and p.spec.node_name
         ]
         return running if len(running) == replicas else None
 
@@ -218,9 +215,7 @@ def test_restart_apiserver_keeps_data_and_address(
 ) -> None:
     value = uuid.uuid4().hex
     with control_plane.api_client() as before:
-        client.CoreV1Api(before).create_namespaced_config_map(
-            kube_namespace, _config_map("survivor", value)
-        )
+        client.CoreV1Api(before).create_namespaced_config_map(kube_namespace, _config_map("survivor", value))
     url = control_plane.server_url
 
     seconds = control_plane.restart_apiserver()

@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from cluster_helpers import wait_served
-from metax_core import rollout_status, spec
+
 from metax_core.errors import ClusterError
+from metax_core.rollout import status as rollout_status
+from metax_core.spec import model as spec
 from metax_dev.controlplane import cluster
 from metax_k8s import client, crd, objects
 
@@ -62,7 +63,9 @@ def test_only_the_one_name_is_accepted(api: client.HttpApi) -> None:
 
 
 def test_exporter_port_only_with_node_port_or_load_balancer(api: client.HttpApi) -> None:
-    with pytest.raises(ClusterError, match=r"spec\.exporter\.service\.port: .*only used when type is NodePort or LoadBalancer"):
+    with pytest.raises(
+        ClusterError, match=r"spec\.exporter\.service\.port: .*only used when type is NodePort or LoadBalancer"
+    ):
         dry_apply(api, co({"exporter": {"service": {"type": "ClusterIP", "port": 9400}}}))
     accepted = dry_apply(api, co({"exporter": {"service": {"type": "NodePort", "port": 30400}}}))
     assert accepted["spec"]["exporter"]["service"] == {"type": "NodePort", "port": 30400}
@@ -76,7 +79,9 @@ def test_an_enabled_rollout_needs_steps_ending_at_100_percent(api: client.HttpAp
     steps = [{"replicas": 1}, {"replicas": "50%"}]
     with pytest.raises(ClusterError, match=r'spec\.driver\.upgradePolicy\.upgradeSteps: .*last step .* "100%"'):
         dry_apply(api, co({"driver": {"upgradePolicy": {"enableRollout": True, "upgradeSteps": steps}}}))
-    accepted = dry_apply(api, co({"driver": {"upgradePolicy": {"enableRollout": True, "upgradeSteps": [*steps, {"replicas": "100%"}]}}}))
+    accepted = dry_apply(
+        api, co({"driver": {"upgradePolicy": {"enableRollout": True, "upgradeSteps": [*steps, {"replicas": "100%"}]}}})
+    )
     assert [s["toleration"] for s in accepted["spec"]["driver"]["upgradePolicy"]["upgradeSteps"]] == ["0%", "0%", "0%"]
     # Disabled rollouts may keep unfinished steps (an administrator edits them before enabling).
     assert dry_apply(api, co({"driver": {"upgradePolicy": {"upgradeSteps": steps}}}))
@@ -85,9 +90,15 @@ def test_an_enabled_rollout_needs_steps_ending_at_100_percent(api: client.HttpAp
 def test_pause_duration_accepts_milliseconds_and_durations(api: client.HttpApi) -> None:
     steps = [{"replicas": 1, "pauseDuration": 10000}, {"replicas": 2, "pauseDuration": "10s"}, {"replicas": "100%"}]
     accepted = dry_apply(api, co({"driver": {"upgradePolicy": {"upgradeSteps": steps}}}))
-    assert [s.get("pauseDuration") for s in accepted["spec"]["driver"]["upgradePolicy"]["upgradeSteps"]] == [10000, "10s", None]
+    assert [s.get("pauseDuration") for s in accepted["spec"]["driver"]["upgradePolicy"]["upgradeSteps"]] == [
+        10000,
+        "10s",
+        None,
+    ]
     with pytest.raises(ClusterError, match=r"pauseDuration.*should match"):
-        dry_apply(api, co({"driver": {"upgradePolicy": {"upgradeSteps": [{"replicas": 1, "pauseDuration": "ten seconds"}]}}}))
+        dry_apply(
+            api, co({"driver": {"upgradePolicy": {"upgradeSteps": [{"replicas": 1, "pauseDuration": "ten seconds"}]}}})
+        )
 
 
 @pytest.fixture
@@ -102,7 +113,9 @@ def stored(api: client.HttpApi) -> Iterator[dict[str, Any]]:
         api.delete(API, spec.KIND, spec.OBJECT_NAME)
 
 
-def test_status_goes_through_the_subresource_with_the_rollout_schema(api: client.HttpApi, stored: dict[str, Any]) -> None:
+def test_status_goes_through_the_subresource_with_the_rollout_schema(
+    api: client.HttpApi, stored: dict[str, Any]
+) -> None:
     moment = dt.datetime(2024, 5, 1, 8, 0, 0, tzinfo=dt.UTC)
     upgrade = rollout_status.UpgradeStatus(
         upgrading=True,
@@ -116,16 +129,29 @@ def test_status_goes_through_the_subresource_with_the_rollout_schema(api: client
                 "step 2 of 3",
             ),
         ),
-        status=rollout_status.StepStatus(current_step_index=2, current_step_state=rollout_status.StepState.STEP_UPGRADE, recheck_time=moment),
+        status=rollout_status.StepStatus(
+            current_step_index=2, current_step_state=rollout_status.StepState.STEP_UPGRADE, recheck_time=moment
+        ),
     )
-    status = {"phase": "Progressing", "readyNodes": 2, "totalNodes": 3, "upgradeStatus": rollout_status.to_document(upgrade)}
+    status = {
+        "phase": "Progressing",
+        "readyNodes": 2,
+        "totalNodes": 3,
+        "upgradeStatus": rollout_status.to_document(upgrade),
+    }
     body = {"apiVersion": API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "status": status}
     preview = api.apply(body, field_manager="crd-tests-status", subresource="status", force=True, dry_run=True)
     assert preview["status"] == status
     assert rollout_status.from_document(preview["status"]["upgradeStatus"]) == upgrade
     assert preview["spec"] == stored["spec"]
     with pytest.raises(ClusterError, match=r"status\.readyNodes"):
-        api.apply({**body, "status": {"readyNodes": "two"}}, field_manager="crd-tests-status", subresource="status", force=True, dry_run=True)
+        api.apply(
+            {**body, "status": {"readyNodes": "two"}},
+            field_manager="crd-tests-status",
+            subresource="status",
+            force=True,
+            dry_run=True,
+        )
 
 
 def test_printer_columns(api: client.HttpApi, stored: dict[str, Any]) -> None:
@@ -136,5 +162,13 @@ def test_printer_columns(api: client.HttpApi, stored: dict[str, Any]) -> None:
     response = http.request("GET", f"{api.client.configuration.host}/apis/{API}/{crd.PLURAL}", headers=headers)
     assert response.status == 200, response.data
     table = json.loads(response.data)
-    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Phase", "Rollout", "Step", "Ready", "Nodes", "Age"]
+    assert [c["name"] for c in table["columnDefinitions"]] == [
+        "Name",
+        "Phase",
+        "Rollout",
+        "Step",
+        "Ready",
+        "Nodes",
+        "Age",
+    ]
     assert [row["cells"][0] for row in table["rows"]] == [spec.OBJECT_NAME]

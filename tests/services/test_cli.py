@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services import cli
+from services.cli import main as cli
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -24,11 +24,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def test_console_script_is_declared_and_help_works() -> None:
     scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
-    assert scripts["metax-operator"] == "services.cli:main"
-    done = subprocess.run([sys.executable, "-m", "services.cli", "--help"], capture_output=True, text=True, check=False)
+    assert scripts["metax-operator"] == "services.cli.main:main"
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "--help"], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0
-    for command in ("validate", "render", "maca", "rollout", "dev"):
+    for command in ("validate", "render", "maca", "rollout"):
         assert command in done.stdout
+    assert "fake-host" not in done.stdout and "dev" not in done.stdout.split()  # developer tools live in metax-dev
 
 
 def test_validate_accepts_the_example_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,7 +43,10 @@ def test_validate_prints_every_error_with_its_path(capsys: pytest.CaptureFixture
     assert code == 2 and out == ""
     lines = err.splitlines()
     assert "gpuDevice.healthyInterval: must be an integer, got string '5'" in lines
-    assert any(line.startswith("driver.deployPolicy: must be one of PreferCloud, PreferHost, PreferNewer, Never") for line in lines)
+    assert any(
+        line.startswith("driver.deployPolicy: must be one of PreferCloud, PreferHost, PreferNewer, Never")
+        for line in lines
+    )
     assert "driver.upgradePolicy.maxParalel: unknown field; did you mean 'maxParallel'?" in lines
     assert "vfio-manager: unknown field; did you mean 'vfioManager'?" in lines
     assert "exporter.service.port: is only used when type is NodePort or LoadBalancer" in lines
@@ -63,7 +69,9 @@ def test_validate_reads_json_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys:
         ("kind: Deployment\napiVersion: apps/v1\n", "kind: must be ClusterOperator"),
     ],
 )
-def test_bad_files_get_a_message_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str) -> None:
+def test_bad_files_get_a_message_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(content)
     code, _, err = run(capsys, "validate", "-f", str(path))
@@ -75,15 +83,22 @@ def test_missing_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 2 and "cannot read /nonexistent/values.yaml" in err
 
 
-def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     values = tmp_path / "v.yaml"
-    values.write_text(yaml.safe_dump({"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "runtime": {"deploy": False}}))
+    values.write_text(
+        yaml.safe_dump({"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "runtime": {"deploy": False}})
+    )
     code, out, err = run(capsys, "render", "-f", str(values), "-o", "json")
     assert code == 0
     names = [o["metadata"]["name"] for o in json.loads(out)["items"]]
     assert names == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
     assert "skipped: driver is enabled but not deployed: disabled prerequisite runtime" in err
-    assert "skipped: gpuDevice is enabled but not deployed: disabled prerequisite runtime; blocked prerequisite maca" in err
+    assert (
+        "skipped: gpuDevice is enabled but not deployed: disabled prerequisite runtime; blocked prerequisite maca"
+        in err
+    )
 
 
 def test_render_one_component_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,21 +123,16 @@ def test_render_unknown_component_names_the_rendered_ones(capsys: pytest.Capture
         ("maca-2.18.0.3", "2.18.0.3,2.18.0.4", "2.18.0.3"),
     ],
 )
-def test_maca_resolve_picks_the_newest_prefix_match(capsys: pytest.CaptureFixture[str], request_: str, available: str, expected: str) -> None:
+def test_maca_resolve_picks_the_newest_prefix_match(
+    capsys: pytest.CaptureFixture[str], request_: str, available: str, expected: str
+) -> None:
     assert run(capsys, "maca", "resolve", request_, "--available", available) == (0, expected + "\n", "")
 
 
-@pytest.mark.parametrize(("request_", "message"), [("maca", "must look like"), ("maca-", "must look like"), ("maca-4", "no installed MXMACA version matches")])
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [("maca", "must look like"), ("maca-", "must look like"), ("maca-4", "no installed MXMACA version matches")],
+)
 def test_maca_resolve_refuses_with_a_message(capsys: pytest.CaptureFixture[str], request_: str, message: str) -> None:
     code, out, err = run(capsys, "maca", "resolve", request_, "--available", "2.18.0.3")
     assert code == 2 and out == "" and message in err
-
-
-def test_dev_fake_host_creates_a_host_the_real_adapter_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from metax_hw import host
-
-    code, out, _ = run(capsys, "dev", "fake-host", "--root", str(tmp_path / "h"), "--gpus", "3", "--host-driver", "none")
-    assert code == 0 and "export PATH=" in out
-    hw = host.open_host(tmp_path / "h")
-    assert len(hw.devices.functions()) == 3
-    assert hw.modules.state("metax") is None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from metax_core import spec
-from metax_core.spec import IntOrPercent as IoP
+from metax_core.spec import model as spec
+from metax_core.spec.model import IntOrPercent as IoP
 
 SEED_POLICY = spec.UpgradePolicy(
     enable_rollout=True,

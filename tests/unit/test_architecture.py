@@ -12,9 +12,24 @@ from pathlib import Path
 import metax_core
 
 FORBIDDEN_ROOTS = {
-    "metax_hw", "metax_hw_fake", "metax_k8s", "services", "metax_dev",
-    "kubernetes", "sh", "subprocess", "pyroute2", "prometheus_client", "grpc", "socket", "urllib3",
-    "requests", "os", "shutil", "time", "datetime.datetime.now",
+    "metax_hw",
+    "metax_hw_fake",
+    "metax_k8s",
+    "services",
+    "metax_dev",
+    "kubernetes",
+    "sh",
+    "subprocess",
+    "pyroute2",
+    "prometheus_client",
+    "grpc",
+    "socket",
+    "urllib3",
+    "requests",
+    "os",
+    "shutil",
+    "time",
+    "datetime.datetime.now",
 }
 # `datetime` types are fine (the rollout takes `now` as an argument); reading the clock is not.
 CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic"}

@@ -1,4 +1,4 @@
-"""`metax_core.cdi`: the CDI spec document gpu-device writes.
+"""`metax_core.node.cdi`: the CDI spec document gpu-device writes.
 
 - names: PCI address → CDI device name, qualified names, file name per kind;
 - build_spec: one device per entry with its device nodes; None when there is nothing to describe;
@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from metax_core import cdi
 from metax_core.errors import InvalidSpec
+from metax_core.node import cdi
 
 
 def test_names() -> None:
@@ -29,7 +29,10 @@ def test_build_spec() -> None:
         "cdiVersion": "0.5.0",
         "kind": "metax-tech.com/gpu",
         "devices": [
-            {"name": "0000-09-00.0", "containerEdits": {"deviceNodes": [{"path": "/dev/dri/card0"}, {"path": "/dev/mxcd"}]}},
+            {
+                "name": "0000-09-00.0",
+                "containerEdits": {"deviceNodes": [{"path": "/dev/dri/card0"}, {"path": "/dev/mxcd"}]},
+            },
             {"name": "gpu1", "containerEdits": {"deviceNodes": []}},
         ],
     }
@@ -38,7 +41,9 @@ def test_build_spec() -> None:
 
 def test_every_problem_is_refused_at_once() -> None:
     with pytest.raises(InvalidSpec) as caught:
-        cdi.build_spec([cdi.CdiDevice("a:b"), cdi.CdiDevice("ok", ("dev/x",)), cdi.CdiDevice("ok")], kind="Bad_Vendor/gpu")
+        cdi.build_spec(
+            [cdi.CdiDevice("a:b"), cdi.CdiDevice("ok", ("dev/x",)), cdi.CdiDevice("ok")], kind="Bad_Vendor/gpu"
+        )
     assert [e.path for e in caught.value.errors] == [
         "kind",
         "devices[0].name",
@@ -50,8 +55,15 @@ def test_every_problem_is_refused_at_once() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "ok"),
-    [("metax-tech.com/gpu", True), ("vendor.com/foo-bar123.B_az", True), ("gpu", False), ("vendor.com/", False),
-     ("vendor.com/foo/bar", False), ("-vendor.com/gpu", False), ("vendor.com/" + "a" * 64, False)],
+    [
+        ("metax-tech.com/gpu", True),
+        ("vendor.com/foo-bar123.B_az", True),
+        ("gpu", False),
+        ("vendor.com/", False),
+        ("vendor.com/foo/bar", False),
+        ("-vendor.com/gpu", False),
+        ("vendor.com/" + "a" * 64, False),
+    ],
 )
 def test_kind_rules(kind: str, ok: bool) -> None:
     assert (cdi.kind_errors(kind) == []) is ok
@@ -63,12 +75,24 @@ def test_kind_rules(kind: str, ok: bool) -> None:
         ({"kind": "v.com/c", "devices": [{"name": "a", "containerEdits": {}}]}, "0.3.0"),
         ({"kind": "v.com/c", "devices": [{"name": "a", "containerEdits": {"mounts": [{"type": "bind"}]}}]}, "0.4.0"),
         ({"kind": "v.com/c", "devices": [{"name": "0", "containerEdits": {}}]}, "0.5.0"),
-        ({"kind": "v.com/c", "devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "/d", "hostPath": "/e"}]}}]}, "0.5.0"),
+        (
+            {
+                "kind": "v.com/c",
+                "devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "/d", "hostPath": "/e"}]}}],
+            },
+            "0.5.0",
+        ),
         ({"kind": "v.com/c.x", "devices": [{"name": "a"}]}, "0.6.0"),
         ({"kind": "v.com/c", "annotations": {"a": "b"}, "devices": [{"name": "a"}]}, "0.6.0"),
         ({"kind": "v.com/c", "containerEdits": {"additionalGids": [5]}, "devices": [{"name": "a"}]}, "0.7.0"),
         ({"kind": "v.com/c", "containerEdits": {"intelRdt": {"closID": "x"}}, "devices": [{"name": "a"}]}, "0.7.0"),
-        ({"kind": "v.com/c", "devices": [{"name": "a", "containerEdits": {"netDevices": [{"hostInterfaceName": "e"}]}}]}, "1.1.0"),
+        (
+            {
+                "kind": "v.com/c",
+                "devices": [{"name": "a", "containerEdits": {"netDevices": [{"hostInterfaceName": "e"}]}}],
+            },
+            "1.1.0",
+        ),
     ],
 )
 def test_minimum_version(spec: dict[str, object], version: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metax_core import components
-from metax_core.components import Component as C
+from metax_core.cluster import components
+from metax_core.cluster.components import Component as C
 
 
 def test_prerequisites_are_those_of_the_seed_table() -> None:
@@ -26,11 +26,22 @@ def test_prerequisites_are_those_of_the_seed_table() -> None:
 def test_workload_names_and_privileges_follow_table_1_3_1() -> None:
     workloads = {w.name: w for info in components.CATALOGUE for w in info.workloads}
     assert set(workloads) == {
-        "metax-gpu-label", "metax-container-runtime", "metax-driver", "metax-maca", "metax-gpu-device",
-        "metax-data-exporter", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker", "metax-gpu-scheduler",
+        "metax-gpu-label",
+        "metax-container-runtime",
+        "metax-driver",
+        "metax-maca",
+        "metax-gpu-device",
+        "metax-data-exporter",
+        "metax-vfio-manager",
+        "metax-topo-master",
+        "metax-topo-worker",
+        "metax-gpu-scheduler",
     }
     assert [n for n, w in workloads.items() if w.host_pid] == [
-        "metax-container-runtime", "metax-driver", "metax-maca", "metax-gpu-device"
+        "metax-container-runtime",
+        "metax-driver",
+        "metax-maca",
+        "metax-gpu-device",
     ]
     assert {n for n, w in workloads.items() if not w.privileged} == {"metax-topo-master", "metax-gpu-scheduler"}
     assert workloads["metax-data-exporter"].service_account is None
@@ -76,7 +87,7 @@ def test_gpu_device_waits_for_its_prerequisites_and_the_driver_when_deployed() -
 
 
 def test_readiness_signal_names_are_what_node_agents_publish() -> None:
-    from metax_core import readiness
+    from metax_core.node import readiness
 
     for info in components.CATALOGUE:
         readiness.check_component(info.signal)

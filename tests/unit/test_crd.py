@@ -23,7 +23,8 @@ import attrs
 import pytest
 import yaml
 
-from metax_core import converter, spec
+from metax_core.spec import converter
+from metax_core.spec import model as spec
 from metax_k8s import crd
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -190,16 +191,25 @@ def test_unsupported_types_are_refused() -> None:
 def test_a_full_upgrade_status_fits_the_status_schema() -> None:
     import datetime as dt
 
-    from metax_core import rollout_status as rs
-    from metax_k8s import inmemory_schema
+    from metax_core.rollout import status as rs
+    from metax_k8s.inmemory import schema as inmemory_schema
 
     moment = dt.datetime(2024, 5, 1, 8, 0, 0, 123456, tzinfo=dt.UTC)
     status = rs.UpgradeStatus(
         last_applied_spec="{}",
         upgrading=True,
-        conditions=(rs.Condition(rs.ConditionType.PROGRESSING, rs.ConditionStatus.TRUE, moment, rs.Reason.STEP_UPGRADING, "step 1"),),
+        conditions=(
+            rs.Condition(
+                rs.ConditionType.PROGRESSING, rs.ConditionStatus.TRUE, moment, rs.Reason.STEP_UPGRADING, "step 1"
+            ),
+        ),
         phase=rs.Phase.PROGRESSING,
-        status=rs.StepStatus(current_step_index=1, current_step_state=rs.StepState.STEP_PAUSED, recheck_time=moment, current_step_nodes=("n1",)),
+        status=rs.StepStatus(
+            current_step_index=1,
+            current_step_state=rs.StepState.STEP_PAUSED,
+            recheck_time=moment,
+            current_step_nodes=("n1",),
+        ),
     )
     document = {"upgradeStatus": rs.to_document(status), "phase": "Progressing", "readyNodes": 3}
     errors: list[str] = []

@@ -1,4 +1,4 @@
-"""`metax_core.devices`: what gpu-device advertises and hands out, decided from facts alone.
+"""`metax_core.node.devices`: what gpu-device advertises and hands out, decided from facts alone.
 
 - labels → mode and QoS policy, unknown values fall back with a reason;
 - health: unreported is healthy, VFs inherit their PF's sickness, a failing monitor keeps the last view
@@ -18,13 +18,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metax_core import devices
-from metax_core.inventory import METAX_VENDOR_ID, FunctionKind, GpuHealth, PciAddress, PciFunction
+from metax_core.inventory import (
+    METAX_VENDOR_ID,
+    FunctionKind,
+    GpuHealth,
+    PciAddress,
+    PciFunction,
+)
+from metax_core.node import devices
 
 R = devices.Resource
 
 
-def fn(bus: int, *, driver: str | None = "metax", numa: int | None = 0, path: tuple[int, ...] = (), **kw: object) -> PciFunction:
+def fn(
+    bus: int, *, driver: str | None = "metax", numa: int | None = 0, path: tuple[int, ...] = (), **kw: object
+) -> PciFunction:
     fields: dict[str, object] = {"iommu_group": bus, **kw}
     return PciFunction(
         address=PciAddress(f"0000:{bus:02x}:00.0"),
@@ -50,7 +58,7 @@ def vf_of(pf: PciFunction, n: int, driver: str = "metax") -> PciFunction:
 
 
 def plan(functions: list[PciFunction], **kw: object) -> devices.Plan:
-    args: dict[str, object] = dict(settings=devices.NodeSettings(), shares=16, health={}, iommu_enabled=True)
+    args: dict[str, object] = {"settings": devices.NodeSettings(), "shares": 16, "health": {}, "iommu_enabled": True}
     args.update(kw)
     return devices.plan_devices(functions, **args)  # type: ignore[arg-type]
 
@@ -98,7 +106,9 @@ def test_failed_checks_keep_the_last_view_until_the_threshold() -> None:
     previous = {a.address: devices.Health(False, "hot"), b.address: devices.Health(True)}
     kept = devices.effective_health([a, b], None, previous=previous, failed_checks=2, failure_threshold=3)
     assert kept == previous
-    gone = devices.effective_health([a, b], None, previous=previous, failed_checks=3, failure_threshold=3, failure="timeout")
+    gone = devices.effective_health(
+        [a, b], None, previous=previous, failed_checks=3, failure_threshold=3, failure="timeout"
+    )
     assert gone == {
         a.address: devices.Health(False, "health check failed 3 times in a row: timeout"),
         b.address: devices.Health(False, "health check failed 3 times in a row: timeout"),
@@ -166,7 +176,12 @@ def test_not_ready_makes_every_device_unhealthy_with_the_reason() -> None:
 
 def test_unhealthy_function_makes_its_shares_unhealthy() -> None:
     a = fn(9)
-    p = plan([a], settings=devices.NodeSettings(mode=devices.Mode.SGPU), shares=2, health={a.address: devices.Health(False, "hot")})
+    p = plan(
+        [a],
+        settings=devices.NodeSettings(mode=devices.Mode.SGPU),
+        shares=2,
+        health={a.address: devices.Health(False, "hot")},
+    )
     assert {(d.healthy, d.reason) for d in p.devices[R.SGPU]} == {(False, "hot")}
 
 
@@ -236,11 +251,14 @@ def test_properties_of_preferred_allocation(available: list[devices.Placement], 
 
 # --- allocation -----------------------------------------------------------------------------------------
 
-NODES = {PciAddress("0000:09:00.0"): ("/dev/dri/card0", "/dev/mxcd"), PciAddress("0000:0a:00.0"): ("/dev/dri/card1", "/dev/mxcd")}
+NODES = {
+    PciAddress("0000:09:00.0"): ("/dev/dri/card0", "/dev/mxcd"),
+    PciAddress("0000:0a:00.0"): ("/dev/dri/card1", "/dev/mxcd"),
+}
 
 
 def allocate(p: devices.Plan, resource: devices.Resource, ids: list[str], **kw: object) -> devices.ContainerAllocation:
-    args: dict[str, object] = dict(plan=p, device_nodes=NODES, qos=devices.QosPolicy.BEST_EFFORT, shares=16)
+    args: dict[str, object] = {"plan": p, "device_nodes": NODES, "qos": devices.QosPolicy.BEST_EFFORT, "shares": 16}
     args.update(kw)
     return devices.plan_allocation(resource, ids, **args)  # type: ignore[arg-type]
 
@@ -266,7 +284,9 @@ def test_sgpu_allocation_carries_policy_and_shares() -> None:
 
 
 def test_vfio_allocation_for_kubevirt() -> None:
-    a = allocate(plan([fn(9, driver="vfio-pci"), fn(10, driver="vfio-pci")]), R.VFIO_GPU, ["0000:0a:00.0", "0000:09:00.0"])
+    a = allocate(
+        plan([fn(9, driver="vfio-pci"), fn(10, driver="vfio-pci")]), R.VFIO_GPU, ["0000:0a:00.0", "0000:09:00.0"]
+    )
     assert [d.host_path for d in a.devices] == ["/dev/vfio/vfio", "/dev/vfio/9", "/dev/vfio/10"]
     assert a.envs == {
         "PCI_RESOURCE_METAX-TECH_COM_VFIO-GPU": "0000:09:00.0,0000:0a:00.0",

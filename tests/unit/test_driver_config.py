@@ -16,10 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metax_core import driver_config as dc
-from metax_core.driver_config import ModuleAction, ParamSource, PlanOutcome
 from metax_core.errors import InvalidSpec
-from metax_core.inventory import DriverVersion, FunctionKind, ModuleState, PciAddress, PciFunction
+from metax_core.inventory import (
+    DriverVersion,
+    FunctionKind,
+    ModuleState,
+    PciAddress,
+    PciFunction,
+)
+from metax_core.node import driver_config as dc
+from metax_core.node.driver_config import ModuleAction, ParamSource, PlanOutcome
 
 # The §3.2.7 ConfigMap as the seed prints it (JSON with raw newlines inside the strings), as data values.
 SEED_3_2_7 = {
@@ -137,7 +143,9 @@ def test_yes_no_on_off_are_not_booleans() -> None:
     ],
 )
 def test_vfnum_must_be_a_non_negative_int(value: str, message: str) -> None:
-    assert errors_of({"node-vfnums": f"nodes:\n  n1:\n    vfnum: {value}"}) == [f"node-vfnums.nodes.n1.vfnum: {message}"]
+    assert errors_of({"node-vfnums": f"nodes:\n  n1:\n    vfnum: {value}"}) == [
+        f"node-vfnums.nodes.n1.vfnum: {message}"
+    ]
 
 
 def test_vfnum_zero_means_no_vfs() -> None:
@@ -163,12 +171,16 @@ def test_xcore_page_size_is_a_non_negative_int(value: str) -> None:
     assert error.startswith("module-params.xcore_page_size: must be")
 
 
-@pytest.mark.parametrize(("value", "expected"), [("0", "0"), ("3", "3"), ("C500", "C500"), ("'7'", "7"), ("c500-v2.1", "c500-v2.1")])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("0", "0"), ("3", "3"), ("C500", "C500"), ("'7'", "7"), ("c500-v2.1", "c500-v2.1")]
+)
 def test_gpu_model_accepts_an_int_or_a_word(value: str, expected: str) -> None:
     assert dc.parse({"module-params": f"gpu_model: {value}"}).module_params == {"gpu_model": expected}
 
 
-@pytest.mark.parametrize("value", ["'a b'", "'x=1'", "-1", "true", "null", "[1]", "''", "'-lead'", "'" + "a" * 65 + "'"])
+@pytest.mark.parametrize(
+    "value", ["'a b'", "'x=1'", "-1", "true", "null", "[1]", "''", "'-lead'", "'" + "a" * 65 + "'"]
+)
 def test_gpu_model_refuses_anything_else(value: str) -> None:
     (error,) = errors_of({"module-params": f"gpu_model: {value}"})
     assert error.startswith("module-params.gpu_model: must be")
@@ -184,7 +196,8 @@ def test_every_error_at_once() -> None:
         }
     )
     assert errors == [
-        "node-vfnum: unknown key; did you mean 'node-vfnums'? supported: node-vfnums, module-params, node-module-params",
+        "node-vfnum: unknown key; did you mean 'node-vfnums'? "
+        "supported: node-vfnums, module-params, node-module-params",
         "node-vfnums.nodes.Bad_Name: is not a valid node name (lowercase letters, digits, '-' and '.')",
         "node-vfnums.nodes.n1: must be a mapping like {vfnum: N}, got number 4 (write 'n1: {vfnum: 4}')",
         "node-vfnums.nodes.n2.vfs: unknown field; supported: vfnum",
@@ -226,7 +239,9 @@ def test_node_module_params_must_be_a_mapping() -> None:
 
 
 def test_node_entry_wins_whole_no_per_key_merge() -> None:
-    config = dc.parse({"module-params": "xcore_page_size: 10\ngpu_model: 1", "node-module-params": "n1: {gpu_model: 2}"})
+    config = dc.parse(
+        {"module-params": "xcore_page_size: 10\ngpu_model: 1", "node-module-params": "n1: {gpu_model: 2}"}
+    )
     assert dc.for_node(config, "n1").module_params == {"gpu_model": "2"}
     assert dc.for_node(config, "n2").module_params == {"xcore_page_size": "10", "gpu_model": "1"}
 

@@ -28,8 +28,22 @@ def test_cli_creates_a_host_another_process_can_use(tmp_path: Path, capsys: pyte
 
 
 def test_module_entry_point_without_a_host_driver(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "metax_dev.fakehost", "--root", str(tmp_path / "n"), "--gpus", "1",
-                             "--host-driver", "none"], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "metax_dev.fakehost",
+            "--root",
+            str(tmp_path / "n"),
+            "--gpus",
+            "1",
+            "--host-driver",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "metax module: not loaded" in result.stdout
     assert FakeHost.open(tmp_path / "n").modules.installed_version("metax") is None
 

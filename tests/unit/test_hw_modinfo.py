@@ -34,8 +34,10 @@ def test_fields_and_params() -> None:
     fields = kmod.parse_modinfo(MODINFO, "metax")
     assert fields["version"] == ["2.18.0"] and len(fields["alias"]) == 2
     assert fields["depends"] == ["drm,drm_kms_helper"]
-    assert kmod.module_params_of(fields) == {"xcore_page_size": "xcore page size in KiB (int)",
-                                             "gpu_model": "force the GPU model (charp)"}
+    assert kmod.module_params_of(fields) == {
+        "xcore_page_size": "xcore page size in KiB (int)",
+        "gpu_model": "force the GPU model (charp)",
+    }
 
 
 def test_not_modinfo_output() -> None:
@@ -43,10 +45,18 @@ def test_not_modinfo_output() -> None:
         kmod.parse_modinfo("modinfo: ERROR: Module metax not found.\n", "metax")
 
 
-@pytest.mark.parametrize(("asked", "seen", "same"), [
-    ("12", "12", True), ("1", "Y", True), ("off", "N", True), ("0x10", "16", True), ("12", "10", False),
-    ("abc", "abd", False), ("y", "0", False),
-])
+@pytest.mark.parametrize(
+    ("asked", "seen", "same"),
+    [
+        ("12", "12", True),
+        ("1", "Y", True),
+        ("off", "N", True),
+        ("0x10", "16", True),
+        ("12", "10", False),
+        ("abc", "abd", False),
+        ("y", "0", False),
+    ],
+)
 def test_kernel_spellings(asked: str, seen: str, same: bool) -> None:
     assert kmod.same_param_value(asked, seen) is same
 

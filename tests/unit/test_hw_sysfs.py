@@ -53,9 +53,11 @@ def test_writes_carry_the_kernels_refusal(tmp_path: Path) -> None:
         raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
 
     tree = sysfs.HostTree(tmp_path, busy)
-    with pytest.raises(errors.HardwareError,
-                       match=r"^bind on 0000:01:00.0 failed: writing 0000:01:00.0 to /sys/bus/pci/drivers/x/bind: "
-                             r"Device or resource busy \(EBUSY\)$") as caught:
+    with pytest.raises(
+        errors.HardwareError,
+        match=r"^bind on 0000:01:00.0 failed: writing 0000:01:00.0 to /sys/bus/pci/drivers/x/bind: "
+        r"Device or resource busy \(EBUSY\)$",
+    ) as caught:
         tree.write(tree.path("/sys/bus/pci/drivers/x/bind"), "0000:01:00.0", operation="bind", device="0000:01:00.0")
     assert (caught.value.operation, caught.value.device) == ("bind", "0000:01:00.0")
     target = tmp_path / "attr"
@@ -77,8 +79,9 @@ def test_tool_runner_reports_failures(tmp_path: Path) -> None:
     runner = tools.ToolRunner([str(tmp_path)], timeout=0.5)
     result = runner.run("ok", ["a", "b"], operation="probe")
     assert (result.stdout, result.stderr) == ("out C a b\n", "warn\n")
-    with pytest.raises(errors.HardwareError, match="^unload on metax failed: bad exited with 1: rmmod: ERROR: Module "
-                                                   "metax is in use$"):
+    with pytest.raises(
+        errors.HardwareError, match="^unload on metax failed: bad exited with 1: rmmod: ERROR: Module metax is in use$"
+    ):
         runner.run("bad", [], operation="unload", device="metax")
     with pytest.raises(errors.HardwareError, match="slow did not answer within 0.5 s and was killed"):
         runner.run("slow", [], operation="query")

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metax_core import devices, labels
 from metax_core.inventory import (
     DriverVersion,
     FunctionKind,
@@ -27,6 +26,7 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
+from metax_core.node import devices, labels
 
 K8S_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 GIB = 1 << 30
@@ -36,16 +36,28 @@ def addr(n: int, fn: int = 0) -> PciAddress:
     return PciAddress(f"0000:{n:02x}:00.{fn}")
 
 
-def pf(n: int, *, device_id: int = 0x4000, numvfs: int = 0, totalvfs: int = 0, numa: int | None = 0, driver: str = "metax") -> PciFunction:
+def pf(
+    n: int, *, device_id: int = 0x4000, numvfs: int = 0, totalvfs: int = 0, numa: int | None = 0, driver: str = "metax"
+) -> PciFunction:
     return PciFunction(
-        address=addr(n), vendor_id=0x9999, device_id=device_id, numa_node=numa,
-        sriov_numvfs=numvfs, sriov_totalvfs=totalvfs, driver=driver,
+        address=addr(n),
+        vendor_id=0x9999,
+        device_id=device_id,
+        numa_node=numa,
+        sriov_numvfs=numvfs,
+        sriov_totalvfs=totalvfs,
+        driver=driver,
     )
 
 
 def vf(n: int, fn: int, *, driver: str = "metax") -> PciFunction:
     return PciFunction(
-        address=addr(n, fn), vendor_id=0x9999, device_id=0x4001, kind=FunctionKind.VF, physfn=addr(n), driver=driver,
+        address=addr(n, fn),
+        vendor_id=0x9999,
+        device_id=0x4001,
+        kind=FunctionKind.VF,
+        physfn=addr(n),
+        driver=driver,
         numa_node=1,
     )
 
@@ -146,7 +158,11 @@ def test_stale_driver_labels_are_removed_when_the_module_is_unloaded() -> None:
 
 def test_a_two_part_driver_version_removes_the_patch_label() -> None:
     result = labels.node_labels(inventory(module=ModuleState(name="metax", version=DriverVersion("3.1"))))
-    assert (result[labels.GPU_DRIVER_MAJOR], result[labels.GPU_DRIVER_MINOR], result[labels.GPU_DRIVER_PATCH]) == ("3", "1", None)
+    assert (result[labels.GPU_DRIVER_MAJOR], result[labels.GPU_DRIVER_MINOR], result[labels.GPU_DRIVER_PATCH]) == (
+        "3",
+        "1",
+        None,
+    )
 
 
 def test_vfnum_and_sriov_follow_the_pfs() -> None:
@@ -161,14 +177,14 @@ def test_vfnum_is_removed_while_pfs_disagree() -> None:
 
 
 def test_unknown_device_uses_the_reported_name_without_the_vendor() -> None:
-    fns = (pf(1, device_id=0x4abc),)
+    fns = (pf(1, device_id=0x4ABC),)
     result = labels.node_labels(inventory(functions=fns, metrics=(metric(1, name="MetaX N260 (PCIe)"),)))
     assert result[labels.GPU_PRODUCT] == "N260-PCIe"
     assert result[labels.GPU_FAMILY] == "xisi"
 
 
 def test_unknown_device_without_a_name_uses_the_device_id() -> None:
-    result = labels.node_labels(inventory(functions=(pf(1, device_id=0x4abc),), metrics=()))
+    result = labels.node_labels(inventory(functions=(pf(1, device_id=0x4ABC),), metrics=()))
     assert result[labels.GPU_PRODUCT] == "device-4abc"
     assert result[labels.GPU_FAMILY] is None
     assert result[labels.GPU_MEMORY] is None
@@ -189,7 +205,10 @@ def test_a_vm_seeing_only_vfs_counts_them_but_claims_no_vfnum() -> None:
 gpu_functions = st.lists(
     st.builds(
         lambda n, dev, numvfs, total: pf(n, device_id=dev, numvfs=min(numvfs, total), totalvfs=total),
-        st.integers(0, 255), st.sampled_from([0x4000, 0x4001, 0x4abc]), st.integers(0, 8), st.integers(0, 8),
+        st.integers(0, 255),
+        st.sampled_from([0x4000, 0x4001, 0x4ABC]),
+        st.integers(0, 8),
+        st.integers(0, 8),
     ),
     max_size=4,
     unique_by=lambda f: f.address,

@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metax_core import merge, validation
+from metax_core.cluster import merge
+from metax_core.spec import validation
 
 
 def _tol(key: str, value: str, effect: str) -> dict[str, str]:
@@ -104,7 +105,10 @@ def test_merge_is_idempotent(base: Any, extra: Any) -> None:
     assert merge.merge_values(once, extra) == once
 
 
-@given(st.dictionaries(st.text(max_size=3), json_values, max_size=4), st.dictionaries(st.text(max_size=3), json_values, max_size=4))
+@given(
+    st.dictionaries(st.text(max_size=3), json_values, max_size=4),
+    st.dictionaries(st.text(max_size=3), json_values, max_size=4),
+)
 def test_merge_keeps_every_key_and_never_changes_its_inputs(base: dict[str, Any], extra: dict[str, Any]) -> None:
     before = (repr(base), repr(extra))
     merged = merge.merge_values(base, extra)

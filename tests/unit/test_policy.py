@@ -12,10 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metax_core import policy, spec
 from metax_core.errors import MetaxError
-from metax_core.inventory import DriverVersion, FirmwareInfo, FunctionKind, PciAddress, PciFunction
-from metax_core.policy import DriverSource, FirmwareImage, FirmwareOutcome
+from metax_core.inventory import (
+    DriverVersion,
+    FirmwareInfo,
+    FunctionKind,
+    PciAddress,
+    PciFunction,
+)
+from metax_core.node import policy
+from metax_core.node.policy import DriverSource, FirmwareImage, FirmwareOutcome
+from metax_core.spec import model as spec
 
 CLOUD = spec.DeployPolicy.PREFER_CLOUD
 HOST = spec.DeployPolicy.PREFER_HOST
@@ -91,7 +98,9 @@ def test_prefer_newer_with_unparseable_payload_version_uses_payload_and_says_why
 @pytest.mark.parametrize("deploy_policy", [CLOUD, NEWER])
 @pytest.mark.parametrize("payload", [None, "", "  "])
 def test_missing_payload_version_is_an_error(deploy_policy: spec.DeployPolicy, payload: str | None) -> None:
-    with pytest.raises(MetaxError, match=rf"driver.payload.version is required with driver.deployPolicy {deploy_policy.value}"):
+    with pytest.raises(
+        MetaxError, match=rf"driver.payload.version is required with driver.deployPolicy {deploy_policy.value}"
+    ):
         policy.choose_driver(deploy_policy, dv("2.18.0"), payload)
 
 
@@ -255,7 +264,9 @@ def test_version_comparison_is_numeric() -> None:
     assert d.targets == ("0000:01:00.0",)
 
 
-@pytest.mark.parametrize(("payload", "match"), [(None, "does not say which firmware"), ("next", "'next' is not a version")])
+@pytest.mark.parametrize(
+    ("payload", "match"), [(None, "does not say which firmware"), ("next", "'next' is not a version")]
+)
 def test_payload_without_a_usable_firmware_version_refuses(payload: str | None, match: str) -> None:
     d = decide([fw(1, "1.12.0.0")], payload=payload)
     assert d.outcome is FirmwareOutcome.REFUSE
@@ -275,9 +286,7 @@ def test_multi_host_interconnect_refuses() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.integers(10, 14), st.integers(0, 3), st.booleans()), min_size=1, max_size=6
-    ),
+    st.lists(st.tuples(st.integers(10, 14), st.integers(0, 3), st.booleans()), min_size=1, max_size=6),
     st.integers(10, 14),
     st.booleans(),
 )
@@ -305,9 +314,7 @@ def test_firmware_invariants(gpus: list[tuple[int, int, bool]], payload_minor: i
 
 def test_firmware_fields_are_locked_while_flashing() -> None:
     old = spec.Driver(payload=spec.DriverPayload(version="2.18.0"))
-    new = spec.Driver(
-        payload=spec.DriverPayload(version="2.19.0"), fw_upgrade_policy=FW_CLOUD, fw_enable_virt=True
-    )
+    new = spec.Driver(payload=spec.DriverPayload(version="2.19.0"), fw_upgrade_policy=FW_CLOUD, fw_enable_virt=True)
     errors = policy.firmware_edit_errors(old, new, ["node-b", "node-a"])
     assert [e.path for e in errors] == ["driver.fwUpgradePolicy", "driver.fwEnableVirt", "driver.payload.version"]
     assert "nodes: node-a, node-b" in errors[0].message

@@ -1,4 +1,4 @@
-"""`metax-operator rollout plan` (services.cli_rollout): the §3.2.8 example, failures, and bad input.
+"""`metax-operator rollout plan` (services.cli.rollout): the §3.2.8 example, failures, and bad input.
 
 Covers: the exact JSON of the seed's 10-node example (loops 1,1 | 2,1 | 2,1 | 1,1; pauses manual,
 10000ms, 10000ms, manual); --fail with fallback pause and rollback; --node-names order; the table output;
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services import cli_rollout
+from services.cli import rollout as cli_rollout
 
 SEED_SPEC = {
     "driver": {
@@ -56,8 +56,12 @@ def plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_seed_example_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    document = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator",
-                "metadata": {"name": "cluster-operator"}, "spec": SEED_SPEC}
+    document = {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1",
+        "kind": "ClusterOperator",
+        "metadata": {"name": "cluster-operator"},
+        "spec": SEED_SPEC,
+    }
     code, out, err = plan(capsys, "-f", write(tmp_path, document), "--nodes", "10", "-o", "json")
     assert (code, err) == (0, "")
     assert json.loads(out) == {
@@ -136,8 +140,9 @@ def test_a_disabled_policy_is_checked_as_if_enabled(tmp_path: Path, capsys: pyte
         (("--nodes", "3", "--fail", "node-04"), "--fail names nodes that are not in the fleet: node-04"),
     ],
 )
-def test_bad_fleets_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
-                                message: str) -> None:
+def test_bad_fleets_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
     code, out, err = plan(capsys, "-f", write(tmp_path, SEED_SPEC), *argv)
     assert (code, out, err) == (2, "", f"error: {message}\n")
 

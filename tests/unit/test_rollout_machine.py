@@ -15,16 +15,18 @@ from collections.abc import Callable, Collection, Sequence
 
 import attrs
 import pytest
-
-from metax_core import rollout, rollout_sim, rollout_status, spec
-from metax_core.rollout_status import ConditionStatus as CS
-from metax_core.rollout_status import ConditionType as CT
-from metax_core.rollout_status import Phase, Reason, StepState
-from metax_core.spec import IntOrPercent as IoP
-
 import rollout_examples
 
-T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+from metax_core.rollout import machine as rollout
+from metax_core.rollout import sim as rollout_sim
+from metax_core.rollout import status as rollout_status
+from metax_core.rollout.status import ConditionStatus as CS
+from metax_core.rollout.status import ConditionType as CT
+from metax_core.rollout.status import Phase, Reason, StepState
+from metax_core.spec import model as spec
+from metax_core.spec.model import IntOrPercent as IoP
+
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 NAMES = rollout_sim.node_names(10)
 SEED = rollout_examples.SEED_POLICY
 NO_PAUSES = spec.UpgradePolicy(
@@ -36,8 +38,12 @@ NO_PAUSES = spec.UpgradePolicy(
 class Run:
     """Drives the machine like the operator: decide, apply, and let the test change the world in between."""
 
-    def __init__(self, policy: spec.UpgradePolicy, names: Sequence[str] = NAMES,
-                 revision: rollout.Revision = rollout.Revision.OLD) -> None:
+    def __init__(
+        self,
+        policy: spec.UpgradePolicy,
+        names: Sequence[str] = NAMES,
+        revision: rollout.Revision = rollout.Revision.OLD,
+    ) -> None:
         self.policy = policy
         self.fleet = rollout_sim.SimFleet(names, revision)
         self.status: rollout_status.UpgradeStatus | None = None
@@ -61,8 +67,13 @@ class Run:
     def pause(self, value: bool) -> None:
         self.policy = attrs.evolve(self.policy, pause=value)
 
-    def until(self, done: Callable[[rollout.Decision], bool], failing: Collection[str] = (),
-              resume: bool = True, limit: int = 300) -> rollout.Decision:
+    def until(
+        self,
+        done: Callable[[rollout.Decision], bool],
+        failing: Collection[str] = (),
+        resume: bool = True,
+        limit: int = 300,
+    ) -> rollout.Decision:
         """Decide, settle and resume manual pauses until ``done``; the decision that satisfied it."""
         for _ in range(limit):
             decision = self.decide()
@@ -104,8 +115,11 @@ def test_nothing_to_upgrade_is_idling_with_the_daemonset_on_delete() -> None:
     assert (d.status.phase, d.status.upgrading, d.template) == (Phase.IDLING, False, rollout.Template.NEW)
     assert (d.upgrade, d.rollback, d.requeue_after, d.request_pause) == ((), (), None, False)
     assert [(c.type, c.status, c.reason) for c in d.status.conditions] == [
-        (CT.PROGRESSING, CS.FALSE, Reason.NO_ROLLOUT), (CT.SUCCEED, CS.UNKNOWN, Reason.NO_ROLLOUT),
-        (CT.FAILED, CS.FALSE, Reason.NO_FAILURE), (CT.TERMINATING, CS.FALSE, Reason.NOT_TERMINATING)]
+        (CT.PROGRESSING, CS.FALSE, Reason.NO_ROLLOUT),
+        (CT.SUCCEED, CS.UNKNOWN, Reason.NO_ROLLOUT),
+        (CT.FAILED, CS.FALSE, Reason.NO_FAILURE),
+        (CT.TERMINATING, CS.FALSE, Reason.NOT_TERMINATING),
+    ]
 
 
 def test_disabled_rollout_upgrades_every_idle_node_at_once_and_names_the_busy_ones() -> None:
@@ -113,7 +127,12 @@ def test_disabled_rollout_upgrades_every_idle_node_at_once_and_names_the_busy_on
     run.fleet.set("b", busy=True)
     d = run.decide()
     assert (d.status.phase, d.status.upgrading, d.template, d.upgrade, d.waiting) == (
-        Phase.DISABLED, False, rollout.Template.NEW, ("a", "c"), ("b",))
+        Phase.DISABLED,
+        False,
+        rollout.Template.NEW,
+        ("a", "c"),
+        ("b",),
+    )
     assert (reason(d), d.requeue_after) == (Reason.ROLLOUT_DISABLED, dt.timedelta(seconds=30))
     assert "waiting for GPU workloads to end on b" in d.status.message
     run.settle()
@@ -141,16 +160,22 @@ def test_start_records_the_old_revision_and_applies_the_template_before_any_dele
     assert (s.current_upgrade_replicas, s.total_upgrade_replicas, s.total_upgrade_ready_replicas) == (2, 10, 0)
     assert s.last_update_time == T0
     assert [(c.status, c.reason) for c in d.status.conditions] == [
-        (CS.TRUE, Reason.ROLLOUT_STARTED), (CS.UNKNOWN, Reason.ROLLOUT_IN_PROGRESS),
-        (CS.FALSE, Reason.NO_FAILURE), (CS.FALSE, Reason.NOT_TERMINATING)]
+        (CS.TRUE, Reason.ROLLOUT_STARTED),
+        (CS.UNKNOWN, Reason.ROLLOUT_IN_PROGRESS),
+        (CS.FALSE, Reason.NO_FAILURE),
+        (CS.FALSE, Reason.NOT_TERMINATING),
+    ]
 
 
 def test_first_step_of_the_seed_example_runs_two_loops_of_one_then_waits_for_an_admin() -> None:
     run = Run(SEED)
     run.decide()
     first = run.decide()
-    assert (first.upgrade, state(first), first.requeue_after) == (("node-01",), StepState.STEP_UPGRADE,
-                                                                  dt.timedelta(seconds=10))
+    assert (first.upgrade, state(first), first.requeue_after) == (
+        ("node-01",),
+        StepState.STEP_UPGRADE,
+        dt.timedelta(seconds=10),
+    )
     waiting = run.decide()  # node-01's pod is still restarting
     assert (waiting.upgrade, reason(waiting)) == ((), Reason.STEP_UPGRADING)
     assert "node-01" in waiting.status.message
@@ -161,7 +186,10 @@ def test_first_step_of_the_seed_example_runs_two_loops_of_one_then_waits_for_an_
     run.settle()
     paused = run.decide()
     assert (state(paused), reason(paused), paused.request_pause) == (
-        StepState.STEP_PAUSED, Reason.PAUSING_FOR_ADMIN, True)
+        StepState.STEP_PAUSED,
+        Reason.PAUSING_FOR_ADMIN,
+        True,
+    )
     s = paused.status.status
     assert (s.current_upgrade_replicas, s.current_upgrade_ready_replicas, s.total_upgrade_ready_replicas) == (2, 2, 2)
 
@@ -202,7 +230,11 @@ def test_when_every_candidate_is_busy_nothing_starts_until_one_is_idle() -> None
     run.decide()
     d = run.decide()
     assert (d.upgrade, d.waiting, reason(d), d.requeue_after) == (
-        (), ("a", "b"), Reason.WAITING_FOR_IDLE_NODES, dt.timedelta(seconds=30))
+        (),
+        ("a", "b"),
+        Reason.WAITING_FOR_IDLE_NODES,
+        dt.timedelta(seconds=30),
+    )
     assert "a, b" in condition(d, CT.PROGRESSING).message
     run.fleet.set("b", busy=False)
     assert run.decide().upgrade == ("b",)
@@ -237,10 +269,17 @@ def test_manual_pause_resumes_only_after_pause_true_was_observed_then_false() ->
     run.pause(False)  # the operator's write of pause: true got lost
     again = run.decide()
     assert (reason(again), again.request_pause, again.requeue_after) == (
-        Reason.PAUSING_FOR_ADMIN, True, dt.timedelta(seconds=5))
+        Reason.PAUSING_FOR_ADMIN,
+        True,
+        dt.timedelta(seconds=5),
+    )
     armed = run.decide()  # pause: true is now observed
     assert (reason(armed), armed.request_pause, armed.requeue_after, state(armed)) == (
-        Reason.WAITING_FOR_ADMIN, False, None, StepState.STEP_PAUSED)
+        Reason.WAITING_FOR_ADMIN,
+        False,
+        None,
+        StepState.STEP_PAUSED,
+    )
     assert run.decide() == armed  # nothing changes while pause is true
     run.pause(False)
     resumed = run.decide()
@@ -259,11 +298,14 @@ def test_pause_true_set_before_the_step_ended_does_not_acknowledge_its_pause() -
     run.settle()
     done = run.decide()
     assert (state(done), reason(done), done.request_pause, done.requeue_after) == (
-        StepState.STEP_PAUSED, Reason.PAUSING_FOR_ADMIN, False, dt.timedelta(0))
+        StepState.STEP_PAUSED,
+        Reason.PAUSING_FOR_ADMIN,
+        False,
+        dt.timedelta(0),
+    )
     run.pause(False)  # ...and lets go before the machine saw the step paused
     after = run.decide()
-    assert (state(after), reason(after), after.request_pause) == (
-        StepState.STEP_PAUSED, Reason.PAUSING_FOR_ADMIN, True)
+    assert (state(after), reason(after), after.request_pause) == (StepState.STEP_PAUSED, Reason.PAUSING_FOR_ADMIN, True)
 
 
 def timed_run() -> tuple[Run, rollout.Decision, dt.datetime]:
@@ -304,16 +346,24 @@ def test_a_node_that_fails_during_a_pause_is_caught_before_the_next_step() -> No
     assert state(run.decide()) is StepState.STEP_READY
     retry = run.decide()
     assert (retry.upgrade, reason(retry), retry.status.status.current_failure_retry) == (
-        ("node-04",), Reason.STEP_RETRYING, 1)
+        ("node-04",),
+        Reason.STEP_RETRYING,
+        1,
+    )
 
 
 # --- failures -----------------------------------------------------------------------------------------------------
 
 
 def test_failures_within_the_step_toleration_do_not_stop_it() -> None:
-    policy = attrs.evolve(NO_PAUSES, upgrade_steps=(
-        spec.UpgradeStep(IoP(2), pause=False, toleration=IoP.of_percent(50)),
-        spec.UpgradeStep(IoP.of_percent(100), pause=False)), max_unavailable=IoP(1))
+    policy = attrs.evolve(
+        NO_PAUSES,
+        upgrade_steps=(
+            spec.UpgradeStep(IoP(2), pause=False, toleration=IoP.of_percent(50)),
+            spec.UpgradeStep(IoP.of_percent(100), pause=False),
+        ),
+        max_unavailable=IoP(1),
+    )
     run = Run(policy)
     d = run.until(lambda d: not d.status.upgrading, failing={"node-01"})
     assert (d.status.phase, condition(d, CT.SUCCEED).status) == (Phase.IDLING, CS.TRUE)
@@ -336,7 +386,11 @@ def test_retries_then_fallback_pause_then_an_admin_resume_retries_once_more() ->
         run.settle({"node-02"})
     assert d is not None and retries == [1, 2]
     assert (d.status.phase, state(d), reason(d), d.request_pause) == (
-        Phase.PROGRESSING, StepState.STEP_PAUSED, Reason.FALLBACK_PAUSED, True)
+        Phase.PROGRESSING,
+        StepState.STEP_PAUSED,
+        Reason.FALLBACK_PAUSED,
+        True,
+    )
     assert condition(d, CT.FAILED).reason is Reason.STEP_FAILED
     assert "node-02" in condition(d, CT.FAILED).message
     assert condition(d, CT.PROGRESSING).status is CS.FALSE
@@ -346,7 +400,9 @@ def test_retries_then_fallback_pause_then_an_admin_resume_retries_once_more() ->
     resumed = run.decide()
     assert (resumed.upgrade, resumed.status.status.current_failure_retry) == (("node-02",), 0)
     assert (condition(resumed, CT.FAILED).status, condition(resumed, CT.FAILED).reason) == (
-        CS.FALSE, Reason.RESUMED_AFTER_FAILURE)
+        CS.FALSE,
+        Reason.RESUMED_AFTER_FAILURE,
+    )
 
 
 def test_fallback_rollback_returns_every_node_and_stays_pinned() -> None:
@@ -354,9 +410,14 @@ def test_fallback_rollback_returns_every_node_and_stays_pinned() -> None:
     run = Run(policy, names=("a", "b", "c"))
     begin = run.until(lambda d: d.status.phase is Phase.TERMINATING, failing={"b"})
     assert (begin.template, begin.rollback, state(begin)) == (
-        rollout.Template.LAST_APPLIED, (), StepState.STEP_UPGRADE_INIT)
+        rollout.Template.LAST_APPLIED,
+        (),
+        StepState.STEP_UPGRADE_INIT,
+    )
     assert (condition(begin, CT.TERMINATING).status, condition(begin, CT.TERMINATING).reason) == (
-        CS.TRUE, Reason.FALLBACK_ROLLBACK)
+        CS.TRUE,
+        Reason.FALLBACK_ROLLBACK,
+    )
     assert condition(begin, CT.FAILED).reason is Reason.STEP_FAILED
     loops = []
     for _ in range(20):
@@ -367,12 +428,19 @@ def test_fallback_rollback_returns_every_node_and_stays_pinned() -> None:
             break
         run.settle()
     assert loops == [("a",), ("b",)]
-    assert (d.status.phase, d.template, run.revisions()) == (Phase.IDLING, rollout.Template.LAST_APPLIED,
-                                                              {rollout.Revision.OLD})
+    assert (d.status.phase, d.template, run.revisions()) == (
+        Phase.IDLING,
+        rollout.Template.LAST_APPLIED,
+        {rollout.Revision.OLD},
+    )
     assert (condition(d, CT.SUCCEED).reason, condition(d, CT.FAILED).status) == (Reason.ROLLED_BACK, CS.TRUE)
     pinned = run.decide()
     assert (pinned.status.phase, pinned.template, pinned.upgrade, pinned.status.upgrading) == (
-        Phase.IDLING, rollout.Template.LAST_APPLIED, (), False)
+        Phase.IDLING,
+        rollout.Template.LAST_APPLIED,
+        (),
+        False,
+    )
     run.policy = attrs.evolve(run.policy, enable_rollout=False)
     assert run.decide().template is rollout.Template.LAST_APPLIED
     run.policy = attrs.evolve(run.policy, enable_rollout=True)
@@ -399,8 +467,7 @@ def test_enable_rollout_false_rolls_back_to_disabled_then_true_starts_again() ->
     run.until(lambda d: d.status.status.current_step_index == 1 and bool(d.upgrade))
     run.policy = attrs.evolve(run.policy, enable_rollout=False)
     begin = run.decide()
-    assert (begin.status.phase, begin.template, begin.rollback) == (
-        Phase.DISABLING, rollout.Template.LAST_APPLIED, ())
+    assert (begin.status.phase, begin.template, begin.rollback) == (Phase.DISABLING, rollout.Template.LAST_APPLIED, ())
     assert condition(begin, CT.TERMINATING).reason is Reason.ROLLOUT_DISABLED
     waiting = run.decide()  # node-03..05 are still restarting on the new driver
     assert (waiting.rollback, waiting.requeue_after) == ((), dt.timedelta(seconds=10))
@@ -411,7 +478,10 @@ def test_enable_rollout_false_rolls_back_to_disabled_then_true_starts_again() ->
     run.settle()
     done = run.decide()
     assert (done.status.phase, done.status.upgrading, done.template) == (
-        Phase.DISABLED, False, rollout.Template.LAST_APPLIED)
+        Phase.DISABLED,
+        False,
+        rollout.Template.LAST_APPLIED,
+    )
     assert run.revisions() == {rollout.Revision.OLD}
     assert condition(done, CT.SUCCEED).reason is Reason.ROLLED_BACK
     assert run.decide().template is rollout.Template.LAST_APPLIED  # pinned while the target is the same
@@ -457,7 +527,10 @@ def test_a_changed_target_restarts_the_rollout_from_the_first_step() -> None:
     d = run.decide()
     s = d.status.status
     assert (reason(d), s.current_step_index, s.current_step_state) == (
-        Reason.TARGET_CHANGED, 0, StepState.STEP_UPGRADE_INIT)
+        Reason.TARGET_CHANGED,
+        0,
+        StepState.STEP_UPGRADE_INIT,
+    )
     assert (s.last_pod_spec_revision, s.upgrading_pod_spec_revision) == ("old", "newer")
     assert d.status.last_applied_spec == "old template"
 
@@ -485,7 +558,8 @@ def test_the_stored_document_is_enough_to_continue() -> None:
     run.until(lambda d: state(d) is StepState.STEP_PAUSED and reason(d) is Reason.WAITING_FOR_PAUSE_DURATION)
     stored = rollout_status.from_document(rollout_status.to_document(run.status))  # type: ignore[arg-type]
     assert rollout.decide(run.policy, stored, run.snapshot(), run.now) == rollout.decide(
-        run.policy, run.status, run.snapshot(), run.now)
+        run.policy, run.status, run.snapshot(), run.now
+    )
 
 
 def test_same_input_same_decision_and_naive_now_is_utc() -> None:
@@ -493,7 +567,8 @@ def test_same_input_same_decision_and_naive_now_is_utc() -> None:
     run.until(lambda d: bool(d.upgrade))
     naive = run.now.replace(tzinfo=None)
     assert rollout.decide(run.policy, run.status, run.snapshot(), naive) == rollout.decide(
-        run.policy, run.status, run.snapshot(), run.now)
+        run.policy, run.status, run.snapshot(), run.now
+    )
 
 
 def test_an_empty_fleet_has_nothing_to_roll_out() -> None:

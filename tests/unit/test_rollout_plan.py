@@ -8,11 +8,11 @@ maxUnavailable rounding down; the implied final step; how each step pauses.
 from __future__ import annotations
 
 import pytest
-
-from metax_core import rollout_plan, spec
-from metax_core.spec import IntOrPercent as IoP
-
 import rollout_examples
+
+from metax_core.rollout import plan as rollout_plan
+from metax_core.spec import model as spec
+from metax_core.spec.model import IntOrPercent as IoP
 
 SEED_POLICY = rollout_examples.SEED_POLICY
 
@@ -43,8 +43,13 @@ def test_replicas_round_up_at_least_one_at_most_the_fleet(replicas: IoP, total: 
 
 
 def test_a_step_never_targets_fewer_nodes_than_an_earlier_one() -> None:
-    policy = spec.UpgradePolicy(upgrade_steps=(spec.UpgradeStep(IoP(8)), spec.UpgradeStep(IoP.of_percent(50)),
-                                               spec.UpgradeStep(IoP.of_percent(100))))
+    policy = spec.UpgradePolicy(
+        upgrade_steps=(
+            spec.UpgradeStep(IoP(8)),
+            spec.UpgradeStep(IoP.of_percent(50)),
+            spec.UpgradeStep(IoP.of_percent(100)),
+        )
+    )
     plans = rollout_plan.plan(policy, 10)
     assert [p.target for p in plans] == [8, 8, 10]
     assert [p.size for p in plans] == [8, 0, 2]

@@ -22,11 +22,21 @@ import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metax_core import rollout, rollout_plan, rollout_sim, rollout_status, spec
-from metax_core.rollout_status import ConditionStatus, ConditionType, Phase, Reason, StepState
-from metax_core.spec import IntOrPercent as IoP
+from metax_core.rollout import machine as rollout
+from metax_core.rollout import plan as rollout_plan
+from metax_core.rollout import sim as rollout_sim
+from metax_core.rollout import status as rollout_status
+from metax_core.rollout.status import (
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    Reason,
+    StepState,
+)
+from metax_core.spec import model as spec
+from metax_core.spec.model import IntOrPercent as IoP
 
-T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -53,7 +63,7 @@ def policies(draw: st.DrawFn) -> spec.UpgradePolicy:
         last = attrs.evolve(last, replicas=IoP.of_percent(100))
     return spec.UpgradePolicy(
         enable_rollout=True,
-        upgrade_steps=tuple(written) + (last,),
+        upgrade_steps=(*tuple(written), last),
         max_parallel=draw(counts(0, 4)),
         max_unavailable=draw(counts(0, 3)),
         max_failure_threshold=draw(st.integers(0, 2)),
@@ -70,8 +80,13 @@ def loop_bound(policy: spec.UpgradePolicy, d: rollout.Decision, total: int) -> i
     return rollout_plan.step_at(rollout_plan.plan(policy, total), s.current_step_index).loop
 
 
-def check_decision(policy: spec.UpgradePolicy, prev: rollout_status.UpgradeStatus | None, fleet: rollout.Fleet,
-                   now: dt.datetime, d: rollout.Decision) -> None:
+def check_decision(
+    policy: spec.UpgradePolicy,
+    prev: rollout_status.UpgradeStatus | None,
+    fleet: rollout.Fleet,
+    now: dt.datetime,
+    d: rollout.Decision,
+) -> None:
     assert rollout.decide(policy, prev, fleet, now) == d
     assert rollout_status.from_document(rollout_status.to_document(d.status)) == d.status
     assert d.status.upgrading == (d.status.phase in rollout_status.ACTIVE_PHASES)
@@ -101,14 +116,19 @@ def check_decision(policy: spec.UpgradePolicy, prev: rollout_status.UpgradeStatu
 
 def fallback_paused(status: rollout_status.UpgradeStatus) -> bool:
     failed = status.condition(ConditionType.FAILED)
-    return (status.phase is Phase.PROGRESSING and status.status.current_step_state is StepState.STEP_PAUSED
-            and failed is not None and failed.status is ConditionStatus.TRUE)
+    return (
+        status.phase is Phase.PROGRESSING
+        and status.status.current_step_state is StepState.STEP_PAUSED
+        and failed is not None
+        and failed.status is ConditionStatus.TRUE
+    )
 
 
 @SETTINGS
 @given(policy=policies(), size=st.integers(1, 9), data=st.data())
-def test_invariants_hold_at_every_decision_of_a_random_run(policy: spec.UpgradePolicy, size: int,
-                                                           data: st.DataObject) -> None:
+def test_invariants_hold_at_every_decision_of_a_random_run(
+    policy: spec.UpgradePolicy, size: int, data: st.DataObject
+) -> None:
     names = rollout_sim.node_names(size)
     failing = data.draw(st.frozensets(st.sampled_from(names)), label="failing")
     disable_at = data.draw(st.none() | st.integers(0, 40), label="disable_at")
@@ -163,13 +183,14 @@ def test_invariants_hold_at_every_decision_of_a_random_run(policy: spec.UpgradeP
 def expected_members(policy: spec.UpgradePolicy, names: Sequence[str]) -> list[tuple[str, ...]]:
     """With no busy node and no node already new, step k upgrades the next names in order."""
     plans = rollout_plan.plan(policy, len(names))
-    return [tuple(names[p.target - p.size:p.target]) for p in plans]
+    return [tuple(names[p.target - p.size : p.target]) for p in plans]
 
 
 @SETTINGS
 @given(policy=policies(), size=st.integers(1, 10), data=st.data())
-def test_failures_within_toleration_never_trigger_the_fallback(policy: spec.UpgradePolicy, size: int,
-                                                               data: st.DataObject) -> None:
+def test_failures_within_toleration_never_trigger_the_fallback(
+    policy: spec.UpgradePolicy, size: int, data: st.DataObject
+) -> None:
     names = rollout_sim.node_names(size)
     failing = data.draw(st.frozensets(st.sampled_from(names)))
     result = rollout_sim.simulate(policy, names, failing)
@@ -177,10 +198,10 @@ def test_failures_within_toleration_never_trigger_the_fallback(policy: spec.Upgr
     members = expected_members(policy, names)
     for step in result.steps:  # a step the fallback stopped has done only a prefix of its nodes
         upgraded = tuple(n for loop in step.batches for n in loop)
-        assert upgraded == members[step.index][:len(upgraded)]
+        assert upgraded == members[step.index][: len(upgraded)]
         if step.index < result.steps[-1].index or result.outcome is rollout_sim.Outcome.COMPLETED:
             assert upgraded == members[step.index]
-    within = all(len(failing & set(m)) <= p.toleration for m, p in zip(members, plans))
+    within = all(len(failing & set(m)) <= p.toleration for m, p in zip(members, plans, strict=False))
     within = within and len(failing) <= rollout_plan.max_unavailable(policy, size)
     if within:
         assert result.outcome is rollout_sim.Outcome.COMPLETED
@@ -200,31 +221,45 @@ def any_count() -> st.SearchStrategy[IoP]:
 @st.composite
 def any_policy(draw: st.DrawFn) -> spec.UpgradePolicy:
     """Policies validation would refuse too: the machine must still answer."""
-    step = st.builds(spec.UpgradeStep, any_count(), st.none() | st.booleans(),
-                     st.none() | st.integers(-5, 5000), any_count())
-    return spec.UpgradePolicy(draw(st.booleans()), tuple(draw(st.lists(step, max_size=4))), draw(st.booleans()),
-                              draw(any_count()), draw(any_count()), draw(st.integers(-1, 3)),
-                              draw(st.sampled_from(spec.Fallback)))
+    step = st.builds(
+        spec.UpgradeStep, any_count(), st.none() | st.booleans(), st.none() | st.integers(-5, 5000), any_count()
+    )
+    return spec.UpgradePolicy(
+        draw(st.booleans()),
+        tuple(draw(st.lists(step, max_size=4))),
+        draw(st.booleans()),
+        draw(any_count()),
+        draw(any_count()),
+        draw(st.integers(-1, 3)),
+        draw(st.sampled_from(spec.Fallback)),
+    )
 
 
 @st.composite
 def any_node(draw: st.DrawFn, name: str) -> rollout.Node:
     ready = draw(st.booleans())
-    return rollout.Node(name, draw(st.sampled_from(rollout.Revision)), ready,
-                        draw(st.booleans()) and not ready, draw(st.booleans()))
+    return rollout.Node(
+        name, draw(st.sampled_from(rollout.Revision)), ready, draw(st.booleans()) and not ready, draw(st.booleans())
+    )
 
 
 @SETTINGS
 @given(policy=any_policy(), data=st.data())
-def test_decide_is_total_over_any_stored_status_fleet_and_policy(policy: spec.UpgradePolicy,
-                                                                  data: st.DataObject) -> None:
+def test_decide_is_total_over_any_stored_status_fleet_and_policy(
+    policy: spec.UpgradePolicy, data: st.DataObject
+) -> None:
     names = data.draw(st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), unique=True, max_size=5))
     nodes = tuple(data.draw(any_node(n)) for n in names)
     known = st.sampled_from(["a", "b", "c", "gone"])
-    times = st.none() | st.datetimes(timezones=st.just(dt.timezone.utc) | st.none())
+    times = st.none() | st.datetimes(timezones=st.just(dt.UTC) | st.none())
     reasons = st.sampled_from(Reason)
-    condition = st.builds(rollout_status.Condition, st.sampled_from(ConditionType),
-                          st.sampled_from(ConditionStatus), st.datetimes(timezones=st.just(dt.timezone.utc)), reasons)
+    condition = st.builds(
+        rollout_status.Condition,
+        st.sampled_from(ConditionType),
+        st.sampled_from(ConditionStatus),
+        st.datetimes(timezones=st.just(dt.UTC)),
+        reasons,
+    )
     stored = st.builds(
         rollout_status.UpgradeStatus,
         upgrading=st.booleans(),
@@ -243,7 +278,7 @@ def test_decide_is_total_over_any_stored_status_fleet_and_policy(policy: spec.Up
     )
     previous = data.draw(st.none() | stored)
     fleet = rollout.Fleet(nodes, "old", data.draw(st.sampled_from(["new", "newer"])))
-    now = data.draw(st.datetimes(timezones=st.just(dt.timezone.utc)))
+    now = data.draw(st.datetimes(timezones=st.just(dt.UTC)))
     d = rollout.decide(policy, previous, fleet, now)
     assert rollout.decide(policy, previous, fleet, now) == d
     assert rollout_status.from_document(rollout_status.to_document(d.status)) == d.status

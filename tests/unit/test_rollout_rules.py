@@ -10,15 +10,19 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from metax_core import rollout_rules, spec, validation
-from metax_core.rollout_status import Phase, UpgradeStatus
+from metax_core.rollout import rules as rollout_rules
+from metax_core.rollout.status import Phase, UpgradeStatus
+from metax_core.spec import model as spec
+from metax_core.spec import validation
 
-BASE = validation.parse({
-    "driver": {
-        "payload": {"version": "1.0.0"},
-        "upgradePolicy": {"enableRollout": True, "upgradeSteps": [{"replicas": 2}, {"replicas": "100%"}]},
-    },
-})
+BASE = validation.parse(
+    {
+        "driver": {
+            "payload": {"version": "1.0.0"},
+            "upgradePolicy": {"enableRollout": True, "upgradeSteps": [{"replicas": 2}, {"replicas": "100%"}]},
+        },
+    }
+)
 ROLLING = UpgradeStatus(upgrading=True, phase=Phase.PROGRESSING)
 
 
@@ -34,8 +38,9 @@ def test_enable_rollout_and_pause_may_change_during_a_rollout() -> None:
 
 def test_other_changes_during_a_rollout_are_refused_with_their_paths() -> None:
     changed = with_policy(BASE, pause=True, max_parallel=spec.IntOrPercent(1))
-    changed = attrs.evolve(changed, driver=attrs.evolve(
-        changed.driver, payload=attrs.evolve(changed.driver.payload, version="2.0.0")))
+    changed = attrs.evolve(
+        changed, driver=attrs.evolve(changed.driver, payload=attrs.evolve(changed.driver.payload, version="2.0.0"))
+    )
     changed = attrs.evolve(changed, registry="registry.example/metax")
     errors = rollout_rules.update_errors(BASE, changed, ROLLING)
     assert [e.path for e in errors] == ["driver.payload.version", "driver.upgradePolicy.maxParallel", "registry"]
@@ -44,8 +49,11 @@ def test_other_changes_during_a_rollout_are_refused_with_their_paths() -> None:
 
 
 def test_list_elements_and_optional_keys_are_reported_where_they_change() -> None:
-    steps = (spec.UpgradeStep(spec.IntOrPercent(3)), spec.UpgradeStep(spec.IntOrPercent(5), pause_duration=100),
-             spec.UpgradeStep(spec.HUNDRED_PERCENT))
+    steps = (
+        spec.UpgradeStep(spec.IntOrPercent(3)),
+        spec.UpgradeStep(spec.IntOrPercent(5), pause_duration=100),
+        spec.UpgradeStep(spec.HUNDRED_PERCENT),
+    )
     changed = with_policy(BASE, upgrade_steps=steps)
     paths = [e.path for e in rollout_rules.update_errors(BASE, changed, ROLLING)]
     assert paths == [

@@ -11,10 +11,10 @@ import datetime as dt
 
 import pytest
 
-from metax_core import rollout_status as rs
 from metax_core.errors import InvalidSpec
+from metax_core.rollout import status as rs
 
-T0 = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
 
 STATUS = rs.UpgradeStatus(
     last_applied_spec='{"containers": []}',
@@ -50,16 +50,29 @@ def test_document_has_exactly_the_table_keys() -> None:
     assert list(doc) == ["lastAppliedSpec", "lastCoDriverSpec", "upgrading", "conditions", "phase", "message", "status"]
     assert list(doc["conditions"][0]) == ["type", "status", "lastTransitionTime", "reason", "message"]
     assert list(doc["status"]) == [
-        "lastPodSpecRevision", "upgradingPodSpecRevision", "currentStepIndex", "currentUpgradeReplicas",
-        "currentUpgradeReadyReplicas", "currentFailureRetry", "currentStepState", "totalUpgradeReplicas",
-        "totalUpgradeReadyReplicas", "lastUpdateTime", "message", "recheckTime",
-        "currentStepNodes", "pendingRetryNodes",
+        "lastPodSpecRevision",
+        "upgradingPodSpecRevision",
+        "currentStepIndex",
+        "currentUpgradeReplicas",
+        "currentUpgradeReadyReplicas",
+        "currentFailureRetry",
+        "currentStepState",
+        "totalUpgradeReplicas",
+        "totalUpgradeReadyReplicas",
+        "lastUpdateTime",
+        "message",
+        "recheckTime",
+        "currentStepNodes",
+        "pendingRetryNodes",
     ]
     assert doc["phase"] == "Progressing"
     assert doc["status"]["currentStepState"] == "StepPaused"
     assert doc["conditions"][0] == {
-        "type": "Progressing", "status": "True", "lastTransitionTime": "2025-03-04T05:06:07Z",
-        "reason": "StepUpgrading", "message": "step 1",
+        "type": "Progressing",
+        "status": "True",
+        "lastTransitionTime": "2025-03-04T05:06:07Z",
+        "reason": "StepUpgrading",
+        "message": "step 1",
     }
     assert doc["status"]["recheckTime"] == "2025-03-04T05:06:17.500000Z"
 
@@ -113,8 +126,12 @@ def test_bad_values_are_refused_with_their_paths() -> None:
         rs.from_document(doc)
     paths = sorted(e.path for e in caught.value.errors)
     assert paths == [
-        "conditions[0].reason", "phase", "status.currentStepIndex", "status.currentStepNodes",
-        "status.recheckTime", "upgrading",
+        "conditions[0].reason",
+        "phase",
+        "status.currentStepIndex",
+        "status.currentStepNodes",
+        "status.recheckTime",
+        "upgrading",
     ]
     assert "must be one of Idling, Progressing, Terminating, Disabled, Disabling" in str(caught.value)
 

@@ -22,9 +22,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metax_core import converter, spec, validation
 from metax_core.errors import InvalidSpec
-from metax_core.spec import IntOrPercent
+from metax_core.spec import converter, validation
+from metax_core.spec import model as spec
+from metax_core.spec.model import IntOrPercent
 
 VERSION = {"driver": {"payload": {"version": "2.32.0"}}}
 
@@ -83,7 +84,9 @@ def test_table_defaults() -> None:
 
 def test_upgrade_step_defaults() -> None:
     step = converter.structure({"replicas": 2}, spec.UpgradeStep)
-    assert step == spec.UpgradeStep(replicas=IntOrPercent(2), pause=None, pause_duration=None, toleration=IntOrPercent(0, True))
+    assert step == spec.UpgradeStep(
+        replicas=IntOrPercent(2), pause=None, pause_duration=None, toleration=IntOrPercent(0, True)
+    )
 
 
 @pytest.mark.parametrize(
@@ -100,7 +103,13 @@ def test_enum_values_match_the_tables(enum_type: type[enum.Enum], values: list[s
 
 
 def test_pod_template_spec_manages_exactly_table_3_15() -> None:
-    document = {"spec": {"nodeSelector": {"a": "b"}, "affinity": {"nodeAffinity": {}}, "tolerations": [{"key": "k", "operator": "Exists"}]}}
+    document = {
+        "spec": {
+            "nodeSelector": {"a": "b"},
+            "affinity": {"nodeAffinity": {}},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+        }
+    }
     template = converter.structure(document, spec.PodTemplateSpec)
     assert template.spec.node_selector == {"a": "b"}
     assert template.spec.tolerations == (spec.Toleration(key="k", operator=spec.TolerationOperator.EXISTS),)
@@ -148,7 +157,8 @@ def test_every_error_at_once_with_field_paths() -> None:
             "got string '50'",
             "driver.upgradePolicy.upgradeSteps[1].replicas: required field is missing",
             "driver.upgradePolicy.upgradeSteps[1].pause: must be true or false, got string 'yes'",
-            "exporter.service.type: must be one of ClusterIP, NodePort, LoadBalancer, ExternalName; got string 'clusterip'",
+            "exporter.service.type: must be one of ClusterIP, NodePort, LoadBalancer, ExternalName; "
+            "got string 'clusterip'",
             "exporter.service.port: must be an integer, got string '9400'",
             "maca.payload.images[1]: must be a string, got number 7 (quote it in YAML)",
         ]
@@ -176,10 +186,22 @@ def test_unknown_key_without_a_close_match_lists_the_allowed_fields() -> None:
         ({"registry": True}, "registry: must be a string, got boolean true"),
         ({"driver": None}, "driver: must be a mapping, got null"),
         ({"imagePullSecrets": "secret"}, "imagePullSecrets: must be a list, got string 'secret'"),
-        ({"maca": {"payload": {"images": "maca-c500:2.18.0.3"}}}, "maca.payload.images: must be a list, got string 'maca-c500:2.18.0.3'"),
-        ({"vfioManager": {"vfioConfig": {"nodeName": "a", "gpus": "0"}}}, "vfioManager.vfioConfig: must be a list, got a mapping"),
-        ({"podTemplateSpec": {"spec": {"nodeSelector": {"gpu": True}}}}, "podTemplateSpec.spec.nodeSelector: keys and values must be strings (quote them in YAML): gpu"),
-        ({"tolerations": [{"operator": "Exist"}]}, "tolerations[0].operator: must be one of Exists, Equal; got string 'Exist'"),
+        (
+            {"maca": {"payload": {"images": "maca-c500:2.18.0.3"}}},
+            "maca.payload.images: must be a list, got string 'maca-c500:2.18.0.3'",
+        ),
+        (
+            {"vfioManager": {"vfioConfig": {"nodeName": "a", "gpus": "0"}}},
+            "vfioManager.vfioConfig: must be a list, got a mapping",
+        ),
+        (
+            {"podTemplateSpec": {"spec": {"nodeSelector": {"gpu": True}}}},
+            "podTemplateSpec.spec.nodeSelector: keys and values must be strings (quote them in YAML): gpu",
+        ),
+        (
+            {"tolerations": [{"operator": "Exist"}]},
+            "tolerations[0].operator: must be one of Exists, Equal; got string 'Exist'",
+        ),
     ],
 )
 def test_strict_types(document: dict[str, Any], message: str) -> None:
@@ -197,7 +219,13 @@ def test_a_document_that_is_not_a_mapping() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(3, IntOrPercent(3)), (0, IntOrPercent(0)), ("50%", IntOrPercent(50, True)), (" 100% ", IntOrPercent(100, True)), ("0%", IntOrPercent(0, True))],
+    [
+        (3, IntOrPercent(3)),
+        (0, IntOrPercent(0)),
+        ("50%", IntOrPercent(50, True)),
+        (" 100% ", IntOrPercent(100, True)),
+        ("0%", IntOrPercent(0, True)),
+    ],
 )
 def test_int_or_percent(value: object, expected: IntOrPercent) -> None:
     assert converter.structure({"maxParallel": value}, spec.UpgradePolicy).max_parallel == expected
@@ -210,7 +238,8 @@ def test_bad_int_or_percent(value: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("total", "percent", "up", "down"), [(10, 50, 5, 5), (3, 50, 2, 1), (2, 50, 1, 1), (0, 50, 0, 0), (7, 100, 7, 7), (7, 1, 1, 0)]
+    ("total", "percent", "up", "down"),
+    [(10, 50, 5, 5), (3, 50, 2, 1), (2, 50, 1, 1), (0, 50, 0, 0), (7, 100, 7, 7), (7, 1, 1, 0)],
 )
 def test_percent_resolution_rounds_as_asked(total: int, percent: int, up: int, down: int) -> None:
     value = IntOrPercent.of_percent(percent)
@@ -225,7 +254,17 @@ def test_percentages_above_100_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "ms"), [(10000, 10000), (0, 0), ("10000", 10000), ("10s", 10_000), ("500ms", 500), ("2m", 120_000), ("1h", 3_600_000), (" 10 s ", 10_000)]
+    ("value", "ms"),
+    [
+        (10000, 10000),
+        (0, 0),
+        ("10000", 10000),
+        ("10s", 10_000),
+        ("500ms", 500),
+        ("2m", 120_000),
+        ("1h", 3_600_000),
+        (" 10 s ", 10_000),
+    ],
 )
 def test_pause_duration_is_milliseconds_or_a_duration(value: object, ms: int) -> None:
     step = converter.structure({"replicas": 1, "pauseDuration": value}, spec.UpgradeStep)
@@ -275,7 +314,9 @@ driver:
 
 def test_upgrade_policy_cross_field_rules() -> None:
     steps = [{"replicas": 5}, {"replicas": 2, "pause": True, "pauseDuration": "1s"}, {"replicas": "50%"}]
-    document = {"driver": {"payload": {"version": "1"}, "upgradePolicy": {"enableRollout": True, "upgradeSteps": steps}}}
+    document = {
+        "driver": {"payload": {"version": "1"}, "upgradePolicy": {"enableRollout": True, "upgradeSteps": steps}}
+    }
     assert errors_of(document) == [
         "driver.upgradePolicy.upgradeSteps[1].replicas: must not be lower than an earlier step's (2 < 5)",
         "driver.upgradePolicy.upgradeSteps[1].pauseDuration: set either pause: true (wait for an administrator) "
@@ -288,7 +329,12 @@ def test_upgrade_policy_cross_field_rules() -> None:
 
 
 def test_a_cluster_operator_object_and_bare_values_mean_the_same() -> None:
-    obj = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator", "metadata": {"name": "cluster-operator"}, "spec": VERSION}
+    obj = {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1",
+        "kind": "ClusterOperator",
+        "metadata": {"name": "cluster-operator"},
+        "spec": VERSION,
+    }
     assert validation.parse(obj) == validation.parse(VERSION)
 
 
@@ -317,7 +363,8 @@ _json = st.recursive(
 ).filter(lambda v: v is not None)
 _SPECIAL: dict[tuple[type, str], st.SearchStrategy[Any]] = {
     (spec.UpgradeStep, "pause_duration"): st.none() | st.integers(0, 10**9),
-    (spec.PodSpecOverrides, "affinity"): st.none() | st.dictionaries(_text, _json.filter(lambda v: not _has_none(v)), max_size=3),
+    (spec.PodSpecOverrides, "affinity"): st.none()
+    | st.dictionaries(_text, _json.filter(lambda v: not _has_none(v)), max_size=3),
 }
 
 
@@ -370,7 +417,9 @@ def test_unstructure_then_structure_round_trips(s: spec.ClusterOperatorSpec) -> 
 @given(strategy_for(spec.ClusterOperatorSpec))
 def test_validation_is_stable_under_a_round_trip(s: spec.ClusterOperatorSpec) -> None:
     # The cross-field rules see the same spec whether it arrives as a record or as its document.
-    assert validation.semantic_errors(converter.structure(converter.unstructure(s), spec.ClusterOperatorSpec)) == validation.semantic_errors(s)
+    assert validation.semantic_errors(
+        converter.structure(converter.unstructure(s), spec.ClusterOperatorSpec)
+    ) == validation.semantic_errors(s)
 
 
 def test_unstructure_uses_camel_case_and_leaves_out_unset_fields() -> None:

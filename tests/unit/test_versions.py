@@ -35,7 +35,24 @@ def test_3_3_3_prefixes(request_: str, expected: str) -> None:
     assert str(versions.resolve(request_, INSTALLED)) == expected
 
 
-@pytest.mark.parametrize("request_", ["maca", "maca-", "  maca-  ", "", "2.18", "MACA-2", "maca-2.", "maca-.2", "maca-2..1", "maca-x", "maca--1", "maca-2.18-rc1", "maca-²"])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        "maca",
+        "maca-",
+        "  maca-  ",
+        "",
+        "2.18",
+        "MACA-2",
+        "maca-2.",
+        "maca-.2",
+        "maca-2..1",
+        "maca-x",
+        "maca--1",
+        "maca-2.18-rc1",
+        "maca-²",
+    ],
+)
 def test_malformed_requests_are_refused(request_: str) -> None:
     with pytest.raises(InvalidSpec, match="METAX_MACA_VERSION: "):
         versions.resolve(request_, INSTALLED)
@@ -58,7 +75,9 @@ def test_ordering_is_numeric_not_lexical() -> None:
 
 
 def test_no_match_is_an_error_naming_what_is_installed() -> None:
-    with pytest.raises(NoMatchingVersion, match=r"no installed MXMACA version matches 'maca-4' \(installed: maca-2.18.0.3\)") as info:
+    with pytest.raises(
+        NoMatchingVersion, match=r"no installed MXMACA version matches 'maca-4' \(installed: maca-2.18.0.3\)"
+    ) as info:
         versions.resolve("maca-4", ["maca-2.18.0.3"])
     assert info.value.request == "maca-4"
     with pytest.raises(NoMatchingVersion, match=r"\(installed: none\)"):
@@ -88,7 +107,13 @@ def test_parse_refuses_non_versions(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("tag", "expected"),
-    [("2.18.0.3-ubuntu18.04-amd64", Version((2, 18, 0, 3))), ("2.18.0.3", Version((2, 18, 0, 3))), ("latest", None), ("v2.1", None), ("2.18.0.3x", None)],
+    [
+        ("2.18.0.3-ubuntu18.04-amd64", Version((2, 18, 0, 3))),
+        ("2.18.0.3", Version((2, 18, 0, 3))),
+        ("latest", None),
+        ("v2.1", None),
+        ("2.18.0.3x", None),
+    ],
 )
 def test_version_of_tag(tag: str, expected: Version | None) -> None:
     assert versions.version_of_tag(tag) == expected
@@ -98,7 +123,11 @@ version_numbers = st.lists(st.integers(0, 25), min_size=1, max_size=4).map(tuple
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.lists(version_numbers, max_size=8), st.lists(st.integers(0, 25), min_size=1, max_size=3).map(tuple), st.booleans())
+@given(
+    st.lists(version_numbers, max_size=8),
+    st.lists(st.integers(0, 25), min_size=1, max_size=3).map(tuple),
+    st.booleans(),
+)
 def test_resolve_returns_the_max_of_the_matching_set(
     installed: list[tuple[int, ...]], prefix: tuple[int, ...], with_maca_prefix: bool
 ) -> None:

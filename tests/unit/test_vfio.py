@@ -15,13 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metax_core import vfio
 from metax_core.errors import InvalidSpec
 from metax_core.inventory import FunctionKind, PciAddress, PciFunction
-from metax_core.spec import VfioConfigEntry
+from metax_core.node import vfio
+from metax_core.spec import vfio_config
+from metax_core.spec.model import VfioConfigEntry
 
 # §3.2.6.1 values.yaml example.
-SEED_ENTRIES = (VfioConfigEntry(node_name="worknode1", gpus="0,1,2"), VfioConfigEntry(node_name=r"worknode\d+", gpus="0,1,2"))
+SEED_ENTRIES = (
+    VfioConfigEntry(node_name="worknode1", gpus="0,1,2"),
+    VfioConfigEntry(node_name=r"worknode\d+", gpus="0,1,2"),
+)
 
 
 def pf(bus: int, driver: str | None = "metax") -> PciFunction:
@@ -44,32 +48,39 @@ def vf(bus: int, fn: int, driver: str | None = "metax") -> PciFunction:
 
 @pytest.mark.parametrize(
     ("node", "selected"),
-    [("worknode1", True), ("worknode2", True), ("worknode123", True), ("worknode1x", False), ("xworknode1", False), ("worknode", False)],
+    [
+        ("worknode1", True),
+        ("worknode2", True),
+        ("worknode123", True),
+        ("worknode1x", False),
+        ("xworknode1", False),
+        ("worknode", False),
+    ],
 )
 def test_node_name_regex_matches_the_whole_name(node: str, selected: bool) -> None:
-    selection = vfio.selection_for_node(SEED_ENTRIES, node)
-    assert (selection != vfio.NOTHING) is selected
+    selection = vfio_config.selection_for_node(SEED_ENTRIES, node)
+    assert (selection != vfio_config.NOTHING) is selected
 
 
 def test_the_first_matching_entry_wins() -> None:
     entries = (VfioConfigEntry("worknode1", "0"), VfioConfigEntry(r"worknode\d+", "all"))
-    assert vfio.selection_for_node(entries, "worknode1") == vfio.GpuSelection(indexes=frozenset({0}))
-    assert vfio.selection_for_node(entries, "worknode2") == vfio.GpuSelection(everything=True)
+    assert vfio_config.selection_for_node(entries, "worknode1") == vfio_config.GpuSelection(indexes=frozenset({0}))
+    assert vfio_config.selection_for_node(entries, "worknode2") == vfio_config.GpuSelection(everything=True)
 
 
 def test_alternation_still_needs_the_whole_name() -> None:
     entries = (VfioConfigEntry("a|b", "all"),)
-    assert vfio.selection_for_node(entries, "b") == vfio.GpuSelection(everything=True)
-    assert vfio.selection_for_node(entries, "ab") == vfio.NOTHING
+    assert vfio_config.selection_for_node(entries, "b") == vfio_config.GpuSelection(everything=True)
+    assert vfio_config.selection_for_node(entries, "ab") == vfio_config.NOTHING
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.from_regex(r"\A[a-z0-9]{1,10}\Z"), st.from_regex(r"\A[a-z0-9-]{1,3}\Z"))
 def test_a_literal_name_never_matches_a_longer_name(name: str, extra: str) -> None:
     entries = (VfioConfigEntry(name, "all"),)
-    assert vfio.selection_for_node(entries, name) == vfio.GpuSelection(everything=True)
-    assert vfio.selection_for_node(entries, name + extra) == vfio.NOTHING
-    assert vfio.selection_for_node(entries, extra + name) == vfio.NOTHING
+    assert vfio_config.selection_for_node(entries, name) == vfio_config.GpuSelection(everything=True)
+    assert vfio_config.selection_for_node(entries, name + extra) == vfio_config.NOTHING
+    assert vfio_config.selection_for_node(entries, extra + name) == vfio_config.NOTHING
 
 
 # --- gpus -----------------------------------------------------------------------------------------------
@@ -78,26 +89,28 @@ def test_a_literal_name_never_matches_a_longer_name(name: str, extra: str) -> No
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("0,1,2", vfio.GpuSelection(indexes=frozenset({0, 1, 2}))),
-        (" 3 , 0 ", vfio.GpuSelection(indexes=frozenset({0, 3}))),
-        ("7", vfio.GpuSelection(indexes=frozenset({7}))),
-        ("all", vfio.GpuSelection(everything=True)),
-        (" ALL ", vfio.GpuSelection(everything=True)),
+        ("0,1,2", vfio_config.GpuSelection(indexes=frozenset({0, 1, 2}))),
+        (" 3 , 0 ", vfio_config.GpuSelection(indexes=frozenset({0, 3}))),
+        ("7", vfio_config.GpuSelection(indexes=frozenset({7}))),
+        ("all", vfio_config.GpuSelection(everything=True)),
+        (" ALL ", vfio_config.GpuSelection(everything=True)),
     ],
 )
-def test_parse_gpus(text: str, expected: vfio.GpuSelection) -> None:
-    assert vfio.parse_gpus(text) == expected
+def test_parse_gpus(text: str, expected: vfio_config.GpuSelection) -> None:
+    assert vfio_config.parse_gpus(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", " ", "0,,1", "0,", "-1", "one", "0;1", "0 1", "1.0", "all,0", "0x1", "²"])
 def test_bad_gpus_are_refused_with_the_field_path(text: str) -> None:
-    with pytest.raises(InvalidSpec, match=r'^vfioManager.vfioConfig\[2\].gpus: must be "all" or comma-separated GPU indexes'):
-        vfio.parse_gpus(text, path="vfioManager.vfioConfig[2].gpus")
+    with pytest.raises(
+        InvalidSpec, match=r'^vfioManager.vfioConfig\[2\].gpus: must be "all" or comma-separated GPU indexes'
+    ):
+        vfio_config.parse_gpus(text, path="vfioManager.vfioConfig[2].gpus")
 
 
 def test_duplicate_indexes_are_refused() -> None:
     with pytest.raises(InvalidSpec, match="gpus: GPU index listed twice: 1, 2"):
-        vfio.parse_gpus("1,2,1,2,3")
+        vfio_config.parse_gpus("1,2,1,2,3")
 
 
 def test_check_entries_reports_every_problem() -> None:
@@ -106,12 +119,12 @@ def test_check_entries_reports_every_problem() -> None:
         VfioConfigEntry("", "x"),
         VfioConfigEntry(r"worknode\d+", "0,1"),
     )
-    errors = [str(e) for e in vfio.check_entries(entries)]
+    errors = [str(e) for e in vfio_config.check_entries(entries)]
     assert len(errors) == 3
     assert errors[0].startswith("vfioManager.vfioConfig[0].nodeName: is not a valid regular expression")
     assert errors[1] == "vfioManager.vfioConfig[1].nodeName: must not be empty"
     assert errors[2].startswith("vfioManager.vfioConfig[1].gpus: must be")
-    assert vfio.check_entries(SEED_ENTRIES) == []
+    assert vfio_config.check_entries(SEED_ENTRIES) == []
 
 
 # --- indexing and the plan ------------------------------------------------------------------------------
@@ -134,7 +147,7 @@ def test_vfs_are_indexed_when_virtualisation_is_on() -> None:
 
 def test_plan_binds_selected_and_returns_unselected() -> None:
     functions = [pf(1), pf(2, driver="vfio-pci"), pf(3, driver="vfio-pci"), pf(4, driver=None)]
-    plan = vfio.plan(functions, vfio.parse_gpus("0,1,3,9"))
+    plan = vfio.plan(functions, vfio_config.parse_gpus("0,1,3,9"))
     assert plan.to_vfio == ("0000:01:00.0", "0000:04:00.0")
     assert plan.to_native == ("0000:03:00.0",)
     assert plan.missing_indexes == (9,)
@@ -143,14 +156,14 @@ def test_plan_binds_selected_and_returns_unselected() -> None:
 
 def test_plan_all_on_a_virtualised_node_binds_every_vf_and_no_pf() -> None:
     functions = [pf(1), vf(1, 1), vf(1, 2, driver="vfio-pci")]
-    plan = vfio.plan(functions, vfio.GpuSelection(everything=True))
+    plan = vfio.plan(functions, vfio_config.GpuSelection(everything=True))
     assert plan.to_vfio == ("0000:01:00.1",)
     assert plan.to_native == ()
 
 
 def test_nothing_selected_returns_everything_to_native() -> None:
     functions = [pf(1, driver="vfio-pci"), pf(2)]
-    assert vfio.plan(functions, vfio.NOTHING).to_native == ("0000:01:00.0",)
+    assert vfio.plan(functions, vfio_config.NOTHING).to_native == ("0000:01:00.0",)
 
 
 @settings(max_examples=80, deadline=None)
@@ -160,7 +173,7 @@ def test_nothing_selected_returns_everything_to_native() -> None:
 )
 def test_plan_property(gpus: list[tuple[int, bool]], indexes: frozenset[int]) -> None:
     functions = [pf(bus, driver="vfio-pci" if bound else "metax") for bus, bound in gpus]
-    plan = vfio.plan(functions, vfio.GpuSelection(indexes=indexes))
+    plan = vfio.plan(functions, vfio_config.GpuSelection(indexes=indexes))
     ordered = sorted(functions, key=lambda f: f.address)
     for i, f in enumerate(ordered):
         want_vfio = i in indexes

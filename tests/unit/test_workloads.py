@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from metax_core import components, validation, workloads
+from metax_core.cluster import components, workloads
+from metax_core.spec import validation
 
 BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
 
@@ -25,8 +26,14 @@ def test_default_spec_renders_every_default_component_in_dependency_order() -> N
     rendered = workloads.render(validation.parse(BASE))
     names = [o["metadata"]["name"] for o in rendered.objects]
     assert names == [
-        "metax-gpu-label", "metax-container-runtime", "metax-driver", "metax-maca", "metax-gpu-device",
-        "metax-vfio-manager", "metax-topo-master", "metax-topo-worker",
+        "metax-gpu-label",
+        "metax-container-runtime",
+        "metax-driver",
+        "metax-maca",
+        "metax-gpu-device",
+        "metax-vfio-manager",
+        "metax-topo-master",
+        "metax-topo-worker",
     ]
     assert {c.value for c in rendered.plan.disabled} == {"exporter", "gpuScheduler"}
 
@@ -46,10 +53,14 @@ def test_privileges_and_host_pid_match_table_1_3_1() -> None:
 
 def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
     objs = _render({**BASE, "exporter": {"deploy": True}})
-    mounted = {v["hostPath"]["path"] for o in objs.values() if o["kind"] != "Service" for v in _pod(o).get("volumes", [])}
+    mounted = {
+        v["hostPath"]["path"] for o in objs.values() if o["kind"] != "Service" for v in _pod(o).get("volumes", [])
+    }
     assert mounted <= workloads.ALLOWED_HOST_PATHS
     assert "/lib/modules" in mounted
-    driver_mounts = {m["mountPath"]: m["readOnly"] for m in _pod(objs["DaemonSet/metax-driver"])["containers"][0]["volumeMounts"]}
+    driver_mounts = {
+        m["mountPath"]: m["readOnly"] for m in _pod(objs["DaemonSet/metax-driver"])["containers"][0]["volumeMounts"]
+    }
     assert driver_mounts["/host/lib/modules"] is True
 
 
@@ -67,7 +78,9 @@ def test_node_agents_run_on_gpu_nodes_except_the_labeller_and_tolerate_control_p
     for name in ("metax-driver", "metax-maca", "metax-gpu-device"):
         pod = _pod(objs[f"DaemonSet/{name}"])
         assert pod["nodeSelector"] == {workloads.GPU_NODE_LABEL: "true"}
-        assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+        assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in pod[
+            "tolerations"
+        ]
 
 
 def test_driver_daemonset_is_replaced_only_by_the_rollout_engine() -> None:
@@ -77,7 +90,12 @@ def test_driver_daemonset_is_replaced_only_by_the_rollout_engine() -> None:
 
 
 def test_gpu_device_learns_what_it_waits_for_and_its_health_interval() -> None:
-    env = {e["name"]: e.get("value") for e in _pod(_render({**BASE, "gpuDevice": {"healthyInterval": 0}})["DaemonSet/metax-gpu-device"])["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in _pod(_render({**BASE, "gpuDevice": {"healthyInterval": 0}})["DaemonSet/metax-gpu-device"])[
+            "containers"
+        ][0]["env"]
+    }
     assert env["METAX_REQUIRED_COMPONENTS"] == "gpu-label,container-runtime,driver,maca"
     assert env["METAX_HEALTHY_INTERVAL"] == "0"
 

@@ -13,7 +13,13 @@ from metax_hw_fake.host import FakeHost
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeHost]:
-    host = (builder.FakeHostBuilder().gpus(4).firmware_image("1.14.0.0").vfio()
-            .nics(builder.NicSpec("ens1", switch=0)).build(tmp_path / "host", timeout=2.0))
+    host = (
+        builder.FakeHostBuilder()
+        .gpus(4)
+        .firmware_image("1.14.0.0")
+        .vfio()
+        .nics(builder.NicSpec("ens1", switch=0))
+        .build(tmp_path / "host", timeout=2.0)
+    )
     yield host
     assert host.audit() == []

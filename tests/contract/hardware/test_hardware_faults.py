@@ -26,8 +26,10 @@ def test_fallen_gpu_is_unhealthy_and_cannot_be_bound(fake: FakeHost) -> None:
     fake.fall_off_bus(gpu)
     health = fake.monitor.health()
     for function in [gpu, *vfs]:
-        assert (health[function].healthy, health[function].reason) == (False, "fell off the bus: config space "
-                                                                               "reads 0xffff")
+        assert (health[function].healthy, health[function].reason) == (
+            False,
+            "fell off the bus: config space reads 0xffff",
+        )
     assert health[other].healthy
     assert gpu in [f.address for f in fake.devices.functions()]
     assert gpu not in [m.address for m in fake.monitor.metrics()]
@@ -51,8 +53,11 @@ def test_removed_gpu_disappears(fake: FakeHost) -> None:
 def test_bind_refused_rolls_back_to_the_previous_driver(fake: FakeHost) -> None:
     gpu = fake.gpu_addresses()[1]
     fake.refuse_bind(gpu, "vfio-pci", errno.EBUSY)
-    with pytest.raises(errors.HardwareError, match=r"bind to vfio-pci on .*: writing .* to /sys/bus/pci/drivers/"
-                                                   r"vfio-pci/bind: Device or resource busy \(EBUSY\)"):
+    with pytest.raises(
+        errors.HardwareError,
+        match=r"bind to vfio-pci on .*: writing .* to /sys/bus/pci/drivers/"
+        r"vfio-pci/bind: Device or resource busy \(EBUSY\)",
+    ):
         fake.binder.bind(gpu, "vfio-pci")
     assert (fake.driver_of(gpu), fake.override_of(gpu)) == ("metax", None)
     fake.clear_faults()
@@ -63,9 +68,11 @@ def test_bind_refused_rolls_back_to_the_previous_driver(fake: FakeHost) -> None:
 def test_module_load_failure(fake: FakeHost) -> None:
     fake.modules.unload("metax")
     fake.fail_module_load("metax", "Unknown symbol in module")
-    with pytest.raises(errors.HardwareError,
-                       match="load module on metax failed: modprobe exited with 1: modprobe: ERROR: could not insert "
-                             "'metax': Unknown symbol in module"):
+    with pytest.raises(
+        errors.HardwareError,
+        match="load module on metax failed: modprobe exited with 1: modprobe: ERROR: could not insert "
+        "'metax': Unknown symbol in module",
+    ):
         fake.modules.load("metax", {"xcore_page_size": "12"})
     assert fake.modules.state("metax") is None
     assert all(fake.driver_of(g) is None for g in fake.gpu_addresses())
@@ -96,10 +103,13 @@ def test_hung_mx_smi_is_killed_at_the_deadline(fake: FakeHost) -> None:
         fake.adapters(timeout=0.5).monitor.metrics()
 
 
-@pytest.mark.parametrize(("mode", "message"), [
-    ("garbage", "no GPU table in mx-smi output"),
-    ("fail", "mx-smi exited with 255: mx-smi: failed to initialize mxsml"),
-])
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("garbage", "no GPU table in mx-smi output"),
+        ("fail", "mx-smi exited with 255: mx-smi: failed to initialize mxsml"),
+    ],
+)
 def test_broken_mx_smi(fake: FakeHost, mode: str, message: str) -> None:
     fake.break_mx_smi(mode)
     for call in (fake.monitor.health, fake.monitor.metrics, fake.firmware.info, fake.monitor.links):
@@ -112,7 +122,9 @@ def test_broken_mx_smi(fake: FakeHost, mode: str, message: str) -> None:
 def test_flash_failure_keeps_the_old_firmware(fake: FakeHost) -> None:
     gpu = fake.gpu_addresses()[2]
     fake.fail_flash(gpu, "image checksum mismatch")
-    with pytest.raises(errors.HardwareError, match="flash firmware on .* mx-smi exited with 1: .*image checksum mismatch"):
+    with pytest.raises(
+        errors.HardwareError, match="flash firmware on .* mx-smi exited with 1: .*image checksum mismatch"
+    ):
         fake.firmware.flash(gpu, "/lib/firmware/metax/c500/mxvbios-1.14.0.0.bin")
     assert fake.vbios(gpu) == ("1.13.0.0", None)
     fake.binder.set_vf_count(gpu, 1)

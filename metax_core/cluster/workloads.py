@@ -1,0 +1,268 @@
+"""The Kubernetes objects the operator applies for a spec: one DaemonSet/Deployment per workload (+ Services).
+
+Pure: it returns plain manifests (mappings) that the operator server-side-applies and `metax-operator render`
+prints. Each workload gets exactly the privileges of 000 Table 1.3.1 and only the host paths of §1.3.2
+(R-SECURITY), its merged pod template (R-MERGE), and the settings its agent reads from the environment.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from metax_core.cluster import components, merge
+from metax_core.cluster.components import Component, Workload, WorkloadKind
+from metax_core.spec import model as spec
+
+APP_LABEL = "app.kubernetes.io/name"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+COMPONENT_LABEL = "metax-tech.com/component"
+MANAGED_BY = "metax-operator"
+GPU_NODE_LABEL = "metax-tech.com/gpu.installed"
+EXPORTER_PORT = 9400
+DRIVER_CONFIG_MAP = "driver-config"
+VFIO_CONFIG_MAP = "metax-vfio-config"
+
+# Host paths of 000 §1.3.2, and which workload mounts which (read-only where the agent only reads).
+HostPath = tuple[str, bool]  # (path, read_only)
+_LOG = ("/var/log/metax", False)
+_RUN = ("/run/metax", False)
+HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
+    "metax-gpu-label": (("/sys", True), ("/dev", True), _RUN, _LOG),
+    "metax-container-runtime": (
+        ("/etc/containerd", False),
+        ("/etc/docker", False),
+        ("/etc/crio", False),
+        ("/var/lib/metax", False),
+        _RUN,
+        _LOG,
+    ),
+    "metax-driver": (
+        ("/dev", False),
+        ("/sys", False),
+        ("/lib/modules", True),
+        ("/lib/firmware", False),
+        ("/var/lib/metax", False),
+        _RUN,
+        _LOG,
+    ),
+    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG),
+    "metax-gpu-device": (
+        ("/dev", False),
+        ("/sys", True),
+        ("/var/lib/kubelet/device-plugins", False),
+        ("/var/lib/kubelet/pod-resources", True),
+        ("/var/run/cdi", False),
+        _RUN,
+        _LOG,
+    ),
+    "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _LOG),
+    "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
+    "metax-topo-worker": (("/sys", True), _RUN, _LOG),
+}
+ALLOWED_HOST_PATHS = frozenset(
+    {
+        "/dev",
+        "/sys",
+        "/lib/modules",
+        "/lib/firmware",
+        "/etc/docker",
+        "/etc/containerd",
+        "/etc/crio",
+        "/var/lib/kubelet/device-plugins",
+        "/var/lib/kubelet/pod-resources",
+        "/var/run/cdi",
+        "/var/lib/metax",
+        "/run/metax",
+        "/var/log/metax",
+    }
+)
+HOST_ROOT_IN_CONTAINER = "/host"
+
+_CONTROL_PLANE_TOLERATIONS = [
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+@attrs.frozen
+class RenderSettings:
+    """What the render needs besides the spec: where it runs and which operator version it is."""
+
+    namespace: str = spec.NAMESPACE
+    version: str = "0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+
+
+@attrs.frozen
+class Rendered:
+    objects: tuple[Mapping[str, Any], ...]
+    """Workloads (and the exporter Service) in deploy order."""
+    plan: components.DeployPlan
+
+
+def image(s: spec.ClusterOperatorSpec, workload: Workload, settings: RenderSettings) -> str:
+    prefix = f"{s.registry}/" if s.registry else ""
+    return f"{prefix}{workload.name}:{settings.version}"
+
+
+def default_pod_spec(component: Component, workload: Workload) -> dict[str, Any]:
+    """The component's own defaults for the managed fields (before the administrator's overrides).
+
+    Node agents (DaemonSets) run on MetaX GPU nodes only, except gpu-label, which runs everywhere to find
+    them; every DaemonSet tolerates control-plane taints (a field report against MetaX's operator).
+    Deployments run anywhere the scheduler likes.
+    """
+    if workload.kind is WorkloadKind.DEPLOYMENT:
+        return {}
+    pod: dict[str, Any] = {"tolerations": copy.deepcopy(_CONTROL_PLANE_TOLERATIONS)}
+    if component is not Component.GPU_LABEL:
+        pod["nodeSelector"] = {GPU_NODE_LABEL: "true"}
+    return pod
+
+
+def _env(s: spec.ClusterOperatorSpec, component: Component, deployed: Sequence[Component]) -> list[dict[str, Any]]:
+    section = components.component_spec(s, component)
+    env: list[dict[str, Any]] = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "METAX_LOG_LEVEL", "value": section.log.level.value},
+        {"name": "METAX_HOST_ROOT", "value": HOST_ROOT_IN_CONTAINER},
+    ]
+    required = components.requirements(component, deployed)
+    if required:
+        signals = ",".join(components.BY_COMPONENT[c].signal for c in required)
+        env.append({"name": "METAX_REQUIRED_COMPONENTS", "value": signals})
+    if component is Component.GPU_DEVICE:
+        env.append({"name": "METAX_HEALTHY_INTERVAL", "value": str(s.gpu_device.healthy_interval)})
+        env.append({"name": "METAX_SGPU_SHARES", "value": str(s.gpu_device.sgpu_shares)})
+    if component is Component.DRIVER:
+        env.append({"name": "METAX_DEPLOY_POLICY", "value": s.driver.deploy_policy.value})
+        env.append({"name": "METAX_FW_UPGRADE_POLICY", "value": s.driver.fw_upgrade_policy.value})
+        env.append({"name": "METAX_FW_ENABLE_VIRT", "value": str(s.driver.fw_enable_virt).lower()})
+        env.append({"name": "METAX_DRIVER_CONFIG", "value": DRIVER_CONFIG_MAP})
+    if component is Component.VFIO_MANAGER:
+        env.append({"name": "METAX_VFIO_CONFIG", "value": VFIO_CONFIG_MAP})
+    return env
+
+
+def _volumes(workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes, mounts = [], []
+    for path, read_only in HOST_PATHS.get(workload.name, ()):
+        name = "host" + path.replace("/", "-")
+        volumes.append({"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}})
+        mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})
+    return volumes, mounts
+
+
+def _security_context(workload: Workload) -> dict[str, Any]:
+    if workload.privileged:
+        return {"privileged": True}
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _labels(component: Component, workload: Workload) -> dict[str, str]:
+    return {
+        APP_LABEL: workload.name,
+        COMPONENT_LABEL: component.value,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        PART_OF_LABEL: "metax-gpu-operator",
+    }
+
+
+def workload_manifest(
+    s: spec.ClusterOperatorSpec,
+    component: Component,
+    workload: Workload,
+    deployed: Sequence[Component],
+    settings: RenderSettings,
+) -> dict[str, Any]:
+    section = components.component_spec(s, component)
+    labels = _labels(component, workload)
+    volumes, mounts = _volumes(workload)
+    container: dict[str, Any] = {
+        "name": workload.name.removeprefix("metax-"),
+        "image": image(s, workload, settings),
+        "imagePullPolicy": settings.image_pull_policy,
+        "env": _env(s, component, deployed),
+        "securityContext": _security_context(workload),
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    if component is Component.EXPORTER:
+        container["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
+    pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
+    pod_spec["containers"] = [container]
+    if workload.service_account is None:
+        pod_spec["automountServiceAccountToken"] = False
+    else:
+        pod_spec["serviceAccountName"] = workload.service_account
+    if workload.host_pid:
+        pod_spec["hostPID"] = True
+    if volumes:
+        pod_spec["volumes"] = volumes
+    if workload.kind is WorkloadKind.DAEMON_SET:
+        pod_spec["priorityClassName"] = "system-node-critical"
+    else:
+        pod_spec["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if s.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
+    body: dict[str, Any] = {
+        "selector": {"matchLabels": {APP_LABEL: workload.name}},
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if workload.kind is WorkloadKind.DAEMON_SET:
+        # The driver is replaced node by node by the rollout engine (R-ROLLOUT), never by the DaemonSet itself.
+        strategy = "OnDelete" if component is Component.DRIVER else "RollingUpdate"
+        body["updateStrategy"] = {"type": strategy}
+    else:
+        body["replicas"] = 1
+    return {
+        "apiVersion": "apps/v1",
+        "kind": workload.kind.value,
+        "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
+        "spec": body,
+    }
+
+
+def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:
+    service = s.exporter.service
+    port: dict[str, Any] = {"name": "metrics", "port": EXPORTER_PORT, "targetPort": "metrics", "protocol": "TCP"}
+    if service.port is not None and service.type is spec.ServiceType.NODE_PORT:
+        port["nodePort"] = service.port
+    elif service.port is not None:
+        port["port"] = service.port
+    labels = _labels(Component.EXPORTER, components.BY_COMPONENT[Component.EXPORTER].workloads[0])
+    body: dict[str, Any] = {"type": service.type.value, "ports": [port]}
+    if service.type is spec.ServiceType.EXTERNAL_NAME:
+        body["externalName"] = service.external_name
+    else:
+        body["selector"] = {APP_LABEL: labels[APP_LABEL]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "metax-data-exporter", "namespace": settings.namespace, "labels": labels},
+        "spec": body,
+    }
+
+
+def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSettings()) -> Rendered:
+    """Every object of every deployable component, in deploy order; blocked ones are in ``plan``."""
+    deploy_plan = components.plan(components.enabled(s))
+    objects: list[Mapping[str, Any]] = []
+    for component in deploy_plan.deploy:
+        for workload in components.BY_COMPONENT[component].workloads:
+            objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
+        if component is Component.EXPORTER:
+            objects.append(exporter_service(s, settings))
+    return Rendered(objects=tuple(objects), plan=deploy_plan)

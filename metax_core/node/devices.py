@@ -1,0 +1,392 @@
+"""What the kubelet device plugin advertises and hands out (C3, R-SGPU, R-VF, R-VFIO, R-READY).
+
+gpu-device gathers the node's PCI functions, their health, the node's labels and the readiness of the
+components it depends on; the functions here decide, from those facts alone, which devices each resource
+(`Resource`) advertises, which set of devices a multi-device container should preferably get, and what a
+container receives for the devices kubelet allocated. The gRPC server only translates the answers.
+
+Rules, in one place:
+- ``metax-tech.com/gpu``: one device per function bound to the ``metax`` driver, except a PF that has VFs
+  (its VFs are advertised instead, R-VF). Active in ``native`` mode.
+- ``metax-tech.com/sgpu``: ``shares`` devices per such function. Active in ``sgpu`` mode instead of ``gpu``.
+- ``metax-tech.com/vfio-gpu``: one device per function bound to ``vfio-pci`` (PF or VF, the same PF rule),
+  active when there is one; needs the IOMMU on and an IOMMU group.
+- A device is Unhealthy when its function (or its PF) is, or when the node's required components are not
+  ready (R-READY): nothing is allocatable until every dependency works.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import attrs
+
+from metax_core.errors import MetaxError
+from metax_core.inventory import (
+    METAX_MODULE,
+    VFIO_DRIVER,
+    FunctionKind,
+    GpuHealth,
+    PciAddress,
+    PciFunction,
+)
+from metax_core.node import cdi
+
+MODE_LABEL = "metax-tech.com/gpu-device.mode"
+QOS_LABEL = "metax-tech.com/gpu-device.qos-policy"
+DEFAULT_SHARES = 16
+"""sGPU devices per GPU: the seed's example shows 16 for one GPU (§3.2.10)."""
+
+VISIBLE_DEVICES_ENV = "METAX_VISIBLE_DEVICES"
+QOS_ENV = "METAX_SGPU_QOS_POLICY"
+SHARES_ENV = "METAX_SGPU_SHARES"
+SHARES_PER_GPU_ENV = "METAX_SGPU_SHARES_PER_GPU"
+KUBEVIRT_PCI_PREFIX = "PCI_RESOURCE"
+VFIO_CONTAINER_NODE = "/dev/vfio/vfio"
+
+
+class Resource(enum.Enum):
+    """The extended resources gpu-device serves, one plugin server (socket, registration) each."""
+
+    GPU = "metax-tech.com/gpu"
+    SGPU = "metax-tech.com/sgpu"
+    VFIO_GPU = "metax-tech.com/vfio-gpu"
+
+    @property
+    def socket_name(self) -> str:
+        """File name of the plugin's socket in kubelet's device-plugin directory."""
+        return "metax-" + self.value.split("/", 1)[1] + ".sock"
+
+
+class Mode(enum.Enum):
+    NATIVE = "native"
+    SGPU = "sgpu"
+
+
+class QosPolicy(enum.Enum):
+    """How sGPUs share a GPU's compute (Table 3.19)."""
+
+    BEST_EFFORT = "best-effort"
+    FIXED_SHARE = "fixed-share"
+    BURST_SHARE = "burst-share"
+
+
+@attrs.frozen
+class NodeSettings:
+    """What the node's labels ask of gpu-device; ``problems`` explains any value that was not understood."""
+
+    mode: Mode = Mode.NATIVE
+    qos: QosPolicy = QosPolicy.BEST_EFFORT
+    problems: tuple[str, ...] = ()
+
+
+def settings_from_labels(labels: Mapping[str, str]) -> NodeSettings:
+    """Read mode and QoS policy; an unknown value falls back to ``native`` / ``best-effort`` with a reason."""
+    problems: list[str] = []
+    mode_text = labels.get(MODE_LABEL, Mode.NATIVE.value)
+    try:
+        mode = Mode(mode_text)
+    except ValueError:
+        mode = Mode.NATIVE
+        allowed = ", ".join(m.value for m in Mode)
+        problems.append(f"label {MODE_LABEL}={mode_text!r} is not one of {allowed}: running in native mode")
+    qos_text = labels.get(QOS_LABEL, QosPolicy.BEST_EFFORT.value)
+    try:
+        qos = QosPolicy(qos_text)
+    except ValueError:
+        qos = QosPolicy.BEST_EFFORT
+        allowed = ", ".join(q.value for q in QosPolicy)
+        problems.append(f"label {QOS_LABEL}={qos_text!r} is not one of {allowed}: using best-effort")
+    return NodeSettings(mode=mode, qos=qos, problems=tuple(problems))
+
+
+@attrs.frozen
+class Health:
+    healthy: bool
+    reason: str = ""
+
+
+def effective_health(
+    functions: Sequence[PciFunction],
+    reported: Mapping[PciAddress, GpuHealth] | None,
+    *,
+    previous: Mapping[PciAddress, Health] | None = None,
+    failed_checks: int = 0,
+    failure_threshold: int = 3,
+    failure: str = "",
+) -> dict[PciAddress, Health]:
+    """Health of every function. A function the monitor does not report is healthy unless its PF is not.
+
+    ``reported`` is None when the last check failed: the previous view is kept until ``failed_checks``
+    reaches ``failure_threshold``, then every function is unhealthy (a monitor that keeps failing usually
+    means a wedged driver, and advertising healthy GPUs then would send pods to broken hardware).
+    """
+    if reported is None:
+        if failed_checks >= failure_threshold:
+            reason = f"health check failed {failed_checks} times in a row: {failure}"
+            return {f.address: Health(False, reason) for f in functions}
+        base = previous or {}
+        return {f.address: base.get(f.address, Health(True)) for f in functions}
+    own = {
+        f.address: Health(h.healthy, h.reason) if (h := reported.get(f.address)) else Health(True) for f in functions
+    }
+    result: dict[PciAddress, Health] = {}
+    for f in functions:
+        parent = own.get(f.physfn) if f.physfn is not None else None
+        if own[f.address].healthy and parent is not None and not parent.healthy:
+            result[f.address] = Health(False, f"its PF {f.physfn} is unhealthy: {parent.reason}")
+        else:
+            result[f.address] = own[f.address]
+    return result
+
+
+@attrs.frozen
+class Device:
+    """One device as kubelet sees it, with the function that backs it."""
+
+    id: str
+    resource: Resource
+    function: PciFunction
+    share: int | None = None
+    healthy: bool = True
+    reason: str = ""
+
+
+@attrs.frozen
+class Plan:
+    """The devices of every active resource (inactive resources are absent) and what to tell the admin."""
+
+    devices: Mapping[Resource, tuple[Device, ...]]
+    problems: tuple[str, ...] = ()
+
+    def active(self) -> frozenset[Resource]:
+        return frozenset(self.devices)
+
+    def by_id(self, resource: Resource) -> dict[str, Device]:
+        return {d.id: d for d in self.devices.get(resource, ())}
+
+
+def share_id(address: PciAddress, share: int) -> str:
+    return f"{address}-{share:02d}"
+
+
+def is_native(function: PciFunction) -> bool:
+    """Bound to the MetaX driver (sysfs may spell it ``metax`` or ``METAX``)."""
+    return function.driver is not None and function.driver.lower() == METAX_MODULE
+
+
+def _has_vfs(function: PciFunction, vf_parents: Collection[PciAddress]) -> bool:
+    if function.kind is not FunctionKind.PF:
+        return False
+    return function.address in vf_parents or function.sriov_numvfs > 0 or bool(function.vfs)
+
+
+def plan_devices(
+    functions: Sequence[PciFunction],
+    *,
+    settings: NodeSettings,
+    shares: int,
+    health: Mapping[PciAddress, Health],
+    iommu_enabled: bool,
+    ready: bool = True,
+    not_ready_reason: str = "",
+) -> Plan:
+    """Decide every resource's devices from the node's functions, labels, health and readiness."""
+    if shares < 1:
+        raise ValueError(f"sGPU shares per GPU must be at least 1, got {shares}")
+    ordered = sorted(functions, key=lambda f: f.address)
+    vf_parents = {f.physfn for f in ordered if f.kind is FunctionKind.VF and f.physfn is not None}
+    usable = [f for f in ordered if not _has_vfs(f, vf_parents)]
+    native = [f for f in usable if is_native(f)]
+    vfio = [f for f in usable if f.driver == VFIO_DRIVER]
+    problems = list(settings.problems)
+
+    def state(f: PciFunction) -> tuple[bool, str]:
+        if not ready:
+            return False, not_ready_reason
+        h = health.get(f.address, Health(True))
+        return h.healthy, h.reason
+
+    devices: dict[Resource, tuple[Device, ...]] = {}
+    if settings.mode is Mode.SGPU:
+        devices[Resource.SGPU] = tuple(
+            Device(share_id(f.address, s), Resource.SGPU, f, s, *state(f)) for f in native for s in range(shares)
+        )
+    else:
+        devices[Resource.GPU] = tuple(Device(f.address, Resource.GPU, f, None, *state(f)) for f in native)
+    if vfio and not iommu_enabled:
+        problems.append(f"{len(vfio)} function(s) bound to vfio-pci but the IOMMU is off: vfio-gpu not advertised")
+    elif vfio:
+        grouped = [f for f in vfio if f.iommu_group is not None]
+        for f in vfio:
+            if f.iommu_group is None:
+                problems.append(f"{f.address} is bound to vfio-pci but has no IOMMU group: not advertised")
+        if grouped:
+            devices[Resource.VFIO_GPU] = tuple(
+                Device(f.address, Resource.VFIO_GPU, f, None, *state(f)) for f in grouped
+            )
+    return Plan(devices=devices, problems=tuple(problems))
+
+
+# --- preferred allocation --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Placement:
+    """Where a device sits: enough to judge which devices are close together."""
+
+    id: str
+    gpu: PciAddress | None = None
+    numa_node: int | None = None
+    pcie_path: tuple[PciAddress, ...] = ()
+
+    @classmethod
+    def of(cls, device: Device) -> Placement:
+        f = device.function
+        return cls(device.id, f.physfn or f.address, f.numa_node, f.pcie_path)
+
+
+def closeness(a: Placement, b: Placement) -> int:
+    """Higher is closer: shares of one GPU, then deeper common PCIe switches, then the same NUMA node."""
+    if a.gpu is not None and a.gpu == b.gpu:
+        return 100
+    common = 0
+    for x, y in zip(a.pcie_path, b.pcie_path, strict=False):
+        if x != y:
+            break
+        common += 1
+    same_numa = a.numa_node is not None and a.numa_node == b.numa_node
+    return 10 * common + (5 if same_numa else 0)
+
+
+def _grow(seed: list[Placement], pool: list[Placement], size: int) -> list[Placement]:
+    """Greedily add the device that covers a new physical GPU and is closest to the chosen ones."""
+    chosen = list(seed)
+    gpus = {p.gpu for p in chosen}
+    rest = [p for p in pool if p.id not in {c.id for c in chosen}]
+    gain = {p.id: sum(closeness(p, c) for c in chosen) for p in rest}
+    while len(chosen) < size and rest:
+        # ``rest`` is sorted by id and max() keeps the first of equal keys: ties go to the smallest id.
+        best = max(rest, key=lambda p: (p.gpu is None or p.gpu not in gpus, gain[p.id]))
+        rest.remove(best)
+        chosen.append(best)
+        gpus.add(best.gpu)
+        for p in rest:
+            gain[p.id] += closeness(p, best)
+    return chosen
+
+
+def _quality(chosen: Sequence[Placement]) -> tuple[int, int]:
+    distinct = len({p.gpu if p.gpu is not None else p.id for p in chosen})
+    total = sum(closeness(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1 :])
+    return distinct, total
+
+
+def preferred_allocation(available: Iterable[Placement], must_include: Collection[str], size: int) -> tuple[str, ...]:
+    """The best ``size`` devices among ``available``: every ``must_include`` one that is available, then as
+    many distinct physical GPUs as possible, as close together as possible (same switch, same NUMA node).
+
+    Never returns a device that is not available; returns ``min(size, len(available))`` devices (more only
+    when more than ``size`` devices must be included); the same inputs in any order give the same answer.
+    """
+    pool = sorted({p.id: p for p in available}.values(), key=lambda p: p.id)
+    wanted = set(must_include)
+    must = [p for p in pool if p.id in wanted]
+    if size >= len(pool):
+        return tuple(p.id for p in pool)
+    if len(must) >= size:
+        return tuple(p.id for p in must)
+    if must:
+        seeds = [must]
+    else:
+        # One seed per physical GPU (its smallest-id device): shares of one GPU would give equal results.
+        firsts: dict[object, Placement] = {}
+        for p in pool:
+            firsts.setdefault(p.gpu if p.gpu is not None else p.id, p)
+        seeds = [[p] for p in firsts.values()]
+    candidates = [_grow(seed, pool, size) for seed in seeds]
+    best = min(candidates, key=lambda c: (tuple(-q for q in _quality(c)), sorted(p.id for p in c)))
+    return tuple(sorted(p.id for p in best))
+
+
+# --- allocation ------------------------------------------------------------------------------------------
+
+
+class AllocationRefused(MetaxError):
+    """kubelet asked for devices this plugin cannot hand out (unknown or unhealthy)."""
+
+    def __init__(self, resource: Resource, ids: Sequence[str], why: str) -> None:
+        self.resource = resource
+        self.ids = tuple(ids)
+        self.why = why
+        super().__init__(f"cannot allocate {resource.value} {', '.join(ids)}: {why}")
+
+
+@attrs.frozen
+class DeviceNode:
+    host_path: str
+    container_path: str
+    permissions: str = "rw"
+
+
+@attrs.frozen
+class ContainerAllocation:
+    """What one container gets: environment, device nodes, and the CDI devices naming the same GPUs."""
+
+    envs: Mapping[str, str]
+    devices: tuple[DeviceNode, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+
+
+def kubevirt_env_names(resource: Resource) -> tuple[str, ...]:
+    """KubeVirt reads ``PCI_RESOURCE_<name>`` with the resource name upper-cased and only ``.``/``/`` replaced
+    (``ResourceNameToEnvVar``), so dashes stay; the fully sanitised spelling is set too for tools that
+    cannot read names with dashes."""
+    kubevirt = resource.value.upper().replace("/", "_").replace(".", "_")
+    return (f"{KUBEVIRT_PCI_PREFIX}_{kubevirt}", f"{KUBEVIRT_PCI_PREFIX}_{kubevirt.replace('-', '_')}")
+
+
+def plan_allocation(
+    resource: Resource,
+    ids: Sequence[str],
+    *,
+    plan: Plan,
+    device_nodes: Mapping[PciAddress, Sequence[str]],
+    qos: QosPolicy,
+    shares: int,
+    with_cdi: bool = True,
+) -> ContainerAllocation:
+    """The response for one container's devices; refuses unknown and unhealthy devices."""
+    known = plan.by_id(resource)
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise AllocationRefused(resource, unknown, "not advertised by this node (any more)")
+    chosen = [known[i] for i in ids]
+    sick = [d.id for d in chosen if not d.healthy]
+    if sick:
+        raise AllocationRefused(resource, sick, "unhealthy: " + "; ".join({known[i].reason for i in sick}))
+    addresses = sorted({d.function.address for d in chosen})
+    joined = ",".join(addresses)
+    if resource is Resource.VFIO_GPU:
+        groups = sorted({d.function.iommu_group for d in chosen if d.function.iommu_group is not None})
+        paths = [VFIO_CONTAINER_NODE, *(f"/dev/vfio/{g}" for g in groups)]
+        return ContainerAllocation(
+            envs=dict.fromkeys(kubevirt_env_names(resource), joined),
+            devices=tuple(DeviceNode(p, p, "rw") for p in paths),
+        )
+    paths = list(dict.fromkeys(p for a in addresses for p in device_nodes.get(a, ())))
+    envs = {VISIBLE_DEVICES_ENV: joined}
+    if resource is Resource.SGPU:
+        counts = {a: sum(1 for d in chosen if d.function.address == a) for a in addresses}
+        envs[QOS_ENV] = qos.value
+        envs[SHARES_PER_GPU_ENV] = str(shares)
+        envs[SHARES_ENV] = ",".join(f"{a}={n}" for a, n in counts.items())
+    names = tuple(cdi.qualified_name(cdi.device_name(a)) for a in addresses) if with_cdi else ()
+    return ContainerAllocation(envs=envs, devices=tuple(DeviceNode(p, p, "rw") for p in paths), cdi_devices=names)
+
+
+def cdi_devices(plan: Plan, device_nodes: Mapping[PciAddress, Sequence[str]]) -> tuple[cdi.CdiDevice, ...]:
+    """The CDI devices to describe: one per function the gpu or sgpu resource hands out."""
+    functions = {d.function.address: d.function for r in (Resource.GPU, Resource.SGPU) for d in plan.devices.get(r, ())}
+    return tuple(cdi.CdiDevice(cdi.device_name(a), tuple(device_nodes.get(a, ()))) for a in sorted(functions))

@@ -1,0 +1,53 @@
+"""Which GPUs of a node go to vfio-pci for KubeVirt (R-VFIO, §3.2.6.1), and how the result is published.
+
+GPUs are indexed by sorted PCI address: the PFs, or the VFs when the node runs virtualisation (any PF has
+VFs). ``nodeName`` is a regular expression that must match the WHOLE node name. When several entries match a
+node, the first one wins (documented: an administrator reads the list top-down).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from metax_core.inventory import VFIO_DRIVER, FunctionKind, PciAddress, PciFunction
+from metax_core.spec import vfio_config
+
+ANNOTATION = "metax-tech.com/gpu-vfio"
+
+
+def indexed_gpus(functions: Sequence[PciFunction]) -> list[PciFunction]:
+    """The node's GPUs in index order: VFs when virtualisation is on (any VF exists), else PFs."""
+    vfs = [f for f in functions if f.kind is FunctionKind.VF]
+    chosen = vfs if vfs else [f for f in functions if f.kind is FunctionKind.PF]
+    return sorted(chosen, key=lambda f: f.address)
+
+
+@attrs.frozen
+class VfioPlan:
+    """Which functions to bind to vfio-pci, which to give back to the native driver, unknown indexes."""
+
+    to_vfio: tuple[PciAddress, ...]
+    to_native: tuple[PciAddress, ...]
+    index_of: Mapping[PciAddress, int]
+    missing_indexes: tuple[int, ...]
+    """Indexes asked for that the node does not have (reported, not fatal)."""
+
+
+def plan(
+    functions: Sequence[PciFunction], selection: vfio_config.GpuSelection, *, vfio_driver: str = VFIO_DRIVER
+) -> VfioPlan:
+    """Bind the selected GPUs that are not on vfio-pci yet; give back unselected ones that are."""
+    gpus = indexed_gpus(functions)
+    index_of = {f.address: i for i, f in enumerate(gpus)}
+    to_vfio = tuple(f.address for i, f in enumerate(gpus) if selection.selects(i) and f.driver != vfio_driver)
+    to_native = tuple(f.address for i, f in enumerate(gpus) if not selection.selects(i) and f.driver == vfio_driver)
+    missing = tuple(sorted(i for i in selection.indexes if i >= len(gpus)))
+    return VfioPlan(to_vfio=to_vfio, to_native=to_native, index_of=index_of, missing_indexes=missing)
+
+
+def annotation_value(results: Mapping[int, bool]) -> str:
+    """The node annotation: ``{"0":1,"1":1,"3":0}`` — index → 1 bound, 0 failed (keys in numeric order)."""
+    return json.dumps({str(i): int(ok) for i, ok in sorted(results.items())}, separators=(",", ":"))

@@ -1,0 +1,64 @@
+"""The node-side ports: what node agents need from their host and from kubelet, beyond the hardware.
+
+`ReadinessBoard` is where agents publish their readiness (R-READY) and gpu-device reads it; `ResourcePlugin`
+is one device-plugin resource served to kubelet; `AllocationBackend` is what a plugin server asks when
+kubelet allocates (the gpu-device agent implements it); `CdiSink` is where the CDI spec goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from metax_core.node import devices
+from metax_core.node.readiness import ComponentReadiness
+
+
+class ReadinessBoard(Protocol):
+    """Where node agents publish their readiness and gpu-device reads it (a directory of files on the host)."""
+
+    def publish(self, signal: ComponentReadiness) -> None: ...
+
+    def withdraw(self, component: str) -> None:
+        """Remove the component's signal (on uninstall): it then counts as missing."""
+        ...
+
+    def read_all(self) -> Mapping[str, ComponentReadiness]:
+        """Every readable signal by component; unreadable ones are left out (and so count as missing)."""
+        ...
+
+
+class ResourcePlugin(Protocol):
+    """One resource's plugin server (`metax_k8s.deviceplugin.server.PluginServer`); failures are PortErrors."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def serving(self) -> bool: ...
+
+    def probe(self) -> bool: ...
+
+    def register(self) -> None: ...
+
+    def update(self, advertised: Sequence[devices.Device]) -> bool: ...
+
+
+class CdiSink(Protocol):
+    """Where the CDI spec goes (`metax_k8s.deviceplugin.hostfiles.CdiSpecFile`); failures are HardwareErrors."""
+
+    def write(self, spec: Mapping[str, Any] | None) -> bool: ...
+
+    def remove(self) -> bool: ...
+
+
+class AllocationBackend(Protocol):
+    """Answers the calls that need the node's current devices (implemented by the gpu-device service)."""
+
+    def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
+        """Raise `devices.AllocationRefused` for devices that cannot be handed out."""
+        ...
+
+    def preferred(
+        self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> Sequence[str]: ...

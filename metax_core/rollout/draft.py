@@ -1,0 +1,224 @@
+"""The rollout machine's working vocabulary: the decision context, the draft of the next status, and the
+moves every transition shares (pick nodes, wait for restarting pods, hold on pause, run a retry loop).
+
+Why a module of its own: `metax_core.rollout.steps` holds the rules (one function per situation) and
+`metax_core.rollout.machine` assembles the final decision; both speak in these terms, and keeping them apart keeps
+each module readable on its own.
+
+Resuming (the seed: a step without pauseDuration waits until an administrator sets ``pause: false``; but
+``pause`` is normally false already): a step that reaches a manual pause asks the operator to set
+``pause: true`` (``Decision.request_pause``) and records reason PausingForAdmin. Once ``pause: true`` is
+observed in a later decision while the step is still paused, the reason becomes WaitingForAdmin ("armed"),
+and the next observation of ``pause: false`` resumes. A ``pause: false`` that was never seen as true after
+the pause began resumes nothing, so a lost or reordered write can only keep the rollout waiting, never
+advance it. The fallback "pause" works the same way (`arming`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from metax_core.rollout import plan as rollout_plan
+from metax_core.rollout.model import Fleet, Node, Revision, Template
+from metax_core.rollout.status import (
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    Reason,
+    StepState,
+    UpgradeStatus,
+)
+from metax_core.spec import model as spec
+
+IN_FLIGHT_RECHECK = dt.timedelta(seconds=10)
+"""Look again this soon while driver pods are restarting (pod events usually come first)."""
+BUSY_RECHECK = dt.timedelta(seconds=30)
+"""Look again this soon while every node the step needs runs GPU workloads."""
+PAUSE_REQUEST_RECHECK = dt.timedelta(seconds=5)
+"""Look again this soon after asking for ``pause: true``, until it is observed."""
+AT_ONCE = dt.timedelta(0)
+NAMES_SHOWN = 10
+"""Node lists in messages are cut after this many names (status stays small on big fleets)."""
+
+TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
+PROGRESSING, SUCCEED = ConditionType.PROGRESSING, ConditionType.SUCCEED
+FAILED, TERMINATING = ConditionType.FAILED, ConditionType.TERMINATING
+CondSpec = tuple[ConditionStatus, Reason, str]
+
+
+class Direction(enum.Enum):
+    """Which way nodes move, so `rollout` knows how to count the current step."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    NONE = "none"
+
+
+@attrs.frozen
+class Context:
+    """Everything one decision reads; ``nodes`` sorted by name."""
+
+    policy: spec.UpgradePolicy
+    prev: UpgradeStatus
+    first: bool
+    nodes: tuple[Node, ...]
+    fleet: Fleet
+    now: dt.datetime
+    plans: tuple[rollout_plan.StepPlan, ...]
+    by_name: Mapping[str, Node] = attrs.field(
+        init=False, default=attrs.Factory(lambda self: {n.name: n for n in self.nodes}, takes_self=True)
+    )
+
+    def names(self, *, revision: Revision, failed: bool | None = None, among: Iterable[str] | None = None) -> list[str]:
+        pool = self.nodes if among is None else [self.by_name[n] for n in sorted(set(among)) if n in self.by_name]
+        return [n.name for n in pool if n.revision is revision and (failed is None or n.failed is failed)]
+
+
+@attrs.frozen
+class Draft:
+    """The next status and actions, before counters, conditions' times and lastUpdateTime are filled in."""
+
+    phase: Phase
+    state: StepState
+    direction: Direction
+    template: Template
+    message: str
+    step_message: str
+    index: int
+    retry: int
+    step_nodes: tuple[str, ...]
+    pending: tuple[str, ...]
+    recheck: dt.datetime | None
+    last_applied_spec: str
+    last_co_driver_spec: str
+    last_revision: str
+    upgrading_revision: str
+    conditions: Mapping[ConditionType, CondSpec] = attrs.field(factory=dict)
+    upgrade: tuple[str, ...] = ()
+    rollback: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    request_pause: bool = False
+    requeue: dt.timedelta | None = None
+
+
+def names(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:NAMES_SHOWN])
+    return shown + (f" and {len(items) - NAMES_SHOWN} more" if len(items) > NAMES_SHOWN else "")
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 node``, ``2 nodes``: messages are read by people."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def carry(ctx: Context, direction: Direction, template: Template = Template.NEW) -> Draft:
+    """The previous status unchanged, as a starting point."""
+    p, st = ctx.prev, ctx.prev.status
+    return Draft(
+        phase=p.phase,
+        state=st.current_step_state,
+        direction=direction,
+        template=template,
+        message=p.message,
+        step_message=st.message,
+        index=st.current_step_index,
+        retry=st.current_failure_retry,
+        step_nodes=st.current_step_nodes,
+        pending=st.pending_retry_nodes,
+        recheck=st.recheck_time,
+        last_applied_spec=p.last_applied_spec,
+        last_co_driver_spec=p.last_co_driver_spec,
+        last_revision=st.last_pod_spec_revision,
+        upgrading_revision=st.upgrading_pod_spec_revision,
+    )
+
+
+def amend(d: Draft, message: str, conds: Mapping[ConditionType, CondSpec], **changes: Any) -> Draft:
+    """``d`` with a new message (top level and step), some conditions replaced and other fields changed."""
+    merged = {**d.conditions, **conds}
+    return attrs.evolve(d, message=message, step_message=message, conditions=merged, **changes)
+
+
+def pick(candidates: Iterable[Node], want: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The first ``want`` idle nodes in name order, and the busy nodes passed over (or all busy ones)."""
+    chosen: list[str] = []
+    waiting: list[str] = []
+    for node in candidates:
+        if len(chosen) == want:
+            break
+        (waiting if node.busy else chosen).append(node.name)
+    return tuple(chosen), tuple(waiting)
+
+
+def busy_text(waiting: Sequence[str]) -> str:
+    return f"; waiting for GPU workloads to end on {names(waiting)}" if waiting else ""
+
+
+def wait_flying(ctx: Context, d: Draft, flying: Sequence[str], label: str) -> Draft:
+    forward = d.direction is Direction.FORWARD
+    message = f"{label}: waiting for {count(len(flying), 'restarting driver pod')} ({names(flying)})"
+    reason = Reason.STEP_UPGRADING if forward else Reason.ROLLING_BACK
+    if ctx.policy.pause:
+        message += "; pause is true, so no further node will start"
+        reason = Reason.PAUSED_BY_ADMIN
+    return amend(d, message, {PROGRESSING: (TRUE if forward else FALSE, reason, message)}, requeue=IN_FLIGHT_RECHECK)
+
+
+def held(ctx: Context, d: Draft, label: str, todo: str) -> Draft:
+    message = f"{label}: pause is true, so no driver pod is restarted ({todo}); set pause: false to continue"
+    status = TRUE if d.direction is Direction.FORWARD else FALSE
+    return amend(d, message, {PROGRESSING: (status, Reason.PAUSED_BY_ADMIN, message)}, requeue=None)
+
+
+def restart(ctx: Context, d: Draft, pending: Sequence[str], loop: int, label: str) -> Draft:
+    """The next loop of a retry round: restart up to ``loop`` of the ``pending`` failed nodes."""
+    forward = d.direction is Direction.FORWARD
+    d = attrs.evolve(d, pending=tuple(pending))
+    if ctx.policy.pause:
+        return held(ctx, d, label, f"retry of {names(pending)} waits")
+    chosen, waiting = pick((ctx.by_name[n] for n in pending), loop)
+    status = TRUE if forward else FALSE
+    if not chosen:
+        message = f"{label}: retry {d.retry} of {ctx.policy.max_failure_threshold}" + busy_text(waiting)
+        return amend(
+            d,
+            message,
+            {PROGRESSING: (status, Reason.WAITING_FOR_IDLE_NODES, message)},
+            waiting=waiting,
+            requeue=BUSY_RECHECK,
+        )
+    message = (
+        f"{label}: retry {d.retry} of {ctx.policy.max_failure_threshold}: restarting the driver on "
+        f"{names(chosen)}" + busy_text(waiting)
+    )
+    started = set(chosen)
+    left = tuple(n for n in pending if n not in started)
+    actions = {"upgrade": chosen} if forward else {"rollback": chosen}
+    return amend(
+        d,
+        message,
+        {PROGRESSING: (status, Reason.STEP_RETRYING, message)},
+        state=StepState.STEP_UPGRADE,
+        pending=left,
+        waiting=waiting,
+        requeue=IN_FLIGHT_RECHECK,
+        **actions,
+    )
+
+
+def arming(ctx: Context, reached_now: bool) -> tuple[bool, dict[str, Any]]:
+    """Whether a pause waiting for an administrator is armed, and the request/requeue that go with it.
+
+    Armed only when ``pause: true`` is observed in a later decision than the one that reached the pause, so
+    a ``pause: true`` set before (to hold a step) is never taken as the acknowledgement of this pause.
+    """
+    if ctx.policy.pause and not reached_now:
+        return True, {"request_pause": False, "requeue": None}
+    if ctx.policy.pause:
+        return False, {"request_pause": False, "requeue": AT_ONCE}
+    return False, {"request_pause": True, "requeue": PAUSE_REQUEST_RECHECK}

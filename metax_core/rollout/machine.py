@@ -1,0 +1,138 @@
+"""The batched canary driver upgrade (R-ROLLOUT, 001 §3.2.8) as one pure decision function.
+
+Why it exists: a wrong rollout decision takes GPU nodes offline, so the whole policy lives in one function
+with no clock, no I/O and no hidden state: `decide(policy, previous, fleet, now) -> Decision`. The operator
+gathers a `Fleet` snapshot, calls `decide` with the status it stored last time, applies the `Decision` (the
+DaemonSet template, then the driver-pod deletions, then the status) and calls again after ``requeue_after``
+or when something changes. Everything the machine remembers is in the returned status
+(`metax_core.rollout.status`), so an operator restart continues exactly where it stopped.
+
+The rules, and every choice made where the seed is silent, are in docs/rollout.md. In short:
+
+- the driver DaemonSet always runs with ``updateStrategy: OnDelete``, so a driver pod is replaced only when
+  a decision lists its node in ``upgrade`` (recreated on the new revision) or ``rollback`` (recreated on
+  lastAppliedSpec, after the DaemonSet template has been set back); with enableRollout false there is no
+  canary, and every idle node is upgraded at once;
+- nodes are taken in name order, in loops of maxParallel, a loop only when no node is in flight;
+- a node running GPU workloads is never touched; it waits, and ``waiting`` and the messages name it;
+- ``pause: true`` means no driver pod is deleted at all, in either direction; in-flight nodes finish;
+- one transition per call: a decision whose next step needs no outside change says ``requeue_after=0``.
+
+The inputs and outputs (`Node`, `Fleet`, `Decision`, ...) live in `metax_core.rollout.model` and are
+re-exported here, so the operator needs only ``from metax_core import rollout``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+
+from metax_core.rollout import draft as rollout_draft
+from metax_core.rollout import plan as rollout_plan
+from metax_core.rollout import steps as rollout_steps
+from metax_core.rollout.model import Decision, Fleet, Node, Revision, Template
+from metax_core.rollout.status import (
+    ACTIVE_PHASES,
+    CONDITION_ORDER,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Reason,
+    StepStatus,
+    UpgradeStatus,
+    as_utc,
+    in_utc,
+)
+from metax_core.spec import model as spec
+
+__all__ = ["Decision", "Fleet", "Node", "Revision", "Template", "decide"]
+
+
+def decide(policy: spec.UpgradePolicy, previous: UpgradeStatus | None, fleet: Fleet, now: dt.datetime) -> Decision:
+    """The next step of the driver rollout. Pure and total: the same inputs always give the same decision."""
+    ctx = rollout_draft.Context(
+        policy=policy,
+        prev=in_utc(previous) if previous is not None else UpgradeStatus(),
+        first=previous is None,
+        nodes=tuple(sorted(fleet.nodes, key=lambda n: n.name)),
+        fleet=fleet,
+        now=as_utc(now),
+        plans=rollout_plan.plan(policy, len(fleet.nodes)),
+    )
+    return _assemble(ctx, rollout_steps.next_draft(ctx))
+
+
+def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
+    prev = ctx.prev
+    by_name = ctx.by_name
+    step_nodes = tuple(sorted({n for n in d.step_nodes if n in by_name}))
+    new = [n for n in ctx.nodes if n.revision is Revision.NEW]
+    if d.direction is rollout_draft.Direction.FORWARD:
+        target = rollout_plan.step_at(ctx.plans, d.index).target
+        replicas = len(step_nodes) + max(0, target - len(new))
+        ready = sum(1 for n in step_nodes if by_name[n].revision is Revision.NEW and by_name[n].ready)
+    elif d.direction is rollout_draft.Direction.BACKWARD:
+        replicas = len(step_nodes)
+        ready = sum(1 for n in step_nodes if by_name[n].revision is Revision.OLD and by_name[n].ready)
+    else:
+        replicas = prev.status.current_upgrade_replicas
+        ready = prev.status.current_upgrade_ready_replicas
+    step = StepStatus(
+        last_pod_spec_revision=d.last_revision,
+        upgrading_pod_spec_revision=d.upgrading_revision,
+        current_step_index=d.index,
+        current_upgrade_replicas=replicas,
+        current_upgrade_ready_replicas=ready,
+        current_failure_retry=d.retry,
+        current_step_state=d.state,
+        total_upgrade_replicas=len(ctx.nodes),
+        total_upgrade_ready_replicas=sum(1 for n in new if n.ready),
+        last_update_time=prev.status.last_update_time,
+        message=d.step_message,
+        recheck_time=d.recheck,
+        current_step_nodes=step_nodes,
+        pending_retry_nodes=tuple(sorted({n for n in d.pending if n in by_name})),
+    )
+    if ctx.first or step != prev.status:
+        step = attrs.evolve(step, last_update_time=ctx.now)
+    status = UpgradeStatus(
+        last_applied_spec=d.last_applied_spec,
+        last_co_driver_spec=d.last_co_driver_spec,
+        upgrading=d.phase in ACTIVE_PHASES,
+        conditions=_conditions(ctx, d),
+        phase=d.phase,
+        message=d.message,
+        status=step,
+    )
+    return Decision(
+        status=status,
+        template=d.template,
+        upgrade=tuple(sorted(d.upgrade)),
+        rollback=tuple(sorted(d.rollback)),
+        request_pause=d.request_pause,
+        waiting=tuple(sorted(d.waiting)),
+        requeue_after=d.requeue,
+    )
+
+
+_INITIAL = {
+    ConditionType.PROGRESSING: (ConditionStatus.FALSE, Reason.NO_ROLLOUT, "no driver rollout has run"),
+    ConditionType.SUCCEED: (ConditionStatus.UNKNOWN, Reason.NO_ROLLOUT, "no driver rollout has run"),
+    ConditionType.FAILED: (ConditionStatus.FALSE, Reason.NO_FAILURE, "no driver rollout has failed"),
+    ConditionType.TERMINATING: (ConditionStatus.FALSE, Reason.NOT_TERMINATING, "no rollback is running"),
+}
+
+
+def _conditions(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> tuple[Condition, ...]:
+    """All four conditions, always; a condition's lastTransitionTime moves only when its status changes."""
+    result = []
+    for kind in CONDITION_ORDER:
+        old = ctx.prev.condition(kind)
+        wanted = d.conditions.get(kind)
+        if wanted is None:
+            wanted = (old.status, old.reason, old.message) if old is not None else _INITIAL[kind]
+        status, reason, message = wanted
+        since = old.last_transition_time if old is not None and old.status is status else ctx.now
+        result.append(Condition(kind, status, since, reason, message))
+    return tuple(result)

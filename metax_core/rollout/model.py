@@ -1,0 +1,109 @@
+"""The rollout machine's inputs and outputs: the fleet snapshot the operator gathers and the decision it applies.
+
+Why a module of its own: these records are the contract between the pure machine (`metax_core.rollout.machine`) and
+the operator that gathers and applies; both sides, the simulation and the tests build them, so they stand
+apart from the logic that reads them.
+
+Contract for the snapshot (`Node`): a node's revision is NEW exactly when its driver pod carries the
+revision being rolled out; a node whose pod is terminating or not yet recreated is reported on the revision
+of the DaemonSet's current template, neither ready nor failed ("in flight"); ``failed`` means the driver pod
+cannot become ready (crash loop, image pull error, install error, or not ready within the operator's
+timeout), which the operator decides.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Iterable
+
+import attrs
+
+from metax_core.rollout.status import UpgradeStatus
+
+
+class Revision(enum.Enum):
+    """Which driver a node's pod runs, relative to the rollout."""
+
+    OLD = "old"
+    NEW = "new"
+
+
+class Template(enum.Enum):
+    """Which pod template the metax-driver DaemonSet must carry."""
+
+    NEW = "new"
+    """The desired template (the revision being rolled out, or simply the current one)."""
+    LAST_APPLIED = "lastApplied"
+    """``status.upgradeStatus.lastAppliedSpec``: the template before the rollout (rolling back, or rolled back)."""
+
+
+def _not_ready_and_failed(instance: Node, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if value and instance.ready:
+        raise ValueError(f"node {instance.name}: a driver pod cannot be both ready and failed")
+
+
+@attrs.frozen
+class Node:
+    """One node in scope of the driver DaemonSet, as the operator sees it now."""
+
+    name: str
+    revision: Revision
+    ready: bool = True
+    """The driver pod is ready."""
+    failed: bool = attrs.field(default=False, validator=_not_ready_and_failed)
+    """The driver pod will not become ready without help."""
+    busy: bool = False
+    """GPU workloads run on the node: the rollout will not restart its driver."""
+
+    @property
+    def in_flight(self) -> bool:
+        return not self.ready and not self.failed
+
+
+def _unique_names(instance: Fleet, attribute: attrs.Attribute[tuple[Node, ...]], value: tuple[Node, ...]) -> None:
+    names = [n.name for n in value]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"node names must be unique in a fleet snapshot: {', '.join(twice)}")
+
+
+def _as_nodes(value: Iterable[Node]) -> tuple[Node, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Fleet:
+    """A snapshot of every node in scope, and what a rollout starting now would record."""
+
+    nodes: tuple[Node, ...] = attrs.field(converter=_as_nodes, validator=_unique_names)
+    old_revision: str = ""
+    """The revision the DaemonSet carries now (before any new template is applied)."""
+    new_revision: str = ""
+    """The revision of the desired template (rendered from the current spec)."""
+    old_spec: str = ""
+    """The DaemonSet's current pod template, serialised: becomes lastAppliedSpec when a rollout starts."""
+    old_driver_spec: str = ""
+    """spec.driver as of the current template, serialised: becomes lastCoDriverSpec when a rollout starts."""
+
+
+@attrs.frozen
+class Decision:
+    """What the operator does now. Apply in this order: the template, the deletions, the pause, the status.
+
+    The metax-driver DaemonSet always uses ``updateStrategy: OnDelete``: its pods change only when a decision
+    deletes them, also when enableRollout is false (then every idle node is upgraded at once).
+    """
+
+    status: UpgradeStatus
+    template: Template
+    upgrade: tuple[str, ...] = ()
+    """Delete these nodes' driver pods: they come back on the new revision."""
+    rollback: tuple[str, ...] = ()
+    """Delete these nodes' driver pods: they come back on lastAppliedSpec (template is LAST_APPLIED)."""
+    request_pause: bool = False
+    """Patch ``spec.driver.upgradePolicy.pause`` to true: a step (or the fallback) waits for an administrator."""
+    waiting: tuple[str, ...] = ()
+    """Nodes the rollout wants to restart but will not while GPU workloads run on them."""
+    requeue_after: dt.timedelta | None = None
+    """Call `decide` again after this long (0: at once); None: only when the spec or the fleet changes."""

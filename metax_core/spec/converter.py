@@ -1,0 +1,284 @@
+"""The one converter between documents (YAML/JSON mappings, camelCase keys) and the spec records.
+
+The CLI, the webhook, the operator and the CRD generator all use `CONVERTER` through `structure` and
+`unstructure`, so a value means the same everywhere. Conversion is strict: a string is not a number, "false"
+is not a boolean, unknown keys are errors. Every problem in a document is reported at once as a
+`FieldError` whose path uses the document's own keys (``driver.upgradePolicy.maxParallel``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from metax_core.errors import FieldError, InvalidSpec
+from metax_core.spec import model as spec
+
+T = TypeVar("T")
+
+
+class FieldValueError(ValueError):
+    """A value of the right place but the wrong kind: the message says what is allowed."""
+
+
+def camel_case(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def describe(value: object) -> str:
+    """How an error message names a wrong value: its kind and, for scalars, the value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__name__
+
+
+def _strict_bool(value: object, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise FieldValueError(f"must be true or false, got {describe(value)}")
+    return value
+
+
+def _strict_int(value: object, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FieldValueError(f"must be an integer, got {describe(value)}")
+    return value
+
+
+def _strict_str(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        hint = " (quote it in YAML)" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        raise FieldValueError(f"must be a string, got {describe(value)}{hint}")
+    return value
+
+
+_PERCENT = re.compile(r"^(\d+)%$")
+
+
+def _int_or_percent(value: object, _: type) -> spec.IntOrPercent:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise FieldValueError(f"must not be negative, got {value}")
+        return spec.IntOrPercent(value)
+    if isinstance(value, str):
+        match = _PERCENT.match(value.strip())
+        if match:
+            return spec.IntOrPercent.of_percent(int(match.group(1)))
+    raise FieldValueError(f'must be a non-negative integer or a percentage like "50%", got {describe(value)}')
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)\s*$")
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def duration_ms(value: object) -> int:
+    """pauseDuration: milliseconds as an integer (the seed's 10000 = 10 s), or a string like "10s", "500ms"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise FieldValueError(f"must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        if value.strip().isascii() and value.strip().isdigit():
+            return int(value)
+        match = _DURATION.match(value)
+        if match:
+            return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)]
+    raise FieldValueError(
+        f'must be milliseconds (e.g. 10000) or a duration like "10s", "500ms", "2m", got {describe(value)}'
+    )
+
+
+def _enum_hook(enum_type: type[enum.Enum]) -> Callable[[object, type], enum.Enum]:
+    allowed = [member.value for member in enum_type]
+
+    def structure(value: object, _: type) -> enum.Enum:
+        for member in enum_type:
+            if member.value == value:
+                return member
+        raise FieldValueError(f"must be one of {', '.join(map(str, allowed))}; got {describe(value)}")
+
+    return structure
+
+
+def _str_mapping(value: object, _: type) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise FieldValueError(f"must be a mapping of strings, got {describe(value)}")
+    bad = [k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise FieldValueError(f"keys and values must be strings (quote them in YAML): {', '.join(map(str, bad))}")
+    return dict(value)
+
+
+def _any_mapping(value: object, _: type) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise FieldValueError(f"must be a mapping, got {describe(value)}")
+    return dict(value)
+
+
+def _is_variadic_tuple(t: object) -> bool:
+    args = typing.get_args(t)
+    return typing.get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _list_hook(conv: cattrs.Converter) -> Callable[[Any], Callable[[object, type], tuple[Any, ...]]]:
+    """``tuple[X, ...]`` fields take a YAML list only: cattrs would otherwise iterate a string ("abc" → a, b, c)
+    or a mapping (its keys). Element errors keep their index, like cattrs' own tuple hook."""
+
+    def factory(t: Any) -> Callable[[object, type], tuple[Any, ...]]:
+        element = typing.get_args(t)[0]
+
+        def structure(value: object, _: type) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise FieldValueError(f"must be a list, got {describe(value)}")
+            items: list[Any] = []
+            errors: list[Exception] = []
+            for index, item in enumerate(value):
+                try:
+                    items.append(conv.structure(item, element))
+                except Exception as exc:
+                    exc.__notes__ = [
+                        *getattr(exc, "__notes__", []),
+                        IterableValidationNote(f"index {index}", index, element),
+                    ]
+                    errors.append(exc)
+            if errors:
+                raise IterableValidationError(f"While structuring {t!r}", errors, t)
+            return tuple(items)
+
+        return structure
+
+    return factory
+
+
+# Per-attribute structure overrides where the attribute's type alone does not say enough.
+_SPECIAL_STRUCTURE: dict[tuple[type, str], Callable[[object, type], object]] = {
+    (spec.UpgradeStep, "pause_duration"): lambda v, _t: None if v is None else duration_ms(v),
+}
+
+
+def _build_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(bool, _strict_bool)
+    conv.register_structure_hook(int, _strict_int)
+    conv.register_structure_hook(str, _strict_str)
+    conv.register_structure_hook(spec.IntOrPercent, _int_or_percent)
+    conv.register_unstructure_hook(spec.IntOrPercent, lambda v: str(v) if v.percent else v.value)
+    conv.register_structure_hook_func(lambda t: t == Mapping[str, str], _str_mapping)
+    conv.register_structure_hook_func(lambda t: t == Mapping[str, Any], _any_mapping)
+    conv.register_structure_hook_factory(_is_variadic_tuple, _list_hook(conv))
+    conv.register_structure_hook_factory(lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _enum_hook)
+
+    def structure_factory(cl: type) -> Callable[[Mapping[str, Any], type], Any]:
+        overrides: dict[str, Any] = {}
+        for a in attrs.fields(cl):
+            hook = _SPECIAL_STRUCTURE.get((cl, a.name))
+            overrides[a.name] = override(rename=camel_case(a.name), struct_hook=hook)
+        inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(
+            cl, conv, _cattrs_forbid_extra_keys=True, **overrides
+        )
+
+        def structure(value: Any, t: type) -> Any:
+            if not isinstance(value, Mapping):
+                raise FieldValueError(f"must be a mapping, got {describe(value)}")
+            return inner(value, t)
+
+        return structure
+
+    def unstructure_factory(cl: type) -> Callable[[Any], dict[str, Any]]:
+        renames: dict[str, Any] = {a.name: override(rename=camel_case(a.name)) for a in attrs.fields(cl)}
+        return make_dict_unstructure_fn(cl, conv, **renames)
+
+    conv.register_structure_hook_factory(attrs.has, structure_factory)
+    conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
+    return conv
+
+
+CONVERTER = _build_converter()
+
+
+def _field_names(cl: type) -> list[str]:
+    return [camel_case(a.name) for a in attrs.fields(cl)]
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _unknown_key_message(key: str, cl: type) -> str:
+    allowed = _field_names(cl)
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean {close[0]!r}?"
+    return f"unknown field; allowed fields here: {', '.join(allowed)}"
+
+
+def _walk(exc: BaseException, path: str, out: list[FieldError]) -> None:
+    if isinstance(exc, (ClassValidationError, IterableValidationError)):
+        for sub in exc.exceptions:
+            sub_path = path
+            for note in getattr(sub, "__notes__", []):
+                name = getattr(note, "name", None)
+                index = getattr(note, "index", None)
+                if isinstance(name, str):
+                    sub_path = _join(path, camel_case(name))
+                elif isinstance(index, int):
+                    sub_path = _join(path, index)
+            _walk(sub, sub_path, out)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        for key in sorted(exc.extra_fields):
+            out.append(FieldError(_join(path, key), _unknown_key_message(key, exc.cl)))
+    elif isinstance(exc, KeyError):
+        out.append(FieldError(path, "required field is missing"))
+    elif isinstance(exc, FieldValueError):
+        out.append(FieldError(path, str(exc)))
+    else:
+        out.append(FieldError(path, f"invalid value ({exc})"))
+
+
+def structure(document: object, cl: type[T], *, path: str = "") -> T:
+    """Build a ``cl`` record from a document or raise `InvalidSpec` with every problem in it."""
+    try:
+        return CONVERTER.structure(document, cl)
+    except (ClassValidationError, IterableValidationError, FieldValueError) as exc:
+        errors: list[FieldError] = []
+        _walk(exc, path, errors)
+        raise InvalidSpec(errors) from exc
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def unstructure(record: object) -> Any:
+    """The document form of a record: camelCase keys, every default filled in, unset (null) fields left out."""
+    return _drop_nulls(CONVERTER.unstructure(record))

@@ -1,0 +1,68 @@
+"""`metax-dev`: the developer's command line (a local control plane, a fake GPU host, the demo).
+
+Why a command of its own: the product's `metax-operator` must not reach developer tooling or fakes (the
+layers contract in pyproject.toml), so what only developers and tests use lives behind this entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from metax_dev import demo, fakehost
+from metax_dev.controlplane import cli as controlplane_cli
+from metax_dev.controlplane import errors
+
+
+def _cluster_up(args: argparse.Namespace) -> int:
+    controlplane_cli.up(args.nodes, workloads=not args.no_workloads)
+    return 0
+
+
+def _fake_host(args: argparse.Namespace) -> int:
+    return fakehost.run(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    return demo.main(["-f", str(args.file)] if args.file else [])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="metax-dev", description="MetaX GPU Operator developer tools.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    cluster = sub.add_parser("cluster", help="a real local control plane").add_subparsers(
+        dest="cluster_command", required=True, metavar="COMMAND"
+    )
+    p = cluster.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler, kwok")
+    p.add_argument("--nodes", type=int, default=3, help="kwok nodes to create (default 3)")
+    p.add_argument("--no-workloads", action="store_true", help="no controller-manager and scheduler")
+    p.set_defaults(func=_cluster_up)
+
+    p = sub.add_parser("fake-host", help="create a fake GPU host root for the node agents")
+    fakehost.add_arguments(p)
+    p.set_defaults(func=_fake_host)
+
+    p = sub.add_parser("demo", help="the system on simulated GPU nodes, no cluster needed")
+    p.add_argument("-f", "--file", help="the ClusterOperator to show (default: examples/cluster-operator.yaml)")
+    p.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+    except errors.ControlPlaneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

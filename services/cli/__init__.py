@@ -1,0 +1,1 @@
+"""`metax-operator`: the administrator's command line (`main`), one module per command family."""

@@ -1,0 +1,123 @@
+"""`metax-operator`: the administrator's command line.
+
+Every subcommand reads its input, asks the core, and prints the answer. Errors are messages on stderr with
+exit code 2 (bad input) or 1 (a failure while doing the work), never tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+import yaml
+
+from metax_core import versions
+from metax_core.cluster import workloads
+from metax_core.errors import InvalidSpec, MetaxError
+from metax_core.spec import validation
+from services.cli import documents, rollout
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    validation.parse(documents.load_document(args.file))
+    print("valid")
+    return documents.EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    parsed = validation.parse(documents.load_document(args.file))
+    rendered = workloads.render(parsed, workloads.RenderSettings(namespace=args.namespace, version=args.version))
+    for blocked in rendered.plan.blocked:
+        print(f"skipped: {blocked.reason}", file=sys.stderr)
+    for component in rendered.plan.disabled:
+        print(f"skipped: {component.value} is disabled", file=sys.stderr)
+    objects = list(rendered.objects)
+    if args.component:
+        wanted = {args.component, f"metax-{args.component}"}
+        objects = [
+            o
+            for o in objects
+            if o["metadata"]["name"] in wanted
+            or o["metadata"]["labels"].get(workloads.COMPONENT_LABEL) == args.component
+        ]
+        if not objects:
+            names = sorted({o["metadata"]["labels"][workloads.COMPONENT_LABEL] for o in rendered.objects})
+            raise documents.UsageError(
+                f"no rendered component {args.component!r}; rendered: {', '.join(names) or 'none'}"
+            )
+    if args.output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+    else:
+        print(yaml.dump_all(objects, Dumper=documents.PlainDumper, sort_keys=False), end="")
+    return documents.EXIT_OK
+
+
+def cmd_maca_resolve(args: argparse.Namespace) -> int:
+    available = [v.strip() for v in args.available.split(",") if v.strip()]
+    try:
+        print(versions.resolve(args.request, available))
+    except versions.NoMatchingVersion as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return documents.EXIT_INVALID
+    return documents.EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="metax-operator", description="MetaX GPU Operator: validate, render and plan cluster configuration."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {documents.package_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check a ClusterOperator (or its spec / chart values)")
+    p.add_argument("-f", "--file", required=True, help="YAML or JSON file, - for stdin")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("render", help="print the workloads the operator would apply, in dependency order")
+    p.add_argument("-f", "--file", required=True, help="YAML or JSON file, - for stdin")
+    p.add_argument("--component", help="only this component (chart key like maca, or workload name)")
+    p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    p.add_argument("--namespace", default=workloads.RenderSettings().namespace)
+    p.add_argument("--version", default=documents.package_version(), help="component image tag")
+    p.set_defaults(func=cmd_render)
+
+    maca = sub.add_parser("maca", help="MXMACA SDK version selection").add_subparsers(
+        dest="maca_command", required=True, metavar="COMMAND"
+    )
+    p = maca.add_parser("resolve", help="which installed version a METAX_MACA_VERSION request selects")
+    p.add_argument("request", help='e.g. "maca-2.18"')
+    p.add_argument("--available", required=True, help="comma-separated installed versions")
+    p.set_defaults(func=cmd_maca_resolve)
+
+    rollout.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        code: int = args.func(args)
+        return code
+    except InvalidSpec as exc:
+        documents.print_errors(exc)
+        return documents.EXIT_INVALID
+    except documents.UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return documents.EXIT_INVALID
+    except MetaxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return documents.EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

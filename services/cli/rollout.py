@@ -1,0 +1,169 @@
+"""`metax-operator rollout plan`: what a driver upgrade policy will do, before it touches a node (R-ROLLOUT).
+
+Why it exists: an administrator writing ``driver.upgradePolicy`` wants to see, for their fleet, which nodes
+each step upgrades, in which loops, how each step pauses, and what the fallback does when nodes fail. This
+command reads the ClusterOperator (or bare spec) file, validates it as the webhook would with the rollout
+enabled, and plays the whole rollout through the real machine (`metax_core.rollout.sim`): every upgrade
+succeeds except on the ``--fail`` nodes, every manual pause is resumed, every pauseDuration waits out.
+
+``-o json`` prints exactly ``{"steps": [{"replicas", "batches", "pause"}], "outcome"}`` for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from rich.console import Console
+from rich.table import Table
+
+from metax_core.errors import InvalidSpec
+from metax_core.rollout import plan as rollout_plan
+from metax_core.rollout import sim as rollout_sim
+from metax_core.rollout.status import ConditionType
+from metax_core.spec import model as spec
+from metax_core.spec import validation
+from services.cli import documents
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+NAMES_PER_LOOP = 6
+LOOPS_PER_STEP = 12
+
+
+def add_parser(subparsers: Any) -> None:
+    rollout = subparsers.add_parser("rollout", help="driver rollout tools").add_subparsers(
+        dest="rollout_command", required=True, metavar="COMMAND"
+    )
+    p = rollout.add_parser(
+        "plan",
+        help="simulate a driver rollout and print each step's loops, pauses and fallback",
+        description="Simulate driver.upgradePolicy from FILE on a fleet of nodes (all upgrades succeed except "
+        "on --fail nodes; manual pauses are resumed, pauseDurations wait) and print the plan.",
+    )
+    p.add_argument("-f", "--file", required=True, help="ClusterOperator or spec YAML/JSON file, - for stdin")
+    fleet = p.add_mutually_exclusive_group(required=True)
+    fleet.add_argument("--nodes", type=int, metavar="N", help="N nodes named node-01 … node-N")
+    fleet.add_argument("--node-names", metavar="a,b,c", help="comma-separated node names")
+    p.add_argument(
+        "--fail",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NODE",
+        help="nodes whose upgrade fails (every time, retries included)",
+    )
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def _names(args: argparse.Namespace) -> tuple[str, ...] | str:
+    """The fleet's node names, or the reason they are unusable."""
+    if args.node_names is not None:
+        names = [n.strip() for n in args.node_names.split(",") if n.strip()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            return f"--node-names lists {', '.join(twice)} more than once"
+        return tuple(names) if names else "--node-names must name at least one node"
+    if args.nodes is None or args.nodes < 1:
+        return "--nodes must be at least 1"
+    return rollout_sim.node_names(args.nodes)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        parsed = validation.parse(documents.load_document(args.file))
+        policy = attrs.evolve(parsed.driver.upgrade_policy, enable_rollout=True, pause=False)
+        errors = validation.upgrade_policy_errors(policy)
+        if errors:
+            raise InvalidSpec(errors)
+    except documents.UsageError as exc:
+        return _fail(str(exc))
+    except InvalidSpec as exc:
+        for error in exc.errors:
+            print(str(error), file=sys.stderr)
+        return EXIT_INVALID
+    names = _names(args)
+    if isinstance(names, str):
+        return _fail(names)
+    unknown = sorted(set(args.fail) - set(names))
+    if unknown:
+        return _fail(f"--fail names nodes that are not in the fleet: {', '.join(unknown)}")
+    original = parsed.driver.upgrade_policy
+    if not original.enable_rollout:
+        print("note: enableRollout is false in the file; this is the plan it will follow once true", file=sys.stderr)
+    if original.pause:
+        print("note: pause is true in the file; the plan shows the rollout as if it were false", file=sys.stderr)
+    result = rollout_sim.simulate(policy, names, frozenset(args.fail))
+    if args.output == "json":
+        print(json.dumps(as_json(result), indent=2))
+    else:
+        print_table(result, policy, len(names))
+    return EXIT_OK
+
+
+def as_json(result: rollout_sim.Simulation) -> dict[str, Any]:
+    steps = [{"replicas": s.replicas, "batches": [list(b) for b in s.batches], "pause": s.pause} for s in result.steps]
+    return {"steps": steps, "outcome": result.outcome.value}
+
+
+def _loop_text(nodes: Sequence[str]) -> str:
+    if len(nodes) <= NAMES_PER_LOOP:
+        return ", ".join(nodes)
+    return f"{nodes[0]} … {nodes[-1]} ({len(nodes)} nodes)"
+
+
+def _loops(title: str, loops: Sequence[Sequence[str]]) -> list[str]:
+    lines = [f"{title}{i}: {_loop_text(loop)}" for i, loop in enumerate(loops[:LOOPS_PER_STEP], start=1)]
+    if len(loops) > LOOPS_PER_STEP:
+        lines.append(f"… {len(loops) - LOOPS_PER_STEP} more loops")
+    return lines
+
+
+def _describe_policy(policy: spec.UpgradePolicy, total: int) -> str:
+    return (
+        f"{total} nodes, {len(rollout_plan.plan(policy, total))} steps, maxParallel {policy.max_parallel}, "
+        f"maxUnavailable {policy.max_unavailable}, maxFailureThreshold {policy.max_failure_threshold}, "
+        f"fallback {policy.fallback.value}"
+    )
+
+
+def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, total: int) -> None:
+    console = Console(file=sys.stdout, highlight=False)
+    plans = {p.index: p for p in rollout_plan.plan(policy, total)}
+    console.print(f"Driver rollout plan: {_describe_policy(policy, total)}")
+    table = Table()
+    for column in ("Step", "Replicas", "Loops", "Tolerates", "Pause"):
+        table.add_column(column)
+    for step in result.steps:
+        lines = _loops("loop ", step.batches) + _loops("retry ", step.retries)
+        table.add_row(
+            str(step.index + 1),
+            str(step.replicas),
+            "\n".join(lines) or "(no node to upgrade)",
+            str(plans[step.index].toleration),
+            step.pause or "none",
+        )
+    console.print(table)
+    failed = result.final.condition(ConditionType.FAILED)
+    cause = failed.message if failed is not None else ""
+    outcome = result.outcome
+    if outcome is rollout_sim.Outcome.PAUSED:
+        console.print(
+            f"Fallback: pause. {cause}. Nothing new starts until an administrator sets pause: false "
+            "(one more retry of the failed nodes) or enableRollout: false (roll back)."
+        )
+    elif outcome is rollout_sim.Outcome.ROLLED_BACK:
+        console.print(f"Fallback: rollback. {cause}. Every upgraded node goes back to the old driver:")
+        console.print("  " + "\n  ".join(_loops("loop ", result.rollback)))
+    console.print(f"Outcome: {outcome.value}: {result.final.message}")
+    console.print(f"Simulated: {result.decisions} decisions, {result.duration} including pauses")
