@@ -15,6 +15,7 @@ import attrs
 
 from metax_core.cluster import components, merge
 from metax_core.cluster.components import Component, Workload, WorkloadKind
+from metax_core.node import readiness
 from metax_core.spec import model as spec
 
 APP_LABEL = "app.kubernetes.io/name"
@@ -135,7 +136,7 @@ def _env(s: spec.ClusterOperatorSpec, component: Component, deployed: Sequence[C
     required = components.requirements(component, deployed)
     if required:
         signals = ",".join(components.BY_COMPONENT[c].signal for c in required)
-        env.append({"name": "METAX_REQUIRED_COMPONENTS", "value": signals})
+        env.append({"name": readiness.REQUIRED_ENV, "value": signals})
     if component is Component.GPU_DEVICE:
         env.append({"name": "METAX_HEALTHY_INTERVAL", "value": str(s.gpu_device.healthy_interval)})
         env.append({"name": "METAX_SGPU_SHARES", "value": str(s.gpu_device.sgpu_shares)})
