@@ -119,7 +119,7 @@ class SysfsDriverBinder:
             driver = self.devices.driver_of(mate)
             if driver is None or driver in _GROUP_SAFE_DRIVERS or self.devices.is_bridge(mate):
                 continue
-            if self.devices.vendor(mate) == self.devices.vendor_id:
+            if self.devices.manages(mate):
                 logger.warning("%s shares IOMMU group %s with %s (still on %s)", address, group, mate, driver)
                 continue
             blockers.append(f"{mate} (driver {driver})")
