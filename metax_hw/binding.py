@@ -46,6 +46,11 @@ class SysfsDriverBinder:
         op = f"bind to {driver}"
         before = self.devices.function(address)
         if before.driver == driver:
+            if before.driver_override != driver:
+                # Bound but not pinned (e.g. an agent killed on its way back, after clearing the override):
+                # pin it, or the next probe of this device hands it to another driver.
+                self.tree.write(self.devices.device_dir(address) / "driver_override", driver, operation=op,
+                                device=address)
             logger.debug("%s already bound to %s", address, driver)
             return
         if not self.devices.driver_loaded(driver):
