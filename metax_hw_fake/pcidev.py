@@ -150,15 +150,17 @@ def check_bind_faults(root: Path, st: State, addr: str, driver: str) -> None:
 
 
 def bind(root: Path, st: State, addr: str, driver: str) -> None:
-    """``drivers/<driver>/bind``: EBUSY when bound, ENODEV when the driver does not take it."""
+    """``drivers/<driver>/bind`` in the kernel's order: ENODEV when the driver does not match the device (its
+    id table, or a driver_override naming another driver), then EBUSY when bound, then ENODEV when the device
+    may not be probed."""
     device_dir(root, addr)
-    if driver_of(root, addr) is not None:
-        raise oserror(errno.EBUSY)
     override = override_of(root, addr)
     if override is not None and override != driver:
         raise oserror(errno.ENODEV)
     if override is None and not claims(root, st, driver, addr):
         raise oserror(errno.ENODEV)
+    if driver_of(root, addr) is not None:
+        raise oserror(errno.EBUSY)
     if not can_probe(root, addr):
         raise oserror(errno.ENODEV)
     check_bind_faults(root, st, addr, driver)

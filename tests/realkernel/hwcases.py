@@ -194,6 +194,46 @@ def vfio_bind_and_back(rig: Rig) -> None:
     check(not rig.hw.tree.path(f"/dev/vfio/{group}").exists(), f"/dev/vfio/{group} outlived the binding")
 
 
+def raw_kernel_answers(rig: Rig) -> None:
+    """The errno of each raw write the adapter's sequences and error messages depend on."""
+    vf = with_vfs(rig, 1)[0]
+    rig.hw.modules.load(VFIO_MODULE, {})
+    drivers = rig.hw.tree.path("/sys/bus/pci/drivers")
+    native = rig.hw.binder.native_driver
+    dev = rig.dev(vf)
+    absent = "0000:ff:1f.7"
+    answers: dict[str, str] = {}
+
+    def ask(label: str, path: Path, value: str) -> None:
+        answers[label] = _errname(rig.errno_of(path, value))
+
+    ask("unbind an unbound VF", drivers / VFIO / "unbind", vf)
+    ask("drivers_probe an absent address", rig.hw.tree.path("/sys/bus/pci/drivers_probe"), absent)
+    ask("bind an absent address", drivers / VFIO / "bind", absent)
+    ask("sriov_numvfs 'abc'", rig.dev(rig.pf) / "sriov_numvfs", "abc")
+    ask("sriov_numvfs '-1'", rig.dev(rig.pf) / "sriov_numvfs", "-1")
+    ask("write the read-only vendor", dev / "vendor", "0x1234")
+    ask("driver_override vfio-pci", dev / "driver_override", VFIO)
+    ask("bind to the PF driver against driver_override", drivers / native / "bind", vf)
+    ask("bind to vfio-pci", drivers / VFIO / "bind", vf)
+    ask("bind to vfio-pci again", drivers / VFIO / "bind", vf)
+    ask("bind the bound VF to the PF driver", drivers / native / "bind", vf)
+    ask("clear driver_override", dev / "driver_override", "\n")
+    override = rig.raw(vf, "driver_override")
+    ask("unbind from vfio-pci", drivers / VFIO / "unbind", vf)
+    expected = {
+        "unbind an unbound VF": "ENODEV", "drivers_probe an absent address": "ENODEV",
+        "bind an absent address": "ENODEV", "sriov_numvfs 'abc'": "EINVAL", "sriov_numvfs '-1'": "EINVAL",
+        "write the read-only vendor": "EACCES", "driver_override vfio-pci": "accepted",
+        "bind to the PF driver against driver_override": "ENODEV", "bind to vfio-pci": "accepted",
+        "bind to vfio-pci again": "EBUSY", "bind the bound VF to the PF driver": "ENODEV",
+        "clear driver_override": "accepted", "unbind from vfio-pci": "accepted",
+    }
+    differ = {k: f"{v} (expected {expected[k]})" for k, v in answers.items() if v != expected[k]}
+    check(not differ, f"kernel answers differ: {differ}")
+    check(override == "(null)", f"a cleared driver_override reads {override!r}")
+
+
 def vfio_whole_groups(rig: Rig) -> None:
     """Every function is in the group sysfs says, each VF alone in its own group; the group check passes."""
     vfs = with_vfs(rig, 2)
@@ -290,6 +330,7 @@ CASES: dict[str, Callable[[Rig], None]] = {
         sriov_numvfs_kernel_rules,
         vf_count_above_total_refused,
         vfio_bind_and_back,
+        raw_kernel_answers,
         vfio_whole_groups,
         module_parameter_read_back,
         killed_mid_bind_converges,
