@@ -77,6 +77,7 @@ class FakeHostBuilder:
         self._iommu = True
         self._vfio_loaded = False
         self._vfs = 0
+        self._leaves_vfs = False
         self._release = "5.15.0-91-generic"
         self._maca = "2.32.0.6"
 
@@ -125,6 +126,13 @@ class FakeHostBuilder:
         self._vfio_loaded = loaded
         return self
 
+    def driver_leaves_vfs(self, leaves: bool = True) -> Self:
+        """Whether the GPU driver leaves SR-IOV enabled when it lets go of a PF (nvme does; the default, like
+        igb, disables it). The kernel keeps such VFs, and refuses any ``sriov_numvfs`` write (ENOENT) until a
+        driver is bound to the PF again."""
+        self._leaves_vfs = leaves
+        return self
+
     def vfs(self, count: int) -> Self:
         """Enable ``count`` VFs on every GPU at boot (needs the host driver loaded)."""
         self._vfs = count
@@ -161,7 +169,7 @@ class FakeHostBuilder:
     def _initial_state(self) -> dict[str, Any]:
         return {
             "version": 1, "kernel_release": self._release, "native_driver": "metax", "native_module": "metax",
-            "iommu": self._iommu, "next_group": 1, "next_card": 0, "maca_version": self._maca,
+            "iommu": self._iommu, "driver_leaves_vfs": self._leaves_vfs, "next_group": 1, "next_card": 0, "maca_version": self._maca,
             "smi_version": "2.2.9", "driver_ids": {"pcieport": [], NIC_DRIVER: [[NIC_VENDOR, NIC_DEVICE]]},
             "module_drivers": {}, "gpus": {}, "sriov": {}, "mx_links": [], "processes": [], "dmesg": [],
             "faults": {"fallen": [], "bind_refused": {}, "load_fails": {}, "in_use": [], "smi": None,

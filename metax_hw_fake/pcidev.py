@@ -185,13 +185,15 @@ def attach(root: Path, st: State, addr: str, driver: str) -> None:
 
 
 def unbind(root: Path, st: State, addr: str, driver: str | None = None) -> None:
-    """``drivers/<driver>/unbind`` (ENODEV unless bound to it); a PF's VFs go with it."""
+    """``drivers/<driver>/unbind`` (ENODEV unless bound to it); a PF's VFs go with it unless the host was built
+    with a driver that leaves SR-IOV enabled on remove (the kernel then only warns)."""
     path = device_dir(root, addr)
     current = driver_of(root, addr)
     if current is None or (driver is not None and current != driver):
         raise oserror(errno.ENODEV)
-    if (path / "sriov_numvfs").exists() and int(layout.get(path / "sriov_numvfs") or "0"):
-        _remove_vfs(root, st, addr)
+    if (path / "sriov_numvfs").exists() and int(layout.get(path / "sriov_numvfs") or "0") \
+            and not st.get("driver_leaves_vfs", False):
+        _remove_vfs(root, st, addr)  # the driver's remove() disables SR-IOV (igb does; nvme does not)
     for node in sorted((path / "drm").iterdir()) if (path / "drm").is_dir() else []:
         layout.unlink(layout.dev(root) / "dri" / node.name)
     layout.unlink(path / "drm")

@@ -234,6 +234,22 @@ def raw_kernel_answers(rig: Rig) -> None:
     check(override == "(null)", f"a cleared driver_override reads {override!r}")
 
 
+def pf_without_driver(rig: Rig) -> None:
+    """A PF without its driver: sriov_numvfs is ENOENT (0 too, while VFs are left), the adapter refuses,
+    reset_driver brings the driver back. Whether VFs outlive the driver is the driver's choice (the kernel only
+    warns): nvme leaves them, the fake's metax driver removes them as igb does; both views must agree."""
+    with_vfs(rig, 1)
+    native = rig.hw.binder.native_driver
+    code = rig.errno_of(rig.hw.tree.path("/sys/bus/pci/drivers") / native / "unbind", rig.pf)
+    check(code is None, f"unbinding the PF from {native}: {_errname(code)}")
+    left = int(rig.raw(rig.pf, "sriov_numvfs"))
+    answers = {v: _errname(rig.errno_of(rig.dev(rig.pf) / "sriov_numvfs", v)) for v in ("2", "0")}
+    check(answers == {"2": "ENOENT", "0": "ENOENT" if left else "accepted"}, f"without a PF driver: {answers}, {left} VFs left")
+    expect_error(lambda: rig.hw.binder.set_vf_count(rig.pf, 2), "no driver is bound to the PF")
+    check_vfs(rig, left)
+    check(rig.hw.binder.reset_driver(rig.pf) == native, f"the PF did not return to {native}")
+
+
 def vfio_whole_groups(rig: Rig) -> None:
     """Every function is in the group sysfs says, each VF alone in its own group; the group check passes."""
     vfs = with_vfs(rig, 2)
@@ -331,6 +347,7 @@ CASES: dict[str, Callable[[Rig], None]] = {
         vf_count_above_total_refused,
         vfio_bind_and_back,
         raw_kernel_answers,
+        pf_without_driver,
         vfio_whole_groups,
         module_parameter_read_back,
         killed_mid_bind_converges,

@@ -43,6 +43,16 @@ def test_case_passes_on_the_fake_kernel(case: str, fake: FakeHost) -> None:
     assert ok, message
 
 
+def test_a_pf_driver_that_leaves_its_vfs(tmp_path: Path) -> None:
+    fake = builder.FakeHostBuilder().gpus(1, sriov_totalvfs=3).driver_leaves_vfs().build(tmp_path / "h")
+    ok, message, _ = hwcases.run(_rig(fake), "pf_without_driver")
+    assert ok, message
+    fake.binder.set_vf_count(fake.gpu_addresses()[0], 1)
+    fake.modules.unload("metax")
+    assert len(fake.vfs_of(fake.gpu_addresses()[0])) == 1
+    assert fake.audit() == []
+
+
 def test_vf_addresses_follow_offset_and_stride(fake: FakeHost) -> None:
     rig = _rig(fake)
     fake.binder.set_vf_count(rig.pf, 3, drivers_autoprobe=False)
