@@ -142,8 +142,17 @@ def _closure(tree: Path, names: Iterable[str]) -> set[Path]:
 
 
 def fetch(cache: Path = CACHE) -> Kernel:
-    """The resolved kernel, from the cache or fetched into it (a ``complete`` stamp marks a finished entry)."""
-    package, version = resolve_package()
+    """The resolved kernel, from the cache or fetched into it (a ``complete`` stamp marks a finished entry).
+    A download that fails (stale package lists) is retried once after ``apt-get update``; entries of older
+    versions are removed once the new one is in place."""
+    try:
+        return _fetch(cache, *resolve_package())
+    except RuntimeError:
+        _run(["apt-get", "update", "-qq"])
+        return _fetch(cache, *resolve_package())
+
+
+def _fetch(cache: Path, package: str, version: str) -> Kernel:
     directory = cache / f"{package}_{version}"
     stamp = directory / "complete"
     if stamp.exists():
@@ -172,7 +181,11 @@ def fetch(cache: Path = CACHE) -> Kernel:
         bzimage = next((work / "x/boot").glob("vmlinuz-*")).read_bytes()
         (staged / "vmlinux").write_bytes(extract_vmlinux(bzimage))
         (staged / "complete").write_text(release + "\n")
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(staged, directory)
-    return Kernel(directory, release, package, version)
+        if not stamp.exists():  # else another session finished first: keep its entry
+            if directory.exists():
+                shutil.rmtree(directory)
+            os.replace(staged, directory)
+    for old in cache.iterdir():
+        if old != directory and not old.name.startswith(".") and (old / "complete").exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return Kernel(directory, stamp.read_text().strip(), package, version)
