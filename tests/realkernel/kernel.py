@@ -50,7 +50,7 @@ class Kernel:
     def modules(self) -> Path:
         return self.directory / "lib" / "modules" / self.release
 
-    def boot_module_files(self) -> list[Path]:
+    def boot_module_files(self, names: Iterable[str] = BOOT_MODULES) -> list[Path]:
         """The boot modules and their dependencies, dependencies first (from modules.dep)."""
         deps = _read_modules_dep(self.modules / "modules.dep")
         by_name = {_module_name(p): p for p in deps}
@@ -62,7 +62,7 @@ class Kernel:
             if path not in ordered:
                 ordered.append(path)
 
-        for name in BOOT_MODULES:
+        for name in names:
             visit(by_name[name])
         return [self.modules / p for p in ordered]
 

@@ -101,7 +101,8 @@ def _cpio_entry(out: io.BytesIO, name: str, mode: int, data: bytes = b"", ino: i
     out.write(b"\0" * (-len(data) % 4))
 
 
-def initramfs(k: kernel.Kernel, mounts: Sequence[Share], command: Sequence[str], env: dict[str, str]) -> bytes:
+def initramfs(k: kernel.Kernel, mounts: Sequence[Share], command: Sequence[str], env: dict[str, str],
+              boot_modules: Sequence[str] = kernel.BOOT_MODULES) -> bytes:
     """busybox, the kernel's cached module tree, kmod tool links and an init script that runs ``command``."""
     busybox = shutil.which("busybox") or "/bin/busybox"
     out = io.BytesIO()
@@ -133,7 +134,7 @@ def initramfs(k: kernel.Kernel, mounts: Sequence[Share], command: Sequence[str],
         "mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run",
         f"echo '{MARKER}{{\"init\": \"up\"}}'",
     ]
-    for module in k.boot_module_files():
+    for module in k.boot_module_files(boot_modules):
         lines.append(f"insmod /{module.relative_to(base)} || echo '{MARKER}{{\"init\": \"insmod {module.name} failed\"}}'")
     for share in mounts:
         lines.append(f"mkdir -p {share.host} && mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,"
