@@ -340,6 +340,17 @@ def killed_mid_bind_converges(rig: Rig) -> None:
     _check_on_vfio(rig, vf, "way back killed after clearing driver_override, then bound again")
 
 
+def killed_mid_vf_change_converges(rig: Rig) -> None:
+    """A process killed between the "0" and the new count of a VF change: the next run sets the count."""
+    total = rig.hw.devices.function(rig.pf).sriov_totalvfs
+    with_vfs(rig, 2)
+    second = 3 if total >= 3 else 1
+    _run_killed(rig, 1, lambda hw: hw.binder.set_vf_count(rig.pf, second))
+    check_vfs(rig, 0)
+    rig.hw.binder.set_vf_count(rig.pf, second)
+    check_vfs(rig, second)
+
+
 CASES: dict[str, Callable[[Rig], None]] = {
     case.__name__: case for case in (
         vf_count_changes_through_zero,
@@ -351,6 +362,7 @@ CASES: dict[str, Callable[[Rig], None]] = {
         vfio_whole_groups,
         module_parameter_read_back,
         killed_mid_bind_converges,
+        killed_mid_vf_change_converges,
     )
 }
 
