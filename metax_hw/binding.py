@@ -46,6 +46,12 @@ class SysfsDriverBinder:
         op = f"bind to {driver}"
         before = self.devices.function(address)
         if before.driver == driver:
+            if before.driver_override != driver:
+                # Bound but not pinned (e.g. an agent killed on its way back, after clearing the override):
+                # pin it, or the next probe of this device hands it to another driver.
+                self.tree.write(
+                    self.devices.device_dir(address) / "driver_override", driver, operation=op, device=address
+                )
             logger.debug("%s already bound to %s", address, driver)
             return
         if not self.devices.driver_loaded(driver):
@@ -119,7 +125,7 @@ class SysfsDriverBinder:
             driver = self.devices.driver_of(mate)
             if driver is None or driver in _GROUP_SAFE_DRIVERS or self.devices.is_bridge(mate):
                 continue
-            if self.devices.vendor(mate) == self.devices.vendor_id:
+            if self.devices.manages(mate):
                 logger.warning("%s shares IOMMU group %s with %s (still on %s)", address, group, mate, driver)
                 continue
             blockers.append(f"{mate} (driver {driver})")

@@ -9,7 +9,7 @@ the search path — and everything else under test is the production code.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import attrs
@@ -43,6 +43,7 @@ def open_host(
     root: Path | str = "/",
     *,
     vendor_id: int = inventory.METAX_VENDOR_ID,
+    device_ids: Collection[int] | None = None,
     native_driver: str = inventory.METAX_MODULE,
     writer: sysfs.SysfsWriter | None = None,
     tool_path: Sequence[str] | None = None,
@@ -53,12 +54,13 @@ def open_host(
 ) -> Host:
     """Build the adapters for the host mounted at ``root``.
 
-    ``tool_path`` replaces PATH for finding tools (None: the agent's PATH). ``module_tools`` is
-    `tools.ExecMode.HOST` in the driver container (host kmod through nsenter) and DIRECT elsewhere; mx-smi
-    always runs DIRECT. ``link_source`` overrides where the interface list comes from.
+    ``vendor_id`` and ``device_ids`` say which PCI functions are managed (MetaX's vendor id, every device id,
+    by default; see `pci.SysfsDeviceInventory`). ``tool_path`` replaces PATH for finding tools (None: the
+    agent's PATH). ``module_tools`` is `tools.ExecMode.HOST` in the driver container (host kmod through nsenter)
+    and DIRECT elsewhere; mx-smi always runs DIRECT. ``link_source`` overrides where the interface list comes from.
     """
     tree = sysfs.HostTree(root, writer)
-    devices = pci.SysfsDeviceInventory(tree, vendor_id)
+    devices = pci.SysfsDeviceInventory(tree, vendor_id, device_ids)
     smi_runner = tools.ToolRunner(tool_path, tools.ExecMode.DIRECT, timeout)
     kmod_runner = tools.ToolRunner(tool_path, module_tools, timeout)
     gpu_monitor = gpus.MxSmiMonitor(smi_runner, devices, native_driver)

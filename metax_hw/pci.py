@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from metax_core import errors, inventory
@@ -41,11 +41,32 @@ def _virtfn_index(name: str) -> int:
 
 
 class SysfsDeviceInventory:
-    """`metax_core.ports.hardware.DeviceInventory` on ``<root>/sys/bus/pci`` (vendor id configurable)."""
+    """`metax_core.ports.hardware.DeviceInventory` on ``<root>/sys/bus/pci``.
 
-    def __init__(self, tree: sysfs.HostTree, vendor_id: int = inventory.METAX_VENDOR_ID) -> None:
+    Which functions are "ours" is a setting: ``vendor_id`` (MetaX's 0x9999 by default) and, optionally,
+    ``device_ids`` (None: every device of that vendor; otherwise PF and VF device ids alike). The real-kernel
+    tests point it at QEMU's emulated SR-IOV NVMe controller (1b36:0010), whose vendor also makes the
+    machine's PCIe root ports.
+    """
+
+    def __init__(
+        self,
+        tree: sysfs.HostTree,
+        vendor_id: int = inventory.METAX_VENDOR_ID,
+        device_ids: Collection[int] | None = None,
+    ) -> None:
         self.tree = tree
         self.vendor_id = vendor_id
+        self.device_ids = frozenset(device_ids) if device_ids is not None else None
+
+    def manages(self, address: PciAddress) -> bool:
+        """Whether the function at ``address`` has the vendor (and device) ids this inventory manages."""
+        dev = self.device_dir(address)
+        if self.tree.read_int(dev / "vendor", operation=_OP, device=address) != self.vendor_id:
+            return False
+        if self.device_ids is None:
+            return True
+        return self.tree.read_int(dev / "device", operation=_OP, device=address) in self.device_ids
 
     def device_dir(self, address: str) -> Path:
         return self.tree.path(PCI_DEVICES) / address
@@ -55,8 +76,7 @@ class SysfsDeviceInventory:
         for name in self.tree.listdir(self.tree.path(PCI_DEVICES)):
             if not is_pci_address(name):
                 continue
-            vendor = self.tree.read_int(self.device_dir(name) / "vendor", operation=_OP, device=name)
-            if vendor != self.vendor_id:
+            if not self.manages(PciAddress(name)):
                 continue
             function = self._read(PciAddress(name))
             if function is not None:

@@ -64,6 +64,7 @@ class FakeHostBuilder:
         self._numa = 2
         self._switches = 2
         self._totalvfs = 16
+        self._offset, self._stride = 1, 1
         self._memory_mib = 65536
         self._mx_group = 0
         self._host_driver: str | None = "2.18.0"
@@ -76,6 +77,7 @@ class FakeHostBuilder:
         self._iommu = True
         self._vfio_loaded = False
         self._vfs = 0
+        self._leaves_vfs = False
         self._release = "5.15.0-91-generic"
         self._maca = "2.32.0.6"
 
@@ -91,12 +93,16 @@ class FakeHostBuilder:
         sriov_totalvfs: int = 16,
         memory_mib: int = 65536,
         metaxlink_group: int = 0,
+        sriov_offset: int = 1,
+        sriov_stride: int = 1,
     ) -> Self:
         """``count`` GPUs spread over ``switches`` PCIe switches (0: each on its own root port), switches over
         NUMA nodes; GPUs in consecutive groups of ``metaxlink_group`` are MetaXLink-connected.
-        ``sriov_totalvfs=0`` means non-virtualisation firmware (no SR-IOV capability)."""
+        ``sriov_totalvfs=0`` means non-virtualisation firmware (no SR-IOV capability). VF i of a GPU sits at
+        its routing id + ``sriov_offset`` + i * ``sriov_stride`` (the next buses are kept free for them)."""
         self._gpus, self._model, self._device_id, self._vf_device_id = count, model, device_id, vf_device_id
         self._numa, self._switches, self._totalvfs = max(1, numa_nodes), switches, sriov_totalvfs
+        self._offset, self._stride = sriov_offset, sriov_stride
         self._memory_mib, self._mx_group = memory_mib, metaxlink_group
         return self
 
@@ -131,6 +137,13 @@ class FakeHostBuilder:
 
     def vfio(self, loaded: bool = True) -> Self:
         self._vfio_loaded = loaded
+        return self
+
+    def driver_leaves_vfs(self, leaves: bool = True) -> Self:
+        """Whether the GPU driver leaves SR-IOV enabled when it lets go of a PF (nvme does; the default, like
+        igb, disables it). The kernel keeps such VFs, and refuses any ``sriov_numvfs`` write (ENOENT) until a
+        driver is bound to the PF again."""
+        self._leaves_vfs = leaves
         return self
 
     def vfs(self, count: int) -> Self:
@@ -173,6 +186,7 @@ class FakeHostBuilder:
             "native_driver": "metax",
             "native_module": "metax",
             "iommu": self._iommu,
+            "driver_leaves_vfs": self._leaves_vfs,
             "next_group": 1,
             "next_card": 0,
             "maca_version": self._maca,
@@ -292,12 +306,15 @@ class FakeHostBuilder:
             addr = layout.address(0, buses.take(node), 0, 0)
             extra = {}
             if self._totalvfs:
+                last = pcidev.vf_address(addr, self._totalvfs - 1, self._offset, self._stride)
+                for _ in range(layout.split_address(last)[1] - layout.split_address(addr)[1]):
+                    buses.take(node)  # the buses the VFs will use
                 extra = {
                     "sriov_totalvfs": str(self._totalvfs),
                     "sriov_numvfs": "0",
-                    "sriov_offset": "1",
-                    "sriov_stride": "1",
-                    "sriov_vf_device": f"{self._vf_device_id:04x}",
+                    "sriov_offset": str(self._offset),
+                    "sriov_stride": str(self._stride),
+                    "sriov_vf_device": f"{self._vf_device_id:x}",
                     "sriov_drivers_autoprobe": "1",
                 }
                 st["sriov"][addr] = {"vf_device_id": self._vf_device_id}

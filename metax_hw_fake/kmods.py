@@ -71,6 +71,26 @@ def read_module_file(path: Path) -> dict[str, Any]:
     return info
 
 
+_TRUE, _FALSE = ("y", "Y", "1", "on"), ("n", "N", "0", "off")
+
+
+def param_value(kind: str, value: str) -> str | None:
+    """How ``/sys/module/<m>/parameters/<p>`` shows ``value`` (None: the kernel refuses it, EINVAL).
+
+    Linux prints a bool as ``Y``/``N`` whatever was written (``enable_sriov=1`` reads back ``Y``) and an
+    integer in decimal (``0x10`` reads back ``16``); other types as given.
+    """
+    if kind == "bool":
+        return "Y" if value in _TRUE else "N" if value in _FALSE else None
+    if kind in ("int", "uint", "long", "ulong", "short", "ushort", "byte"):
+        try:
+            number = int(value, 0)
+        except ValueError:
+            return None
+        return None if kind.startswith("u") and number < 0 else str(number)
+    return value
+
+
 def installed(root: Path, st: State, name: str) -> Path | None:
     """The module file for ``name`` in ``/lib/modules/<release>/modules.dep`` (``-`` and ``_`` are one)."""
     base = layout.modules_root(root, st["kernel_release"])
@@ -97,11 +117,19 @@ def load(root: Path, st: State, info: dict[str, Any], params: dict[str, str]) ->
     log: list[str] = []
     directory = layout.module_dir(root, mod)
     known: dict[str, dict[str, str]] = info["params"]
-    for param, _value in params.items():
+    shown: dict[str, str] = {}
+    for param, value in params.items():
         if param not in known:
             log.append(f"{mod}: unknown parameter '{param}' ignored")
+            continue
+        parsed = param_value(known[param]["type"], value)
+        if parsed is None:
+            st["dmesg"].append(f"{mod}: `{value}' invalid for parameter `{param}'")
+            raise KmodError(errno.EINVAL, "Invalid argument")
+        shown[param] = parsed
     for param, spec in known.items():
-        layout.put(directory / "parameters" / param, params.get(param, spec["default"]) or "(null)")
+        value = shown.get(param, param_value(spec["type"], spec["default"]) or spec["default"])
+        layout.put(directory / "parameters" / param, value or "(null)")
     if info.get("version"):
         layout.put(directory / "version", str(info["version"]))
     layout.put(directory / "refcnt", "0")
@@ -129,6 +157,8 @@ def _register_driver(root: Path, st: State, mod: str, driver: str, ids: list[lis
         if pcidev.driver_of(root, addr) is not None:
             continue
         override = pcidev.override_of(root, addr)
+        if not pcidev.can_probe(root, addr):
+            continue
         if override == driver or (override is None and pcidev.claims(root, st, driver, addr)):
             try:
                 pcidev.check_bind_faults(root, st, addr, driver)

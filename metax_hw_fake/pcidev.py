@@ -5,7 +5,10 @@ own rules and errnos (drivers/pci/pci-driver.c, pci-sysfs.c, iov.c): ``bind`` of
 ``unbind`` of an unbound one ENODEV, ``drivers_probe`` says nothing when no driver wants the device,
 ``driver_override`` restricts probing to one driver, changing a non-zero ``sriov_numvfs`` is EBUSY, more than
 ``sriov_totalvfs`` is ERANGE, a PF without a driver cannot make VFs (ENOENT), and a PF leaving its driver
-takes its VFs with it. Standard library only (the fake tools import it).
+takes its VFs with it. As Debian's kernel showed under QEMU (tests/realkernel): VFs sit at the PF's routing
+id + ``sriov_offset`` + i * ``sriov_stride``, and a VF of a PF whose ``sriov_drivers_autoprobe`` is 0 is
+probed by no driver (drivers_probe, a driver's ``bind`` or a driver arriving) unless ``driver_override`` names
+one (``pci_device_can_probe``). Standard library only (the fake tools import it).
 """
 
 from __future__ import annotations
@@ -143,6 +146,14 @@ def claims(root: Path, st: State, driver: str, addr: str) -> bool:
     return False
 
 
+def can_probe(root: Path, addr: str) -> bool:
+    """``pci_device_can_probe``: a PF, a VF whose PF autoprobes, or a VF with a driver_override."""
+    physfn = layout.devices_dir(root) / addr / "physfn"
+    if not physfn.is_symlink():
+        return True
+    return layout.get(physfn / "sriov_drivers_autoprobe") != "0" or override_of(root, addr) is not None
+
+
 def check_bind_faults(root: Path, st: State, addr: str, driver: str) -> None:
     if addr in st["faults"]["fallen"]:
         raise oserror(errno.ENODEV)
@@ -152,14 +163,18 @@ def check_bind_faults(root: Path, st: State, addr: str, driver: str) -> None:
 
 
 def bind(root: Path, st: State, addr: str, driver: str) -> None:
-    """``drivers/<driver>/bind``: EBUSY when bound, ENODEV when the driver does not take it."""
+    """``drivers/<driver>/bind`` in the kernel's order: ENODEV when the driver does not match the device (its
+    id table, or a driver_override naming another driver), then EBUSY when bound, then ENODEV when the device
+    may not be probed."""
     device_dir(root, addr)
-    if driver_of(root, addr) is not None:
-        raise oserror(errno.EBUSY)
     override = override_of(root, addr)
     if override is not None and override != driver:
         raise oserror(errno.ENODEV)
     if override is None and not claims(root, st, driver, addr):
+        raise oserror(errno.ENODEV)
+    if driver_of(root, addr) is not None:
+        raise oserror(errno.EBUSY)
+    if not can_probe(root, addr):
         raise oserror(errno.ENODEV)
     check_bind_faults(root, st, addr, driver)
     attach(root, st, addr, driver)
@@ -183,13 +198,18 @@ def attach(root: Path, st: State, addr: str, driver: str) -> None:
 
 
 def unbind(root: Path, st: State, addr: str, driver: str | None = None) -> None:
-    """``drivers/<driver>/unbind`` (ENODEV unless bound to it); a PF's VFs go with it."""
+    """``drivers/<driver>/unbind`` (ENODEV unless bound to it); a PF's VFs go with it unless the host was built
+    with a driver that leaves SR-IOV enabled on remove (the kernel then only warns)."""
     path = device_dir(root, addr)
     current = driver_of(root, addr)
     if current is None or (driver is not None and current != driver):
         raise oserror(errno.ENODEV)
-    if (path / "sriov_numvfs").exists() and int(layout.get(path / "sriov_numvfs") or "0"):
-        _remove_vfs(root, st, addr)
+    if (
+        (path / "sriov_numvfs").exists()
+        and int(layout.get(path / "sriov_numvfs") or "0")
+        and not st.get("driver_leaves_vfs", False)
+    ):
+        _remove_vfs(root, st, addr)  # the driver's remove() disables SR-IOV (igb does; nvme does not)
     for node in sorted((path / "drm").iterdir()) if (path / "drm").is_dir() else []:
         layout.unlink(layout.dev(root) / "dri" / node.name)
     layout.unlink(path / "drm")
@@ -206,7 +226,7 @@ def unbind(root: Path, st: State, addr: str, driver: str | None = None) -> None:
 def probe(root: Path, st: State, addr: str) -> None:
     """``drivers_probe``: bind the override driver, or the first driver whose table matches; silent otherwise."""
     device_dir(root, addr)
-    if driver_of(root, addr) is not None:
+    if driver_of(root, addr) is not None or not can_probe(root, addr):
         return
     override = override_of(root, addr)
     candidates = [override] if override is not None else sorted(st["driver_ids"])
@@ -256,10 +276,18 @@ def set_numvfs(root: Path, st: State, pf: str, value: str) -> None:
     _create_vfs(root, st, pf, count)
 
 
-def _vf_address(pf: str, index: int) -> str:
+def vf_address(pf: str, index: int, offset: int, stride: int) -> str:
+    """VF ``index``'s address: routing id (bus << 8 | devfn) of the PF + offset + index * stride."""
     domain, bus_no, device, function = layout.split_address(pf)
-    devfn = (device << 3 | function) + 1 + index
-    return layout.address(domain, bus_no, devfn >> 3, devfn & 7)
+    rid = (bus_no << 8 | device << 3 | function) + offset + index * stride
+    return layout.address(domain, rid >> 8, (rid & 0xFF) >> 3, rid & 7)
+
+
+def _vf_address(root: Path, pf: str, index: int) -> str:
+    path = layout.devices_dir(root) / pf
+    return vf_address(
+        pf, index, int(layout.get(path / "sriov_offset") or "1"), int(layout.get(path / "sriov_stride") or "1")
+    )
 
 
 def _create_vfs(root: Path, st: State, pf: str, count: int) -> None:
@@ -268,14 +296,14 @@ def _create_vfs(root: Path, st: State, pf: str, count: int) -> None:
     vf_device = int(st["sriov"][pf]["vf_device_id"])
     numa = int(layout.get(path / "numa_node") or "-1")
     for index in range(count):
-        vf = _vf_address(pf, index)
+        vf = _vf_address(root, pf, index)
         vf_path = create_function(root, st, path.parent, vf, vendor, vf_device, klass, numa)
         layout.relink(vf_path / "physfn", path)
         layout.relink(path / f"virtfn{index}", vf_path)
     layout.put(path / "sriov_numvfs", str(count))
     if layout.get(path / "sriov_drivers_autoprobe") == "1":
         for index in range(count):
-            probe(root, st, _vf_address(pf, index))
+            probe(root, st, _vf_address(root, pf, index))
 
 
 def _remove_vfs(root: Path, st: State, pf: str) -> None:

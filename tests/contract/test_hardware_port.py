@@ -164,6 +164,17 @@ def test_another_vendor_id_finds_none_of_them(backend: Backend) -> None:
         backend.hw.devices.device_nodes(PciAddress("0000:ff:1f.7"))
 
 
+def test_device_ids_narrow_the_vendors_functions(backend: Backend) -> None:
+    functions = backend.hw.devices.functions()
+    if not functions:
+        return
+    first = functions[0].device_id
+    narrowed = host.open_host(backend.root, vendor_id=backend.vendor_id, device_ids=[first]).devices
+    assert [f.address for f in narrowed.functions()] == [f.address for f in functions if f.device_id == first]
+    assert narrowed.manages(functions[0].address)
+    assert pci.SysfsDeviceInventory(backend.hw.tree, backend.vendor_id, device_ids=[]).functions() == []
+
+
 def test_network_interfaces_match_sys_class_net(backend: Backend) -> None:
     interfaces = backend.hw.network.interfaces()
     names = [i.name for i in interfaces]
