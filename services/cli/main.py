@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         documents.print_errors(exc)
         return documents.EXIT_INVALID
     except documents.UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(documents.error_line(exc), file=sys.stderr)
         return documents.EXIT_INVALID
     except MetaxError as exc:
         print(f"error: {exc}", file=sys.stderr)
