@@ -10,7 +10,6 @@ from typing import Any
 
 from metax_k8s import crd
 
-
 IMPLICIT = {".metadata"}
 """ObjectMeta: the API server forbids a CRD to say anything about it but its type (its docs are Kubernetes')."""
 
