@@ -145,13 +145,18 @@ class StepStatus:
     current_upgrade_replicas: int = attrs.field(
         default=0,
         metadata={
-            "description": "Nodes the current step upgrades (started so far plus still to start); in a rollback, nodes to roll back."
+            "description": (
+                "Nodes the current step upgrades (started so far plus still to start); in a rollback, nodes to "
+                "roll back."
+            )
         },
     )
     current_upgrade_ready_replicas: int = attrs.field(
         default=0,
         metadata={
-            "description": "Of those, nodes whose new driver pod is ready (in a rollback: back on the old revision and ready)."
+            "description": (
+                "Of those, nodes whose new driver pod is ready (in a rollback: back on the old revision and ready)."
+            )
         },
     )
     current_failure_retry: int = attrs.field(

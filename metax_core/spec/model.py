@@ -177,7 +177,10 @@ class GpuDevice:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
     healthy_interval: int = attrs.field(
@@ -200,7 +203,10 @@ class GpuLabel:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
 
@@ -224,7 +230,9 @@ class UpgradeStep:
 
     replicas: IntOrPercent = attrs.field(
         metadata={
-            DESCRIPTION: "How many nodes run the new driver when this step is done (% of nodes in scope, rounded up, ≥ 1)."
+            DESCRIPTION: (
+                "How many nodes run the new driver when this step is done (% of nodes in scope, rounded up, ≥ 1)."
+            )
         }
     )
     pause: bool | None = attrs.field(
@@ -236,7 +244,9 @@ class UpgradeStep:
     pause_duration: int | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Milliseconds to wait before the next step; unset = wait until an administrator sets pause: false."
+            DESCRIPTION: (
+                "Milliseconds to wait before the next step; unset = wait until an administrator sets pause: false."
+            )
         },
     )
     toleration: IntOrPercent = attrs.field(
@@ -252,7 +262,9 @@ class UpgradePolicy:
     enable_rollout: bool = attrs.field(
         default=False,
         metadata={
-            DESCRIPTION: "Upgrade the driver in batched canary steps (upgradeSteps) instead of on every idle node at once."
+            DESCRIPTION: (
+                "Upgrade the driver in batched canary steps (upgradeSteps) instead of on every idle node at once."
+            )
         },
     )
     upgrade_steps: tuple[UpgradeStep, ...] = attrs.field(
@@ -267,7 +279,9 @@ class UpgradePolicy:
     max_parallel: IntOrPercent = attrs.field(
         default=HUNDRED_PERCENT,
         metadata={
-            DESCRIPTION: "Nodes upgraded at the same time (integer or percentage, rounded up, at least 1; 0 = unlimited)."
+            DESCRIPTION: (
+                "Nodes upgraded at the same time (integer or percentage, rounded up, at least 1; 0 = unlimited)."
+            )
         },
     )
     max_unavailable: IntOrPercent = attrs.field(
@@ -295,7 +309,10 @@ class Driver:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
     deploy_policy: DeployPolicy = attrs.field(
@@ -340,7 +357,10 @@ class VfioManager:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
     vfio_config: tuple[VfioConfigEntry, ...] = attrs.field(
@@ -373,7 +393,10 @@ class Maca:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
     payload: MacaPayload = attrs.field(
@@ -391,7 +414,10 @@ class Runtime:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
 
@@ -425,7 +451,10 @@ class Exporter:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
     service: ExporterService = attrs.field(
@@ -442,7 +471,10 @@ class Topo:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
 
@@ -456,7 +488,10 @@ class GpuScheduler:
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Node selector, affinity and tolerations of this component's pods; when set, the global podTemplateSpec is ignored for this component (R-MERGE)."
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
         },
     )
 
@@ -478,7 +513,9 @@ class ClusterOperatorSpec:
     tolerations: tuple[Toleration, ...] | None = attrs.field(
         default=None,
         metadata={
-            DESCRIPTION: "Deprecated (§3.2.4): applies to every component; podTemplateSpec.spec.tolerations wins over it."
+            DESCRIPTION: (
+                "Deprecated (§3.2.4): applies to every component; podTemplateSpec.spec.tolerations wins over it."
+            )
         },
     )
     gpu_device: GpuDevice = attrs.field(default=GpuDevice(), metadata={DESCRIPTION: "The device plugin (gpu-device)."})
