@@ -270,7 +270,8 @@ class UpgradePolicy:
     upgrade_steps: tuple[UpgradeStep, ...] = attrs.field(
         default=(),
         metadata={
-            DESCRIPTION: 'The batches of the rollout, in order; the last one must have replicas "100%" (at most 100 steps).'
+            DESCRIPTION: 'The batches of the rollout, in order; the last one must have replicas "100%" '
+            "(at most 100 steps)."
         },
     )
     pause: bool = attrs.field(
