@@ -32,7 +32,7 @@ def _command(command: tuple[str, ...], path: str) -> list[str]:
 
 
 LAUGHS = "a: &a ['x','x','x','x','x','x','x','x','x']\n" + "".join(
-    f"{b}: &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+    f"{b}: &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
 )
 HOSTILE: dict[str, tuple[bytes, str]] = {
     "binary": (bytes(range(128, 256)) * 8 + os.urandom(500), "is not UTF-8 text"),
