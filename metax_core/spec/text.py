@@ -64,9 +64,9 @@ class LimitedLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise _Limit(None, None, "anchors and aliases (*name) are not allowed", event.start_mark)
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if getattr(event, "anchor", None) is not None:
             raise _Limit(None, None, "anchors and aliases (&name) are not allowed", event.start_mark)
         if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
@@ -112,7 +112,7 @@ class LimitedLoader(yaml.SafeLoader):
 
 
 LimitedLoader.add_constructor("tag:yaml.org,2002:int", LimitedLoader.construct_yaml_int)
-LimitedLoader.add_constructor("tag:yaml.org,2002:map", LimitedLoader.construct_yaml_map)
+LimitedLoader.add_constructor("tag:yaml.org,2002:map", LimitedLoader.construct_yaml_map)  # type: ignore[type-var]
 
 
 class DocumentLoader(LimitedLoader):
@@ -130,7 +130,7 @@ DocumentLoader.yaml_implicit_resolvers = {
     for first, resolvers in LimitedLoader.yaml_implicit_resolvers.items()
 }
 for _tag in ("binary", "timestamp", "omap", "pairs", "set"):
-    DocumentLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", DocumentLoader.construct_undefined)
+    DocumentLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", DocumentLoader.construct_undefined)  # type: ignore[type-var]
 
 
 def _short(value: object) -> str:
@@ -179,7 +179,7 @@ def load_all(
     stream: LimitedLoader | None = None
     try:
         stream = loader(text)
-        while stream.check_data():
+        while stream.check_data():  # type: ignore[no-untyped-call]
             document = stream.get_data()
             if document is not None:
                 documents.append(document)
