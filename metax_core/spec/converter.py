@@ -9,6 +9,7 @@ is not a boolean, unknown keys are errors. Every problem in a document is report
 from __future__ import annotations
 
 import difflib
+import json
 import enum
 import re
 import typing
@@ -290,6 +291,8 @@ def _field_names(cl: type) -> list[str]:
 def _join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
+    if not key or any(c in key for c in '.[]" \n'):
+        return f"{path}[{json.dumps(key)}]"  # an empty or dotted key still names a place
     return f"{path}.{key}" if path else key
 
 
