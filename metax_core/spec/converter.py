@@ -9,8 +9,8 @@ is not a boolean, unknown keys are errors. Every problem in a document is report
 from __future__ import annotations
 
 import difflib
-import json
 import enum
+import json
 import re
 import typing
 from collections.abc import Callable, Mapping
