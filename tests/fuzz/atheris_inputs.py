@@ -11,6 +11,7 @@ but the project's own errors escaping, or a hang (``-timeout``), is a finding th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -30,10 +31,8 @@ def one_input(data: bytes) -> None:
         json.dumps(list(rendered.objects))
     except MetaxError:
         pass
-    try:
+    with contextlib.suppress(MetaxError):
         driver_config.parse({driver_config.NODE_VFNUMS: data.decode("utf-8", "replace")})
-    except MetaxError:
-        pass
 
 
 if __name__ == "__main__":
