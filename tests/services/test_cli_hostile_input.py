@@ -120,3 +120,19 @@ def test_a_huge_fleet_is_refused_instead_of_simulated(tmp_path: Path, capsys: py
     path.write_text(VALID + "  upgradePolicy: {upgradeSteps: [{replicas: 100%}]}\n")
     code, _, err = run(capsys, "rollout", "plan", "-f", str(path), "--nodes", "1000000000")
     assert code == 2 and "--nodes must be between 1 and" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--version", "1.0\n"), "error: --version must be a valid image tag"),
+        (("--namespace", "A_B"), "error: --namespace must be a DNS name"),
+    ],
+)
+def test_render_options_that_would_make_invalid_objects_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: tuple[str, str], message: str
+) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(VALID)
+    code, out, err = run(capsys, "render", "-f", str(path), *option)
+    assert (code, out) == (2, "") and err.startswith(message)
