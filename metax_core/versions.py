@@ -4,6 +4,12 @@ Versions compare number by number (2.18 > 2.9, unlike strings). A ``METAX_MACA_V
 ``maca-2.18`` matches every installed version whose leading numbers are 2 and 18 (so ``maca-2.1`` does not
 match 2.18: prefixes are whole numbers, not characters), and the newest match wins. ``maca`` and ``maca-``
 are refused, and no match is an error, never a silent fallback.
+
+Suffixes (docs/configuration.md, "Version ordering"): a suffix that starts with a pre-release word (``alpha``,
+``beta``, ``rc``, ``pre``, ``dev``, ``a``, ``b``, or anything after ``~``) marks a pre-release, which ranks
+BELOW the release with the same numbers (``2.18.0.3-rc1 < 2.18.0.3``); pre-releases compare part by part,
+numbers numerically (``rc2 < rc10``). Any other suffix (a build or platform tag, ``-ubuntu18.04``) ranks
+above the bare release and below the next number, and such tags compare as text.
 """
 
 from __future__ import annotations
@@ -18,16 +24,30 @@ from metax_core.errors import FieldError, InvalidSpec, MetaxError
 MACA_PREFIX = "maca-"
 ENV_VAR = "METAX_MACA_VERSION"
 
-_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)([-+~_][0-9A-Za-z.+~_-]*)?$")
-_LEADING = re.compile(r"^(\d+(?:\.\d+)*)(?:$|[-+~_])")
+_NUMBER = r"[0-9]{1,9}"
+_VERSION = re.compile(rf"v?({_NUMBER}(?:\.{_NUMBER}){{0,15}})([-+~_][0-9A-Za-z.+~_-]{{0,127}})?")
+_LEADING = re.compile(rf"({_NUMBER}(?:\.{_NUMBER}){{0,15}})(?:[-+~_]|\Z)")
+_PRE_RELEASE = re.compile(r"(alpha|beta|rc|pre|dev|a|b)(?![a-z])", re.IGNORECASE)
+_PART = re.compile(r"[0-9]+|[A-Za-z]+")
+
+
+def suffix_rank(suffix: str) -> tuple[int, tuple[tuple[int, int, str], ...]]:
+    """How a suffix orders versions with equal numbers: pre-release (0) < release (1) < build tag (2)."""
+    if not suffix:
+        return (1, ())
+    body = suffix[1:]
+    if suffix[0] == "~" or _PRE_RELEASE.match(body):
+        parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in _PART.findall(body))
+        return (0, parts)
+    return (2, ((1, 0, suffix),))
 
 
 @attrs.frozen(order=True)
 class Version:
-    """A dotted version; ``suffix`` (e.g. ``-rc1``, ``-ubuntu``) only breaks ties between equal numbers."""
+    """A dotted version; ``suffix`` (``-rc1``, ``-ubuntu``) orders equal numbers (see the module docstring)."""
 
     numbers: tuple[int, ...]
-    suffix: str = ""
+    suffix: str = attrs.field(default="", order=suffix_rank)
 
     def __str__(self) -> str:
         return ".".join(map(str, self.numbers)) + self.suffix
@@ -38,7 +58,7 @@ class Version:
 
 def parse(text: str) -> Version:
     """Parse ``2.18.0.3`` (optionally ``v``-prefixed, with a ``-suffix``); raise ValueError otherwise."""
-    match = _VERSION.match(text.strip())
+    match = _VERSION.fullmatch(text.strip())
     if not match:
         raise ValueError(f"not a version number: {text!r}")
     return Version(tuple(int(n) for n in match.group(1).split(".")), match.group(2) or "")
@@ -75,7 +95,7 @@ def parse_request(request: str) -> tuple[int, ...]:
             [FieldError(ENV_VAR, f'must look like "maca-2", "maca-2.18" or "maca-2.18.0.3", got {request!r}')]
         )
     numbers = text[len(MACA_PREFIX) :].split(".")
-    if not all(n.isascii() and n.isdigit() for n in numbers):
+    if len(numbers) > 16 or not all(n.isascii() and n.isdigit() and len(n) <= 9 for n in numbers):
         raise InvalidSpec([FieldError(ENV_VAR, f"version part must be dot-separated numbers, got {request!r}")])
     return tuple(int(n) for n in numbers)
 

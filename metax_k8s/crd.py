@@ -3,8 +3,9 @@
 Why generated: the attrs records of `metax_core.spec.model` are the one definition of every chart option, its
 type and its default. Writing the OpenAPI schema by hand would be a second definition that drifts. This
 module walks the records (camelCase names from `converter.camel_case`, defaults from
-`converter.unstructure` of the default records, enums from the Enum classes, descriptions from the
-attribute docstrings in spec.py) and adds what only the API server can enforce: int-or-string patterns,
+`converter.unstructure` of the default records, enums from the Enum classes, descriptions from each field's
+``attrs.field(metadata={"description": ...})``, bounds from `metax_core.spec.limits`, the same table the
+validator enforces) and adds what only the API server can enforce: int-or-string patterns,
 ranges, CEL rules, the status subresource and printer columns.
 
 Unknown fields: the schema is structural and never sets ``x-kubernetes-preserve-unknown-fields`` except on
@@ -19,12 +20,9 @@ Regenerate the checked-in file with::
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import enum
-import functools
 import inspect
-import itertools
 import logging
 import sys
 import types
@@ -36,7 +34,7 @@ import attrs
 import yaml
 
 from metax_core.rollout import status as rollout_status
-from metax_core.spec import converter
+from metax_core.spec import converter, limits
 from metax_core.spec import model as spec
 
 log = logging.getLogger(__name__)
@@ -49,21 +47,16 @@ CHART_PATH = f"charts/metax-operator/crds/{NAME}.yaml"
 
 Schema = dict[str, Any]
 
-PERCENT_PATTERN = r"^(100|[1-9]?[0-9])%$"
+PERCENT_PATTERN = f"^({limits.PERCENT_PATTERN})$"
 """A percentage from 0% to 100% (int-or-string counts, Table 3.11)."""
-DURATION_PATTERN = r"^\s*[0-9]+\s*(ms|s|m|h)?\s*$"
+DURATION_PATTERN = f"^({limits.DURATION_PATTERN})$"
 """pauseDuration as a string: milliseconds ("10000") or a duration ("10s", "500ms", "2m", "1h")."""
 
-# Constraints the API server can check itself; the webhook (metax_core.spec.validation) checks the rest.
+# Constraints the API server can check itself beyond `limits`; the webhook (metax_core.spec.validation) checks
+# the rest.
 _EXTRA: dict[tuple[type, str], Schema] = {
-    (spec.GpuDevice, "healthy_interval"): {"minimum": 0},
-    (spec.GpuDevice, "sgpu_shares"): {"minimum": 1},
-    (spec.ExporterService, "port"): {"minimum": 1, "maximum": 65535},
-    (spec.UpgradePolicy, "max_failure_threshold"): {"minimum": 0},
-    (spec.UpgradePolicy, "upgrade_steps"): {"maxItems": 100},
     (spec.DriverPayload, "name"): {"minLength": 1},
-    (spec.VfioManager, "vfio_config"): {"maxItems": 1000},
-    (spec.VfioConfigEntry, "gpus"): {"pattern": r"^\s*(all|[0-9]+(\s*,\s*[0-9]+)*)\s*$"},
+    (spec.VfioConfigEntry, "node_name"): {"minLength": 1},
 }
 
 # Whole-schema replacements where the attribute's Python type does not say what a document may hold.
@@ -71,9 +64,30 @@ _REPLACE: dict[tuple[type, str], Schema] = {
     (spec.UpgradeStep, "pause_duration"): {
         "x-kubernetes-int-or-string": True,
         "minimum": 0,
+        "maximum": limits.range_of(spec.UpgradeStep, "pause_duration").maximum,
         "pattern": DURATION_PATTERN,
     },
+    # A comma string or a list: a structural schema has no union of string and array, and the API server
+    # cannot compile a CEL rule over an untyped field, so the CRD keeps it as is and the webhook
+    # (converter.gpus_text) is the one check (docs/configuration.md, "Deliberately stricter").
+    (spec.VfioConfigEntry, "gpus"): {"x-kubernetes-preserve-unknown-fields": True},
 }
+
+
+def _limits(cl: type, name: str, schema: Schema) -> Schema:
+    """The field's bounds from `metax_core.spec.limits`, in the schema's words."""
+    extra: Schema = {}
+    if schema.get("type") == "integer":
+        bounds = limits.range_of(cl, name)
+        extra.update({"minimum": bounds.minimum, "maximum": bounds.maximum})
+    if schema.get("x-kubernetes-int-or-string") and "maximum" not in schema:
+        extra["maximum"] = limits.INT_OR_PERCENT_MAX
+    if (cl, name) in limits.MAX_ITEMS:
+        extra["maxItems"] = limits.MAX_ITEMS[(cl, name)]
+    if schema.get("type") == "string" and "enum" not in schema and "format" not in schema:
+        extra["maxLength"] = limits.MAX_LENGTH.get((cl, name), limits.MAX_STRING)
+    return extra
+
 
 _RULES: dict[type, list[Schema]] = {
     spec.ExporterService: [
@@ -99,27 +113,6 @@ _RULES: dict[type, list[Schema]] = {
 }
 
 
-@functools.cache
-def _attribute_docs(module: types.ModuleType) -> dict[tuple[str, str], str]:
-    """Attribute docstrings (a string right after an annotated attribute) of every class in ``module``."""
-    tree = ast.parse(inspect.getsource(module))
-    docs: dict[tuple[str, str], str] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        body = node.body
-        for here, after in itertools.pairwise(body):
-            if (
-                isinstance(here, ast.AnnAssign)
-                and isinstance(here.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[(node.name, here.target.id)] = inspect.cleandoc(after.value.value).replace("``", "`")
-    return docs
-
-
 def _class_doc(cls: type) -> str | None:
     """The class's own docstring (not an inherited or generated one), with reST double backquotes made single."""
     doc = cls.__dict__.get("__doc__")
@@ -133,7 +126,12 @@ def _int_or_percent() -> Schema:
 
     (A structural schema may not put a ``type`` into ``anyOf`` branches that carry validations.)
     """
-    return {"x-kubernetes-int-or-string": True, "minimum": 0, "pattern": PERCENT_PATTERN}
+    return {
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "maximum": limits.INT_OR_PERCENT_MAX,
+        "pattern": PERCENT_PATTERN,
+    }
 
 
 def _split_optional(tp: Any) -> tuple[Any, bool]:
@@ -195,14 +193,15 @@ def _default(value: object) -> object:
 def record_schema(cls: type, *, defaults: bool = True, strict_enums: bool = True) -> Schema:
     """The schema of an attrs record: properties in declaration order, required fields, defaults, rules."""
     hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
-    docs = _attribute_docs(sys.modules[cls.__module__])
     properties: dict[str, Schema] = {}
     required: list[str] = []
     for field in attrs.fields(cls):
         inner, nullable = _split_optional(hints[field.name])
         schema = dict(_REPLACE.get((cls, field.name)) or type_schema(inner, strict_enums=strict_enums))
+        if defaults:  # spec records; status is written by the operator and keeps its own shapes
+            schema.update(_limits(cls, field.name, schema))
         schema.update(_EXTRA.get((cls, field.name), {}))
-        description = docs.get((cls.__name__, field.name))
+        description = field.metadata.get(spec.DESCRIPTION)
         if description is None and isinstance(inner, type) and (attrs.has(inner) or issubclass(inner, enum.Enum)):
             description = _class_doc(inner)
         if description and "description" in schema:
@@ -232,12 +231,25 @@ def _condition_schema() -> Schema:
         "type": "object",
         "required": ["type", "status", "lastTransitionTime", "reason", "message"],
         "properties": {
-            "type": {"type": "string", "maxLength": 316},
-            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "reason": {"type": "string", "maxLength": 1024},
-            "message": {"type": "string", "maxLength": 32768},
+            "type": {"description": "The condition's type (CamelCase).", "type": "string", "maxLength": 316},
+            "status": {
+                "description": "True, False or Unknown.",
+                "type": "string",
+                "enum": ["True", "False", "Unknown"],
+            },
+            "observedGeneration": {
+                "description": "The metadata.generation the condition was set for.",
+                "type": "integer",
+                "format": "int64",
+                "minimum": 0,
+            },
+            "lastTransitionTime": {
+                "description": "When status last changed.",
+                "type": "string",
+                "format": "date-time",
+            },
+            "reason": {"description": "Why, in one CamelCase word.", "type": "string", "maxLength": 1024},
+            "message": {"description": "Why, for people.", "type": "string", "maxLength": 32768},
         },
     }
 
@@ -286,9 +298,9 @@ def status_schema() -> Schema:
                             "type": "string",
                             "description": "Disabled, WaitingForDependencies, Deploying, Ready or Failed.",
                         },
-                        "message": {"type": "string"},
-                        "desiredNodes": {"type": "integer"},
-                        "readyNodes": {"type": "integer"},
+                        "message": {"description": "Why it is in this state.", "type": "string"},
+                        "desiredNodes": {"description": "Nodes that should run it.", "type": "integer"},
+                        "readyNodes": {"description": "Nodes where it runs and is ready.", "type": "integer"},
                     },
                 },
             },
@@ -318,9 +330,9 @@ def openapi_schema() -> Schema:
         "type": "object",
         "description": "The MetaX GPU Operator's configuration: one cluster-scoped object named cluster-operator.",
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {"description": f"{spec.API_GROUP}/{spec.API_VERSION}", "type": "string"},
+            "kind": {"description": spec.KIND, "type": "string"},
+            "metadata": {"type": "object"},  # the API server forbids anything else here, a description included
             "spec": spec_schema,
             "status": status_schema(),
         },

@@ -17,6 +17,7 @@ from metax_core.cluster import components, merge
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.node import readiness
 from metax_core.spec import model as spec
+from metax_core.spec import names
 
 APP_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -218,6 +219,7 @@ def workload_manifest(
         pod_spec["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     if s.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
+    add_payloads(pod_spec, container, payload_images(s, component), settings)
     body: dict[str, Any] = {
         "selector": {"matchLabels": {APP_LABEL: workload.name}},
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
@@ -234,6 +236,64 @@ def workload_manifest(
         "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
         "spec": body,
     }
+
+
+PAYLOAD_VOLUME = "payload"
+PAYLOAD_SOURCE = "/payload"
+"""Where a payload image keeps its files (the payload image contract, docs/configuration.md)."""
+PAYLOAD_DIR = "/run/metax-payload"
+"""Where the agent finds them: one directory per payload image, ``0``, ``1``, ... in the order listed."""
+
+
+def payload_reference(image_ref: str, payload_registry: str | None, global_registry: str) -> str:
+    """Registry precedence for payload images (docs/configuration.md, "Payload images"): an image that names
+    its own registry host is used as is; otherwise the payload's registry, else the global ``registry``,
+    else the image as written."""
+    first = image_ref.split("/", 1)[0]
+    if "/" in image_ref and names.names_registry(first):
+        return image_ref
+    registry = payload_registry or global_registry
+    return f"{registry}/{image_ref}" if registry else image_ref
+
+
+def payload_images(s: spec.ClusterOperatorSpec, component: Component) -> list[str]:
+    """The payload images a component installs from: the driver payload (R-DRIVER) or the MXMACA SDK
+    images (R-MACA); none for other components, or for a driver that manages neither driver nor firmware."""
+    if component is Component.DRIVER:
+        d = s.driver
+        wanted = (
+            d.deploy_policy is not spec.DeployPolicy.NEVER or d.fw_upgrade_policy is spec.FirmwarePolicy.PREFER_CLOUD
+        )
+        if not wanted or not d.payload.version:
+            return []
+        return [payload_reference(f"{d.payload.name}:{d.payload.version}", d.payload.registry, s.registry)]
+    if component is Component.MACA:
+        return [payload_reference(i, s.maca.payload.registry, s.registry) for i in s.maca.payload.images]
+    return []
+
+
+def add_payloads(
+    pod_spec: dict[str, Any], agent: dict[str, Any], images: Sequence[str], settings: RenderSettings
+) -> None:
+    """One init container per payload image copies its ``/payload`` into a shared emptyDir; the agent reads
+    them from `PAYLOAD_DIR` (``METAX_PAYLOAD_DIR``, ``METAX_PAYLOAD_IMAGES`` in its environment)."""
+    if not images:
+        return
+    pod_spec["initContainers"] = [
+        {
+            "name": f"payload-{i}",
+            "image": reference,
+            "imagePullPolicy": settings.image_pull_policy,
+            "command": ["/bin/sh", "-c", f'cp -a {PAYLOAD_SOURCE}/. "{PAYLOAD_DIR}/{i}/"'],
+            "volumeMounts": [{"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR}],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        }
+        for i, reference in enumerate(images)
+    ]
+    pod_spec.setdefault("volumes", []).append({"name": PAYLOAD_VOLUME, "emptyDir": {}})
+    agent.setdefault("volumeMounts", []).append({"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR, "readOnly": True})
+    agent["env"].append({"name": "METAX_PAYLOAD_DIR", "value": PAYLOAD_DIR})
+    agent["env"].append({"name": "METAX_PAYLOAD_IMAGES", "value": ",".join(images)})
 
 
 def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:

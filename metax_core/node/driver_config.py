@@ -31,7 +31,7 @@ import yaml
 
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
-from metax_core.spec import converter
+from metax_core.spec import converter, text
 
 CONFIGMAP_NAME = "driver-config"
 NODE_VFNUMS = "node-vfnums"
@@ -53,13 +53,19 @@ class ModuleParam(enum.Enum):
 
 
 SUPPORTED_PARAMS = tuple(sorted(p.value for p in ModuleParam))
-_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader minus YAML 1.1 guesses: only true/false are booleans, only decimal digits are integers,
-    and a key given twice is an error instead of "the last one wins"."""
+class _StrictLoader(text.LimitedLoader):
+    """The core's limited loader (size, depth, no aliases, duplicate keys refused) minus YAML 1.1 guesses:
+    only true/false are booleans, only decimal digits are integers, and mapping keys stay the text they are
+    written as, so a node named ``08``, ``1e3``, ``0x1f``, ``true`` or ``null`` keeps its name."""
+
+    def mapping_key(self, key_node: Any) -> Any:
+        if not isinstance(key_node, yaml.ScalarNode):
+            return super().mapping_key(key_node)
+        return str(key_node.value)
 
 
 _StrictLoader.yaml_implicit_resolvers = {
@@ -69,33 +75,21 @@ _StrictLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
 )
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+\Z"), list("-+0123456789"))
 
 
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    text = str(loader.construct_scalar(node))
-    if not re.fullmatch(r"[-+]?[0-9]+", text):
-        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not a decimal integer", node.start_mark)
-    return int(text)
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    result: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, (list, dict)):
-            raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value", key_node.start_mark)
-        if key in result:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
-        result[key] = loader.construct_object(value_node, deep=True)
-    return result
+def _construct_int(loader: text.LimitedLoader, node: yaml.ScalarNode) -> int:
+    value = str(loader.construct_scalar(node))
+    if not re.fullmatch(r"[-+]?[0-9]{1,30}", value):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{value[:40]!r} is not a decimal integer (at most 30 digits)", node.start_mark
+        )
+    return int(value)
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-_StrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 
 
 @attrs.frozen
@@ -137,12 +131,9 @@ def _realigned(text: str) -> str | None:
     return "\n".join([lines[0].strip()] + [line[indent:] for line in lines[1:]])
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
-        mark = exc.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        return f"{exc.problem}{where}"
-    return " ".join(str(exc).split())
+def _yaml_problem(exc: text.TextError) -> str:
+    where = f" (line {exc.line}, column {exc.column})" if exc.line is not None else ""
+    return f"{exc.message}{where}"
 
 
 def _load(key: str, value: object, errors: list[FieldError]) -> object:
@@ -154,13 +145,13 @@ def _load(key: str, value: object, errors: list[FieldError]) -> object:
         errors.append(FieldError(key, f"line {tabbed[0]} is indented with a tab: YAML indentation must use spaces"))
         return None
     try:
-        return yaml.load(value, Loader=_StrictLoader)
-    except yaml.YAMLError as exc:
-        retry = _realigned(value)
+        return text.load_value(value, key, loader=_StrictLoader)
+    except text.TextError as exc:
+        retry = _realigned(value) if exc.line is not None else None
         if retry is not None:
             try:
-                return yaml.load(retry, Loader=_StrictLoader)
-            except yaml.YAMLError:
+                return text.load_value(retry, key, loader=_StrictLoader)
+            except text.TextError:
                 pass
         errors.append(FieldError(key, f"is not valid YAML: {_yaml_problem(exc)}"))
         return None
@@ -322,7 +313,7 @@ def render(config: DriverConfig) -> dict[str, str]:
     return {
         NODE_VFNUMS: dump({NODES_WRAPPER: {n: {VFNUM: v} for n, v in config.node_vfnums.items()}}),
         MODULE_PARAMS: dump(typed(config.module_params)) if config.module_params else "",
-        NODE_MODULE_PARAMS: dump({n: typed(p) for n, p in config.node_module_params.items()})
+        NODE_MODULE_PARAMS: dump({NODES_WRAPPER: {n: typed(p) for n, p in config.node_module_params.items()}})
         if config.node_module_params
         else "",
     }

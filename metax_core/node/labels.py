@@ -77,7 +77,7 @@ MIB = 1 << 20
 TOTAL_COMPUTE = 100
 """HAMi counts a GPU's compute in percent."""
 MAX_LABEL_VALUE = 63
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 _INVALID_RUN = re.compile(r"[^A-Za-z0-9_.-]+")
 _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 _VENDOR_WORD = re.compile(r"^\s*metax\b[\s_-]*", re.IGNORECASE)

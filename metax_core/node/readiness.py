@@ -28,7 +28,7 @@ READY_DIR = "run/metax/ready"
 """Where the signals live, relative to the host root."""
 REQUIRED_ENV = "METAX_REQUIRED_COMPONENTS"
 
-_COMPONENT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_COMPONENT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 
 @attrs.frozen

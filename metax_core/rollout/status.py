@@ -118,58 +118,109 @@ class Reason(enum.Enum):
 class Condition:
     """One entry of ``conditions``; lastTransitionTime changes only when ``status`` changes."""
 
-    type: ConditionType
-    status: ConditionStatus
-    last_transition_time: dt.datetime
-    reason: Reason
-    message: str = ""
+    type: ConditionType = attrs.field(metadata={"description": "Progressing, Succeed, Failed or Terminating."})
+    status: ConditionStatus = attrs.field(metadata={"description": "True, False or Unknown."})
+    last_transition_time: dt.datetime = attrs.field(metadata={"description": "When status last changed."})
+    reason: Reason = attrs.field(metadata={"description": "A CamelCase word saying why (machine-readable)."})
+    message: str = attrs.field(default="", metadata={"description": "What happened, for people."})
 
 
 @attrs.frozen
 class StepStatus:
     """Table 3.16 ``status.*``: the current step and the counters of the whole rollout."""
 
-    last_pod_spec_revision: str = ""
-    """The driver pods' revision before the rollout (what a rollback returns to)."""
-    upgrading_pod_spec_revision: str = ""
-    """The revision being rolled out."""
-    current_step_index: int = 0
-    """0-based index into upgradeSteps (one past the last when the implied final step runs)."""
-    current_upgrade_replicas: int = 0
-    """Nodes the current step upgrades (started so far plus still to start); in a rollback, nodes to roll back."""
-    current_upgrade_ready_replicas: int = 0
-    """Of those, nodes whose new driver pod is ready (in a rollback: back on the old revision and ready)."""
-    current_failure_retry: int = 0
-    """Retry rounds the current step (or rollback) has used, at most maxFailureThreshold."""
-    current_step_state: StepState = StepState.COMPLETED
-    total_upgrade_replicas: int = 0
-    """Nodes in scope of the rollout."""
-    total_upgrade_ready_replicas: int = 0
-    """Nodes on the new revision with a ready driver pod."""
-    last_update_time: dt.datetime | None = None
-    """When anything in this record last changed."""
-    message: str = ""
-    recheck_time: dt.datetime | None = None
-    """When a timed pause ends and the rollout moves on by itself; unset otherwise."""
-    current_step_nodes: tuple[str, ...] = ()
-    """Extension: the nodes the current step (or the rollback) has restarted, sorted by name."""
-    pending_retry_nodes: tuple[str, ...] = ()
-    """Extension: failed nodes the running retry round has not restarted yet, sorted by name."""
+    last_pod_spec_revision: str = attrs.field(
+        default="",
+        metadata={"description": "The driver pods' revision before the rollout (what a rollback returns to)."},
+    )
+    upgrading_pod_spec_revision: str = attrs.field(
+        default="", metadata={"description": "The revision being rolled out."}
+    )
+    current_step_index: int = attrs.field(
+        default=0,
+        metadata={
+            "description": "0-based index into upgradeSteps (one past the last when the implied final step runs)."
+        },
+    )
+    current_upgrade_replicas: int = attrs.field(
+        default=0,
+        metadata={
+            "description": (
+                "Nodes the current step upgrades (started so far plus still to start); in a rollback, nodes to "
+                "roll back."
+            )
+        },
+    )
+    current_upgrade_ready_replicas: int = attrs.field(
+        default=0,
+        metadata={
+            "description": (
+                "Of those, nodes whose new driver pod is ready (in a rollback: back on the old revision and ready)."
+            )
+        },
+    )
+    current_failure_retry: int = attrs.field(
+        default=0,
+        metadata={"description": "Retry rounds the current step (or rollback) has used, at most maxFailureThreshold."},
+    )
+    current_step_state: StepState = attrs.field(
+        default=StepState.COMPLETED,
+        metadata={"description": "StepUpgradeInit, StepUpgrade, StepPaused, StepReady or Completed."},
+    )
+    total_upgrade_replicas: int = attrs.field(default=0, metadata={"description": "Nodes in scope of the rollout."})
+    total_upgrade_ready_replicas: int = attrs.field(
+        default=0, metadata={"description": "Nodes on the new revision with a ready driver pod."}
+    )
+    last_update_time: dt.datetime | None = attrs.field(
+        default=None, metadata={"description": "When anything in this record last changed."}
+    )
+    message: str = attrs.field(default="", metadata={"description": "What the current step is doing or waiting for."})
+    recheck_time: dt.datetime | None = attrs.field(
+        default=None,
+        metadata={"description": "When a timed pause ends and the rollout moves on by itself; unset otherwise."},
+    )
+    current_step_nodes: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={
+            "description": "Extension: the nodes the current step (or the rollback) has restarted, sorted by name."
+        },
+    )
+    pending_retry_nodes: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={
+            "description": "Extension: failed nodes the running retry round has not restarted yet, sorted by name."
+        },
+    )
 
 
 @attrs.frozen
 class UpgradeStatus:
     """Table 3.16 ``status.upgradeStatus``."""
 
-    last_applied_spec: str = ""
-    """The metax-driver DaemonSet pod template before the rollout (a rollback re-applies it)."""
-    last_co_driver_spec: str = ""
-    """The ClusterOperator's spec.driver before the rollout."""
-    upgrading: bool = False
-    conditions: tuple[Condition, ...] = ()
-    phase: Phase = Phase.IDLING
-    message: str = ""
-    status: StepStatus = StepStatus()
+    last_applied_spec: str = attrs.field(
+        default="",
+        metadata={
+            "description": "The metax-driver DaemonSet pod template before the rollout (a rollback re-applies it)."
+        },
+    )
+    last_co_driver_spec: str = attrs.field(
+        default="", metadata={"description": "The ClusterOperator's spec.driver before the rollout."}
+    )
+    upgrading: bool = attrs.field(
+        default=False, metadata={"description": "Whether a rollout (or a rollback) is running."}
+    )
+    conditions: tuple[Condition, ...] = attrs.field(
+        default=(), metadata={"description": "Progressing, Succeed, Failed and Terminating, as metav1 conditions."}
+    )
+    phase: Phase = attrs.field(
+        default=Phase.IDLING, metadata={"description": "Idling, Progressing, Terminating, Disabled or Disabling."}
+    )
+    message: str = attrs.field(
+        default="", metadata={"description": "What the rollout is doing or waiting for, for people."}
+    )
+    status: StepStatus = attrs.field(
+        default=StepStatus(), metadata={"description": "The current step and the counters of the whole rollout."}
+    )
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type is kind), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import json
 import re
 import typing
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from metax_core.errors import FieldError, InvalidSpec
+from metax_core.spec import limits
 from metax_core.spec import model as spec
 
 T = TypeVar("T")
@@ -41,15 +43,22 @@ def camel_case(name: str) -> str:
 
 
 def describe(value: object) -> str:
-    """How an error message names a wrong value: its kind and, for scalars, the value."""
+    """How an error message names a wrong value: its kind and, for scalars, the value (long ones shortened).
+
+    Never recurses into containers, so a hostile nesting cannot make the message itself fail.
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        digits = len(str(abs(value))) if abs(value) < 10**40 else 41
+        return f"number {value}" if digits <= 40 else f"a {digits}+ digit number"
+    if isinstance(value, float):
         return f"number {value}"
     if isinstance(value, str):
-        return f"string {value!r}"
+        shown = repr(value if len(value) <= 60 else value[:57] + "...")
+        return f"string {shown}"
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, (list, tuple)):
@@ -66,6 +75,8 @@ def _strict_bool(value: object, _: type) -> bool:
 def _strict_int(value: object, _: type) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise FieldValueError(f"must be an integer, got {describe(value)}")
+    if not limits.INT64_MIN <= value <= limits.INT64_MAX:
+        raise FieldValueError(f"must fit in 64 bits, got {describe(value)}")
     return value
 
 
@@ -73,25 +84,29 @@ def _strict_str(value: object, _: type) -> str:
     if not isinstance(value, str):
         hint = " (quote it in YAML)" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
         raise FieldValueError(f"must be a string, got {describe(value)}{hint}")
+    if len(value) > limits.MAX_STRING:
+        raise FieldValueError(f"must be at most {limits.MAX_STRING} characters, got {len(value)}")
     return value
 
 
-_PERCENT = re.compile(r"^(\d+)%$")
+_PERCENT = re.compile(limits.PERCENT_PATTERN)
 
 
 def _int_or_percent(value: object, _: type) -> spec.IntOrPercent:
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise FieldValueError(f"must not be negative, got {value}")
-        return spec.IntOrPercent(value)
-    if isinstance(value, str):
-        match = _PERCENT.match(value.strip())
+        if 0 <= value <= limits.INT_OR_PERCENT_MAX:
+            return spec.IntOrPercent(value)
+    elif isinstance(value, str):
+        match = _PERCENT.fullmatch(value)
         if match:
             return spec.IntOrPercent.of_percent(int(match.group(1)))
-    raise FieldValueError(f'must be a non-negative integer or a percentage like "50%", got {describe(value)}')
+    raise FieldValueError(
+        f'must be an integer from 0 to {limits.INT_OR_PERCENT_MAX} or a percentage from "0%" to "100%", '
+        f"got {describe(value)}"
+    )
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)\s*$")
+_DURATION = re.compile(limits.DURATION_PATTERN)
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 
@@ -99,16 +114,34 @@ def duration_ms(value: object) -> int:
     """pauseDuration: milliseconds as an integer (the seed's 10000 = 10 s), or a string like "10s", "500ms"."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise FieldValueError(f"must not be negative, got {value}")
+            raise FieldValueError(f"must not be negative, got {describe(value)}")
         return value
     if isinstance(value, str):
-        if value.strip().isascii() and value.strip().isdigit():
-            return int(value)
-        match = _DURATION.match(value)
+        match = _DURATION.fullmatch(value)
         if match:
-            return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)]
+            unit = match.group(1) or "ms"
+            return int(value.removesuffix(unit)) * _DURATION_UNITS_MS[unit]
     raise FieldValueError(
         f'must be milliseconds (e.g. 10000) or a duration like "10s", "500ms", "2m", got {describe(value)}'
+    )
+
+
+_GPUS = re.compile(limits.GPUS_PATTERN)
+
+
+def gpus_text(value: object) -> str:
+    """vfioConfig ``gpus``: the documented comma string ("0,1,2" or "all") or a YAML list ([0, 1], ["all"]).
+
+    Both become the comma string, so the rest of the operator sees one form."""
+    if isinstance(value, str) and _GPUS.fullmatch(value):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        parts = [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        joined = ",".join(p if isinstance(p, str) else "?" for p in parts)
+        if len(joined) <= 1024 and _GPUS.fullmatch(joined) and ("all" not in parts or len(parts) == 1):
+            return joined
+    raise FieldValueError(
+        f'must be "all", comma-separated GPU indexes like "0,1,2", or a list like [0, 1, 2], got {describe(value)}'
     )
 
 
@@ -129,7 +162,8 @@ def _str_mapping(value: object, _: type) -> Mapping[str, str]:
         raise FieldValueError(f"must be a mapping of strings, got {describe(value)}")
     bad = [k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)]
     if bad:
-        raise FieldValueError(f"keys and values must be strings (quote them in YAML): {', '.join(map(str, bad))}")
+        shown = ", ".join(describe(k) for k in bad[:5])
+        raise FieldValueError(f"keys and values must be strings (quote them in YAML); not so at {shown}")
     return dict(value)
 
 
@@ -177,7 +211,27 @@ def _list_hook(conv: cattrs.Converter) -> Callable[[Any], Callable[[object, type
 # Per-attribute structure overrides where the attribute's type alone does not say enough.
 _SPECIAL_STRUCTURE: dict[tuple[type, str], Callable[[object, type], object]] = {
     (spec.UpgradeStep, "pause_duration"): lambda v, _t: None if v is None else duration_ms(v),
+    (spec.VfioConfigEntry, "gpus"): lambda v, _t: gpus_text(v),
 }
+
+
+def _limited(cl: type, name: str, hook: Callable[[object, Any], object]) -> Callable[[object, Any], object]:
+    """``hook`` followed by the field's bounds from `metax_core.spec.limits` (range, items, length)."""
+    bounds = limits.INT_RANGES.get((cl, name))
+    max_items = limits.MAX_ITEMS.get((cl, name))
+    max_length = limits.MAX_LENGTH.get((cl, name))
+
+    def structure(value: object, t: Any) -> object:
+        if max_items is not None and isinstance(value, (list, tuple)) and len(value) > max_items:
+            raise FieldValueError(f"must list at most {max_items} items, got {len(value)}")
+        result = hook(value, t)
+        if bounds is not None and isinstance(result, int) and not bounds.minimum <= result <= bounds.maximum:
+            raise FieldValueError(f"must be {bounds}, got {describe(result)}")
+        if max_length is not None and isinstance(result, str) and len(result) > max_length:
+            raise FieldValueError(f"must be at most {max_length} characters, got {len(result)}")
+        return result
+
+    return structure
 
 
 def _build_converter() -> cattrs.Converter:
@@ -194,8 +248,15 @@ def _build_converter() -> cattrs.Converter:
 
     def structure_factory(cl: type) -> Callable[[Mapping[str, Any], type], Any]:
         overrides: dict[str, Any] = {}
-        for a in attrs.fields(cl):
+        for a in attrs.fields(attrs.resolve_types(cl)):
             hook = _SPECIAL_STRUCTURE.get((cl, a.name))
+            if any((cl, a.name) in table for table in (limits.INT_RANGES, limits.MAX_ITEMS, limits.MAX_LENGTH)):
+                field_type = a.type
+
+                def default_hook(v: object, _t: Any, field_type: Any = field_type) -> object:
+                    return conv.structure(v, field_type)
+
+                hook = _limited(cl, a.name, hook or default_hook)
             overrides[a.name] = override(rename=camel_case(a.name), struct_hook=hook)
         inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(
             cl, conv, _cattrs_forbid_extra_keys=True, **overrides
@@ -204,6 +265,9 @@ def _build_converter() -> cattrs.Converter:
         def structure(value: Any, t: type) -> Any:
             if not isinstance(value, Mapping):
                 raise FieldValueError(f"must be a mapping, got {describe(value)}")
+            bad = [k for k in value if not isinstance(k, str)]
+            if bad:
+                raise FieldValueError(f"keys must be strings (quote them in YAML); got {describe(bad[0])}")
             return inner(value, t)
 
         return structure
@@ -227,6 +291,8 @@ def _field_names(cl: type) -> list[str]:
 def _join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
+    if not key or any(c in key for c in '.[]" \n'):
+        return f"{path}[{json.dumps(key)}]"  # an empty or dotted key still names a place
     return f"{path}.{key}" if path else key
 
 

@@ -24,6 +24,8 @@ KIND = "ClusterOperator"
 OBJECT_NAME = "cluster-operator"
 """The one ClusterOperator object the chart creates (R-INSTALL)."""
 NAMESPACE = "metax-operator"
+DESCRIPTION = "description"
+"""The attrs metadata key of every field's description (the CRD's ``description``, `kubectl explain`)."""
 
 
 class DeployPolicy(enum.Enum):
@@ -108,214 +110,432 @@ HUNDRED_PERCENT = IntOrPercent.of_percent(100)
 class Toleration:
     """A Kubernetes toleration (core/v1), the fields the operator reads and writes."""
 
-    key: str | None = None
-    operator: TolerationOperator = TolerationOperator.EQUAL
-    value: str | None = None
-    effect: TaintEffect | None = None
-    toleration_seconds: int | None = None
+    key: str | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "Taint key the toleration matches; empty with operator Exists matches every taint."},
+    )
+    operator: TolerationOperator = attrs.field(
+        default=TolerationOperator.EQUAL, metadata={DESCRIPTION: "Exists or Equal (the default)."}
+    )
+    value: str | None = attrs.field(
+        default=None, metadata={DESCRIPTION: "Taint value to match with operator Equal; empty with Exists."}
+    )
+    effect: TaintEffect | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "Taint effect to match (NoSchedule, PreferNoSchedule, NoExecute); empty matches all."},
+    )
+    toleration_seconds: int | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "With effect NoExecute: seconds the pod stays on a tainted node (0 to 31536000)."},
+    )
 
 
 @attrs.frozen
 class PodSpecOverrides:
     """The only pod spec fields an administrator may set per workload (Table 3.15)."""
 
-    node_selector: Mapping[str, str] | None = None
-    affinity: Mapping[str, Any] | None = None
-    """A core/v1 Affinity, kept as the raw mapping: the operator passes it through unchanged."""
-    tolerations: tuple[Toleration, ...] | None = None
+    node_selector: Mapping[str, str] | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: "Node labels the pods require (merged into the component's default, same key overwritten)."
+        },
+    )
+    affinity: Mapping[str, Any] | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: "A core/v1 Affinity, kept as the raw mapping: the operator passes it through unchanged."
+        },
+    )
+    tolerations: tuple[Toleration, ...] | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "Tolerations of the pods (appended to the component's defaults; at most 64)."},
+    )
 
 
 @attrs.frozen
 class PodTemplateSpec:
     """A PodTemplateSpec-compatible override (global or per component, R-MERGE)."""
 
-    spec: PodSpecOverrides = PodSpecOverrides()
+    spec: PodSpecOverrides = attrs.field(
+        default=PodSpecOverrides(), metadata={DESCRIPTION: "The pod spec fields an administrator may set."}
+    )
 
 
 @attrs.frozen
 class Log:
-    level: LogLevel = LogLevel.INFO
+    level: LogLevel = attrs.field(
+        default=LogLevel.INFO, metadata={DESCRIPTION: "Log verbosity: debug, info, warning or error."}
+    )
 
 
 @attrs.frozen
 class GpuDevice:
     """Table 3.2: the device plugin."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
-    healthy_interval: int = 5
-    """Seconds between health checks; 0 disables them."""
-    sgpu_shares: int = 16
-    """Extension: sGPU shares advertised per GPU in sgpu mode (the §3.2.10 example shows 16)."""
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    healthy_interval: int = attrs.field(
+        default=5, metadata={DESCRIPTION: "Seconds between health checks; 0 disables them."}
+    )
+    sgpu_shares: int = attrs.field(
+        default=16,
+        metadata={
+            DESCRIPTION: "Extension: sGPU shares advertised per GPU in sgpu mode (the §3.2.10 example shows 16)."
+        },
+    )
 
 
 @attrs.frozen
 class GpuLabel:
     """Table 3.3: node labels."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
 
 
 @attrs.frozen
 class DriverPayload:
     """Table 3.10: the image that carries the kernel driver (and firmware)."""
 
-    name: str = "driver-image"
-    version: str | None = None
-    """Required unless driver.deployPolicy is Never."""
-    registry: str | None = None
-    """Defaults to the global registry."""
+    name: str = attrs.field(
+        default="driver-image", metadata={DESCRIPTION: "Image name of the driver payload (without registry or tag)."}
+    )
+    version: str | None = attrs.field(
+        default=None, metadata={DESCRIPTION: "Required unless driver.deployPolicy is Never."}
+    )
+    registry: str | None = attrs.field(default=None, metadata={DESCRIPTION: "Defaults to the global registry."})
 
 
 @attrs.frozen
 class UpgradeStep:
     """One batch of the canary rollout (Table 3.11)."""
 
-    replicas: IntOrPercent
-    """How many nodes run the new driver when this step is done (% of nodes in scope, rounded up, ≥ 1)."""
-    pause: bool | None = None
-    """Extension: false = go straight on to the next step; null/true = pause (see pauseDuration)."""
-    pause_duration: int | None = None
-    """Milliseconds to wait before the next step; unset = wait until an administrator sets pause: false."""
-    toleration: IntOrPercent = ZERO_PERCENT
-    """Failed nodes this step tolerates (% of the step's nodes, rounded down)."""
+    replicas: IntOrPercent = attrs.field(
+        metadata={
+            DESCRIPTION: (
+                "How many nodes run the new driver when this step is done (% of nodes in scope, rounded up, ≥ 1)."
+            )
+        }
+    )
+    pause: bool | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: "Extension: false = go straight on to the next step; null/true = pause (see pauseDuration)."
+        },
+    )
+    pause_duration: int | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Milliseconds to wait before the next step; unset = wait until an administrator sets pause: false."
+            )
+        },
+    )
+    toleration: IntOrPercent = attrs.field(
+        default=ZERO_PERCENT,
+        metadata={DESCRIPTION: "Failed nodes this step tolerates (% of the step's nodes, rounded down)."},
+    )
 
 
 @attrs.frozen
 class UpgradePolicy:
     """Table 3.11: batched canary upgrade of the kernel driver (R-ROLLOUT)."""
 
-    enable_rollout: bool = False
-    upgrade_steps: tuple[UpgradeStep, ...] = ()
-    pause: bool = False
-    max_parallel: IntOrPercent = HUNDRED_PERCENT
-    max_unavailable: IntOrPercent = ZERO_PERCENT
-    max_failure_threshold: int = 0
-    fallback: Fallback = Fallback.PAUSE
+    enable_rollout: bool = attrs.field(
+        default=False,
+        metadata={
+            DESCRIPTION: (
+                "Upgrade the driver in batched canary steps (upgradeSteps) instead of on every idle node at once."
+            )
+        },
+    )
+    upgrade_steps: tuple[UpgradeStep, ...] = attrs.field(
+        default=(),
+        metadata={
+            DESCRIPTION: 'The batches of the rollout, in order; the last one must have replicas "100%" '
+            "(at most 100 steps)."
+        },
+    )
+    pause: bool = attrs.field(
+        default=False, metadata={DESCRIPTION: "Hold the rollout where it is; set false to resume a paused step."}
+    )
+    max_parallel: IntOrPercent = attrs.field(
+        default=HUNDRED_PERCENT,
+        metadata={
+            DESCRIPTION: (
+                "Nodes upgraded at the same time (integer or percentage, rounded up, at least 1; 0 = unlimited)."
+            )
+        },
+    )
+    max_unavailable: IntOrPercent = attrs.field(
+        default=ZERO_PERCENT,
+        metadata={
+            DESCRIPTION: "Nodes that may be unavailable at the same time during the rollout (integer or percentage)."
+        },
+    )
+    max_failure_threshold: int = attrs.field(
+        default=0,
+        metadata={DESCRIPTION: "Failed node upgrades a step tolerates before the fallback runs (0 to 100000)."},
+    )
+    fallback: Fallback = attrs.field(
+        default=Fallback.PAUSE,
+        metadata={DESCRIPTION: "What happens when too many nodes fail: pause (wait for an administrator) or rollback."},
+    )
 
 
 @attrs.frozen
 class Driver:
     """Table 3.4: the driver-manager (kernel driver, VFs, module params, firmware)."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
-    deploy_policy: DeployPolicy = DeployPolicy.PREFER_CLOUD
-    payload: DriverPayload = DriverPayload()
-    fw_upgrade_policy: FirmwarePolicy = FirmwarePolicy.NEVER
-    fw_enable_virt: bool = False
-    upgrade_policy: UpgradePolicy = UpgradePolicy()
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    deploy_policy: DeployPolicy = attrs.field(
+        default=DeployPolicy.PREFER_CLOUD,
+        metadata={
+            DESCRIPTION: "Which kernel driver a node runs: PreferCloud (the payload), PreferHost, PreferNewer or Never."
+        },
+    )
+    payload: DriverPayload = attrs.field(
+        default=DriverPayload(), metadata={DESCRIPTION: "The image that carries the kernel driver and firmware."}
+    )
+    fw_upgrade_policy: FirmwarePolicy = attrs.field(
+        default=FirmwarePolicy.NEVER,
+        metadata={DESCRIPTION: "Never, or PreferCloud to upgrade GPU firmware from the driver payload."},
+    )
+    fw_enable_virt: bool = attrs.field(
+        default=False, metadata={DESCRIPTION: "Flash the virtualisation (SR-IOV) firmware instead of the plain one."}
+    )
+    upgrade_policy: UpgradePolicy = attrs.field(
+        default=UpgradePolicy(), metadata={DESCRIPTION: "How a new driver is rolled out across the nodes (R-ROLLOUT)."}
+    )
 
 
 @attrs.frozen
 class VfioConfigEntry:
     """Table 3.7: which GPUs of the nodes whose whole name matches ``node_name`` go to vfio-pci."""
 
-    node_name: str
-    gpus: str
-    """Comma-separated GPU indexes ("0,1,2") or "all"."""
+    node_name: str = attrs.field(
+        metadata={
+            DESCRIPTION: "An RE2 regular expression matched against the WHOLE node name (at most 1024 characters)."
+        }
+    )
+    gpus: str = attrs.field(metadata={DESCRIPTION: 'Comma-separated GPU indexes ("0,1,2") or "all".'})
 
 
 @attrs.frozen
 class VfioManager:
     """Table 3.6 (chart key ``vfioManager``; Table 3.1's ``vfio-manager`` is a known mistake)."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
-    vfio_config: tuple[VfioConfigEntry, ...] = ()
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    vfio_config: tuple[VfioConfigEntry, ...] = attrs.field(
+        default=(),
+        metadata={
+            DESCRIPTION: "Which GPUs of which nodes are bound to vfio-pci; the first matching entry wins (at most 256)."
+        },
+    )
 
 
 @attrs.frozen
 class MacaPayload:
     """Table 3.12: MXMACA SDK images, each with an explicit tag."""
 
-    images: tuple[str, ...] = ()
-    registry: str | None = None
+    images: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={DESCRIPTION: "MXMACA SDK images, each with an explicit tag starting with its version (at most 64)."},
+    )
+    registry: str | None = attrs.field(
+        default=None, metadata={DESCRIPTION: "Registry of the SDK images; defaults to the global registry."}
+    )
 
 
 @attrs.frozen
 class Maca:
     """Table 3.8: the MXMACA SDK manager."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
-    payload: MacaPayload = MacaPayload()
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    payload: MacaPayload = attrs.field(
+        default=MacaPayload(),
+        metadata={DESCRIPTION: "The MXMACA SDK images the maca agent installs on every GPU node."},
+    )
 
 
 @attrs.frozen
 class Runtime:
     """Table 3.9: container runtime configuration."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
 
 
 @attrs.frozen
 class ExporterService:
     """Table 3.14."""
 
-    type: ServiceType = ServiceType.CLUSTER_IP
-    port: int | None = None
-    """Only used with NodePort (the node port) and LoadBalancer (the service port)."""
-    external_name: str | None = None
-    """Extension: the DNS name an ExternalName Service points at (required with that type)."""
+    type: ServiceType = attrs.field(
+        default=ServiceType.CLUSTER_IP,
+        metadata={
+            DESCRIPTION: "How the metrics Service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."
+        },
+    )
+    port: int | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "Only used with NodePort (the node port) and LoadBalancer (the service port)."},
+    )
+    external_name: str | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "Extension: the DNS name an ExternalName Service points at (required with that type)."},
+    )
 
 
 @attrs.frozen
 class Exporter:
     """Table 3.13: Prometheus metrics (off by default)."""
 
-    deploy: bool = False
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
-    service: ExporterService = ExporterService()
+    deploy: bool = attrs.field(default=False, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    service: ExporterService = attrs.field(
+        default=ExporterService(), metadata={DESCRIPTION: "The Service in front of the exporter."}
+    )
 
 
 @attrs.frozen
 class Topo:
     """Extension: topology discovery (topo-master Deployment + topo-worker DaemonSet, C7)."""
 
-    deploy: bool = True
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
+    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
 
 
 @attrs.frozen
 class GpuScheduler:
     """Extension: topology-aware scheduling help (C9); opt-in because it changes placement."""
 
-    deploy: bool = False
-    log: Log = Log()
-    pod_template_spec: PodTemplateSpec | None = None
+    deploy: bool = attrs.field(default=False, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
 
 
 @attrs.frozen
 class ClusterOperatorSpec:
     """Table 3.1: the whole spec of the ``cluster-operator`` object."""
 
-    registry: str = ""
-    """Where every component image (and, by default, the payloads) comes from."""
-    image_pull_secrets: tuple[str, ...] = ()
-    """Extension: names of Secrets in the operator namespace used to pull images."""
-    pod_template_spec: PodTemplateSpec | None = None
-    tolerations: tuple[Toleration, ...] | None = None
-    """Deprecated (§3.2.4): applies to every component; podTemplateSpec.spec.tolerations wins over it."""
-    gpu_device: GpuDevice = GpuDevice()
-    gpu_label: GpuLabel = GpuLabel()
-    driver: Driver = Driver()
-    vfio_manager: VfioManager = VfioManager()
-    maca: Maca = Maca()
-    runtime: Runtime = Runtime()
-    exporter: Exporter = Exporter()
-    topo: Topo = Topo()
-    gpu_scheduler: GpuScheduler = GpuScheduler()
+    registry: str = attrs.field(
+        default="", metadata={DESCRIPTION: "Where every component image (and, by default, the payloads) comes from."}
+    )
+    image_pull_secrets: tuple[str, ...] = attrs.field(
+        default=(), metadata={DESCRIPTION: "Extension: names of Secrets in the operator namespace used to pull images."}
+    )
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={DESCRIPTION: "Pod settings for every component that has no podTemplateSpec of its own (R-MERGE)."},
+    )
+    tolerations: tuple[Toleration, ...] | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Deprecated (§3.2.4): applies to every component; podTemplateSpec.spec.tolerations wins over it."
+            )
+        },
+    )
+    gpu_device: GpuDevice = attrs.field(default=GpuDevice(), metadata={DESCRIPTION: "The device plugin (gpu-device)."})
+    gpu_label: GpuLabel = attrs.field(default=GpuLabel(), metadata={DESCRIPTION: "Node labelling (gpu-label)."})
+    driver: Driver = attrs.field(default=Driver(), metadata={DESCRIPTION: "The kernel driver manager (driver)."})
+    vfio_manager: VfioManager = attrs.field(
+        default=VfioManager(), metadata={DESCRIPTION: "vfio-pci binding for virtual machines (vfio-manager)."}
+    )
+    maca: Maca = attrs.field(default=Maca(), metadata={DESCRIPTION: "The MXMACA SDK manager (maca)."})
+    runtime: Runtime = attrs.field(
+        default=Runtime(), metadata={DESCRIPTION: "Container runtime configuration (container-runtime)."}
+    )
+    exporter: Exporter = attrs.field(default=Exporter(), metadata={DESCRIPTION: "Prometheus metrics (data-exporter)."})
+    topo: Topo = attrs.field(
+        default=Topo(), metadata={DESCRIPTION: "Topology discovery (topo-master and topo-worker)."}
+    )
+    gpu_scheduler: GpuScheduler = attrs.field(
+        default=GpuScheduler(), metadata={DESCRIPTION: "Topology-aware scheduling help (gpu-scheduler)."}
+    )
 
 
 ComponentSpec = GpuDevice | GpuLabel | Driver | VfioManager | Maca | Runtime | Exporter | Topo | GpuScheduler

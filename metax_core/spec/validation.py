@@ -8,7 +8,6 @@ vfioConfig regexes, image tags, Service ports). All problems come back together 
 
 from __future__ import annotations
 
-import re
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -17,77 +16,157 @@ import attrs
 
 from metax_core import versions
 from metax_core.errors import FieldError, InvalidSpec
-from metax_core.spec import converter, vfio_config
+from metax_core.spec import affinity, converter, names, text, vfio_config
 from metax_core.spec import model as spec
 
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_ENVELOPE = ("apiVersion", "kind", "metadata", "spec", "status")
+_METADATA = (
+    "name", "generateName", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields", "selfLink",
+)  # fmt: skip
+TOLERATIONS_KEY = "tolerations"
 
 
 def spec_document(document: object) -> Mapping[str, Any]:
-    """The spec part of ``document``: a ClusterOperator object's ``spec``, or the mapping itself (values)."""
+    """The spec part of ``document``: a ClusterOperator object's ``spec``, or the mapping itself (values).
+
+    The object's envelope is checked as the API server would: known top-level fields only, ``metadata`` a
+    mapping of ObjectMeta fields with string labels and annotations, the one name the operator reconciles.
+    In the values form, ``tolerations`` may be the YAML/JSON text of the list (``--set-file tolerations=…``).
+    """
     if not isinstance(document, Mapping):
         raise InvalidSpec([FieldError("", "the document must be a mapping (a ClusterOperator or a spec)")])
+    bad_keys = [k for k in document if not isinstance(k, str)]
+    if bad_keys:
+        raise InvalidSpec([FieldError("", f"keys must be strings; got {converter.describe(bad_keys[0])}")])
     if "kind" not in document and "apiVersion" not in document:
-        return document
+        return _values_document(document)
     errors = []
     expected_api = f"{spec.API_GROUP}/{spec.API_VERSION}"
     if document.get("kind") != spec.KIND:
-        errors.append(FieldError("kind", f"must be {spec.KIND}, got {document.get('kind')!r}"))
+        errors.append(FieldError("kind", f"must be {spec.KIND}, got {converter.describe(document.get('kind'))}"))
     if document.get("apiVersion") != expected_api:
-        errors.append(FieldError("apiVersion", f"must be {expected_api}, got {document.get('apiVersion')!r}"))
-    metadata = document.get("metadata") or {}
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if name is not None and name != spec.OBJECT_NAME:
         errors.append(
-            FieldError("metadata.name", f"must be {spec.OBJECT_NAME!r}: the operator reconciles only that object")
+            FieldError("apiVersion", f"must be {expected_api}, got {converter.describe(document.get('apiVersion'))}")
         )
+    for key in document:
+        if key not in _ENVELOPE:
+            errors.append(FieldError(key, f"unknown field; allowed at the top: {', '.join(_ENVELOPE)}"))
+    errors += _metadata_errors(document.get("metadata"))
+    status = document.get("status")
+    if status is not None and not isinstance(status, Mapping):
+        errors.append(FieldError("status", f"must be a mapping, got {converter.describe(status)}"))
     body = document.get("spec", {})
     if body is None:
         body = {}
     if not isinstance(body, Mapping):
-        errors.append(FieldError("spec", "must be a mapping"))
+        errors.append(FieldError("spec", f"must be a mapping, got {converter.describe(body)}"))
     if errors:
         raise InvalidSpec(errors)
     return typing.cast(Mapping[str, Any], body)
 
 
+def _metadata_errors(metadata: object) -> list[FieldError]:
+    if metadata is None:
+        return []
+    if not isinstance(metadata, Mapping):
+        return [FieldError("metadata", f"must be a mapping, got {converter.describe(metadata)}")]
+    errors = []
+    for key, value in metadata.items():
+        if not isinstance(key, str) or key not in _METADATA:
+            errors.append(FieldError(f"metadata.{key}", "unknown field of ObjectMeta"))
+        elif key in ("labels", "annotations"):
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                errors.append(FieldError(f"metadata.{key}", "must be a mapping of strings to strings"))
+            elif key == "labels":
+                for k, v in value.items():
+                    problem = names.label_key_problem(k) or names.label_value_problem(v)
+                    if problem:
+                        errors.append(FieldError(f"metadata.labels.{k}", problem))
+    name = metadata.get("name")
+    if name is not None and name != spec.OBJECT_NAME:
+        errors.append(
+            FieldError("metadata.name", f"must be {spec.OBJECT_NAME!r}: the operator reconciles only that object")
+        )
+    return errors
+
+
+def _values_document(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Chart values: a ``tolerations`` string (Helm's ``--set-file``, §3.2.4) is read as the YAML/JSON list."""
+    raw = document.get(TOLERATIONS_KEY)
+    if not isinstance(raw, str):
+        return document
+    try:
+        tolerations = text.load_value(raw, TOLERATIONS_KEY)
+    except text.TextError as exc:
+        message = exc.message if exc.line is None else f"line {exc.line}, column {exc.column}: {exc.message}"
+        raise InvalidSpec([FieldError(TOLERATIONS_KEY, f"is a string but not a YAML/JSON list: {message}")]) from exc
+    return {**document, TOLERATIONS_KEY: tolerations}
+
+
 def parse(document: object) -> spec.ClusterOperatorSpec:
     """A valid spec from ``document``, or InvalidSpec listing every problem (paths relative to spec).
 
-    When some top-level sections have type errors, the cross-field rules still run on the sections that
-    structured cleanly, so one round of fixes is enough.
+    A type error never hides another problem: when some fields are broken, the rules that span fields still
+    run on everything that structured (broken fields take their defaults, and rules about them are dropped).
     """
     body = spec_document(document)
     try:
         parsed = converter.structure(body, spec.ClusterOperatorSpec)
     except InvalidSpec as exc:
-        partial, broken = _structure_sections(body)
-        semantic = [e for e in semantic_errors(partial) if _section(e.path) not in broken]
-        raise InvalidSpec([*exc.errors, *semantic]) from exc
+        broken = tuple(e.path for e in exc.errors)
+        partial = salvage(body, spec.ClusterOperatorSpec, "")
+        semantic = [] if partial is None else semantic_errors(partial)
+        raise InvalidSpec([*exc.errors, *(e for e in semantic if not _under_any(e.path, broken))]) from exc
     errors = semantic_errors(parsed)
     if errors:
         raise InvalidSpec(errors)
     return parsed
 
 
-def _section(path: str) -> str:
-    return path.split(".", 1)[0].split("[", 1)[0]
+def _under_any(path: str, broken: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``broken`` or inside one (by whole path components), or contains one."""
+    for b in broken:
+        shorter, longer = sorted((path, b), key=len)
+        if not shorter or (longer.startswith(shorter) and longer[len(shorter) : len(shorter) + 1] in ("", ".", "[")):
+            return True
+    return False
 
 
-def _structure_sections(body: Mapping[str, Any]) -> tuple[spec.ClusterOperatorSpec, set[str]]:
-    """The spec built from the sections that structure on their own (defaults elsewhere), and the broken keys."""
+def salvage(document: object, cl: type, path: str) -> Any:
+    """The ``cl`` record built from every part of ``document`` that structures, defaults for the rest;
+    None when even that is impossible (a broken required field)."""
+    try:
+        return converter.structure(document, cl, path=path)
+    except InvalidSpec:
+        pass
+    if not isinstance(document, Mapping):
+        return None
     good: dict[str, Any] = {}
-    broken = {key for key in body if isinstance(key, str)}
-    for field in attrs.fields(attrs.resolve_types(spec.ClusterOperatorSpec)):
+    for field in attrs.fields(attrs.resolve_types(cl)):
         key = converter.camel_case(field.name)
-        if key not in body:
+        if key not in document:
             continue
-        try:
-            good[field.name] = converter.structure(body[key], typing.cast(type, field.type), path=key)
-            broken.discard(key)
-        except InvalidSpec:
-            pass
-    return spec.ClusterOperatorSpec(**good), broken
+        here = f"{path}.{key}" if path else key
+        field_type = typing.cast(type, field.type)
+        if attrs.has(field_type):
+            value = salvage(document[key], field_type, here)
+        else:
+            try:
+                value = converter.structure(document[key], field_type, path=here)
+            except InvalidSpec:
+                value = None
+        if value is not None:
+            good[field.name] = value
+        elif field.default is attrs.NOTHING:
+            return None
+    try:
+        return cl(**good)
+    except (TypeError, ValueError):
+        return None
 
 
 def semantic_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
@@ -98,11 +177,9 @@ def semantic_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
     errors += vfio_config.check_entries(s.vfio_manager.vfio_config)
     errors += _maca_errors(s.maca)
     errors += _exporter_errors(s.exporter)
-    errors += _device_errors(s.gpu_device)
     for key, component in _components(s):
-        template = component.pod_template_spec
-        if template is not None and template.spec.tolerations is not None:
-            errors += _toleration_errors(template.spec.tolerations, f"{key}.podTemplateSpec.spec.tolerations")
+        if component.pod_template_spec is not None:
+            errors += _template_errors(component.pod_template_spec, f"{key}.podTemplateSpec")
     return errors
 
 
@@ -122,14 +199,30 @@ def _components(s: spec.ClusterOperatorSpec) -> list[tuple[str, spec.ComponentSp
 
 def _global_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
     errors = []
-    if "://" in s.registry or s.registry.endswith("/"):
-        errors.append(
-            FieldError("registry", 'must be a registry path like "DOMAIN/PROJECT" (no scheme, no trailing /)')
-        )
+    if s.registry and (problem := names.registry_problem(s.registry)):
+        errors.append(FieldError("registry", problem))
+    for i, secret in enumerate(s.image_pull_secrets):
+        if problem := names.dns_subdomain_problem(secret):
+            errors.append(FieldError(f"imagePullSecrets[{i}]", f"{problem} (the name of a Secret)"))
     if s.tolerations is not None:
         errors += _toleration_errors(s.tolerations, "tolerations")
-    if s.pod_template_spec is not None and s.pod_template_spec.spec.tolerations is not None:
-        errors += _toleration_errors(s.pod_template_spec.spec.tolerations, "podTemplateSpec.spec.tolerations")
+    if s.pod_template_spec is not None:
+        errors += _template_errors(s.pod_template_spec, "podTemplateSpec")
+    return errors
+
+
+def _template_errors(template: spec.PodTemplateSpec, path: str) -> list[FieldError]:
+    """What the API server would refuse in the pod template the workloads are rendered with."""
+    errors = []
+    pod = template.spec
+    if pod.tolerations is not None:
+        errors += _toleration_errors(pod.tolerations, f"{path}.spec.tolerations")
+    for key, value in (pod.node_selector or {}).items():
+        problem = names.label_key_problem(key) or names.label_value_problem(value)
+        if problem:
+            errors.append(FieldError(f"{path}.spec.nodeSelector.{key}", problem))
+    if pod.affinity is not None:
+        errors += affinity.errors(pod.affinity, f"{path}.spec.affinity")
     return errors
 
 
@@ -141,6 +234,10 @@ def _toleration_errors(tolerations: tuple[spec.Toleration, ...], path: str) -> l
             errors.append(FieldError(f"{here}.value", "must be empty when operator is Exists"))
         if not t.key and t.operator is not spec.TolerationOperator.EXISTS:
             errors.append(FieldError(f"{here}.operator", "must be Exists when key is empty"))
+        if t.key and (problem := names.label_key_problem(t.key)):
+            errors.append(FieldError(f"{here}.key", problem))
+        if t.value and (problem := names.label_value_problem(t.value)):
+            errors.append(FieldError(f"{here}.value", problem))
         if t.toleration_seconds is not None and t.effect is not spec.TaintEffect.NO_EXECUTE:
             errors.append(FieldError(f"{here}.tolerationSeconds", "is only allowed with effect NoExecute"))
     return errors
@@ -158,10 +255,14 @@ def _driver_errors(d: spec.Driver) -> list[FieldError]:
                 "is required unless driver.deployPolicy is Never (and driver.fwUpgradePolicy is Never)",
             )
         )
-    if d.payload.version and not _TAG.match(d.payload.version):
-        errors.append(FieldError("driver.payload.version", "must be a valid image tag ([A-Za-z0-9_.-], max 128)"))
+    if d.payload.version and (problem := names.tag_problem(d.payload.version)):
+        errors.append(FieldError("driver.payload.version", problem))
     if not d.payload.name:
         errors.append(FieldError("driver.payload.name", "must not be empty"))
+    elif problem := names.repository_problem(d.payload.name):
+        errors.append(FieldError("driver.payload.name", problem))
+    if d.payload.registry and (problem := names.registry_problem(d.payload.registry)):
+        errors.append(FieldError("driver.payload.registry", problem))
     return errors
 
 
@@ -218,22 +319,30 @@ def upgrade_policy_errors(p: spec.UpgradePolicy, path: str = "driver.upgradePoli
 
 def _maca_errors(m: spec.Maca) -> list[FieldError]:
     errors = []
+    if m.payload.registry and (problem := names.registry_problem(m.payload.registry)):
+        errors.append(FieldError("maca.payload.registry", problem))
     for i, image in enumerate(m.payload.images):
         here = f"maca.payload.images[{i}]"
         last = image.rsplit("/", 1)[-1]
         if "@" in last or ":" not in last:
             errors.append(
                 FieldError(
-                    here, f'must name an explicit tag, like "maca-c500:2.18.0.3-ubuntu18.04-amd64", got {image!r}'
+                    here,
+                    'must name an explicit tag, like "maca-c500:2.18.0.3-ubuntu18.04-amd64", '
+                    f"got {converter.describe(image)}",
                 )
             )
             continue
         tag = last.split(":", 1)[1]
-        if not _TAG.match(tag):
-            errors.append(FieldError(here, f"has an invalid tag {tag!r}"))
+        if problem := names.image_problem(image):
+            errors.append(FieldError(here, problem))
         elif versions.version_of_tag(tag) is None:
             errors.append(FieldError(here, f"tag must start with the MXMACA version (e.g. 2.18.0.3-...), got {tag!r}"))
     return errors
+
+
+NODE_PORT_RANGE = (30000, 32767)
+"""The API server's default --service-node-port-range."""
 
 
 def _exporter_errors(e: spec.Exporter) -> list[FieldError]:
@@ -242,20 +351,18 @@ def _exporter_errors(e: spec.Exporter) -> list[FieldError]:
     if port is not None:
         if e.service.type not in (spec.ServiceType.NODE_PORT, spec.ServiceType.LOAD_BALANCER):
             errors.append(FieldError("exporter.service.port", "is only used when type is NodePort or LoadBalancer"))
-        elif not 1 <= port <= 65535:
-            errors.append(FieldError("exporter.service.port", f"must be between 1 and 65535, got {port}"))
+        elif e.service.type is spec.ServiceType.NODE_PORT and not NODE_PORT_RANGE[0] <= port <= NODE_PORT_RANGE[1]:
+            low, high = NODE_PORT_RANGE
+            errors.append(
+                FieldError("exporter.service.port", f"must be a node port from {low} to {high} with NodePort")
+            )
     is_external = e.service.type is spec.ServiceType.EXTERNAL_NAME
     if is_external and not e.service.external_name:
         errors.append(FieldError("exporter.service.externalName", "is required when type is ExternalName"))
     if not is_external and e.service.external_name:
         errors.append(FieldError("exporter.service.externalName", "is only used when type is ExternalName"))
-    return errors
-
-
-def _device_errors(g: spec.GpuDevice) -> list[FieldError]:
-    errors = []
-    if g.healthy_interval < 0:
-        errors.append(FieldError("gpuDevice.healthyInterval", "must be 0 (off) or a positive number of seconds"))
-    if g.sgpu_shares < 1:
-        errors.append(FieldError("gpuDevice.sgpuShares", "must be at least 1"))
+    if is_external and e.service.external_name:
+        problem = names.dns_subdomain_problem(e.service.external_name.removesuffix("."))
+        if problem:
+            errors.append(FieldError("exporter.service.externalName", problem))
     return errors

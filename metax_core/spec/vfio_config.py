@@ -4,19 +4,55 @@ Why a module of its own: validation checks these entries when the spec is submit
 selects its node's GPUs with them; both read the same rules here. ``nodeName`` is a regular expression that
 must match the WHOLE node name; when several entries match a node, the first one wins (an administrator reads
 the list top-down). What happens to the selected GPUs on a node is `metax_core.node.vfio`.
+
+``nodeName`` patterns come from anyone who can edit the ClusterOperator and are matched inside the operator
+and vfio-manager, so they are compiled with RE2 (the engine Kubernetes uses): matching takes time linear in
+the node name whatever the pattern, and a pattern RE2 cannot run in linear time (backreferences,
+lookarounds) is refused with RE2's reason. The syntax is RE2's, a near subset of Python's (docs/configuration.md).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
+import re2
 
 from metax_core.errors import FieldError, InvalidSpec
+from metax_core.spec import limits
 from metax_core.spec.model import VfioConfigEntry
 
 ALL = "all"
+MAX_PATTERN = 1024
+_GPUS = re.compile(limits.GPUS_PATTERN)
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+class PatternError(ValueError):
+    """A nodeName pattern RE2 refuses; the message says why."""
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_pattern(pattern: str) -> Any:
+    """``pattern`` compiled with RE2 (linear-time matching); PatternError when RE2 refuses it."""
+    if len(pattern) > MAX_PATTERN:
+        raise PatternError(f"is longer than {MAX_PATTERN} characters")
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise PatternError(f"is not a regular expression RE2 accepts: {reason}") from None
+
+
+def node_name_matches(pattern: str, node_name: str) -> bool:
+    """Whether ``pattern`` matches the WHOLE ``node_name`` (RE2, full match)."""
+    return compile_pattern(pattern).fullmatch(node_name) is not None
 
 
 @attrs.frozen
@@ -35,15 +71,12 @@ NOTHING = GpuSelection()
 
 def parse_gpus(text: str, *, path: str = "gpus") -> GpuSelection:
     """Parse ``"0,1,2"`` or ``"all"``; raise InvalidSpec naming ``path`` otherwise."""
-    cleaned = text.strip()
-    if cleaned.lower() == ALL:
+    if text.strip(" ") == ALL:
         return GpuSelection(everything=True)
-    parts = [p.strip() for p in cleaned.split(",")]
-    if not cleaned or any(not (p.isascii() and p.isdigit()) for p in parts):
-        raise InvalidSpec(
-            [FieldError(path, f'must be "all" or comma-separated GPU indexes like "0,1,2", got {text!r}')]
-        )
-    indexes = [int(p) for p in parts]
+    if len(text) > MAX_PATTERN or not _GPUS.fullmatch(text):
+        shown = repr(text if len(text) <= 60 else text[:57] + "...")
+        raise InvalidSpec([FieldError(path, f'must be "all" or comma-separated GPU indexes like "0,1,2", got {shown}')])
+    indexes = [int(p.strip(" ")) for p in text.split(",")]
     duplicates = sorted({i for i in indexes if indexes.count(i) > 1})
     if duplicates:
         raise InvalidSpec([FieldError(path, f"GPU index listed twice: {', '.join(map(str, duplicates))}")])
@@ -58,9 +91,9 @@ def check_entries(entries: Sequence[VfioConfigEntry], *, path: str = "vfioManage
             errors.append(FieldError(f"{path}[{i}].nodeName", "must not be empty"))
         else:
             try:
-                re.compile(entry.node_name)
-            except re.error as exc:
-                errors.append(FieldError(f"{path}[{i}].nodeName", f"is not a valid regular expression: {exc}"))
+                compile_pattern(entry.node_name)
+            except PatternError as exc:
+                errors.append(FieldError(f"{path}[{i}].nodeName", str(exc)))
         try:
             parse_gpus(entry.gpus, path=f"{path}[{i}].gpus")
         except InvalidSpec as exc:
@@ -71,6 +104,10 @@ def check_entries(entries: Sequence[VfioConfigEntry], *, path: str = "vfioManage
 def selection_for_node(entries: Sequence[VfioConfigEntry], node_name: str) -> GpuSelection:
     """The selection of the first entry whose regex matches the whole node name; nothing when none does."""
     for entry in entries:
-        if re.fullmatch(entry.node_name, node_name):
+        try:
+            matched = node_name_matches(entry.node_name, node_name)
+        except PatternError:
+            continue  # refused by validation; an unvalidated entry never matches
+        if matched:
             return parse_gpus(entry.gpus)
     return NOTHING

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from metax_core.errors import InvalidSpec, MetaxError
+from metax_core.spec import text
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -24,6 +25,15 @@ class UsageError(MetaxError):
     """A command-line input problem that is not a spec field (missing file, unreadable YAML)."""
 
 
+class DocumentError(UsageError):
+    """Unreadable input text; its message is already one ``file:line:column: message`` line."""
+
+
+def error_line(exc: UsageError) -> str:
+    """How the CLI prints a usage problem: one line, positions first when the text had them."""
+    return str(exc) if isinstance(exc, DocumentError) else f"error: {exc}"
+
+
 def package_version() -> str:
     try:
         return metadata.version("metax-gpu-operator")
@@ -31,19 +41,26 @@ def package_version() -> str:
         return "0.0.0+unknown"
 
 
-def load_document(path: str) -> Any:
-    """One YAML or JSON document from ``path`` (``-`` reads stdin)."""
+def read_input(path: str, *, max_bytes: int = text.MAX_BYTES) -> bytes | str:
+    """The bytes of ``path`` (``-`` reads stdin), never more than ``max_bytes`` + 1 of them (``/dev/zero``)."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        if path == "-":
+            binary = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests, embedding) has none
+            return binary.read(max_bytes + 1) if binary is not None else sys.stdin.read(max_bytes + 1)
+        with Path(path).open("rb") as stream:
+            return stream.read(max_bytes + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def load_document(path: str) -> Any:
+    """One YAML or JSON document from ``path`` (``-`` reads stdin), through the core's safe loader
+    (`metax_core.spec.text`: size, depth and alias limits, UTF-8, string keys)."""
+    source = "<stdin>" if path == "-" else path
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path} is not valid YAML or JSON: {exc}") from exc
-    if len(documents) != 1:
-        raise UsageError(f"{path} must hold exactly one document, found {len(documents)}")
-    return documents[0]
+        return text.load_document(read_input(path), source)
+    except text.TextError as exc:
+        raise DocumentError(str(exc)) from exc
 
 
 def print_errors(errors: InvalidSpec) -> None:

@@ -17,6 +17,7 @@ import yaml
 from metax_core import versions
 from metax_core.cluster import workloads
 from metax_core.errors import InvalidSpec, MetaxError
+from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
 from services.cli import documents, rollout
 
@@ -28,6 +29,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    if problem := k8s_names.tag_problem(args.version):
+        raise documents.UsageError(f"--version {problem}")
+    if problem := k8s_names.dns_subdomain_problem(args.namespace):
+        raise documents.UsageError(f"--namespace {problem}")
     parsed = validation.parse(documents.load_document(args.file))
     rendered = workloads.render(parsed, workloads.RenderSettings(namespace=args.namespace, version=args.version))
     for blocked in rendered.plan.blocked:
@@ -110,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         documents.print_errors(exc)
         return documents.EXIT_INVALID
     except documents.UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(documents.error_line(exc), file=sys.stderr)
         return documents.EXIT_INVALID
     except MetaxError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -33,6 +33,8 @@ EXIT_OK = 0
 EXIT_INVALID = 2
 NAMES_PER_LOOP = 6
 LOOPS_PER_STEP = 12
+MAX_NODES = 10_000
+"""Fleet size the simulation accepts: larger fleets are fine in a cluster, but the plan is for reading."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,9 +75,11 @@ def _names(args: argparse.Namespace) -> tuple[str, ...] | str:
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             return f"--node-names lists {', '.join(twice)} more than once"
+        if len(names) > MAX_NODES:
+            return f"--node-names may name at most {MAX_NODES} nodes"
         return tuple(names) if names else "--node-names must name at least one node"
-    if args.nodes is None or args.nodes < 1:
-        return "--nodes must be at least 1"
+    if args.nodes is None or not 1 <= args.nodes <= MAX_NODES:
+        return f"--nodes must be between 1 and {MAX_NODES}"
     return rollout_sim.node_names(args.nodes)
 
 
@@ -87,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         if errors:
             raise InvalidSpec(errors)
     except documents.UsageError as exc:
-        return _fail(str(exc))
+        print(documents.error_line(exc), file=sys.stderr)
+        return EXIT_INVALID
     except InvalidSpec as exc:
         for error in exc.errors:
             print(str(error), file=sys.stderr)

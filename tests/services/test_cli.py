@@ -63,7 +63,7 @@ def test_validate_reads_json_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("a: [1", "is not valid YAML or JSON"),
+        ("a: [1", "x.yaml:1:6: expected ',' or ']'"),
         ("a: 1\n---\nb: 2\n", "exactly one document, found 2"),
         ("- 1\n- 2\n", "the document must be a mapping"),
         ("kind: Deployment\napiVersion: apps/v1\n", "kind: must be ClusterOperator"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from metax_core.errors import InvalidSpec
@@ -253,7 +253,9 @@ def test_an_empty_node_entry_opts_the_node_out_of_cluster_params(entry: str) -> 
     assert (dict(node.module_params), node.params_source) == ({}, ParamSource.NODE)
 
 
-node_names = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?\Z")
+node_names = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?\Z") | st.sampled_from(
+    ["08", "1e3", "0x1f", "true", "null", "nodes", "123", "0", "1.5", "on", "no"]
+)
 params = st.fixed_dictionaries(
     {},
     optional={
@@ -271,6 +273,9 @@ configs = st.builds(
 
 @settings(max_examples=60, deadline=None)
 @given(configs)
+@example(dc.DriverConfig(node_module_params={"08": {}}))  # found on a fresh clone: "08" came back as "8"
+@example(dc.DriverConfig(node_vfnums={"1e3": 1, "0x1f": 2, "true": 3, "null": 4}))
+@example(dc.DriverConfig(node_module_params={"nodes": {"gpu_model": "1"}}))
 def test_render_then_parse_round_trips(config: dc.DriverConfig) -> None:
     assert dc.parse(dc.render(config)) == config
 

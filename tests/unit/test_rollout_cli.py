@@ -118,7 +118,8 @@ def test_an_invalid_policy_prints_one_line_per_error(tmp_path: Path, capsys: pyt
     code, out, err = plan(capsys, "-f", write(tmp_path, document), "--nodes", "10")
     assert (code, out) == (2, "")
     assert err.splitlines() == [
-        "driver.upgradePolicy.maxParallel: must be at most 100%, got 150%",
+        'driver.upgradePolicy.maxParallel: must be an integer from 0 to 100000 or a percentage from "0%" to "100%", '
+        "got string '150%'",
         "driver.upgradePolicy.upgradeSteps[1].replicas: must not be lower than an earlier step's (1 < 2)",
         'driver.upgradePolicy.upgradeSteps[3].replicas: the last step must be "100%" so that every node is upgraded',
     ]
@@ -134,7 +135,7 @@ def test_a_disabled_policy_is_checked_as_if_enabled(tmp_path: Path, capsys: pyte
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--nodes", "0"), "--nodes must be at least 1"),
+        (("--nodes", "0"), "--nodes must be between 1 and 10000"),
         (("--node-names", "a,b,a"), "--node-names lists a more than once"),
         (("--node-names", " , "), "--node-names must name at least one node"),
         (("--nodes", "3", "--fail", "node-04"), "--fail names nodes that are not in the fleet: node-04"),

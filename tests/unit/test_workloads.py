@@ -54,7 +54,11 @@ def test_privileges_and_host_pid_match_table_1_3_1() -> None:
 def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
     objs = _render({**BASE, "exporter": {"deploy": True}})
     mounted = {
-        v["hostPath"]["path"] for o in objs.values() if o["kind"] != "Service" for v in _pod(o).get("volumes", [])
+        v["hostPath"]["path"]
+        for o in objs.values()
+        if o["kind"] != "Service"
+        for v in _pod(o).get("volumes", [])
+        if "hostPath" in v  # the payload volume is an emptyDir
     }
     assert mounted <= workloads.ALLOWED_HOST_PATHS
     assert "/lib/modules" in mounted
@@ -117,3 +121,35 @@ def test_a_disabled_prerequisite_leaves_its_dependents_out(disabled: str) -> Non
     objs = _render({**BASE, disabled: {"deploy": False}})
     assert "DaemonSet/metax-driver" not in objs
     assert "DaemonSet/metax-gpu-device" not in objs
+
+
+# --- Payloads (R-DRIVER, R-MACA): the images the agents install from ------------------------------------
+
+
+def test_the_driver_daemonset_carries_its_payload_image_from_the_global_registry() -> None:
+    pod = _pod(_render({**BASE, "registry": "reg.example.com/metax"})["DaemonSet/metax-driver"])
+    (init,) = pod["initContainers"]
+    assert init["image"] == f"reg.example.com/metax/driver-image:{BASE['driver']['payload']['version']}"
+    assert {"name": "payload", "emptyDir": {}} in pod["volumes"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["METAX_PAYLOAD_IMAGES"] == init["image"] and env["METAX_PAYLOAD_DIR"] == workloads.PAYLOAD_DIR
+
+
+def test_the_payload_registry_wins_over_the_global_one_and_a_named_registry_is_kept() -> None:
+    document = {
+        **BASE,
+        "registry": "reg.example.com/metax",
+        "driver": {**BASE["driver"], "payload": {**BASE["driver"]["payload"], "registry": "drivers.example.com"}},
+        "maca": {"payload": {"registry": "sdk.example.com:5000/p", "images": ["maca:2.18.0.3", "x.io/m/maca:2.19.0"]}},
+    }
+    objs = _render(document)
+    driver = _pod(objs["DaemonSet/metax-driver"])["initContainers"][0]["image"]
+    maca = [c["image"] for c in _pod(objs["DaemonSet/metax-maca"])["initContainers"]]
+    assert driver.startswith("drivers.example.com/driver-image:")
+    assert maca == ["sdk.example.com:5000/p/maca:2.18.0.3", "x.io/m/maca:2.19.0"]
+
+
+def test_no_payload_when_the_driver_manages_neither_driver_nor_firmware() -> None:
+    objs = _render({**BASE, "driver": {"deployPolicy": "Never"}})
+    assert "initContainers" not in _pod(objs["DaemonSet/metax-driver"])
+    assert "initContainers" not in _pod(objs["DaemonSet/metax-maca"])

@@ -1,0 +1,157 @@
+"""The shape of a core/v1 ``Affinity`` that a ``podTemplateSpec.spec.affinity`` may hold.
+
+Why: the spec keeps an affinity as a raw mapping (the operator passes it through to the workloads), and the
+CRD cannot describe it in full, so without this check an unknown field, a wrong type or a key that is not a
+label key would be accepted here and refused by the API server when the operator applies the DaemonSet.
+The walk follows the schema below, never the input, so however deep the input nests the walk stays
+shallow; unknown fields are reported and not entered. Every problem comes back with its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from metax_core.errors import FieldError
+from metax_core.spec import names
+
+Check = Callable[[object, str, list[FieldError]], None]
+_LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_NODE_OPERATORS = (*_LABEL_OPERATORS, "Gt", "Lt")
+MAX_ITEMS = 100
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _string(problem: Callable[[str], str | None] | None = None, choices: tuple[str, ...] = ()) -> Check:
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        if not isinstance(value, str):
+            errors.append(FieldError(path, f"must be a string, got {_kind(value)}"))
+        elif choices and value not in choices:
+            errors.append(FieldError(path, f"must be one of {', '.join(choices)}"))
+        elif problem is not None and (message := problem(value)) is not None:
+            errors.append(FieldError(path, message))
+
+    return check
+
+
+def _weight(value: object, path: str, errors: list[FieldError]) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        errors.append(FieldError(path, "must be an integer from 1 to 100"))
+
+
+def _list(item: Check, *, required: bool = False) -> Check:
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        if not isinstance(value, list):
+            errors.append(FieldError(path, f"must be a list, got {_kind(value)}"))
+            return
+        if len(value) > MAX_ITEMS:
+            errors.append(FieldError(path, f"must list at most {MAX_ITEMS} items"))
+            return
+        if required and not value:
+            errors.append(FieldError(path, "must not be empty"))
+        for i, element in enumerate(value):
+            item(element, f"{path}[{i}]", errors)
+
+    return check
+
+
+def _record(fields: Mapping[str, Check], required: tuple[str, ...] = ()) -> Check:
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        if not isinstance(value, Mapping):
+            errors.append(FieldError(path, f"must be a mapping, got {_kind(value)}"))
+            return
+        for key, element in value.items():
+            here = f"{path}.{key}" if isinstance(key, str) else f"{path}[{_kind(key)} key]"
+            if not isinstance(key, str):
+                errors.append(FieldError(here, "keys must be strings"))
+            elif key not in fields:
+                errors.append(FieldError(here, f"unknown field; allowed here: {', '.join(fields)}"))
+            else:
+                fields[key](element, here, errors)
+        for key in required:
+            if key not in value:
+                errors.append(FieldError(f"{path}.{key}", "required field is missing"))
+
+    return check
+
+
+def _label_map(value: object, path: str, errors: list[FieldError]) -> None:
+    if not isinstance(value, Mapping):
+        errors.append(FieldError(path, f"must be a mapping, got {_kind(value)}"))
+        return
+    for key, element in value.items():
+        if not isinstance(key, str) or not isinstance(element, str):
+            errors.append(FieldError(f"{path}", "keys and values must be strings"))
+            continue
+        problem = names.label_key_problem(key) or names.label_value_problem(element)
+        if problem:
+            errors.append(FieldError(f"{path}.{key}", problem))
+
+
+def _requirement(operators: tuple[str, ...], key: Callable[[str], str | None] | None) -> Check:
+    return _record(
+        {"key": _string(key), "operator": _string(choices=operators), "values": _list(_string())},
+        required=("key", "operator"),
+    )
+
+
+_LABEL_SELECTOR = _record(
+    {"matchLabels": _label_map, "matchExpressions": _list(_requirement(_LABEL_OPERATORS, names.label_key_problem))}
+)
+_NODE_SELECTOR_TERM = _record(
+    {
+        "matchExpressions": _list(_requirement(_NODE_OPERATORS, names.label_key_problem)),
+        "matchFields": _list(_requirement(_NODE_OPERATORS, None)),
+    }
+)
+_POD_AFFINITY_TERM = _record(
+    {
+        "labelSelector": _LABEL_SELECTOR,
+        "namespaceSelector": _LABEL_SELECTOR,
+        "namespaces": _list(_string(names.dns_subdomain_problem)),
+        "topologyKey": _string(names.label_key_problem),
+        "matchLabelKeys": _list(_string(names.label_key_problem)),
+        "mismatchLabelKeys": _list(_string(names.label_key_problem)),
+    },
+    required=("topologyKey",),
+)
+_POD_AFFINITY = _record(
+    {
+        "requiredDuringSchedulingIgnoredDuringExecution": _list(_POD_AFFINITY_TERM),
+        "preferredDuringSchedulingIgnoredDuringExecution": _list(
+            _record({"weight": _weight, "podAffinityTerm": _POD_AFFINITY_TERM}, required=("weight", "podAffinityTerm"))
+        ),
+    }
+)
+AFFINITY = _record(
+    {
+        "nodeAffinity": _record(
+            {
+                "requiredDuringSchedulingIgnoredDuringExecution": _record(
+                    {"nodeSelectorTerms": _list(_NODE_SELECTOR_TERM, required=True)}, required=("nodeSelectorTerms",)
+                ),
+                "preferredDuringSchedulingIgnoredDuringExecution": _list(
+                    _record({"weight": _weight, "preference": _NODE_SELECTOR_TERM}, required=("weight", "preference"))
+                ),
+            }
+        ),
+        "podAffinity": _POD_AFFINITY,
+        "podAntiAffinity": _POD_AFFINITY,
+    }
+)
+
+
+def errors(affinity: Mapping[str, Any], path: str) -> list[FieldError]:
+    """Every problem in ``affinity`` (a core/v1 Affinity), with paths under ``path``."""
+    found: list[FieldError] = []
+    AFFINITY(affinity, path, found)
+    return found

@@ -1,0 +1,21 @@
+"""Settings shared by every test folder: the hypothesis profiles.
+
+CI must be reproducible: a property test that fails at random on a fresh machine is a flaky CI, so the
+default profile ``ci`` is derandomized (the same examples every run, no example database) and prints the
+failing example so that it can be kept as an explicit ``@example``. A longer randomised search is a
+documented command (README "Tests"):
+
+    HYPOTHESIS_PROFILE=long METAX_FUZZ_EXAMPLES=20000 .venv/bin/pytest tests/unit tests/fuzz
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("long", derandomize=False, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
