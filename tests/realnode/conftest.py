@@ -9,8 +9,8 @@ Fixtures:
 
 * ``realnode_plane`` (session): a :class:`metax_dev.controlplane.cluster.ControlPlane` without kwok
   nodes, for real nodes only.
-* ``gpu_host`` (session): a fake host (``metax_hw_fake``) with :data:`GPUS` GPUs; its ``/dev/dri/*`` and
-  ``/dev/mxcd`` are character devices with the numbers of ``/dev/null`` (harmless when opened).
+* ``gpu_host`` (session): a fake host (``metax_hw_fake``) with :data:`GPUS` GPUs and vfio-pci loaded; its
+  ``/dev/dri/*``, ``/dev/vfio/*`` and ``/dev/mxcd`` are character devices with the numbers of ``/dev/null`` (harmless when opened).
 * ``gpu_node`` (session): a real node whose namespace shows ``gpu_host``'s device nodes at ``/dev``
   and whose containerd reads ``gpu_host``'s CDI directory.
 * ``kube`` (function): a ``kubernetes.client.CoreV1Api`` (admin) on ``realnode_plane``.
@@ -85,7 +85,7 @@ def realnode_plane(request: pytest.FixtureRequest) -> controlplane.ControlPlane:
 def make_device_nodes_real(root: Path) -> list[Path]:
     """Replace the fake host's device node files by character devices (the numbers of /dev/null)."""
     made = []
-    for path in sorted([*(root / "dev/dri").glob("*"), root / "dev/mxcd"]):
+    for path in sorted([*(root / "dev/dri").glob("*"), *(root / "dev/vfio").glob("*"), root / "dev/mxcd"]):
         if path.exists() and not path.is_char_device():
             path.unlink()
             os.mknod(path, 0o666 | 0o020000, os.makedev(*DEVICE_NUMBERS))
@@ -96,7 +96,7 @@ def make_device_nodes_real(root: Path) -> list[Path]:
 @pytest.fixture(scope="session")
 def gpu_host() -> Iterator[host.FakeHost]:
     root = Path(tempfile.mkdtemp(prefix="metax-gpuhost-"))
-    fake = builder.FakeHostBuilder().gpus(GPUS).build(root / "host")
+    fake = builder.FakeHostBuilder().gpus(GPUS).vfio(True).build(root / "host")
     if not make_device_nodes_real(fake.root):
         pytest.fail(f"the fake host under {fake.root} has no device nodes", pytrace=False)
     try:

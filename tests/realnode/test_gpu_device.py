@@ -9,6 +9,10 @@ Covered, on a fake MetaX host whose device nodes are real character devices:
   ``/dev/mxcd``, and no other GPU's node;
 * a pod asking for more than the node has stays Pending with ``Insufficient metax-tech.com/gpu``;
 * a GPU that falls off the bus lowers allocatable, and raises it again when it is back;
+* sGPU mode (node label): ``metax-tech.com/sgpu`` with 16 shares per GPU replaces ``gpu``, and a pod
+  asking for shares gets the GPUs behind them and the share variables;
+* a GPU bound to vfio-pci moves to ``metax-tech.com/vfio-gpu``: a pod gets ``/dev/vfio/vfio``, the
+  group's node and the PCI address in the variable KubeVirt reads;
 * restarting the real kubelet makes the agent register again, and allocatable comes back.
 """
 
@@ -28,13 +32,36 @@ from metax_hw_fake import host
 from . import pods
 
 pytestmark = pytest.mark.realnode
-from .conftest import DEVICE_NUMBERS, GPUS
+from .conftest import DEVICE_NUMBERS, GPUS, make_device_nodes_real
 
 GPU = "metax-tech.com/gpu"
+SGPU = "metax-tech.com/sgpu"
+VFIO = "metax-tech.com/vfio-gpu"
+MODE_LABEL = "metax-tech.com/gpu-device.mode"
+SHARES = 16
 
 
-def allocatable(core: client.CoreV1Api, node_name: str) -> int:
-    return int((core.read_node(node_name).status.allocatable or {}).get(GPU, "0"))
+def allocatable(core: client.CoreV1Api, node_name: str, resource: str = GPU) -> int:
+    return int((core.read_node(node_name).status.allocatable or {}).get(resource, "0"))
+
+
+def device_lines(text: str) -> dict[str, str]:
+    """``NODE <path> <type> <major>:<minor>`` lines printed by the pods' scripts."""
+    seen = {}
+    for line in text.splitlines():
+        if line.startswith("NODE "):
+            _, path, rest = line.split(" ", 2)
+            seen[path] = rest
+    return seen
+
+
+def env_value(text: str, name: str) -> str:
+    values = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{name}=")]
+    assert values, f"{name} not printed in:\n{text}"
+    return values[0]
+
+
+LIST_DEVICES = "for f in /dev/dri/* /dev/vfio/* /dev/mxcd; do [ -e \"$f\" ] && stat -c 'NODE %n %F %t:%T' \"$f\"; done; "
 
 
 def registrations(agent: processes.Process) -> int:
@@ -76,11 +103,7 @@ def test_pod_with_two_gpus_sees_exactly_its_devices(
         p for a, f in by_address.items() if a not in addresses
         for p in gpu_host.devices.device_nodes(f.address) if p.startswith("/dev/dri/")
     }
-    seen = {}
-    for line in text.splitlines():
-        if line.startswith("NODE "):
-            _, path, rest = line.split(" ", 2)
-            seen[path] = rest
+    seen = device_lines(text)
     assert set(seen) == expected, f"container sees {sorted(seen)}, expected {sorted(expected)}"
     assert not set(seen) & others
     major, minor = DEVICE_NUMBERS
@@ -118,6 +141,66 @@ def test_gpu_falling_off_the_bus_lowers_allocatable(
     finally:
         gpu_host.clear_faults()
     pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU} again")
+
+
+def test_sgpu_mode_advertises_shares(
+    kube: client.CoreV1Api, namespace: str, gpu_node: node.RealNode, gpu_host: host.FakeHost,
+    gpu_agent: processes.Process,
+) -> None:
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
+    kube.patch_node(gpu_node.name, {"metadata": {"labels": {MODE_LABEL: "sgpu"}}})
+    try:
+        pods.wait(
+            lambda: allocatable(kube, gpu_node.name, SGPU) == GPUS * SHARES and allocatable(kube, gpu_node.name) == 0,
+            f"{GPUS * SHARES} allocatable {SGPU} and no {GPU}",
+        )
+        script = 'env | grep ^METAX_ | sort; ' + LIST_DEVICES + "echo DONE; sleep 3600"
+        kube.create_namespaced_pod(namespace, pods.busybox_pod("shares", gpu_node.name, script, resources={SGPU: "3"}))
+        text = pods.wait_logs(kube, namespace, "shares", "DONE")
+        assert env_value(text, "METAX_SGPU_SHARES_PER_GPU") == str(SHARES)
+        visible = env_value(text, "METAX_VISIBLE_DEVICES").split(",")
+        assert visible and set(visible) <= {str(f.address) for f in gpus(gpu_host)}
+        shares = dict(item.split("=") for item in env_value(text, "METAX_SGPU_SHARES").split(","))
+        assert set(shares) == set(visible) and sum(int(v) for v in shares.values()) == 3
+        by_address = {str(f.address): f for f in gpus(gpu_host)}
+        expected = {"/dev/mxcd"} | {
+            p for a in visible for p in gpu_host.devices.device_nodes(by_address[a].address) if p.startswith("/dev/dri/")
+        }
+        assert set(device_lines(text)) == expected
+    finally:
+        kube.patch_node(gpu_node.name, {"metadata": {"labels": {MODE_LABEL: None}}})
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU} back in native mode")
+
+
+def test_vfio_bound_gpu_is_offered_as_vfio_gpu(
+    kube: client.CoreV1Api, namespace: str, gpu_node: node.RealNode, gpu_host: host.FakeHost,
+    gpu_agent: processes.Process,
+) -> None:
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
+    function = gpus(gpu_host)[0]
+    gpu_host.binder.bind(function.address, "vfio-pci")
+    make_device_nodes_real(gpu_host.root)
+    try:
+        pods.wait(
+            lambda: allocatable(kube, gpu_node.name, VFIO) == 1 and allocatable(kube, gpu_node.name) == GPUS - 1,
+            f"1 allocatable {VFIO} and {GPUS - 1} {GPU}",
+        )
+        # The container's original environment (/proc/1/environ): a shell drops names with dashes.
+        script = "tr '\\0' '\\n' < /proc/1/environ | grep ^PCI_RESOURCE_ | sort; " + LIST_DEVICES + "echo DONE; sleep 3600"
+        kube.create_namespaced_pod(namespace, pods.busybox_pod("vm", gpu_node.name, script, resources={VFIO: "1"}))
+        text = pods.wait_logs(kube, namespace, "vm", "DONE")
+        assert env_value(text, "PCI_RESOURCE_METAX-TECH_COM_VFIO-GPU") == str(function.address)
+        assert env_value(text, "PCI_RESOURCE_METAX_TECH_COM_VFIO_GPU") == str(function.address)
+        expected = {p for p in gpu_host.devices.device_nodes(function.address)}
+        assert "/dev/vfio/vfio" in expected and len(expected) == 2
+        assert set(device_lines(text)) == expected
+    finally:
+        gpu_host.binder.bind(function.address, "metax")
+        make_device_nodes_real(gpu_host.root)
+    pods.wait(
+        lambda: allocatable(kube, gpu_node.name) == GPUS and allocatable(kube, gpu_node.name, VFIO) == 0,
+        f"{GPUS} allocatable {GPU} and no {VFIO} again",
+    )
 
 
 def test_kubelet_restart_makes_the_agent_register_again(
