@@ -13,6 +13,8 @@ Covered, on a fake MetaX host whose device nodes are real character devices:
   asking for shares gets the GPUs behind them and the share variables;
 * a GPU bound to vfio-pci moves to ``metax-tech.com/vfio-gpu``: a pod gets ``/dev/vfio/vfio``, the
   group's node and the PCI address in the variable KubeVirt reads;
+* the kubelet's PodResources API (read with ``metax_k8s.podresources.client``) lists the GPU pod's
+  devices, the same ones the container sees, and the node's allocatable GPUs;
 * restarting the real kubelet makes the agent register again, and allocatable comes back.
 """
 
@@ -28,6 +30,7 @@ from metax_core.inventory import PciFunction
 from metax_dev.controlplane import processes
 from metax_dev.realnode import node
 from metax_hw_fake import host
+from metax_k8s.podresources import client as podresources
 
 from . import pods
 
@@ -108,6 +111,25 @@ def test_pod_with_two_gpus_sees_exactly_its_devices(
     assert not set(seen) & others
     major, minor = DEVICE_NUMBERS
     assert all(v == f"character special file {major:x}:{minor:x}" for v in seen.values()), seen
+
+
+def test_pod_resources_api_lists_the_pods_devices(
+    kube: client.CoreV1Api, namespace: str, gpu_node: node.RealNode, gpu_host: host.FakeHost,
+    gpu_agent: processes.Process,
+) -> None:
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
+    script = 'echo "VISIBLE=$METAX_VISIBLE_DEVICES"; echo DONE; sleep 3600'
+    kube.create_namespaced_pod(namespace, pods.busybox_pod("held", gpu_node.name, script, resources={GPU: "2"}))
+    visible = env_value(pods.wait_logs(kube, namespace, "held", "DONE"), "VISIBLE").split(",")
+
+    with podresources.PodResourcesClient(gpu_node.pod_resources_socket) as api:
+        listed = {(p.namespace, p.name): p for p in api.list()}
+        assert sorted(listed[(namespace, "held")].device_ids(GPU)) == sorted(visible)
+        got = api.get(namespace, "held")
+        assert [c.name for c in got.containers] == ["main"]
+        assert sorted(got.containers[0].device_ids(GPU)) == sorted(visible)
+        offered = {i for d in api.allocatable() if d.resource == GPU for i in d.ids}
+    assert offered == {str(f.address) for f in gpus(gpu_host)}
 
 
 def test_pod_beyond_capacity_stays_pending(
