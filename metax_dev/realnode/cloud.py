@@ -10,6 +10,7 @@ for logs and exec, and which does not resolve), then the taint is removed.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 from metax_dev.controlplane import network
@@ -20,24 +21,33 @@ if TYPE_CHECKING:
 UNINITIALIZED_TAINT: Final = "node.cloudprovider.kubernetes.io/uninitialized"
 
 
-def initialize(api: ApiClient, node_name: str) -> None:
-    """Set the node's address to 127.0.0.1 only and remove the uninitialized taint."""
+def initialize(api: ApiClient, node_name: str, *, attempts: int = 20) -> None:
+    """Set the node's address to 127.0.0.1 only and remove the uninitialized taint.
+
+    The taint is removed with a JSON patch guarded by the resourceVersion it was read at; when the
+    kubelet updated the Node in between (the guard fails with 409/422), it is read and tried again.
+    """
     from kubernetes import client as kube
+    from kubernetes.client.exceptions import ApiException
 
     core = kube.CoreV1Api(api)
     addresses = [{"type": "InternalIP", "address": network.LOOPBACK}]
     core.patch_node_status(node_name, [{"op": "add", "path": "/status/addresses", "value": addresses}])
-    node: Any = core.read_node(node_name)
-    taints = [t for t in (node.spec.taints or []) if t.key != UNINITIALIZED_TAINT]
-    if len(taints) != len(node.spec.taints or []):
-        body = [_taint(t) for t in taints]
-        core.patch_node(
-            node_name,
-            [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version},
-                {"op": "add", "path": "/spec/taints", "value": body},
-            ],
-        )
+    for attempt in range(attempts):
+        node: Any = core.read_node(node_name)
+        taints = [t for t in (node.spec.taints or []) if t.key != UNINITIALIZED_TAINT]
+        if len(taints) == len(node.spec.taints or []):
+            return
+        guard = {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version}
+        try:
+            core.patch_node(
+                node_name, [guard, {"op": "add", "path": "/spec/taints", "value": [_taint(t) for t in taints]}]
+            )
+            return
+        except ApiException as exc:
+            if exc.status not in (409, 422) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
 
 
 def _taint(taint: Any) -> dict[str, str]:

@@ -3,8 +3,10 @@
 Why this module exists: a kubelet and containerd change the machine they run on beyond their own
 directories. The kubelet sets ``vm.overcommit_memory=1``, ``kernel.panic=10`` and
 ``kernel.panic_on_oops=1``; containers get cgroup directories (``/k8s.io/<id>`` in every hierarchy,
-whatever the node); shims outlive containerd. The launcher records the sysctls before the first
-kubelet starts and writes them back after the last one stops, tracks each node's own processes in a
+whatever the node); shims outlive containerd. The sysctls are recorded before the first kubelet on
+the machine starts and written back after the last one stops (launchers share one record under
+``/run/metax-realnode``, so concurrent test sessions do not restore each other's kubelet values);
+the launcher tracks each node's own processes in a
 cgroup of its own (so teardown can kill whatever is left, shims included), removes the containers'
 cgroup directories, and :func:`snapshot` lets a test compare the host before and after.
 """
@@ -12,13 +14,18 @@ cgroup directories, and :func:`snapshot` lets a test compare the host before and
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
+import shutil
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+from metax_dev.controlplane import processes
 
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 #: Sysctls the kubelet changes (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
@@ -38,6 +45,52 @@ def write_sysctls(values: Mapping[str, str]) -> None:
         path = Path("/proc/sys") / key
         if path.read_text().strip() != value:
             path.write_text(value + "\n")
+
+
+#: Where launchers on this machine share the sysctls recorded before any of their kubelets started.
+SHARED_STATE: Final = Path("/run/metax-realnode")
+
+
+@contextlib.contextmanager
+def _shared_record() -> Iterator[dict[str, Any]]:
+    SHARED_STATE.mkdir(parents=True, exist_ok=True)
+    with (SHARED_STATE / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = SHARED_STATE / "sysctls.json"
+        record: dict[str, Any] = {"values": {}, "owners": []}
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(path.read_text())
+        record["owners"] = [pid for pid in record.get("owners", []) if processes.pid_alive(pid)]
+        yield record
+        if record["owners"]:
+            path.write_text(json.dumps(record) + "\n")
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    if not record["owners"]:
+        shutil.rmtree(SHARED_STATE, ignore_errors=True)
+
+
+def hold_sysctls(owner: int) -> dict[str, str]:
+    """Register ``owner`` as a launcher whose kubelets may change the sysctls; returns the values to
+    restore. The first holder on the machine records the current values; later ones (while any holder
+    lives) share that record, so concurrent launchers never mistake a kubelet's values for the host's."""
+    with _shared_record() as record:
+        if not record["owners"] or not record.get("values"):
+            record["values"] = read_sysctls()
+        record["owners"].append(owner)
+        values: dict[str, str] = dict(record["values"])
+    return values
+
+
+def release_sysctls(owner: int, fallback: Mapping[str, str]) -> None:
+    """``owner``'s kubelets are gone; the last holder writes the recorded values back."""
+    with _shared_record() as record:
+        values = record.get("values") or dict(fallback)
+        if owner in record["owners"]:  # one hold per call: a process may run several launchers
+            record["owners"].remove(owner)
+        if not record["owners"]:
+            write_sysctls(values)
 
 
 def hierarchies() -> list[Path]:
@@ -143,6 +196,7 @@ class HostState:
 WATCHED_PATHS: Final = (
     "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd", "/run/runc",
     "/var/run/cdi", "/etc/cni", "/opt/cni", "/dev/dri", "/dev/mxcd", "/var/lib/containerd",
+    str(SHARED_STATE),
 )
 
 

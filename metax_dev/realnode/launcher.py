@@ -104,7 +104,7 @@ class RealNodes:
             processes.stop_at_exit(self)
             try:
                 self._images = images.write_test_images(self.workdir / "images", self.bin_dir / "pause")
-                self.sysctls = hygiene.read_sysctls()
+                self.sysctls = hygiene.hold_sysctls(os.getpid())
                 (self.workdir / "sysctls.json").write_text(json.dumps(self.sysctls) + "\n")
                 self._cgroup_parents = hygiene.existing_namespace_cgroups()
                 self._tracking_parent = hygiene.tracking_hierarchy() / hygiene.TRACKING_DIR
@@ -161,7 +161,11 @@ class RealNodes:
                     problems.append(f"{member.name}: {exc}")
             self.nodes.clear()
             if self.sysctls:
-                hygiene.write_sysctls(self.sysctls)
+                try:
+                    hygiene.release_sysctls(os.getpid(), self.sysctls)
+                except OSError as exc:
+                    problems.append(f"restoring sysctls: {exc}")
+                self.sysctls = {}
             if self._tracking_parent is not None:
                 try:
                     self._tracking_parent.rmdir()
@@ -197,7 +201,7 @@ def reap_stale(parent: Path | None = None) -> list[str]:
             hygiene.remove_cgroup(tracking / f"{workdir.name}-{node_dir.name}")
         sysctls = workdir / "sysctls.json"
         if sysctls.is_file():
-            hygiene.write_sysctls(json.loads(sysctls.read_text()))
+            hygiene.release_sysctls(owner, json.loads(sysctls.read_text()))
         shutil.rmtree(workdir, ignore_errors=True)
         with contextlib.suppress(OSError):
             tracking.rmdir()

@@ -16,6 +16,7 @@ import logging
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +115,9 @@ class RealNode:
     def _api(self) -> ApiClient:
         return self.control_plane.api_client()
 
-    def _wait(self, predicate: Any, what: str, component: str, *, timeout: float | None = None) -> None:
+    def _wait(
+        self, predicate: Callable[[], bool], what: str, component: str, *, timeout: float | None = None
+    ) -> None:
         try:
             processes.wait_for(
                 predicate,
@@ -234,13 +237,28 @@ class RealNode:
         self._start_process("kubelet", self._kubelet_args)
         api = self._api()
         try:
-            self._wait(lambda: _kubelet_healthy(self), "kubelet healthz after restart", "kubelet")
+            self._wait(self._kubelet_healthy, "kubelet healthz after restart", "kubelet")
             self._wait(lambda: node_ready(api, self.name), "node Ready after restart", "kubelet")
         finally:
             api.close()  # type: ignore[no-untyped-call]
         seconds = time.monotonic() - started
         self.timings.kubelet_restarts.append(seconds)
         return seconds
+
+    def restart_containerd(self) -> float:
+        """Stop containerd (SIGTERM) and start it again; running containers keep running (their shims
+        are not containerd's children). Returns seconds until it serves again."""
+        started = time.monotonic()
+        self._processes.pop("containerd").stop()
+        self._start_process("containerd", containerd.command(self.bin_dir, self.containerd_layout))
+        self._wait(self._containerd_serving, "containerd after restart", "containerd")
+        return time.monotonic() - started
+
+    def _kubelet_healthy(self) -> bool:
+        port = json.loads(self.kubelet_layout.config.read_text())["healthzPort"]
+        url = f"http://{network.LOOPBACK}:{port}/healthz"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
 
     # ------------------------------------------------------------------ stop
 
@@ -315,11 +333,3 @@ def node_ready(api: ApiClient, name: str) -> bool:
 
     node: Any = kube.CoreV1Api(api).read_node(name)
     return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-
-
-def _kubelet_healthy(node: RealNode) -> bool:
-    import urllib.request
-
-    port = json.loads(node.kubelet_layout.config.read_text())["healthzPort"]
-    with urllib.request.urlopen(f"http://{network.LOOPBACK}:{port}/healthz", timeout=2) as response:
-        return bool(response.status == 200)

@@ -1,6 +1,7 @@
 """A real node runs real pods: a busybox pod runs on the kubelet + containerd + runc built here, its
 log is read back through the kubectl built here (API server -> kubelet on loopback), ``kubectl exec``
-reaches it, and its IP comes from the node's own range (the minimal CNI plugin)."""
+reaches it, and its IP comes from the node's own range (the minimal CNI plugin); a running pod survives
+a containerd restart (same container, no restart, exec still works)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,18 @@ def test_a_failing_container_reports_its_exit_code(
     pods.wait(lambda: pods.phase(kube, namespace, "fails") == "Failed", "pod fails Failed")
     state = kube.read_namespaced_pod("fails", namespace).status.container_statuses[0].state
     assert state.terminated.exit_code == 3
+
+
+def test_running_pod_survives_a_containerd_restart(
+    kube: client.CoreV1Api, namespace: str, gpu_node: node.RealNode, kubectl: Callable[..., str]
+) -> None:
+    kube.create_namespaced_pod(namespace, pods.busybox_pod("steady", gpu_node.name, "sleep 3600"))
+    pods.wait_running(kube, namespace, "steady")
+    before = kube.read_namespaced_pod("steady", namespace).status.container_statuses[0]
+
+    gpu_node.restart_containerd()
+
+    assert kubectl("exec", "-n", namespace, "steady", "--", "echo", "still here") == "still here\n"
+    after = kube.read_namespaced_pod("steady", namespace).status.container_statuses[0]
+    assert after.container_id == before.container_id
+    assert after.restart_count == 0 and after.state.running is not None
