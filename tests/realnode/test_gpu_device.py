@@ -15,6 +15,8 @@ Covered, on a fake MetaX host whose device nodes are real character devices:
   group's node and the PCI address in the variable KubeVirt reads;
 * the kubelet's PodResources API (read with ``metax_k8s.podresources.client``) lists the GPU pod's
   devices, the same ones the container sees, and the node's allocatable GPUs;
+* while the CDI spec cannot be read, a GPU pod fails to start with containerd's ``unresolvable CDI
+  devices``; once the agent can write it again, the same pod starts (kubelet retries);
 * restarting the real kubelet makes the agent register again, and allocatable comes back.
 """
 
@@ -223,6 +225,35 @@ def test_vfio_bound_gpu_is_offered_as_vfio_gpu(
         lambda: allocatable(kube, gpu_node.name) == GPUS and allocatable(kube, gpu_node.name, VFIO) == 0,
         f"{GPUS} allocatable {GPU} and no {VFIO} again",
     )
+
+
+def test_pod_waits_for_an_unreadable_cdi_spec_and_then_starts(
+    kube: client.CoreV1Api, namespace: str, gpu_node: node.RealNode, gpu_host: host.FakeHost,
+    gpu_agent: processes.Process,
+) -> None:
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
+    spec = gpu_host.root / "var/run/cdi/metax-tech.com-gpu.json"
+    assert spec.is_file()
+    spec.unlink()
+    spec.mkdir()  # something that is no spec sits where the spec belongs: the agent cannot write it
+    try:
+        kube.create_namespaced_pod(
+            namespace, pods.busybox_pod("patient", gpu_node.name, "echo STARTED; sleep 3600", resources={GPU: "1"})
+        )
+
+        def create_error() -> str:
+            for status in kube.read_namespaced_pod("patient", namespace).status.container_statuses or []:
+                waiting = status.state.waiting
+                if waiting is not None and waiting.reason == "CreateContainerError":
+                    return str(waiting.message)
+            return ""
+
+        message = pods.wait(create_error, "CreateContainerError", explain=lambda: pods.describe(kube, namespace))
+        assert "unresolvable CDI devices metax-tech.com/gpu=" in message
+    finally:
+        spec.rmdir()
+    pods.wait(spec.is_file, "the agent to write the CDI spec again")
+    assert "STARTED" in pods.wait_logs(kube, namespace, "patient", "STARTED")
 
 
 def test_kubelet_restart_makes_the_agent_register_again(
