@@ -85,15 +85,18 @@ class MountNamespace:
     """The node's mount namespace and the process that holds it open."""
 
     def __init__(
-        self, ns_dir: Path, holder: Path, log_path: Path, *, device_root: Path | None = None,
+        self,
+        ns_dir: Path,
+        holder: Path,
+        log_path: Path,
+        *,
+        device_root: Path | None = None,
         join_cgroup: Path | None = None,
     ) -> None:
         self.ns_dir = ns_dir
+        self.holder = holder
         self.device_root = device_root
         self.join_cgroup = join_cgroup
-        script = setup_script(ns_dir, holder, device_root)
-        ns_dir.mkdir(parents=True, exist_ok=True)
-        (ns_dir / "setup.sh").write_text(script)
         command = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", str(ns_dir / "setup.sh")]
         self.process = processes.Process("mount-namespace", self.wrap(command, enter=False), log_path)
 
@@ -114,6 +117,9 @@ class MountNamespace:
         return popen.pid
 
     def start(self, timeout: float = 20.0) -> None:
+        """Write the setup script, start the holder, wait until every mount is in place."""
+        self.ns_dir.mkdir(parents=True, exist_ok=True)
+        (self.ns_dir / "setup.sh").write_text(setup_script(self.ns_dir, self.holder, self.device_root))
         self.process.start()
         processes.wait_for(
             lambda: (self.ns_dir / "ready").is_file(),

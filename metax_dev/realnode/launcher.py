@@ -94,6 +94,11 @@ class RealNodes:
             if missing:
                 raise errors.NodeError(f"{self.bin_dir} has no {', '.join(missing)}: rebuild with "
                                        "`python -m metax_dev.controlplane build`")
+            if os.geteuid() != 0:
+                raise errors.NodeError(
+                    "real nodes need root: mount namespaces, overlay mounts, cgroups and mknod "
+                    "(run the tests as root, as CI does)"
+                )
             for tool in ("unshare", "nsenter", "mount", "mountpoint", "ip"):
                 if shutil.which(tool) is None:
                     raise errors.NodeError(f"{tool} is not on PATH (Debian: util-linux, mount, iproute2)")
