@@ -1,11 +1,13 @@
-"""Building the control-plane binaries from Go modules, and the cache that makes it happen once.
+"""Building the test cluster's binaries from Go modules, and the cache that makes it happen once.
 
 Why this module exists: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-are not downloaded but built from their upstream Go modules (the small Go module in
-``metax_dev/controlplane/gomod``), which takes minutes cold. So the binaries are cached under a key that
-hashes everything that decides them (go.mod, go.sum, every ``.go`` file of that module, the Go
-version, the platform and the flags); a test run with the same sources reuses them in no time,
-and concurrent runs wait for one build instead of racing.
+(the control plane), and kubelet, kubectl, containerd, ctr, the runc shim, runc and pause (a real
+node) are not downloaded but built from their upstream Go modules (the small Go module in
+``metax_dev/controlplane/gomod``, and the node's in ``metax_dev/realnode/gomod``), which takes
+minutes cold. So the binaries are cached under a key that hashes everything that decides them (every
+target of :mod:`metax_dev.controlplane.targets`: go.mod, go.sum, the ``.go``/``.c`` sources, the Go
+version, the platform, the C toolchain, the flags); a test run with the same sources reuses them in
+no time, and concurrent runs wait for one build instead of racing.
 """
 
 from __future__ import annotations
@@ -26,19 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from metax_dev.controlplane import errors, processes
+from metax_dev.controlplane import errors, processes, targets
 
 logger = logging.getLogger(__name__)
 
-#: The binaries built from ``metax_dev/controlplane/gomod/cmd/*``.
-BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: Every binary of a build: the control plane's and a real node's.
+BINARIES: Final = (*targets.CONTROL_PLANE, *targets.NODE)
 
-#: Binary sets (about 400 MB each) kept in the cache; older ones are removed after a build.
+#: Binary sets (about 650 MB each) kept in the cache; older ones are removed after a build.
 CACHE_KEEP: Final = 3
 
 _GO_INSTALL_HINT: Final = (
     "The test control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
-    "kwok) is built from Go modules in metax_dev/controlplane/gomod and needs the Go toolchain "
+    "kwok) and the real node (kubelet, containerd, runc) are built from Go modules in "
+    "metax_dev/controlplane/gomod and metax_dev/realnode/gomod and need the Go toolchain "
     "(go >= 1.26) on PATH. Install Go, put its bin directory on PATH (or set "
     "METAX_CONTROLPLANE_GO to the go executable), then run "
     "`python -m metax_dev.controlplane build`. See docs/controlplane.md."
@@ -94,19 +97,6 @@ def module_versions(module_dir: Path | None = None) -> dict[str, str]:
     return found
 
 
-def _ldflags(kubernetes_version: str) -> str:
-    major, minor = kubernetes_version.lstrip("v").split(".")[:2]
-    flags = ["-s", "-w"]
-    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [
-            f"-X {pkg}.gitVersion={kubernetes_version}",
-            f"-X {pkg}.gitMajor={major}",
-            f"-X {pkg}.gitMinor={minor}",
-            f"-X {pkg}.gitTreeState=clean",
-        ]
-    return " ".join(flags)
-
-
 def _go_env(go: Path, module_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
     result = subprocess.run(
         [str(go), "env", "-json", "GOVERSION", "GOOS", "GOARCH"],
@@ -120,12 +110,6 @@ def _go_env(go: Path, module_dir: Path, env: Mapping[str, str]) -> dict[str, str
         raise errors.ControlPlaneError(f"`{go} env` failed:\n{result.stderr.strip()}")
     parsed: dict[str, str] = json.loads(result.stdout)
     return parsed
-
-
-def _source_files(module_dir: Path) -> list[Path]:
-    files = [module_dir / "go.mod", module_dir / "go.sum"]
-    files += sorted(p for p in module_dir.rglob("*.go") if p.is_file())
-    return files
 
 
 @dataclass(frozen=True)
@@ -144,26 +128,25 @@ class BuildResult:
 
 def _build_env() -> dict[str, str]:
     env = dict(os.environ)
-    # Static binaries: no C toolchain needed, and the same result on every machine.
+    # Static binaries unless a target needs C (runc: libseccomp); see targets.Target.go_env.
     env["CGO_ENABLED"] = "0"
     return env
 
 
+def _targets(module_dir: Path) -> list[targets.Target]:
+    return targets.targets(module_dir, module_versions(module_dir)["kubernetes"])
+
+
 def build_key(module_dir: Path | None = None, go: Path | None = None) -> str:
-    """Hash of everything that decides the binaries: sources, go.mod/go.sum, Go, flags."""
+    """Hash of everything that decides the binaries: sources, go.mod/go.sum, toolchains, flags."""
     module_dir = module_dir or go_module_dir()
     go = go or find_go()
-    env = _build_env()
-    go_env = _go_env(go, module_dir, env)
-    versions = module_versions(module_dir)
+    go_env = _go_env(go, module_dir, _build_env())
     digest = hashlib.sha256()
-    for path in _source_files(module_dir):
-        digest.update(str(path.relative_to(module_dir)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
     for key in ("GOVERSION", "GOOS", "GOARCH"):
         digest.update(f"{key}={go_env.get(key, '')}\0".encode())
-    digest.update(f"CGO_ENABLED={env['CGO_ENABLED']}\0".encode())
-    digest.update(_ldflags(versions["kubernetes"]).encode())
+    for target in _targets(module_dir):
+        digest.update(targets.fingerprint(target))
     return digest.hexdigest()[:20]
 
 
@@ -174,20 +157,21 @@ def build(
     force: bool = False,
     quiet: bool = False,
 ) -> BuildResult:
-    """Build the control-plane binaries, or reuse the cached ones for the same sources.
+    """Build the control-plane and node binaries, or reuse the cached ones for the same sources.
 
-    All five mains are built by one ``go build -trimpath`` invocation so their shared
-    packages compile once; Go's own build and module caches are reused as usual. The
-    result lives in ``<cache>/<key>/bin`` where ``key`` hashes go.mod, go.sum, the main
-    sources, the Go version and the flags. A file lock makes concurrent callers wait for
-    one build instead of racing.
+    One ``go build -trimpath`` per Go module (the control plane's mains, kubelet and kubectl
+    together, so their shared packages compile once; containerd's three; runc with CGO and
+    libseccomp), then ``gcc -static`` for pause; Go's own build and module caches are reused as
+    usual. The result lives in ``<cache>/<key>/bin`` where ``key`` hashes every target's sources,
+    toolchain and flags (:func:`build_key`). A file lock makes concurrent callers wait for one
+    build instead of racing.
     """
     started = time.monotonic()
     module_dir = (module_dir or go_module_dir()).resolve()
     if not (module_dir / "go.mod").is_file():
         raise errors.ControlPlaneError(f"no Go module at {module_dir} (set METAX_CONTROLPLANE_GO_MODULE)")
     go = find_go()
-    versions = module_versions(module_dir)
+    versions = {**module_versions(module_dir), **targets.node_versions()}
     key = build_key(module_dir, go)
     root = cache_dir or cache_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -201,7 +185,8 @@ def build(
         how = "reused cached" if cached else "built"
         message = (
             f"control plane: {how} binaries (kubernetes {versions['kubernetes']}, "
-            f"etcd {versions['etcd']}, kwok {versions['kwok']}) in {seconds:.1f}s: {bin_dir}"
+            f"etcd {versions['etcd']}, kwok {versions['kwok']}, containerd "
+            f"{versions['containerd']}, runc {versions['runc']}) in {seconds:.1f}s: {bin_dir}"
         )
         logger.info("%s", message)
         if not quiet:
@@ -217,39 +202,14 @@ def build(
         try:
             (staging / "bin").mkdir()
             log_path = staging / "build.log"
-            command = [
-                str(go),
-                "build",
-                "-trimpath",
-                "-buildvcs=false",
-                "-ldflags",
-                _ldflags(versions["kubernetes"]),
-                "-o",
-                str(staging / "bin") + os.sep,
-                "./cmd/...",
-            ]
             if not quiet:
                 print(
                     f"control plane: building {', '.join(BINARIES)} with {go} (a cold build takes several minutes) ...",
                     file=sys.stderr,
                     flush=True,
                 )
-            logger.info("building control plane: %s (cwd %s)", " ".join(command), module_dir)
-            with log_path.open("wb") as log:
-                completed = subprocess.run(
-                    command,
-                    cwd=module_dir,
-                    env=_build_env(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    check=False,
-                )
-            if completed.returncode != 0:
-                raise errors.ControlPlaneError(
-                    f"`go build` of the control plane failed (exit {completed.returncode}) "
-                    f"in {module_dir}:\n{processes.tail(log_path)}"
-                )
+            for step in _targets(module_dir):
+                _run_target(step, go, staging / "bin", log_path)
             missing = [b for b in BINARIES if not (staging / "bin" / b).is_file()]
             if missing:
                 raise errors.ControlPlaneError(f"`go build` produced no {', '.join(missing)}")
@@ -262,6 +222,46 @@ def build(
                 shutil.rmtree(staging, ignore_errors=True)
     _prune_cache(root, keep=CACHE_KEEP, current=key)
     return report(cached=False)
+
+
+def _command(target: targets.Target, go: Path, out_dir: Path) -> list[str]:
+    if target.kind == "c":
+        source = target.source_dir / target.packages[0]
+        return ["gcc", "-static", "-O2", "-Wall", "-o", str(out_dir / target.binaries[0]), str(source)]
+    command = [str(go), "build", "-trimpath", "-buildvcs=false"]
+    if target.tags:
+        command += ["-tags", ",".join(target.tags)]
+    command += ["-ldflags", target.ldflags, "-o", str(out_dir) + os.sep, *target.packages]
+    return command
+
+
+def _run_target(target: targets.Target, go: Path, out_dir: Path, log_path: Path) -> None:
+    """One compiler invocation, its output appended to ``log_path``; raises with its tail."""
+    command = _command(target, go, out_dir)
+    logger.info("building %s: %s (cwd %s)", target.name, " ".join(command), target.source_dir)
+    with log_path.open("ab") as log:
+        log.write(f"== {target.name}: {' '.join(command)}\n".encode())
+        log.flush()
+        completed = subprocess.run(
+            command,
+            cwd=target.source_dir,
+            env=target.go_env(_build_env()),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if completed.returncode != 0:
+        hint = ""
+        if target.cgo or target.kind == "c":
+            hint = (
+                "\n(runc and pause need gcc, libc6-dev, pkg-config, libseccomp-dev and "
+                "busybox-static; `./run test` installs them on Debian)"
+            )
+        raise errors.ControlPlaneError(
+            f"building {target.name} failed (exit {completed.returncode}) in "
+            f"{target.source_dir}:\n{processes.tail(log_path)}{hint}"
+        )
 
 
 def _prune_cache(root: Path, *, keep: int, current: str) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from metax_dev.controlplane import build, components, errors, network, nodes, processes
+from metax_dev.controlplane import build, components, errors, network, nodes, pki, processes
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -270,6 +270,13 @@ class ControlPlane:
             return seconds
 
     # ---------------------------------------------------------------- clients
+
+    @property
+    def authority(self) -> pki.Pki:
+        """The throw-away CA, to issue certificates for more clients (a real node's kubelet)."""
+        if self._config is None:
+            raise errors.ControlPlaneError("control plane not started")
+        return self._config.credentials.authority
 
     def api_client(self) -> ApiClient:
         """A new ``kubernetes.client.ApiClient`` with admin credentials; close it when done."""

@@ -122,8 +122,15 @@ class Pki:
             )
         )
 
-    def _write(self, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> KeyPair:
-        pair = KeyPair(self.dir / f"{stem}.crt", self.dir / f"{stem}.key")
+    def _write(
+        self,
+        stem: str,
+        cert: x509.Certificate,
+        key: ec.EllipticCurvePrivateKey,
+        directory: Path | None = None,
+    ) -> KeyPair:
+        where = directory or self.dir
+        pair = KeyPair(where / f"{stem}.crt", where / f"{stem}.key")
         pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         pair.key.write_bytes(_key_pem(key))
         pair.key.chmod(0o600)
@@ -139,8 +146,10 @@ class Pki:
         ips: Sequence[str] = (),
         server: bool = False,
         client: bool = False,
+        directory: Path | None = None,
     ) -> KeyPair:
-        """A new key and a certificate for it signed by the CA, written as ``<stem>.crt/.key``."""
+        """A new key and a certificate for it signed by the CA, written as ``<stem>.crt/.key``
+        (in the CA's directory, or ``directory``: a real node keeps its own)."""
         key = ec.generate_private_key(ec.SECP256R1())
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
@@ -165,7 +174,7 @@ class Pki:
             ca=False,
             extensions=extensions,
         )
-        return self._write(stem, cert, key)
+        return self._write(stem, cert, key, directory)
 
 
 def write_kubeconfig(path: Path, server: str, ca: KeyPair, user: str, creds: KeyPair) -> None:

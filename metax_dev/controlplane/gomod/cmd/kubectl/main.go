@@ -1,0 +1,19 @@
+// Command kubectl is upstream's kubectl main, built with the same pins as the
+// control plane so the client matches the server (docs/realnode.md).
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	"k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/util"
+)
+
+func main() {
+	logs.GlogSetter(cmd.GetLogVerbosity(os.Args)) //nolint:errcheck
+	if err := cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()); err != nil {
+		util.CheckErr(err)
+	}
+}

@@ -1,0 +1,169 @@
+"""What the cached build produces: one entry per compiler invocation, and what decides its output.
+
+Why this module exists: the test cluster needs binaries from three upstream code bases that cannot
+share one Go module (their dependency pins differ) and do not share one build environment (runc needs
+CGO and libseccomp; everything else is static). Each :class:`Target` names a module directory, the
+packages it builds, the binaries that come out and the environment and flags; :func:`targets` lists
+them in build order and :func:`fingerprint` feeds everything that decides a target's binaries into the
+cache key of :mod:`metax_dev.controlplane.build`. The node's ``pause`` program (plain C, compiled with
+``gcc -static``) is a target too, so the whole node needs one cached build.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+#: The realnode package ships the node-side Go modules and the pause source (package data).
+_REALNODE_DIR: Final = Path(__file__).resolve().parent.parent / "realnode"
+
+#: Binaries the control plane uses (``metax_dev/controlplane/gomod/cmd/*``, one ``go build``).
+CONTROL_PLANE: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: Binaries a real node uses (docs/realnode.md).
+NODE: Final = ("kubelet", "kubectl", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "pause")
+
+_CONTAINERD_CMDS: Final = ("containerd", "ctr", "containerd-shim-runc-v2")
+_CONTAINERD_MODULE: Final = "github.com/containerd/containerd/v2"
+_RUNC_MODULE: Final = "github.com/opencontainers/runc"
+#: runc's default tags minus ``libpathrs`` (a Rust library Debian does not package).
+RUNC_TAGS: Final = ("seccomp", "urfave_cli_no_docs")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One compiler invocation of the cached build."""
+
+    name: str
+    kind: str  # "go" or "c"
+    source_dir: Path
+    packages: tuple[str, ...]
+    binaries: tuple[str, ...]
+    cgo: bool = False
+    tags: tuple[str, ...] = ()
+    ldflags: str = ""
+    #: What else decides the output, e.g. the C compiler and libseccomp versions.
+    toolchain: tuple[str, ...] = field(default=())
+
+    def sources(self) -> list[Path]:
+        if self.kind == "c":
+            return sorted(p for p in self.source_dir.glob("*.c") if p.is_file())
+        files = [self.source_dir / "go.mod", self.source_dir / "go.sum"]
+        files += sorted(p for p in self.source_dir.rglob("*.go") if p.is_file())
+        return files
+
+    def go_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        env = dict(base)
+        env["CGO_ENABLED"] = "1" if self.cgo else "0"
+        return env
+
+
+def kubernetes_ldflags(kubernetes_version: str) -> str:
+    """Stamp the Kubernetes version as upstream's release build does (``/version``, ``--version``)."""
+    major, minor = kubernetes_version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={kubernetes_version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+def required_version(go_mod: Path, module: str) -> str:
+    """The version of ``module`` that ``go_mod`` requires, or ``""``."""
+    for line in go_mod.read_text().splitlines():
+        parts = line.strip().removeprefix("require").split()
+        if len(parts) >= 2 and parts[0] == module and parts[1].startswith("v"):
+            return parts[1]
+    return ""
+
+
+def containerd_module_dir() -> Path:
+    return _REALNODE_DIR / "gomod" / "containerd"
+
+
+def runc_module_dir() -> Path:
+    return _REALNODE_DIR / "gomod" / "runc"
+
+
+def pause_source_dir() -> Path:
+    return _REALNODE_DIR / "pause"
+
+
+def node_versions() -> dict[str, str]:
+    """containerd and runc versions, read from their modules' go.mod files."""
+    return {
+        "containerd": required_version(containerd_module_dir() / "go.mod", _CONTAINERD_MODULE),
+        "runc": required_version(runc_module_dir() / "go.mod", _RUNC_MODULE),
+    }
+
+
+def _tool_version(*command: str) -> str:
+    if shutil.which(command[0]) is None:
+        return f"{command[0]}: missing"
+    done = subprocess.run(list(command), capture_output=True, text=True, check=False)
+    first = (done.stdout or done.stderr).strip().splitlines()
+    return f"{' '.join(command)}: {first[0] if first else ''} (exit {done.returncode})"
+
+
+def targets(control_plane_module: Path, kubernetes_version: str) -> list[Target]:
+    """Every invocation of the cached build, in order."""
+    containerd = node_versions()["containerd"]
+    cc = _tool_version("gcc", "--version")
+    return [
+        Target(
+            name="kubernetes, etcd, kwok",
+            kind="go",
+            source_dir=control_plane_module,
+            packages=("./cmd/...",),
+            binaries=(*CONTROL_PLANE, "kubelet", "kubectl"),
+            ldflags=kubernetes_ldflags(kubernetes_version),
+        ),
+        Target(
+            name=f"containerd {containerd}",
+            kind="go",
+            source_dir=containerd_module_dir(),
+            packages=tuple(f"{_CONTAINERD_MODULE}/cmd/{c}" for c in _CONTAINERD_CMDS),
+            binaries=_CONTAINERD_CMDS,
+            ldflags=f"-s -w -X {_CONTAINERD_MODULE}/version.Version={containerd}",
+        ),
+        Target(
+            name="runc",
+            kind="go",
+            source_dir=runc_module_dir(),
+            packages=(_RUNC_MODULE,),
+            binaries=("runc",),
+            cgo=True,
+            tags=RUNC_TAGS,
+            ldflags="-s -w",
+            toolchain=(cc, _tool_version("pkg-config", "--modversion", "libseccomp")),
+        ),
+        Target(
+            name="pause",
+            kind="c",
+            source_dir=pause_source_dir(),
+            packages=("pause.c",),
+            binaries=("pause",),
+            toolchain=(cc,),
+        ),
+    ]
+
+
+def fingerprint(target: Target) -> bytes:
+    """Everything that decides ``target``'s binaries, as bytes for the cache key."""
+    parts = [
+        f"target={target.name}\0kind={target.kind}\0cgo={target.cgo}\0".encode(),
+        f"tags={','.join(target.tags)}\0ldflags={target.ldflags}\0".encode(),
+        f"packages={','.join(target.packages)}\0".encode(),
+    ]
+    parts += [line.encode() + b"\0" for line in target.toolchain]
+    for path in target.sources():
+        parts.append(str(path.relative_to(target.source_dir)).encode() + b"\0")
+        parts.append(path.read_bytes() + b"\0")
+    return b"".join(parts)

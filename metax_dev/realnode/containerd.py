@@ -1,0 +1,140 @@
+"""containerd for one real node: its config, with every path under the node's directory.
+
+Why this module exists: containerd's defaults point at host-wide places (``/var/lib/containerd``,
+``/run/containerd``, ``/etc/cni``, ``/etc/cdi``); two nodes on one machine, and a clean host after
+teardown, need them per node. The config also carries the sandbox fixes this machine needs (see
+docs/realnode.md): ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE in the sandbox),
+``netns_mounts_under_state_dir`` (pod network namespaces are bind-mounted under the node's state
+dir), CDI on with the node's spec directories, runc from the cached build with its state root in
+the node's directory, and a drop-in ``conf.d`` for extra runtime handlers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from metax_dev.realnode import images
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The node's containerd paths."""
+
+    base: Path
+
+    @property
+    def root(self) -> Path:
+        return self.base / "root"
+
+    @property
+    def state(self) -> Path:
+        return self.base / "state"
+
+    @property
+    def socket(self) -> Path:
+        return self.base / "containerd.sock"
+
+    @property
+    def config(self) -> Path:
+        return self.base / "config.toml"
+
+    @property
+    def dropins(self) -> Path:
+        return self.base / "conf.d"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.base / "runc"
+
+    @property
+    def task_dir(self) -> Path:
+        """Where the runc shim keeps one directory per task of the ``k8s.io`` namespace."""
+        return self.state / "io.containerd.runtime.v2.task" / "k8s.io"
+
+    def container_ids(self) -> list[str]:
+        """IDs of the containers (sandboxes included) containerd has tasks for."""
+        if not self.task_dir.is_dir():
+            return []
+        return sorted(d.name for d in self.task_dir.iterdir())
+
+
+def _toml(value: object) -> str:
+    # Strings, booleans and lists of strings are all this config needs; JSON spells them as TOML does.
+    return json.dumps(value)
+
+
+def config_text(
+    layout: Layout,
+    *,
+    bin_dir: Path,
+    cni_bin_dir: Path,
+    cni_conf_dir: Path,
+    cdi_dirs: Sequence[Path],
+    stream_port: int,
+) -> str:
+    """containerd 2.x config (version 3)."""
+    cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    runc = f"{cri_runtime}.containerd.runtimes.runc"
+    return "\n".join(
+        [
+            "version = 3",
+            f"root = {_toml(str(layout.root))}",
+            f"state = {_toml(str(layout.state))}",
+            f"imports = [{_toml(str(layout.dropins / '*.toml'))}]",
+            "",
+            "[grpc]",
+            f"  address = {_toml(str(layout.socket))}",
+            "[ttrpc]",
+            f"  address = {_toml(str(layout.socket) + '.ttrpc')}",
+            "[metrics]",
+            '  address = ""',
+            "",
+            "[plugins.'io.containerd.grpc.v1.cri']",
+            '  stream_server_address = "127.0.0.1"',
+            f"  stream_server_port = {_toml(str(stream_port))}",
+            "",
+            f"[{cri_runtime}]",
+            "  enable_cdi = true",
+            f"  cdi_spec_dirs = [{', '.join(_toml(str(d)) for d in cdi_dirs)}]",
+            "  restrict_oom_score_adj = true",
+            "  netns_mounts_under_state_dir = true",
+            "  enable_selinux = false",
+            f"[{cri_runtime}.containerd]",
+            '  default_runtime_name = "runc"',
+            f"[{runc}]",
+            '  runtime_type = "io.containerd.runc.v2"',
+            f"[{runc}.options]",
+            f"  BinaryName = {_toml(str(bin_dir / 'runc'))}",
+            f"  Root = {_toml(str(layout.runc_root))}",
+            "  SystemdCgroup = false",
+            f"[{cri_runtime}.cni]",
+            f"  bin_dirs = [{_toml(str(cni_bin_dir))}]",
+            f"  conf_dir = {_toml(str(cni_conf_dir))}",
+            "",
+            "[plugins.'io.containerd.cri.v1.images']",
+            '  snapshotter = "overlayfs"',
+            "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
+            f"  sandbox = {_toml(images.PAUSE_IMAGE)}",
+            "",
+            "[plugins.'io.containerd.nri.v1.nri']",
+            "  disable = true",
+            "",
+        ]
+    )
+
+
+def write_config(layout: Layout, text: str) -> Path:
+    """Create containerd's directories and write ``text`` (from :func:`config_text`) as its config."""
+    for directory in (layout.root, layout.state, layout.dropins, layout.runc_root):
+        directory.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(text)
+    return layout.config
+
+
+def command(bin_dir: Path, layout: Layout) -> list[str]:
+    """containerd's command line; PATH finds the runc shim in the cached build first."""
+    path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    return ["env", f"PATH={path}", str(bin_dir / "containerd"), "--config", str(layout.config)]

@@ -1,0 +1,133 @@
+"""Each real node's private view of the host: a mount namespace held open by a small process.
+
+Why this module exists: kubelet hard-codes its device-plugin directory
+(``/var/lib/kubelet/device-plugins``) and writes ``/var/log/containers``; containerd's shims and CDI
+use ``/run``; device plugins hand out paths under ``/dev``. Two nodes on one machine, and a host that
+must be left as it was found, need all of these private per node. So every node runs its processes in
+a mount namespace of its own (propagation private, so nothing mounted inside reaches the host) in
+which:
+
+* ``/var/lib`` and ``/var/log`` are overlays whose writes land in the node's directory;
+* ``/var/lib/kubelet/device-plugins`` and ``/run`` are fresh tmpfs mounts;
+* ``/dev`` is an overlay of the host's ``/dev`` (``pts`` and ``shm`` bound back in), so that a fake
+  GPU host's ``dev/dri``, ``dev/vfio`` and ``dev/mxcd`` (real character devices made with mknod) can
+  appear at ``/dev/dri`` ... exactly where the device plugin says they are;
+* the fake host's ``var/lib/kubelet/device-plugins`` is the kubelet's directory, so the gpu-device
+  agent (run in this namespace with ``METAX_HOST_ROOT`` = the fake host) finds ``kubelet.sock``.
+
+A holder process (``pause``) keeps the namespace alive; the node's processes enter it with
+``nsenter --mount``. When the holder and everything that entered are gone, the kernel drops the
+namespace and every mount in it, so teardown cannot leave a mount behind on the host.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Final
+
+from metax_dev.controlplane import processes
+from metax_dev.realnode import errors
+
+#: Where the kubelet looks for device plugins (not configurable, not under --root-dir).
+DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
+_OVERLAID: Final = ("/var/lib", "/var/log")
+_DEV_SUBMOUNTS: Final = ("pts", "shm", "mqueue", "hugepages")
+
+
+def setup_script(ns_dir: Path, holder: Path, device_root: Path | None) -> str:
+    """The shell script the holder runs inside the new namespace before it execs ``holder``."""
+    q = shlex.quote
+    save = ns_dir / "devsave"
+    lines = ["set -e", f"mkdir -p {q(str(save))}"]
+    for target in _OVERLAID:
+        stem = target.strip("/").replace("/", "-")
+        upper, work = ns_dir / f"{stem}-upper", ns_dir / f"{stem}-work"
+        lines += [
+            f"mkdir -p {q(str(upper))} {q(str(work))}",
+            f"mount -t overlay overlay -o lowerdir={target},upperdir={q(str(upper))},workdir={q(str(work))} {target}",
+        ]
+    lines += [
+        f"mkdir -p {DEVICE_PLUGIN_DIR}",
+        f"mount -t tmpfs -o mode=0755 tmpfs {DEVICE_PLUGIN_DIR}",
+        "mount -t tmpfs -o mode=0755 tmpfs /run",
+        f"mkdir -p {q(str(ns_dir / 'dev-upper'))} {q(str(ns_dir / 'dev-work'))}",
+        f"mount --rbind /dev {q(str(save))}",
+        f"mount -t overlay overlay -o lowerdir=/dev,upperdir={q(str(ns_dir / 'dev-upper'))},"
+        f"workdir={q(str(ns_dir / 'dev-work'))} /dev",
+        f"for m in {' '.join(_DEV_SUBMOUNTS)}; do",
+        f'  if mountpoint -q {q(str(save))}/"$m"; then',
+        f'    mkdir -p /dev/"$m"; mount --rbind {q(str(save))}/"$m" /dev/"$m"',
+        "  fi",
+        "done",
+        f"umount -l {q(str(save))}",
+    ]
+    if device_root is not None:
+        root = q(str(device_root))
+        lines += [
+            "for d in dri vfio; do",
+            f'  if [ -d {root}/dev/"$d" ]; then',
+            f'    mkdir -p /dev/"$d"; mount --bind {root}/dev/"$d" /dev/"$d"',
+            "  fi",
+            "done",
+            f"if [ -e {root}/dev/mxcd ]; then",
+            f"  touch /dev/mxcd; mount --bind {root}/dev/mxcd /dev/mxcd",
+            "fi",
+            f"mkdir -p {root}{DEVICE_PLUGIN_DIR}",
+            f"mount --bind {DEVICE_PLUGIN_DIR} {root}{DEVICE_PLUGIN_DIR}",
+        ]
+    lines += [f"touch {q(str(ns_dir / 'ready'))}", f"exec {q(str(holder))}"]
+    return "\n".join(lines) + "\n"
+
+
+class MountNamespace:
+    """The node's mount namespace and the process that holds it open."""
+
+    def __init__(
+        self,
+        ns_dir: Path,
+        holder: Path,
+        log_path: Path,
+        *,
+        device_root: Path | None = None,
+        join_cgroup: Path | None = None,
+    ) -> None:
+        self.ns_dir = ns_dir
+        self.holder = holder
+        self.device_root = device_root
+        self.join_cgroup = join_cgroup
+        command = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", str(ns_dir / "setup.sh")]
+        self.process = processes.Process("mount-namespace", self.wrap(command, enter=False), log_path)
+
+    def wrap(self, command: list[str], *, enter: bool = True) -> list[str]:
+        """``command`` run in the node's cgroup and (``enter``) its mount namespace."""
+        if enter:
+            command = ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", *command]
+        if self.join_cgroup is None:
+            return command
+        join = 'echo $$ > "$1"; shift; exec "$@"'
+        return ["/bin/sh", "-c", join, "join", str(self.join_cgroup / "cgroup.procs"), *command]
+
+    @property
+    def pid(self) -> int:
+        popen = self.process.popen
+        if popen is None:
+            raise errors.NodeError("the node's mount namespace is not running")
+        return popen.pid
+
+    def start(self, timeout: float = 20.0) -> None:
+        """Write the setup script, start the holder, wait until every mount is in place."""
+        self.ns_dir.mkdir(parents=True, exist_ok=True)
+        (self.ns_dir / "setup.sh").write_text(setup_script(self.ns_dir, self.holder, self.device_root))
+        self.process.start()
+        processes.wait_for(
+            (self.ns_dir / "ready").is_file,
+            "the node's mount namespace",
+            processes={"mount-namespace": self.process},
+            log_path=self.process.log_path,
+            timeout=timeout,
+            interval=0.02,
+        )
+
+    def stop(self) -> None:
+        self.process.stop(timeout=10)

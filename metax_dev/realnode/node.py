@@ -1,0 +1,333 @@
+"""One real node: containerd, runc and a kubelet in the node's own namespace, joined to the test
+control plane and Ready for pods.
+
+Why this module exists: it owns the order that makes a real node work on this machine (mount
+namespace, containerd, local images, CNI, kubelet identity and config, kubelet, registration, the
+stand-in cloud controller, Ready) and the reverse order that leaves nothing behind (kubelet, the
+containers' processes and cgroups, containerd, whatever is left in the node's tracking cgroup,
+shims included, the namespace with every mount in it, the Node object, the directory). Every wait
+fails with the tail of the log of the process being waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from metax_dev.controlplane import network, processes
+from metax_dev.realnode import cloud, cni, containerd, errors, hostns, hygiene, images, kubelet
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from metax_dev.controlplane.cluster import ControlPlane
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeTimings:
+    """Seconds spent in each phase of :meth:`RealNode.start` and :meth:`RealNode.stop`."""
+
+    namespace: float | None = None
+    containerd: float | None = None
+    images: float | None = None
+    kubelet_registered: float | None = None
+    ready: float | None = None
+    stop: float | None = None
+    kubelet_restarts: list[float] = field(default_factory=list)
+
+
+class RealNode:
+    """A kubelet + containerd + runc node named ``name``; ``index`` picks its pod range."""
+
+    def __init__(
+        self,
+        control_plane: ControlPlane,
+        name: str,
+        index: int,
+        *,
+        base_dir: Path,
+        bin_dir: Path,
+        image_archives: Sequence[Path],
+        tracking_parent: Path,
+        device_root: Path | None = None,
+        verbosity: int = 1,
+        startup_timeout: float = 90.0,
+    ) -> None:
+        self.control_plane = control_plane
+        self.name = name
+        self.index = index
+        self.dir = base_dir / name
+        self.bin_dir = bin_dir
+        self.image_archives = list(image_archives)
+        self.device_root = device_root
+        self.verbosity = verbosity
+        self.startup_timeout = startup_timeout
+        self.tracking_cgroup = tracking_parent / f"{base_dir.name}-{name}"
+        self.containerd_layout = containerd.Layout(self.dir / "containerd")
+        self.kubelet_layout = kubelet.Layout(self.dir / "kubelet")
+        self.log_dir = self.dir / "logs"
+        self.pod_cidr = f"10.244.{index + 1}.0/24"
+        self.timings = NodeTimings()
+        self.namespace: hostns.MountNamespace | None = None
+        self._processes: dict[str, processes.Process] = {}
+        self._kubelet_args: list[str] = []
+        self.kubelet_port = 0
+
+    # ------------------------------------------------------------------ paths and helpers
+
+    @property
+    def cdi_dirs(self) -> list[Path]:
+        """containerd's CDI spec directories: the node's own, and the fake host's if it has one."""
+        dirs = [self.dir / "cdi"]
+        if self.device_root is not None:
+            dirs.append(self.device_root / "var/run/cdi")
+        return dirs
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.containerd_layout.socket
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.kubelet_layout.pod_resources_socket
+
+    @property
+    def node_processes(self) -> dict[str, processes.Process]:
+        """The node's own long-running processes (namespace holder, containerd, kubelet)."""
+        return dict(self._processes)
+
+    def log_path(self, component: str) -> Path:
+        return self.log_dir / f"{component}.log"
+
+    def log_tail(self, component: str, lines: int = 60) -> str:
+        return processes.tail(self.log_path(component), lines)
+
+    def _api(self) -> ApiClient:
+        return self.control_plane.api_client()
+
+    def _wait(self, predicate: Callable[[], bool], what: str, component: str, *, timeout: float | None = None) -> None:
+        try:
+            processes.wait_for(
+                predicate,
+                f"{what} ({self.name})",
+                processes=self._processes,
+                log_path=self.log_path(component),
+                timeout=timeout or self.startup_timeout,
+                interval=0.1,
+            )
+        except errors.NodeError:
+            raise
+        except Exception as exc:
+            raise errors.NodeError(str(exc)) from exc
+
+    def spawn(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None) -> processes.Process:
+        """Start ``command`` in the node's namespace and cgroup (``env`` added), logging to ``<name>.log``.
+
+        The caller owns the process (stop it); whatever it leaves in the node's cgroup dies at
+        :meth:`stop`.
+        """
+        if self.namespace is None:
+            raise errors.NodeError(f"node {self.name} is not running")
+        prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())]
+        process = processes.Process(name, self.namespace.wrap([*prefix, *command]), self.log_path(name))
+        process.start()
+        return process
+
+    def _start_process(self, name: str, command: Sequence[str]) -> processes.Process:
+        process = self.spawn(name, command)
+        self._processes[name] = process
+        return process
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> RealNode:
+        started = time.monotonic()
+        self.dir.mkdir(parents=True)
+        self.tracking_cgroup.mkdir(parents=True, exist_ok=True)
+        self.namespace = hostns.MountNamespace(
+            self.dir / "ns",
+            self.bin_dir / "pause",
+            self.log_path("namespace"),
+            device_root=self.device_root,
+            join_cgroup=self.tracking_cgroup,
+        )
+        self._processes["namespace"] = self.namespace.process
+        self.namespace.start()
+        self.timings.namespace = time.monotonic() - started
+
+        self._start_containerd()
+        self.timings.containerd = time.monotonic() - started
+        images.import_images(self.bin_dir / "ctr", self.containerd_socket, self.image_archives)
+        self.timings.images = time.monotonic() - started
+
+        self._start_kubelet()
+        api = self._api()
+        try:
+            self._wait(lambda: _node_exists(api, self.name), "the Node object", "kubelet")
+            self.timings.kubelet_registered = time.monotonic() - started
+            cloud.initialize(api, self.name)
+            self._wait(lambda: node_ready(api, self.name), "node Ready", "kubelet")
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+        self.timings.ready = time.monotonic() - started
+        logger.info("real node %s Ready in %.1fs", self.name, self.timings.ready)
+        return self
+
+    def _start_containerd(self) -> None:
+        layout = self.containerd_layout
+        cni_dir = self.dir / "cni"
+        cni.install(cni_dir / "bin", cni_dir / "conf", cni_dir / "leases", self.pod_cidr)
+        for directory in self.cdi_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        text = containerd.config_text(
+            layout,
+            bin_dir=self.bin_dir,
+            cni_bin_dir=cni_dir / "bin",
+            cni_conf_dir=cni_dir / "conf",
+            cdi_dirs=self.cdi_dirs,
+            stream_port=network.free_port(),
+        )
+        containerd.write_config(layout, text)
+        self._start_process("containerd", containerd.command(self.bin_dir, layout))
+        self._wait(self._containerd_serving, "containerd", "containerd")
+
+    def _containerd_serving(self) -> bool:
+        if not self.containerd_socket.exists():
+            return False
+        done = subprocess.run(
+            [str(self.bin_dir / "ctr"), "--address", str(self.containerd_socket), "version"],
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
+        return done.returncode == 0
+
+    def _start_kubelet(self) -> None:
+        layout = self.kubelet_layout
+        serving = kubelet.write_identity(layout, self.control_plane.authority, self.name, self.control_plane.server_url)
+        self.kubelet_port = network.free_port()
+        body = kubelet.config(
+            layout,
+            serving=serving,
+            ca=self.control_plane.ca_path,
+            runtime_socket=self.containerd_socket,
+            port=self.kubelet_port,
+            healthz_port=network.free_port(),
+        )
+        kubelet.write_config(layout, body)
+        self._kubelet_args = kubelet.command(self.bin_dir / "kubelet", layout, self.name, self.verbosity)
+        self._start_process("kubelet", self._kubelet_args)
+
+    def restart_kubelet(self) -> float:
+        """Stop the kubelet (SIGTERM) and start it again; returns seconds until the node is Ready."""
+        started = time.monotonic()
+        self._processes.pop("kubelet").stop()
+        self._start_process("kubelet", self._kubelet_args)
+        api = self._api()
+        try:
+            self._wait(self._kubelet_healthy, "kubelet healthz after restart", "kubelet")
+            self._wait(lambda: node_ready(api, self.name), "node Ready after restart", "kubelet")
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+        seconds = time.monotonic() - started
+        self.timings.kubelet_restarts.append(seconds)
+        return seconds
+
+    def restart_containerd(self) -> float:
+        """Stop containerd (SIGTERM) and start it again; running containers keep running (their shims
+        are not containerd's children). Returns seconds until it serves again."""
+        started = time.monotonic()
+        self._processes.pop("containerd").stop()
+        self._start_process("containerd", containerd.command(self.bin_dir, self.containerd_layout))
+        self._wait(self._containerd_serving, "containerd after restart", "containerd")
+        return time.monotonic() - started
+
+    def _kubelet_healthy(self) -> bool:
+        port = json.loads(self.kubelet_layout.config.read_text())["healthzPort"]
+        url = f"http://{network.LOOPBACK}:{port}/healthz"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self, *, keep_dir: bool = False, keep_cgroup_parents: Iterable[Path] = ()) -> None:
+        """Stop everything the node started and remove what it left; safe to call twice.
+
+        Every step runs even when an earlier one failed; the failures are raised together at the end.
+        """
+        started = time.monotonic()
+        problems: list[str] = []
+
+        def step(what: str, action: Callable[[], object]) -> None:
+            try:
+                action()
+            except Exception as exc:  # keep cleaning: the rest of the host still needs it
+                logger.exception("%s: %s failed", self.name, what)
+                problems.append(f"{what}: {exc}")
+
+        def stop_process(name: str) -> None:
+            process = self._processes.pop(name, None)
+            if process is not None:
+                process.stop(timeout=10)
+
+        step("stop kubelet", lambda: stop_process("kubelet"))
+        # Containers first (their cgroups are /k8s.io/<id>, shared by every node on this machine).
+        ids = self.containerd_layout.container_ids()
+        step("remove containers", lambda: hygiene.remove_container_cgroups(ids, keep_cgroup_parents))
+        step("stop containerd", lambda: stop_process("containerd"))
+        # Shims and anything else the node's processes forked.
+        step("remove the node's cgroup", lambda: hygiene.remove_cgroup(self.tracking_cgroup))
+        if self.namespace is not None:
+            step("stop the namespace holder", self.namespace.stop)
+            self.namespace = None
+        self._processes.clear()
+        step("delete the Node object", self._delete_node_object)
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.timings.stop = time.monotonic() - started
+        if problems:
+            raise errors.NodeError(f"node {self.name}: " + "; ".join(problems))
+
+    def _delete_node_object(self) -> None:
+        from kubernetes import client as kube
+        from kubernetes.client.exceptions import ApiException
+
+        api = self._api()
+        try:
+            kube.CoreV1Api(api).delete_node(self.name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+
+
+def _node_exists(api: ApiClient, name: str) -> bool:
+    from kubernetes import client as kube
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        kube.CoreV1Api(api).read_node(name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def node_ready(api: ApiClient, name: str) -> bool:
+    """Whether the Node's Ready condition is True."""
+    from kubernetes import client as kube
+
+    node: Any = kube.CoreV1Api(api).read_node(name)
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))

@@ -1,0 +1,1 @@
+"""Generated code of the kubelet PodResources API v1 (see ``api.proto``; regenerate with ``../regen.sh``)."""

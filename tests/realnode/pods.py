@@ -1,0 +1,100 @@
+"""Pods for the real-node tests: busybox pods pinned to a node, and waiting for what they do."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from metax_dev.realnode import images
+
+
+def busybox_pod(name: str, node: str, script: str, *, resources: Mapping[str, str] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": images.BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", script],
+    }
+    if resources:
+        container["resources"] = {"limits": dict(resources)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [container],
+        },
+    }
+
+
+def scheduled_pod(name: str, node: str, script: str, resources: Mapping[str, str]) -> dict[str, Any]:
+    """Like :func:`busybox_pod`, but placed by the scheduler (node selector), so that it can stay Pending."""
+    pod = busybox_pod(name, node, script, resources=resources)
+    del pod["spec"]["nodeName"]
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return pod
+
+
+def wait(
+    predicate: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float = 90.0,
+    interval: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll until ``predicate()`` is truthy and return it; fail with ``what`` (and ``explain()``) on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def describe(core: client.CoreV1Api, namespace: str) -> str:
+    """The namespace's pods (phase, container states) and events, for a failure message."""
+    lines = []
+    for pod in core.list_namespaced_pod(namespace).items:
+        states = [str(c.state) for c in pod.status.container_statuses or []]
+        lines.append(f"pod {pod.metadata.name}: {pod.status.phase} {states}")
+    lines += [f"event {e.reason}: {e.message}" for e in core.list_namespaced_event(namespace).items]
+    return "\n".join(lines)
+
+
+def wait_running(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    wait(
+        lambda: phase(core, namespace, name) == "Running",
+        f"pod {namespace}/{name} Running",
+        explain=lambda: describe(core, namespace),
+    )
+
+
+def phase(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    return str(core.read_namespaced_pod(name, namespace).status.phase)
+
+
+def logs(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    return str(core.read_namespaced_pod_log(name, namespace))
+
+
+def wait_logs(core: client.CoreV1Api, namespace: str, name: str, marker: str) -> str:
+    """The pod's log once it contains ``marker`` (the pod's script prints it when done)."""
+
+    def ready() -> str:
+        if phase(core, namespace, name) not in ("Running", "Succeeded"):
+            return ""
+        text = logs(core, namespace, name)
+        return text if marker in text else ""
+
+    result: str = wait(ready, f"pod {namespace}/{name} to log {marker!r}", explain=lambda: describe(core, namespace))
+    return result
