@@ -51,3 +51,37 @@ def plan(
 def annotation_value(results: Mapping[int, bool]) -> str:
     """The node annotation: ``{"0":1,"1":1,"3":0}`` — index → 1 bound, 0 failed (keys in numeric order)."""
     return json.dumps({str(i): int(ok) for i, ok in sorted(results.items())}, separators=(",", ":"))
+
+
+IOMMU_DISABLED = "IOMMUDisabled"
+"""Event reason and readiness word when GPUs are selected for vfio-pci on a node without an IOMMU."""
+
+
+def group_conflicts(functions: Sequence[PciFunction], selection: vfio_config.GpuSelection) -> Mapping[PciAddress, str]:
+    """Selected GPUs that share an IOMMU group with an unselected MetaX GPU: VFIO hands out whole groups, so
+    binding one of them would take its group mate from the host too. They are not bound; the reason says
+    which GPUs to select together."""
+    gpus = indexed_gpus(functions)
+    by_group: dict[int, list[tuple[int, PciFunction]]] = {}
+    for i, f in enumerate(gpus):
+        if f.iommu_group is not None:
+            by_group.setdefault(f.iommu_group, []).append((i, f))
+    conflicts: dict[PciAddress, str] = {}
+    for group, members in by_group.items():
+        chosen = [i for i, _ in members if selection.selects(i)]
+        left = [i for i, _ in members if not selection.selects(i)]
+        if chosen and left:
+            for i, f in members:
+                if selection.selects(i):
+                    conflicts[f.address] = (
+                        f"GPU {i} shares IOMMU group {group} with GPU(s) {', '.join(map(str, left))}, which are not "
+                        "selected: VFIO assigns whole groups, select them together or not at all"
+                    )
+    return conflicts
+
+
+def results(
+    functions: Sequence[PciFunction], selection: vfio_config.GpuSelection, *, vfio_driver: str = VFIO_DRIVER
+) -> dict[int, bool]:
+    """index → bound to vfio-pci, for every selected index the node has (the annotation's content)."""
+    return {i: f.driver == vfio_driver for i, f in enumerate(indexed_gpus(functions)) if selection.selects(i)}

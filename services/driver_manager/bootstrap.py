@@ -60,5 +60,5 @@ def runner(manager: agent.DriverManager) -> Callable[[threading.Event], None]:
 
 
 def build(environ: Mapping[str, str]) -> tuple[agent.DriverManager, Callable[[threading.Event], None]]:
-    manager = bootstrap(config.from_env(dict(environ)))
+    manager = bootstrap(config.from_env(environ))
     return manager, runner(manager)

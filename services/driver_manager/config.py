@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import attrs
 
 from metax_core.spec import model as spec
@@ -31,7 +34,5 @@ class Settings(agent_settings.NodeAgentSettings):
     """Run the host's modprobe/insmod in its mount namespace (hostPID); false: the tools on PATH."""
 
 
-def from_env(environ: dict[str, str] | None = None, **fixed: object) -> Settings:
-    import os
-
+def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:
     return agent_settings.load(Settings, os.environ if environ is None else environ, **fixed)
