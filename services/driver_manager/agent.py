@@ -93,7 +93,14 @@ class DriverManager:
         self.config = driver_config.DriverConfig()
         self.failures = 0
         self.outcome: Outcome | None = None
-        self.firmware = firmware.FirmwareStep(self)
+        self.firmware = firmware.FirmwareStep(
+            settings,
+            firmware=hw.firmware,
+            processes=hw.processes,
+            state_file=self.state,
+            publisher=self.publisher,
+            say=self.say,
+        )
 
     # --- loop -----------------------------------------------------------------------------------------
 

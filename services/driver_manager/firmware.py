@@ -9,32 +9,48 @@ recorded on the host (`state`), so the node is not flashed again before the rebo
 from __future__ import annotations
 
 import logging
+import pathlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from metax_core.errors import HardwareError
 from metax_core.inventory import PciFunction
 from metax_core.node import driver_plan, policy
+from metax_core.ports import hardware
 from metax_core.spec import model as spec
-from services.driver_manager import payload
-
-if TYPE_CHECKING:
-    from services.driver_manager.agent import DriverManager
+from services._agent import loop, publish
+from services.driver_manager import payload, state
+from services.driver_manager.config import Settings
 
 log = logging.getLogger(__name__)
 
 
 class FirmwareStep:
-    def __init__(self, agent: DriverManager) -> None:
-        self.agent = agent
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        firmware: hardware.Firmware,
+        processes: hardware.GpuProcesses,
+        state_file: state.StateFile,
+        publisher: publish.Publisher,
+        say: loop.Say,
+    ) -> None:
+        self.settings = settings
+        self.firmware = firmware
+        self.processes = processes
+        self.state = state_file
+        self.publisher = publisher
+        self.say = say
+        self.payload_dir = pathlib.Path(settings.payload_dir)
         self.last: policy.FirmwareDecision | None = None
 
     def run(self, functions: Sequence[PciFunction], node: Mapping[str, Any] | None) -> None:
-        a, s = self.agent, self.agent.settings
+        a, s = self, self.settings
         if s.fw_upgrade_policy is spec.FirmwarePolicy.NEVER:
             return
         try:
-            info = a.hw.firmware.info()
+            info = a.firmware.info()
         except HardwareError as exc:
             a.say("firmware", f"cannot read firmware versions, not flashing: {exc}", logging.WARNING)
             return
@@ -63,7 +79,7 @@ class FirmwareStep:
             self._refuse(decision.reason)
             return
         try:
-            busy = a.hw.processes.processes()
+            busy = a.processes.processes()
         except HardwareError as exc:
             self._refuse(f"cannot tell whether GPU workloads run ({exc}); not flashing")
             return
@@ -76,7 +92,7 @@ class FirmwareStep:
             image = payload.install_firmware(a.payload_dir, s.host_root, decision.image)
             version = payload.payload_vbios(a.payload_dir, s.fw_enable_virt) or ""
             for target in decision.targets:
-                a.hw.firmware.flash(target, image)
+                a.firmware.flash(target, image)
                 remembered.flashed[target] = version
                 a.state.write(remembered)
         except HardwareError as exc:
@@ -88,6 +104,6 @@ class FirmwareStep:
         a.publisher.event(policy.NODE_NEED_REBOOT_REASON, policy.NODE_NEED_REBOOT_MESSAGE, warning=True)
 
     def _refuse(self, reason: str) -> None:
-        a = self.agent
+        a = self
         if a.say("firmware", f"firmware upgrade refused: {reason}", logging.WARNING):
             a.publisher.event(driver_plan.FIRMWARE_REFUSED, reason, warning=True)

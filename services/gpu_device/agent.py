@@ -50,6 +50,8 @@ class Snapshot:
 class Agent:
     """The gpu-device node agent. `run` loops until its stop event is set, then shuts down cleanly."""
 
+    name = "gpu-device"
+
     def __init__(
         self,
         settings: Settings,
@@ -76,7 +78,8 @@ class Agent:
         self._kubelet_watch = kubelet
         self.snapshot = Snapshot()
         self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
-        self._registered: set[devices.Resource] = set()
+        self._registered: dict[devices.Resource, object] = {}
+        """Each registered resource → the kubelet socket generation (fingerprint) it registered with."""
         self._kubelet: object = None
         self._next: dict[str, float] = {}
         self._functions: Sequence[PciFunction] = ()
@@ -169,7 +172,7 @@ class Agent:
             self._read_inventory()
         if health_due:
             self._read_health()
-        elif s.healthy_interval == 0:
+        elif s.healthy_interval <= 0:
             self._health = {}
         if self._due("labels", s.label_interval, now):
             self._read_labels()
@@ -275,7 +278,7 @@ class Agent:
             plugin = self.plugins.pop(resource)
             plugin.update(())
             plugin.stop()
-            self._registered.discard(resource)
+            self._registered.pop(resource, None)
             log.info("%s is no longer offered on this node", resource.value)
         for resource in sorted(plan.active(), key=lambda r: r.value):
             self._apply_resource(resource, plan.devices[resource], probe)
@@ -288,16 +291,30 @@ class Agent:
             self._say("cdi", f"cannot write the CDI spec: {exc}", logging.ERROR)
 
     def _watch_kubelet(self) -> None:
+        """Notice a new kubelet; re-register only what registered with an older one.
+
+        Registration is once per kubelet socket generation: each resource remembers the fingerprint of
+        kubelet.sock it registered under (read right after its Register call). A kubelet restart that lands
+        inside a tick, after this check, makes the plugin register with the new kubelet in that same tick
+        (kubelet wipes our socket first, so the own-socket check restarts the server); the next tick then
+        sees the new fingerprint but finds the resource already registered under it, and leaves the working
+        stream alone instead of registering a second time.
+        """
         fingerprint = self._kubelet_watch()
         if fingerprint != self._kubelet:
             if fingerprint is None:
                 log.warning("kubelet's registration socket is gone: waiting for kubelet")
-            elif self._kubelet is not None:
-                log.info("kubelet restarted: restarting plugin servers and registering again")
-                for plugin in self.plugins.values():
-                    plugin.stop()
             self._kubelet = fingerprint
-            self._registered.clear()
+        stale = [r for r, generation in self._registered.items() if generation != fingerprint]
+        if stale and fingerprint is not None:
+            log.info(
+                "kubelet restarted: restarting %s and registering again", ", ".join(sorted(r.value for r in stale))
+            )
+        for resource in stale:
+            del self._registered[resource]
+            plugin = self.plugins.get(resource)
+            if plugin is not None and fingerprint is not None:
+                plugin.stop()
 
     def _apply_resource(self, resource: devices.Resource, advertised: Sequence[devices.Device], probe: bool) -> None:
         plugin = self.plugins.get(resource)
@@ -312,7 +329,7 @@ class Agent:
             except PortError as exc:
                 self._say(f"serve:{resource.value}", str(exc), logging.ERROR)
                 return
-            self._registered.discard(resource)
+            self._registered.pop(resource, None)
         if resource not in self._registered and self._kubelet is not None:
             try:
                 plugin.register()
@@ -320,4 +337,4 @@ class Agent:
                 self._say(f"register:{resource.value}", str(exc), logging.WARNING)
                 return
             self._said.pop(f"register:{resource.value}", None)
-            self._registered.add(resource)
+            self._registered[resource] = self._kubelet_watch()
