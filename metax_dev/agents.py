@@ -19,17 +19,8 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from metax_hw_fake import host as fake_host
 from services._agent import loop
-from services.driver_manager import agent as driver_agent
-from services.driver_manager import bootstrap as driver_bootstrap
-from services.driver_manager import config as driver_config
-from services.gpu_device import bootstrap as device_bootstrap
-from services.gpu_device import config as device_config
-from services.gpu_label import agent as label_agent
-from services.gpu_label import bootstrap as label_bootstrap
-from services.gpu_label import config as label_config
-from services.vfio_manager import agent as vfio_agent
-from services.vfio_manager import bootstrap as vfio_bootstrap
-from services.vfio_manager import config as vfio_config
+
+# Each function imports only its own agent, so a process's memory is that agent's (benchmarks/agents.py).
 
 Built = tuple[loop.Agent, Callable[[threading.Event], None]]
 
@@ -39,24 +30,39 @@ def _fake(environ: Mapping[str, str]) -> fake_host.FakeHost:
 
 
 def gpu_label(environ: Mapping[str, str]) -> Built:
+    from services.gpu_label import agent as label_agent
+    from services.gpu_label import bootstrap as label_bootstrap
+    from services.gpu_label import config as label_config
+
     settings = label_config.from_env(environ)
     agent = label_bootstrap.bootstrap(settings, hw=label_agent.Hardware.of(_fake(environ).hw))
     return agent, label_bootstrap.runner(agent)
 
 
 def driver_manager(environ: Mapping[str, str]) -> Built:
+    from services.driver_manager import agent as driver_agent
+    from services.driver_manager import bootstrap as driver_bootstrap
+    from services.driver_manager import config as driver_config
+
     settings = driver_config.from_env(environ, host_module_tools=False)
     agent = driver_bootstrap.bootstrap(settings, hw=driver_agent.Hardware.of(_fake(environ).hw))
     return agent, driver_bootstrap.runner(agent)
 
 
 def vfio_manager(environ: Mapping[str, str]) -> Built:
+    from services.vfio_manager import agent as vfio_agent
+    from services.vfio_manager import bootstrap as vfio_bootstrap
+    from services.vfio_manager import config as vfio_config
+
     settings = vfio_config.from_env(environ)
     agent = vfio_bootstrap.bootstrap(settings, hw=vfio_agent.Hardware.of(_fake(environ).hw))
     return agent, vfio_bootstrap.runner(agent)
 
 
 def gpu_device(environ: Mapping[str, str]) -> Built:
+    from services.gpu_device import bootstrap as device_bootstrap
+    from services.gpu_device import config as device_config
+
     hw = _fake(environ).hw
     agent = device_bootstrap.bootstrap(device_config.from_env(environ), inventory=hw.devices, monitor=hw.monitor)
     return agent, agent.run
