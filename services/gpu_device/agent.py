@@ -28,6 +28,7 @@ from metax_core.node import cdi, devices, readiness
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
+from services._agent import loop
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class Agent:
         self._registered: dict[devices.Resource, object] = {}
         """Each registered resource → the kubelet socket generation (fingerprint) it registered with."""
         self._kubelet: object = None
-        self._next: dict[str, float] = {}
+        self._chores = loop.Chores(clock)
         self._functions: Sequence[PciFunction] = ()
         self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
         self._iommu = False
@@ -91,7 +92,7 @@ class Agent:
         self._node = devices.NodeSettings()
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
-        self._said: dict[str, object] = {}
+        self._said = loop.Say(log)
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -123,12 +124,7 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         log.info("gpu-device starting on node %s", self.settings.node_name)
-        try:
-            while not stop.is_set():
-                self.tick()
-                stop.wait(self.settings.tick)
-        finally:
-            self.shutdown()
+        loop.serve(self, stop, tick=self.settings.tick)
 
     def tick(self) -> None:
         """One gather → decide → apply round."""
@@ -160,10 +156,7 @@ class Agent:
     # --- gather --------------------------------------------------------------------------------------------
 
     def _due(self, chore: str, interval: float, now: float) -> bool:
-        if now < self._next.get(chore, float("-inf")):
-            return False
-        self._next[chore] = now + interval
-        return True
+        return self._chores.due(chore, interval, now)
 
     def _gather(self, now: float) -> None:
         s = self.settings
@@ -252,9 +245,7 @@ class Agent:
 
     def _say(self, topic: str, message: str, level: int = logging.INFO) -> None:
         """Log ``message`` only when it differs from the last one on ``topic`` (no spam every tick)."""
-        if self._said.get(topic) != message:
-            self._said[topic] = message
-            log.log(level, "%s", message)
+        self._said(topic, message, level)
 
     # --- apply ---------------------------------------------------------------------------------------------
 
@@ -262,7 +253,7 @@ class Agent:
         if plan.problems:
             self._say("problems", "; ".join(plan.problems), logging.WARNING)
         else:
-            self._said.pop("problems", None)
+            self._said.forget("problems")
         self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node)
         if self.settings.cdi_enabled and self._cdi_file is not None:
             self._write_cdi(plan)
@@ -336,5 +327,5 @@ class Agent:
             except PortError as exc:
                 self._say(f"register:{resource.value}", str(exc), logging.WARNING)
                 return
-            self._said.pop(f"register:{resource.value}", None)
+            self._said.forget(f"register:{resource.value}")
             self._registered[resource] = self._kubelet_watch()
