@@ -36,14 +36,33 @@ class VfioPlan:
     """Indexes asked for that the node does not have (reported, not fatal)."""
 
 
+def _held_for_vfio(function: PciFunction, vfio_driver: str, native_loaded: bool) -> bool:
+    """On vfio-pci, or left half-way by an interrupted bind or return (unbound with a vfio-pci override, or
+    unbound while the native driver is loaded and could have it)."""
+    if function.driver == vfio_driver:
+        return True
+    if function.driver is None:
+        return function.driver_override == vfio_driver or native_loaded
+    return False
+
+
 def plan(
-    functions: Sequence[PciFunction], selection: vfio_config.GpuSelection, *, vfio_driver: str = VFIO_DRIVER
+    functions: Sequence[PciFunction],
+    selection: vfio_config.GpuSelection,
+    *,
+    vfio_driver: str = VFIO_DRIVER,
+    native_loaded: bool = False,
 ) -> VfioPlan:
-    """Bind the selected GPUs that are not on vfio-pci yet; give back unselected ones that are."""
+    """Bind the selected GPUs that are not on vfio-pci yet; give back unselected ones that are on it, or that
+    an interrupted bind or return left unbound (``native_loaded``: the native driver is there to take them)."""
     gpus = indexed_gpus(functions)
     index_of = {f.address: i for i, f in enumerate(gpus)}
     to_vfio = tuple(f.address for i, f in enumerate(gpus) if selection.selects(i) and f.driver != vfio_driver)
-    to_native = tuple(f.address for i, f in enumerate(gpus) if not selection.selects(i) and f.driver == vfio_driver)
+    to_native = tuple(
+        f.address
+        for i, f in enumerate(gpus)
+        if not selection.selects(i) and _held_for_vfio(f, vfio_driver, native_loaded)
+    )
     missing = tuple(sorted(i for i in selection.indexes if i >= len(gpus)))
     return VfioPlan(to_vfio=to_vfio, to_native=to_native, index_of=index_of, missing_indexes=missing)
 

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
-from metax_core.inventory import VFIO_DRIVER, PciAddress
+from metax_core.inventory import METAX_MODULE, VFIO_DRIVER, PciAddress
 from metax_core.node import vfio, vfio_config_map
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
@@ -94,7 +94,8 @@ class VfioManager:
         s = self.settings
         selection = vfio_config.selection_for_node(self._entries(), s.node_name)
         functions = self.hw.devices.functions()
-        plan = vfio.plan(functions, selection)
+        native_loaded = self.hw.modules.state(METAX_MODULE) is not None
+        plan = vfio.plan(functions, selection, native_loaded=native_loaded)
         if plan.missing_indexes:
             self.say("missing", f"selected GPU index(es) {list(plan.missing_indexes)} do not exist on this node")
         conflicts = vfio.group_conflicts(functions, selection)

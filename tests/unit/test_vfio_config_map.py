@@ -61,3 +61,15 @@ def test_group_conflicts_keep_groups_whole() -> None:
 def test_results_cover_selected_indexes_only() -> None:
     functions = [gpu(1, 1, "vfio-pci"), gpu(2, 2), gpu(3, 3)]
     assert vfio.results(functions, vfio_config.parse_gpus("0,1,9")) == {0: True, 1: False}
+
+
+def test_plan_gives_back_gpus_an_interrupted_bind_or_return_left_unbound() -> None:
+    import attrs
+
+    half_bound = attrs.evolve(gpu(1, 1, "metax"), driver=None, driver_override="vfio-pci")
+    half_returned = attrs.evolve(gpu(2, 2, "metax"), driver=None)
+    functions = [half_bound, half_returned, gpu(3, 3)]
+    nothing = vfio_config.parse_gpus("9")
+    assert vfio.plan(functions, nothing, native_loaded=True).to_native == ("0000:01:00.0", "0000:02:00.0")
+    # Without the native driver an unbound GPU stays as it is (nothing could take it): no write every round.
+    assert vfio.plan(functions, nothing, native_loaded=False).to_native == ("0000:01:00.0",)
