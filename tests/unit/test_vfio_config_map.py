@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from metax_core.errors import InvalidSpec
@@ -64,8 +65,6 @@ def test_results_cover_selected_indexes_only() -> None:
 
 
 def test_plan_gives_back_gpus_an_interrupted_bind_or_return_left_unbound() -> None:
-    import attrs
-
     half_bound = attrs.evolve(gpu(1, 1, "metax"), driver=None, driver_override="vfio-pci")
     half_returned = attrs.evolve(gpu(2, 2, "metax"), driver=None)
     functions = [half_bound, half_returned, gpu(3, 3)]

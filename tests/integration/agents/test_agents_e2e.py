@@ -157,6 +157,7 @@ def fleet(control_plane: controlplane.ControlPlane, kube_namespace: str) -> Iter
         core = client.CoreV1Api(control_plane.api_client())
         for name in names:
             core.delete_node(name)
+            control_plane.node_names.remove(name)  # the session's node list holds only live nodes
         shutil.rmtree(workdir, ignore_errors=True)
 
 
