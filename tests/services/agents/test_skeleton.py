@@ -142,3 +142,39 @@ def test_publish_changes_only_what_differs() -> None:
     assert core_publish.changes(have, {"a": "1", "b": "3", "c": None, "d": "4"}) == {"b": "3", "d": "4"}
     assert core_publish.changes(have, {"a": None}) == {"a": None}
     assert core_publish.changes(have, {"a": "1"}) == {}
+
+
+def test_health_checks_log_nothing_at_info(tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    from metax_hw_fake import builder
+
+    fake = builder.FakeHostBuilder().gpus(2).build(tmp_path / "host")
+    loop.setup_logging({"METAX_LOG_LEVEL": "INFO"})
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        fake.hw.monitor.health()
+    assert [r for r in caplog.records if r.levelno <= logging.INFO] == []
+
+
+def test_watches_wake_the_agent_when_its_config_map_changes() -> None:
+    from metax_k8s.inmemory import cluster as inmemory
+    from services._agent import watch
+
+    k8s = inmemory.InMemoryCluster()
+    k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}, field_manager="t")
+    seen: list[str] = []
+    woke = threading.Event()
+
+    def changed(chore: str) -> None:
+        seen.append(chore)
+        woke.set()
+
+    watches = watch.Watches(k8s.objects, changed, resync=30)
+    watches.start(watch.Target("v1", "ConfigMap", "driver-config", "ns", "sync"))
+    try:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "ns"}}
+        k8s.objects.apply(body, field_manager="t")
+        k8s.objects.apply({**body, "metadata": {"name": "driver-config", "namespace": "ns"}}, field_manager="t")
+        assert woke.wait(10)
+        assert seen == ["sync"]  # the other ConfigMap woke nothing
+    finally:
+        watches.close()
