@@ -68,12 +68,12 @@ def test_follows_vfs_health_and_hot_unplug(tmp_path: pathlib.Path) -> None:
     assert n.labels()[labels.GPU_COUNT] == "1"
 
 
-def test_mx_smi_hang_or_garbage_keeps_the_last_names_and_sizes(tmp_path: pathlib.Path) -> None:
+def test_mx_smi_hanging_failing_or_garbage_keeps_the_last_names_and_sizes(tmp_path: pathlib.Path) -> None:
     n = make_node(tmp_path, builder.FakeHostBuilder().gpus(2), timeout=1.0)
     g = labeller(n)
     g.tick()
     before = (n.labels(), n.annotations())
-    for mode in ("hang", "garbage"):
+    for mode in ("hang", "garbage", "fail"):
         n.fake.break_mx_smi(mode)
         n.clock.advance(11)
         g.tick()
