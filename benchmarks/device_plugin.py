@@ -58,7 +58,7 @@ class Bench:
         self.monitor = monitor(self.inventory)
         self.labels = FakeNodeMetadata("bench")
         board = hostfiles.FileReadinessBoard(self.root)
-        for component in config.DEFAULT_REQUIRED:
+        for component in config.default_required():
             board.publish(readiness.ComponentReadiness(component, True))
         self.kubelet = Kubelet(self.root / "var/lib/kubelet/device-plugins").start()
         settings = config.Settings(

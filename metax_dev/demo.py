@@ -4,7 +4,8 @@ It plays what an administrator sees: the spec is validated (and a broken one exp
 workloads are rendered, the §3.2.8 canary rollout is planned for ten nodes, and three fake GPU hosts (real
 sysfs adapter code on fake roots) are inventoried, given their VFs from the ``driver-config`` ConfigMap,
 labelled, bound to vfio-pci where ``vfioConfig`` selects them, and shown with the device-plugin resources
-they would advertise. Each step calls the same core functions and adapters as the components.
+they would advertise. The nodes are brought up by the node agents' own rounds (driver-manager, vfio-manager,
+gpu-label) against an in-memory cluster holding the ConfigMaps: the demo has no copy of their apply steps.
 """
 
 from __future__ import annotations
@@ -20,13 +21,24 @@ from rich.table import Table
 
 from metax_core.cluster import components, workloads
 from metax_core.inventory import FunctionKind
-from metax_core.node import devices, driver_config, labels, policy, vfio
+from metax_core.node import devices, vfio, vfio_config_map
 from metax_core.spec import model as spec
-from metax_core.spec import validation, vfio_config
+from metax_core.spec import validation
 from metax_dev import fakehost
 from metax_hw_fake import host as fake_host
+from metax_k8s.inmemory.cluster import InMemoryCluster
+from services._agent import cluster as agent_cluster
 from services.cli import documents
 from services.cli import main as cli
+from services.driver_manager import agent as driver_agent
+from services.driver_manager import bootstrap as driver_bootstrap
+from services.driver_manager import config as driver_config
+from services.gpu_label import agent as label_agent
+from services.gpu_label import bootstrap as label_bootstrap
+from services.gpu_label import config as label_config
+from services.vfio_manager import agent as vfio_agent
+from services.vfio_manager import bootstrap as vfio_bootstrap
+from services.vfio_manager import config as vfio_settings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -36,6 +48,7 @@ DRIVER_CONFIG = {
     "node-module-params": "worknode1:\n  xcore_page_size: 12\n",
 }
 PAYLOAD_VERSION = "2.14.6"
+NAMESPACE = "metax-operator"
 NODES = (
     # name, GPUs, host driver installed
     ("worknode1", 8, "2.12.0"),
@@ -84,45 +97,63 @@ def show_rollout(console: Console, example: Path) -> None:
 
 
 def show_nodes(console: Console, example: Path, workdir: Path) -> None:
-    _section(console, "4. Simulated GPU nodes: driver choice, VFs, labels, vfio-pci, device-plugin resources")
+    _section(console, "4. Simulated GPU nodes: the node agents' own rounds (driver-manager, gpu-label, vfio-manager)")
     wanted = validation.parse(documents.load_document(str(example)))
-    config = driver_config.parse(DRIVER_CONFIG)
+    k8s = InMemoryCluster()
+    k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, field_manager="demo")
+    k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="demo")
+    for name, data in (
+        (workloads.DRIVER_CONFIG_MAP, DRIVER_CONFIG),
+        (workloads.VFIO_CONFIG_MAP, vfio_config_map.render(wanted.vfio_manager.vfio_config)),
+    ):
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NAMESPACE}}
+        k8s.objects.apply({**body, "data": data}, field_manager="metax-operator")
     table = Table("node", "GPUs", "driver", "VFs", "module params", "vfio-pci", "advertised")
     for name, gpus, host_driver in NODES:
+        k8s.add_node(name)
         fake = fakehost.create(
             workdir / name, gpus, host_driver=host_driver, loaded=False, payload_drivers=[PAYLOAD_VERSION]
         )
-        table.add_row(*_node_row(name, fake, wanted, config))
+        table.add_row(*_node_row(name, fake, wanted, k8s))
     console.print(table)
-    console.print("Labels of gpu-node-3 (R-LABELS):")
-    fake = fake_host.FakeHost.open(workdir / "gpu-node-3")
-    inventory = labels.NodeInventory(node_name="gpu-node-3", functions=tuple(fake.hw.devices.functions()))
-    console.print({k: v for k, v in labels.node_labels(inventory).items() if v is not None})
+    console.print("Labels of gpu-node-3 (R-LABELS), as gpu-label published them:")
+    node = k8s.objects.get("v1", "Node", "gpu-node-3") or {}
+    console.print({k: v for k, v in (node["metadata"].get("labels") or {}).items() if k.startswith("metax-tech.com/")})
 
 
-def _node_row(
-    name: str, fake: fake_host.FakeHost, wanted: spec.ClusterOperatorSpec, config: driver_config.DriverConfig
-) -> list[str]:
-    hw = fake.hw
-    choice = policy.choose_driver(
-        wanted.driver.deploy_policy, hw.modules.installed_version("metax"), wanted.driver.payload.version
+def _node_row(name: str, fake: fake_host.FakeHost, wanted: spec.ClusterOperatorSpec, k8s: InMemoryCluster) -> list[str]:
+    """One node brought up by the agents' own rounds, in the order the readiness gates allow."""
+    driver = driver_bootstrap.bootstrap(
+        driver_config.Settings(
+            node_name=name,
+            host_root=fake.root,
+            namespace=NAMESPACE,
+            deploy_policy=wanted.driver.deploy_policy,
+            payload_version=wanted.driver.payload.version,
+            fw_upgrade_policy=wanted.driver.fw_upgrade_policy,
+            fw_enable_virt=wanted.driver.fw_enable_virt,
+            host_module_tools=False,
+        ),
+        hw=driver_agent.Hardware.of(fake.hw),
+        ports=agent_cluster.in_memory(k8s, "driver", name),
     )
-    node_config = driver_config.for_node(config, name)
-    if choice.source is policy.DriverSource.HOST:
-        hw.modules.load("metax", node_config.module_params)
-    elif choice.source is policy.DriverSource.PAYLOAD:
-        hw.modules.load_file(f"/var/lib/metax/drivers/{choice.version}/metax.ko", node_config.module_params)
-    vf_plan = driver_config.vf_count_plan(hw.devices.functions(), node_config.vfnum)
-    for write in vf_plan.writes:
-        hw.binder.set_vf_count(write.pf, node_config.vfnum)
-    selection = vfio_config.selection_for_node(wanted.vfio_manager.vfio_config, name)
-    binding = vfio.plan(hw.devices.functions(), selection)
-    results = {}
-    if binding.to_vfio and hw.modules.state("vfio_pci") is None:
-        hw.modules.load("vfio-pci", {})
-    for address in binding.to_vfio:
-        hw.binder.bind(address, "vfio-pci")
-        results[binding.index_of[address]] = True
+    labeller = label_bootstrap.bootstrap(
+        label_config.Settings(
+            node_name=name, host_root=fake.root, namespace=NAMESPACE, sgpu_shares=wanted.gpu_device.sgpu_shares
+        ),
+        hw=label_agent.Hardware.of(fake.hw),
+        ports=agent_cluster.in_memory(k8s, "gpu-label", name),
+    )
+    binder = vfio_bootstrap.bootstrap(
+        vfio_settings.Settings(node_name=name, host_root=fake.root, namespace=NAMESPACE),
+        hw=vfio_agent.Hardware.of(fake.hw),
+        ports=agent_cluster.in_memory(k8s, "vfio-manager", name),
+    )
+    driver.tick()
+    binder.tick()
+    labeller.tick()
+    outcome = driver.outcome
+    hw = fake.hw
     functions = hw.devices.functions()
     plan = devices.plan_devices(
         functions,
@@ -133,14 +164,19 @@ def _node_row(
     )
     advertised = ", ".join(f"{r.value}={len(d)}" for r, d in sorted(plan.devices.items(), key=lambda i: i[0].value))
     vfs = sum(1 for f in functions if f.kind is FunctionKind.VF)
-    params = ", ".join(f"{k}={v}" for k, v in node_config.module_params.items()) or "-"
-    annotation = vfio.annotation_value(results) if results else "-"
+    params = hw.modules.state("metax")
+    shown = ", ".join(
+        f"{k}={v}" for k, v in sorted((params.params if params else {}).items()) if k == "xcore_page_size"
+    )
+    node = k8s.objects.get("v1", "Node", name) or {}
+    annotation = (node["metadata"].get("annotations") or {}).get(vfio.ANNOTATION, "-")
+    choice = outcome.plan.choice if outcome is not None and outcome.plan is not None else None
     return [
         name,
         str(len([f for f in functions if f.kind is FunctionKind.PF])),
-        f"{choice.source.value} {choice.version or ''}",
+        f"{choice.source.value} {choice.version or ''}" if choice else "-",
         str(vfs),
-        params,
+        shown or "-",
         annotation,
         advertised or "-",
     ]

@@ -148,6 +148,27 @@ def _env(s: spec.ClusterOperatorSpec, component: Component, deployed: Sequence[C
         env.append({"name": "METAX_DRIVER_CONFIG", "value": DRIVER_CONFIG_MAP})
     if component is Component.VFIO_MANAGER:
         env.append({"name": "METAX_VFIO_CONFIG", "value": VFIO_CONFIG_MAP})
+    return env + node_agent_env(s, component)
+
+
+PROBE_FILE = "/tmp/metax-agent-ready"
+"""The readiness probe file every node agent keeps while its last round succeeded (services._agent.probe)."""
+
+
+def node_agent_env(s: spec.ClusterOperatorSpec, component: Component) -> list[dict[str, Any]]:
+    """What the node agents (gpu-label, driver-manager, vfio-manager) read besides the common variables:
+    the namespace of their ConfigMaps (downward API), their probe file, and the payload driver version."""
+    if component not in (Component.GPU_LABEL, Component.DRIVER, Component.VFIO_MANAGER, Component.GPU_DEVICE):
+        return []
+    env: list[dict[str, Any]] = [
+        {"name": "METAX_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    if component is not Component.GPU_DEVICE:
+        env.append({"name": "METAX_PROBE_FILE", "value": PROBE_FILE})
+    if component is Component.DRIVER and s.driver.payload.version:
+        env.append({"name": "METAX_DRIVER_VERSION", "value": s.driver.payload.version})
+    if component is Component.GPU_LABEL:
+        env.append({"name": "METAX_SGPU_SHARES", "value": str(s.gpu_device.sgpu_shares)})
     return env
 
 

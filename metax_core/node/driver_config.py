@@ -344,8 +344,9 @@ class PlanOutcome(enum.Enum):
 class PfWrite:
     pf: PciAddress
     current: int
-    writes: tuple[int, ...]
-    """Values to write to ``sriov_numvfs``, in order: the kernel refuses N → M directly, so (0, M)."""
+    target: int
+    """The VF count to set. Going from N to M through zero (the kernel refuses N → M directly) is the
+    hardware adapter's business (`ports.hardware.DriverBinder.set_vf_count`), not a decision made here."""
 
 
 @attrs.frozen
@@ -380,8 +381,7 @@ def vf_count_plan(
         if desired_vfnum > pf.sriov_totalvfs:
             problems.append(f"{pf.address} supports at most {pf.sriov_totalvfs} VFs, {desired_vfnum} were asked for")
             continue
-        sequence = (0, desired_vfnum) if pf.sriov_numvfs and desired_vfnum else (desired_vfnum,)
-        writes.append(PfWrite(pf.address, pf.sriov_numvfs, sequence))
+        writes.append(PfWrite(pf.address, pf.sriov_numvfs, desired_vfnum))
     if problems:
         return VfCountPlan(PlanOutcome.REFUSE, desired_vfnum, skipped=skipped, problems=tuple(problems))
     outcome = PlanOutcome.APPLY if writes else PlanOutcome.NOTHING

@@ -36,14 +36,33 @@ class VfioPlan:
     """Indexes asked for that the node does not have (reported, not fatal)."""
 
 
+def _held_for_vfio(function: PciFunction, vfio_driver: str, native_loaded: bool) -> bool:
+    """On vfio-pci, or left half-way by an interrupted bind or return (unbound with a vfio-pci override, or
+    unbound while the native driver is loaded and could have it)."""
+    if function.driver == vfio_driver:
+        return True
+    if function.driver is None:
+        return function.driver_override == vfio_driver or native_loaded
+    return False
+
+
 def plan(
-    functions: Sequence[PciFunction], selection: vfio_config.GpuSelection, *, vfio_driver: str = VFIO_DRIVER
+    functions: Sequence[PciFunction],
+    selection: vfio_config.GpuSelection,
+    *,
+    vfio_driver: str = VFIO_DRIVER,
+    native_loaded: bool = False,
 ) -> VfioPlan:
-    """Bind the selected GPUs that are not on vfio-pci yet; give back unselected ones that are."""
+    """Bind the selected GPUs that are not on vfio-pci yet; give back unselected ones that are on it, or that
+    an interrupted bind or return left unbound (``native_loaded``: the native driver is there to take them)."""
     gpus = indexed_gpus(functions)
     index_of = {f.address: i for i, f in enumerate(gpus)}
     to_vfio = tuple(f.address for i, f in enumerate(gpus) if selection.selects(i) and f.driver != vfio_driver)
-    to_native = tuple(f.address for i, f in enumerate(gpus) if not selection.selects(i) and f.driver == vfio_driver)
+    to_native = tuple(
+        f.address
+        for i, f in enumerate(gpus)
+        if not selection.selects(i) and _held_for_vfio(f, vfio_driver, native_loaded)
+    )
     missing = tuple(sorted(i for i in selection.indexes if i >= len(gpus)))
     return VfioPlan(to_vfio=to_vfio, to_native=to_native, index_of=index_of, missing_indexes=missing)
 
@@ -51,3 +70,37 @@ def plan(
 def annotation_value(results: Mapping[int, bool]) -> str:
     """The node annotation: ``{"0":1,"1":1,"3":0}`` — index → 1 bound, 0 failed (keys in numeric order)."""
     return json.dumps({str(i): int(ok) for i, ok in sorted(results.items())}, separators=(",", ":"))
+
+
+IOMMU_DISABLED = "IOMMUDisabled"
+"""Event reason and readiness word when GPUs are selected for vfio-pci on a node without an IOMMU."""
+
+
+def group_conflicts(functions: Sequence[PciFunction], selection: vfio_config.GpuSelection) -> Mapping[PciAddress, str]:
+    """Selected GPUs that share an IOMMU group with an unselected MetaX GPU: VFIO hands out whole groups, so
+    binding one of them would take its group mate from the host too. They are not bound; the reason says
+    which GPUs to select together."""
+    gpus = indexed_gpus(functions)
+    by_group: dict[int, list[tuple[int, PciFunction]]] = {}
+    for i, f in enumerate(gpus):
+        if f.iommu_group is not None:
+            by_group.setdefault(f.iommu_group, []).append((i, f))
+    conflicts: dict[PciAddress, str] = {}
+    for group, members in by_group.items():
+        chosen = [i for i, _ in members if selection.selects(i)]
+        left = [i for i, _ in members if not selection.selects(i)]
+        if chosen and left:
+            for i, f in members:
+                if selection.selects(i):
+                    conflicts[f.address] = (
+                        f"GPU {i} shares IOMMU group {group} with GPU(s) {', '.join(map(str, left))}, which are not "
+                        "selected: VFIO assigns whole groups, select them together or not at all"
+                    )
+    return conflicts
+
+
+def results(
+    functions: Sequence[PciFunction], selection: vfio_config.GpuSelection, *, vfio_driver: str = VFIO_DRIVER
+) -> dict[int, bool]:
+    """index → bound to vfio-pci, for every selected index the node has (the annotation's content)."""
+    return {i: f.driver == vfio_driver for i, f in enumerate(indexed_gpus(functions)) if selection.selects(i)}

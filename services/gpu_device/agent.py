@@ -28,6 +28,7 @@ from metax_core.node import cdi, devices, readiness
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
+from services._agent import loop
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class Snapshot:
 
 class Agent:
     """The gpu-device node agent. `run` loops until its stop event is set, then shuts down cleanly."""
+
+    name = "gpu-device"
 
     def __init__(
         self,
@@ -76,9 +79,10 @@ class Agent:
         self._kubelet_watch = kubelet
         self.snapshot = Snapshot()
         self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
-        self._registered: set[devices.Resource] = set()
+        self._registered: dict[devices.Resource, object] = {}
+        """Each registered resource → the kubelet socket generation (fingerprint) it registered with."""
         self._kubelet: object = None
-        self._next: dict[str, float] = {}
+        self._chores = loop.Chores(clock)
         self._functions: Sequence[PciFunction] = ()
         self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
         self._iommu = False
@@ -88,7 +92,7 @@ class Agent:
         self._node = devices.NodeSettings()
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
-        self._said: dict[str, object] = {}
+        self._said = loop.Say(log)
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -120,12 +124,7 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         log.info("gpu-device starting on node %s", self.settings.node_name)
-        try:
-            while not stop.is_set():
-                self.tick()
-                stop.wait(self.settings.tick)
-        finally:
-            self.shutdown()
+        loop.serve(self, stop, tick=self.settings.tick)
 
     def tick(self) -> None:
         """One gather → decide → apply round."""
@@ -157,10 +156,7 @@ class Agent:
     # --- gather --------------------------------------------------------------------------------------------
 
     def _due(self, chore: str, interval: float, now: float) -> bool:
-        if now < self._next.get(chore, float("-inf")):
-            return False
-        self._next[chore] = now + interval
-        return True
+        return self._chores.due(chore, interval, now)
 
     def _gather(self, now: float) -> None:
         s = self.settings
@@ -169,7 +165,7 @@ class Agent:
             self._read_inventory()
         if health_due:
             self._read_health()
-        elif s.healthy_interval == 0:
+        elif s.healthy_interval <= 0:
             self._health = {}
         if self._due("labels", s.label_interval, now):
             self._read_labels()
@@ -249,9 +245,7 @@ class Agent:
 
     def _say(self, topic: str, message: str, level: int = logging.INFO) -> None:
         """Log ``message`` only when it differs from the last one on ``topic`` (no spam every tick)."""
-        if self._said.get(topic) != message:
-            self._said[topic] = message
-            log.log(level, "%s", message)
+        self._said(topic, message, level)
 
     # --- apply ---------------------------------------------------------------------------------------------
 
@@ -259,7 +253,7 @@ class Agent:
         if plan.problems:
             self._say("problems", "; ".join(plan.problems), logging.WARNING)
         else:
-            self._said.pop("problems", None)
+            self._said.forget("problems")
         self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node)
         if self.settings.cdi_enabled and self._cdi_file is not None:
             self._write_cdi(plan)
@@ -275,7 +269,7 @@ class Agent:
             plugin = self.plugins.pop(resource)
             plugin.update(())
             plugin.stop()
-            self._registered.discard(resource)
+            self._registered.pop(resource, None)
             log.info("%s is no longer offered on this node", resource.value)
         for resource in sorted(plan.active(), key=lambda r: r.value):
             self._apply_resource(resource, plan.devices[resource], probe)
@@ -288,16 +282,30 @@ class Agent:
             self._say("cdi", f"cannot write the CDI spec: {exc}", logging.ERROR)
 
     def _watch_kubelet(self) -> None:
+        """Notice a new kubelet; re-register only what registered with an older one.
+
+        Registration is once per kubelet socket generation: each resource remembers the fingerprint of
+        kubelet.sock it registered under (read right after its Register call). A kubelet restart that lands
+        inside a tick, after this check, makes the plugin register with the new kubelet in that same tick
+        (kubelet wipes our socket first, so the own-socket check restarts the server); the next tick then
+        sees the new fingerprint but finds the resource already registered under it, and leaves the working
+        stream alone instead of registering a second time.
+        """
         fingerprint = self._kubelet_watch()
         if fingerprint != self._kubelet:
             if fingerprint is None:
                 log.warning("kubelet's registration socket is gone: waiting for kubelet")
-            elif self._kubelet is not None:
-                log.info("kubelet restarted: restarting plugin servers and registering again")
-                for plugin in self.plugins.values():
-                    plugin.stop()
             self._kubelet = fingerprint
-            self._registered.clear()
+        stale = [r for r, generation in self._registered.items() if generation != fingerprint]
+        if stale and fingerprint is not None:
+            log.info(
+                "kubelet restarted: restarting %s and registering again", ", ".join(sorted(r.value for r in stale))
+            )
+        for resource in stale:
+            del self._registered[resource]
+            plugin = self.plugins.get(resource)
+            if plugin is not None and fingerprint is not None:
+                plugin.stop()
 
     def _apply_resource(self, resource: devices.Resource, advertised: Sequence[devices.Device], probe: bool) -> None:
         plugin = self.plugins.get(resource)
@@ -312,12 +320,12 @@ class Agent:
             except PortError as exc:
                 self._say(f"serve:{resource.value}", str(exc), logging.ERROR)
                 return
-            self._registered.discard(resource)
+            self._registered.pop(resource, None)
         if resource not in self._registered and self._kubelet is not None:
             try:
                 plugin.register()
             except PortError as exc:
                 self._say(f"register:{resource.value}", str(exc), logging.WARNING)
                 return
-            self._said.pop(f"register:{resource.value}", None)
-            self._registered.add(resource)
+            self._said.forget(f"register:{resource.value}")
+            self._registered[resource] = self._kubelet_watch()

@@ -61,6 +61,7 @@ def bootstrap(
     board: node_ports.ReadinessBoard | None = None,
     clock: Callable[[], float] | None = None,
     wall: Callable[[], datetime.datetime] | None = None,
+    plugin_factory: agent.PluginFactory | None = None,
 ) -> agent.Agent:
     """An Agent for ``settings`` (read from ``env``, by default the process environment)."""
     settings = settings or config.from_env(os.environ if env is None else env)
@@ -85,7 +86,7 @@ def bootstrap(
         nodes=nodes or production_nodes(settings),
         board=board or hostfiles.FileReadinessBoard(settings.host_root),
         cdi_file=hostfiles.CdiSpecFile(settings.host_path(settings.cdi_dir)) if settings.cdi_enabled else None,
-        plugin_factory=plugin,
+        plugin_factory=plugin_factory or plugin,
         kubelet=lambda: server.socket_fingerprint(kubelet_socket),
         **extra,
     )

@@ -1,101 +1,88 @@
 """gpu-device's settings, read once from the environment the operator gives the DaemonSet.
 
 Every variable has a production default, so the DaemonSet only sets what differs (NODE_NAME always, from
-the downward API). A bad value stops the agent at start with a message naming the variable: a device plugin
-running on a misread interval is worse than one that does not start.
+the downward API). Values go through the agents' one converter (`services._agent.settings`): a bad value
+stops the agent at start with a message naming the variable, because a device plugin running on a misread
+interval is worse than one that does not start. The default list of required components is the R-DEP
+graph's answer for gpu-device (`metax_core.cluster.components.requirements`), not a copy of it.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Mapping
+from typing import NewType
 
 import attrs
 
-from metax_core.errors import FieldError, InvalidSpec
+from metax_core.cluster import components
 from metax_core.node import devices, readiness
+from services._agent import settings as agent_settings
+from services._agent.settings import Components, HostPath, Seconds, env
 
-DEFAULT_REQUIRED = ("gpu-label", "container-runtime", "maca", "driver")
+Shares = NewType("Shares", int)
+"""sGPUs per GPU, 1 to 1024."""
 
 
-@attrs.frozen
+def _shares(text: object, _: object) -> int:
+    word = str(text).strip()
+    if not word.isdigit() or not 1 <= int(word) <= 1024:
+        raise ValueError(f"must be an integer from 1 to 1024, got {text!r}")
+    return int(word)
+
+
+agent_settings.CONVERTER.register_structure_hook(Shares, _shares)
+
+
+def _zero_is_never(value: Seconds | None) -> Seconds | None:
+    return value if value else None
+
+
+def _required() -> Components:
+    return Components(default_required())
+
+
+def default_required() -> tuple[str, ...]:
+    """What gpu-device waits for when every component is deployed (R-DEP + the driver, R-READY)."""
+    everything = list(components.Component)
+    return tuple(
+        components.BY_COMPONENT[c].signal for c in components.requirements(components.Component.GPU_DEVICE, everything)
+    )
+
+
+@attrs.frozen(kw_only=True)
 class Settings:
-    node_name: str
-    host_root: pathlib.Path = pathlib.Path("/")
+    node_name: str = attrs.field(metadata=env("NODE_NAME", "the node this agent runs on (downward API)"))
+    host_root: pathlib.Path = attrs.field(default=pathlib.Path("/"), metadata=env("METAX_HOST_ROOT"))
     """The host's root as the container sees it; every host path below is taken under it."""
-    plugin_dir: str = "/var/lib/kubelet/device-plugins"
-    cdi_dir: str = "/var/run/cdi"
-    healthy_interval: float = 5.0
+    plugin_dir: HostPath = attrs.field(
+        default=HostPath("/var/lib/kubelet/device-plugins"), metadata=env("METAX_DEVICE_PLUGIN_DIR")
+    )
+    cdi_dir: HostPath = attrs.field(default=HostPath("/var/run/cdi"), metadata=env("METAX_CDI_DIR"))
+    healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env("METAX_HEALTHY_INTERVAL"))
     """Seconds between health checks (chart gpuDevice.healthyInterval); 0 disables them."""
-    sgpu_shares: int = devices.DEFAULT_SHARES
-    required_components: tuple[str, ...] = DEFAULT_REQUIRED
-    label_interval: float = 5.0
-    readiness_interval: float = 2.0
-    inventory_interval: float = 10.0
-    readiness_max_age: float | None = None
-    probe_interval: float = 10.0
-    tick: float = 0.5
+    sgpu_shares: Shares = attrs.field(default=Shares(devices.DEFAULT_SHARES), metadata=env("METAX_SGPU_SHARES"))
+    cdi_enabled: bool = attrs.field(default=True, metadata=env("METAX_CDI"))
+    required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
+    label_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env("METAX_LABEL_INTERVAL"))
+    readiness_interval: Seconds = attrs.field(default=Seconds(2.0), metadata=env("METAX_READINESS_INTERVAL"))
+    inventory_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_INVENTORY_INTERVAL"))
+    readiness_max_age: Seconds | None = attrs.field(
+        default=None, converter=_zero_is_never, metadata=env("METAX_READINESS_MAX_AGE")
+    )
+    """Seconds after which a "ready" signal counts as stale; unset or 0: never."""
+    probe_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_PROBE_INTERVAL"))
+    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
     """How often the loop wakes to look at kubelet's socket and at what has come due."""
-    cdi_enabled: bool = True
     health_failure_threshold: int = 3
+    namespace: str = attrs.field(default="metax-operator", metadata=env("METAX_NAMESPACE"))
+    log_level: str = attrs.field(default="INFO", metadata=env("METAX_LOG_LEVEL"))
 
     def host_path(self, path: str) -> pathlib.Path:
         return self.host_root / path.lstrip("/")
 
 
-_FLOATS = {
-    "METAX_HEALTHY_INTERVAL": "healthy_interval",
-    "METAX_LABEL_INTERVAL": "label_interval",
-    "METAX_READINESS_INTERVAL": "readiness_interval",
-    "METAX_INVENTORY_INTERVAL": "inventory_interval",
-    "METAX_READINESS_MAX_AGE": "readiness_max_age",
-    "METAX_PROBE_INTERVAL": "probe_interval",
-}
-_PATHS = {"METAX_DEVICE_PLUGIN_DIR": "plugin_dir", "METAX_CDI_DIR": "cdi_dir"}
-_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
-
-def from_env(env: Mapping[str, str]) -> Settings:
+def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:
     """Settings from environment variables; InvalidSpec lists every bad one."""
-    errors: list[FieldError] = []
-    values: dict[str, object] = {}
-    node = env.get("NODE_NAME", "").strip()
-    if not node:
-        errors.append(FieldError("NODE_NAME", "must be set (downward API: spec.nodeName)"))
-    if root := env.get("METAX_HOST_ROOT"):
-        values["host_root"] = pathlib.Path(root)
-    for var, attr in _PATHS.items():
-        if var in env:
-            if not env[var].startswith("/"):
-                errors.append(FieldError(var, f"must be an absolute host path, got {env[var]!r}"))
-            values[attr] = env[var]
-    for var, attr in _FLOATS.items():
-        if var in env:
-            try:
-                number = float(env[var])
-            except ValueError:
-                number = -1.0
-            if number < 0 or number != number:
-                errors.append(FieldError(var, f"must be a number of seconds >= 0, got {env[var]!r}"))
-            values[attr] = number
-    if "METAX_SGPU_SHARES" in env:
-        text = env["METAX_SGPU_SHARES"]
-        if not text.isdigit() or not 1 <= int(text) <= 1024:
-            errors.append(FieldError("METAX_SGPU_SHARES", f"must be an integer from 1 to 1024, got {text!r}"))
-        else:
-            values["sgpu_shares"] = int(text)
-    if "METAX_CDI" in env:
-        flag = _BOOLS.get(env["METAX_CDI"].strip().lower())
-        if flag is None:
-            errors.append(FieldError("METAX_CDI", f"must be true or false, got {env['METAX_CDI']!r}"))
-        values["cdi_enabled"] = bool(flag)
-    if readiness.REQUIRED_ENV in env:
-        try:
-            values["required_components"] = readiness.parse_required(env[readiness.REQUIRED_ENV])
-        except InvalidSpec as exc:
-            errors.extend(exc.errors)
-    if errors:
-        raise InvalidSpec(errors)
-    if values.get("readiness_max_age") == 0.0:
-        values["readiness_max_age"] = None
-    return Settings(node_name=node, **values)  # type: ignore[arg-type]
+    return agent_settings.load(Settings, os.environ if environ is None else environ, **fixed)

@@ -119,7 +119,7 @@ def node() -> Iterator[Node]:
         board=board,
         kubelet=Kubelet(root / "var/lib/kubelet/device-plugins").start(),
     )
-    for component in config.DEFAULT_REQUIRED:
+    for component in config.default_required():
         n.set_ready(component)
     try:
         yield n

@@ -1,7 +1,8 @@
 """The smallest fakes of the hardware and cluster ports that gpu-device needs, keeping state tests can change.
 
-They honour the port Protocols (`DeviceInventory`, `GpuMonitor`, `NodeMetadata`) and nothing more; the full
-fake host (`metax_hw_fake`) and the in-memory cluster replace them once those land.
+They honour the port Protocols (`DeviceInventory`, `GpuMonitor`, `NodeMetadata`) and nothing more;
+`test_fakes_contract.py` runs the same contract against them and against the real adapters (on the fake
+host and the in-memory API server), so they cannot drift from what production does.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ def test_defaults() -> None:
     assert settings.healthy_interval == 5.0
     assert settings.sgpu_shares == 16
     assert settings.host_path(settings.plugin_dir) == pathlib.Path("/var/lib/kubelet/device-plugins")
-    assert settings.required_components == ("gpu-label", "container-runtime", "maca", "driver")
+    assert set(settings.required_components) == {"gpu-label", "container-runtime", "maca", "driver"}
+    assert settings.required_components == config.default_required()
 
 
 def test_every_variable_is_read() -> None:
@@ -66,6 +67,11 @@ def test_bad_values_are_refused_naming_each_variable() -> None:
         "METAX_HEALTHY_INTERVAL",
         "METAX_SGPU_SHARES",
         "METAX_CDI",
-        "METAX_REQUIRED_COMPONENTS[1]",
+        "METAX_REQUIRED_COMPONENTS",
     ]
     assert "must be a number of seconds >= 0, got '-1'" in str(caught.value)
+    assert "'Maca' must be a lowercase DNS label" in str(caught.value)
+
+
+def test_readiness_max_age_zero_means_never() -> None:
+    assert config.from_env({"NODE_NAME": "n", "METAX_READINESS_MAX_AGE": "0"}).readiness_max_age is None

@@ -47,7 +47,7 @@ def on_fake_host() -> Iterator[Start]:
     def start(host: builder.FakeHostBuilder) -> tuple[FakeHost, Kubelet]:
         fake = host.build(base / "h")
         board = hostfiles.FileReadinessBoard(fake.root)
-        for component in config.DEFAULT_REQUIRED:
+        for component in config.default_required():
             board.publish(readiness.ComponentReadiness(component, True))
         kubelet = Kubelet(fake.root / "var/lib/kubelet/device-plugins").start()
         kubelets.append(kubelet)

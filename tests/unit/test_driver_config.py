@@ -312,17 +312,17 @@ def vf(n: int) -> PciFunction:
 def test_plan_from_zero_writes_the_count_directly() -> None:
     plan = dc.vf_count_plan([pf(1), pf(2)], 4)
     assert plan.outcome is PlanOutcome.APPLY
-    assert [(w.pf, w.writes) for w in plan.writes] == [("0000:01:00.0", (4,)), ("0000:02:00.0", (4,))]
+    assert [(w.pf, w.target) for w in plan.writes] == [("0000:01:00.0", 4), ("0000:02:00.0", 4)]
 
 
-def test_plan_from_non_zero_writes_zero_first() -> None:
+def test_plan_from_non_zero_asks_for_the_new_count_only_of_pfs_that_differ() -> None:
     plan = dc.vf_count_plan([pf(1, numvfs=2), pf(2, numvfs=4), vf(1)], 4)
-    assert [(w.pf, w.current, w.writes) for w in plan.writes] == [("0000:01:00.0", 2, (0, 4))]
+    assert [(w.pf, w.current, w.target) for w in plan.writes] == [("0000:01:00.0", 2, 4)]
 
 
 def test_plan_back_to_zero() -> None:
     plan = dc.vf_count_plan([pf(1, numvfs=2)], 0)
-    assert [w.writes for w in plan.writes] == [(0,)]
+    assert [w.target for w in plan.writes] == [0]
 
 
 def test_plan_nothing_to_do() -> None:
@@ -360,8 +360,7 @@ def test_plan_invariants(state: list[tuple[int, int]], desired: int) -> None:
         assert plan.outcome is PlanOutcome.REFUSE and plan.writes == ()
         return
     for write in plan.writes:
-        assert write.writes[-1] == desired
-        assert write.writes == ((0, desired) if write.current and desired else (desired,))
+        assert write.target == desired
     assert {w.pf for w in plan.writes} == {f.address for f in functions if f.sriov_numvfs != desired}
 
 

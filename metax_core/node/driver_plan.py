@@ -1,0 +1,180 @@
+"""What driver-manager does on its node this round (R-DRIVER, R-MODPARAM, R-READY for ``driver``).
+
+`policy.choose_driver` says which driver a node should run (Table 3.5); this module turns that choice and
+the node's facts (the loaded module, the wanted parameters, what was applied last) into one step — keep,
+load, or reload — and says when the driver counts as ready. Keeping it pure means the whole policy table,
+"a module loaded with other parameters is reloaded" and "Never leaves the kernel alone" are unit-tested
+without a node, and driver-manager only gathers facts and carries the step out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from metax_core import versions
+from metax_core.inventory import (
+    VFIO_DRIVER,
+    DriverVersion,
+    FunctionKind,
+    GpuHealth,
+    ModuleState,
+    PciAddress,
+    PciFunction,
+)
+from metax_core.node import driver_config, policy
+from metax_core.spec import model as spec
+
+HOST_DRIVER_DIR = "/var/lib/metax/drivers"
+"""Where payload drivers are copied on the host, one directory per version (docs/agents.md)."""
+HOST_FIRMWARE_DIR = "/lib/firmware/metax"
+"""Where payload firmware images are copied on the host before flashing."""
+
+HOST_DRIVER_IN_USE = "HostDriverInUse"
+"""Event reason: the loaded driver cannot be unloaded (processes use the GPUs, or it is built in)."""
+DRIVER_LOAD_FAILED = "DriverLoadFailed"
+DRIVER_READY = "DriverReady"
+FIRMWARE_REFUSED = "FirmwareUpgradeRefused"
+FIRMWARE_FAILED = "FirmwareUpgradeFailed"
+
+
+class Step(enum.Enum):
+    KEEP = "keep"
+    """The right module is loaded with the right parameters."""
+    LOAD = "load"
+    """Nothing is loaded: load the chosen driver."""
+    RELOAD = "reload"
+    """Another version or other parameters are loaded: unload, then load the chosen driver."""
+    LEAVE = "leave"
+    """deployPolicy Never: the kernel is not touched."""
+
+
+@attrs.frozen
+class DriverPlan:
+    choice: policy.DriverChoice
+    step: Step
+    params: Mapping[str, str]
+    """Module parameters to load with (driver-config, node entry wins whole)."""
+    reason: str
+    changed_params: tuple[str, ...] = ()
+
+    @property
+    def module_file(self) -> str | None:
+        """Host-absolute path of the payload's module file (PAYLOAD only)."""
+        if self.choice.source is not policy.DriverSource.PAYLOAD or self.choice.version is None:
+            return None
+        return payload_module_path(self.choice.version)
+
+
+def payload_module_path(version: str) -> str:
+    return f"{HOST_DRIVER_DIR}/{version}/metax.ko"
+
+
+def same_version(a: str | None, b: str | None) -> bool:
+    """``2.18`` and ``2.18.0`` are one driver; text that is no version number compares as text."""
+    if a is None or b is None:
+        return a == b
+    pa, pb = versions.try_parse(a.strip()), versions.try_parse(b.strip())
+    if pa is None or pb is None:
+        return a.strip() == b.strip()
+
+    def key(v: versions.Version) -> tuple[int, ...]:
+        numbers = list(v.numbers)
+        while numbers and numbers[-1] == 0:
+            numbers.pop()
+        return tuple(numbers)
+
+    return key(pa) == key(pb)
+
+
+def plan_driver(
+    deploy_policy: spec.DeployPolicy,
+    payload_version: str | None,
+    host_installed: DriverVersion | None,
+    loaded: ModuleState | None,
+    wanted: driver_config.NodeDriverConfig,
+    previously_applied: Mapping[str, str] | None = None,
+) -> DriverPlan:
+    """The step that makes the node run the driver Table 3.5 chooses, with driver-config's parameters.
+
+    Raises MetaxError (from `policy.choose_driver`) when the policy needs a payload version and none is set.
+    """
+    choice = policy.choose_driver(deploy_policy, host_installed, payload_version)
+    params = dict(wanted.module_params)
+    if choice.source is policy.DriverSource.UNMANAGED:
+        return DriverPlan(choice, Step.LEAVE, params, choice.reason)
+    if loaded is None:
+        return DriverPlan(choice, Step.LOAD, params, f"metax is not loaded: {choice.reason}")
+    if not same_version(loaded.version, choice.version):
+        return DriverPlan(
+            choice,
+            Step.RELOAD,
+            params,
+            f"metax {loaded.version or '(unknown version)'} is loaded, {choice.version} is wanted: {choice.reason}",
+        )
+    decision = driver_config.module_params_decision(params, loaded, previously_applied)
+    if decision.action is driver_config.ModuleAction.RELOAD:
+        return DriverPlan(
+            choice,
+            Step.RELOAD,
+            params,
+            f"module parameters changed ({', '.join(decision.changed)}): reload metax {choice.version}",
+            decision.changed,
+        )
+    return DriverPlan(choice, Step.KEEP, params, f"metax {choice.version} loaded as wanted")
+
+
+@attrs.frozen
+class DriverReadiness:
+    ready: bool
+    reason: str
+    version: str | None = None
+
+
+def driver_readiness(
+    plan: DriverPlan,
+    loaded: ModuleState | None,
+    functions: Sequence[PciFunction],
+    health: Mapping[PciAddress, GpuHealth] | None,
+) -> DriverReadiness:
+    """``driver`` is ready when the chosen module is loaded (its parameters as asked) and every GPU answers.
+
+    Every PF not given to vfio-pci must be healthy in ``health`` (None: the health check itself failed).
+    With deployPolicy Never the host's own driver counts, whatever its version.
+    """
+    if loaded is None:
+        why = (
+            "deployPolicy Never and the host has no metax module loaded"
+            if plan.step is Step.LEAVE
+            else "metax is not loaded"
+        )
+        return DriverReadiness(False, why)
+    version = str(loaded.version) if loaded.version else None
+    if plan.step is not Step.LEAVE:
+        if not same_version(version, plan.choice.version):
+            return DriverReadiness(False, f"metax {version} is loaded, {plan.choice.version} is wanted")
+        wrong = [k for k, v in plan.params.items() if loaded.params.get(k, "").strip() != v]
+        if wrong:
+            return DriverReadiness(False, f"module parameters not as asked: {', '.join(sorted(wrong))}")
+    gpus = [f for f in functions if f.kind is FunctionKind.PF and f.driver != VFIO_DRIVER]
+    if health is None:
+        return DriverReadiness(False, "the GPU health check failed (mx-smi did not answer)", version)
+    silent = [
+        f"{f.address} ({health[f.address].reason})" if f.address in health else f"{f.address} (no answer)"
+        for f in gpus
+        if f.address not in health or not health[f.address].healthy
+    ]
+    if silent:
+        return DriverReadiness(False, f"GPUs not answering: {', '.join(silent)}", version)
+    return DriverReadiness(True, f"metax {version} loaded, {len(gpus)} GPU(s) answer", version)
+
+
+def firmware_pending(flashed: Mapping[str, str], running: Mapping[PciAddress, str]) -> tuple[PciAddress, ...]:
+    """GPUs flashed with a version they do not run yet (a reboot is due): never flashed again before it."""
+    return tuple(
+        sorted(
+            PciAddress(a) for a, v in flashed.items() if a in running and not same_version(running[PciAddress(a)], v)
+        )
+    )

@@ -1,0 +1,90 @@
+"""Run a node agent as a local process against a fake GPU host: ``python -m metax_dev.agents <agent>``.
+
+Why: end-to-end tests and developers run gpu-label, driver-manager, vfio-manager and gpu-device next to kwok
+nodes, one set per fake host. The agents' own ``__main__`` builds the real hardware adapters, whose sysfs
+writes on a fake root would only change files; here the same agents get the fake host's adapters (the real
+`metax_hw` code with the fake kernel's write primitive, `metax_hw_fake.host.FakeHost.hw`) and everything
+else from the environment exactly as in production (settings, KUBECONFIG, watches, SIGTERM). The product
+never imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+from metax_hw_fake import host as fake_host
+from services._agent import loop
+
+# Each function imports only its own agent, so a process's memory is that agent's (benchmarks/agents.py).
+
+Built = tuple[loop.Agent, Callable[[threading.Event], None]]
+
+
+def _fake(environ: Mapping[str, str]) -> fake_host.FakeHost:
+    return fake_host.FakeHost.open(environ["METAX_HOST_ROOT"])
+
+
+def gpu_label(environ: Mapping[str, str]) -> Built:
+    from services.gpu_label import agent as label_agent
+    from services.gpu_label import bootstrap as label_bootstrap
+    from services.gpu_label import config as label_config
+
+    settings = label_config.from_env(environ)
+    agent = label_bootstrap.bootstrap(settings, hw=label_agent.Hardware.of(_fake(environ).hw))
+    return agent, label_bootstrap.runner(agent)
+
+
+def driver_manager(environ: Mapping[str, str]) -> Built:
+    from services.driver_manager import agent as driver_agent
+    from services.driver_manager import bootstrap as driver_bootstrap
+    from services.driver_manager import config as driver_config
+
+    settings = driver_config.from_env(environ, host_module_tools=False)
+    agent = driver_bootstrap.bootstrap(settings, hw=driver_agent.Hardware.of(_fake(environ).hw))
+    return agent, driver_bootstrap.runner(agent)
+
+
+def vfio_manager(environ: Mapping[str, str]) -> Built:
+    from services.vfio_manager import agent as vfio_agent
+    from services.vfio_manager import bootstrap as vfio_bootstrap
+    from services.vfio_manager import config as vfio_config
+
+    settings = vfio_config.from_env(environ)
+    agent = vfio_bootstrap.bootstrap(settings, hw=vfio_agent.Hardware.of(_fake(environ).hw))
+    return agent, vfio_bootstrap.runner(agent)
+
+
+def gpu_device(environ: Mapping[str, str]) -> Built:
+    from services.gpu_device import bootstrap as device_bootstrap
+    from services.gpu_device import config as device_config
+
+    hw = _fake(environ).hw
+    agent = device_bootstrap.bootstrap(device_config.from_env(environ), inventory=hw.devices, monitor=hw.monitor)
+    return agent, agent.run
+
+
+AGENTS: Mapping[str, Callable[[Mapping[str, str]], Built]] = {
+    "gpu-label": gpu_label,
+    "driver-manager": driver_manager,
+    "vfio-manager": vfio_manager,
+    "gpu-device": gpu_device,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in AGENTS:
+        print(
+            f"usage: python -m metax_dev.agents {{{','.join(AGENTS)}}}  (METAX_HOST_ROOT: a fake host)", file=sys.stderr
+        )
+        return 2
+    return loop.main(args[0], AGENTS[args[0]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

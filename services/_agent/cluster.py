@@ -1,0 +1,57 @@
+"""The cluster side every node agent needs, as one bundle: objects (ConfigMaps), node metadata, Events.
+
+Why a bundle: production builds the three ports on one authenticated client (in-cluster config, or
+$KUBECONFIG when run as a local process next to kwok nodes); tests build them on one
+`metax_k8s.inmemory.InMemoryCluster`. Agents take the bundle and never know which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from metax_core.errors import ClusterError
+from metax_core.ports.cluster import Events, NodeMetadata, Objects
+
+
+@attrs.frozen
+class ClusterPorts:
+    objects: Objects
+    nodes: NodeMetadata
+    events: Events | None
+
+
+def production(component: str, node_name: str) -> ClusterPorts:
+    """The ports over the real API server; ClusterError when no configuration can be loaded."""
+    from metax_k8s import client, events, nodes, objects
+
+    try:
+        api = client.HttpApi(client.api_client())
+    except ClusterError:
+        raise
+    except Exception as exc:  # the kubernetes client raises its own ConfigException, OSError, ...
+        raise ClusterError("configure", "the Kubernetes API client", str(exc)) from exc
+    manager = f"metax-{component}"
+    return ClusterPorts(
+        objects=objects.K8sObjects(api),
+        nodes=nodes.K8sNodeMetadata(api, field_manager=manager),
+        events=events.K8sEvents(api, reporting_controller=f"metax-tech.com/{component}", reporting_instance=node_name),
+    )
+
+
+def in_memory(cluster: Any, component: str, node_name: str) -> ClusterPorts:
+    """The ports on a `metax_k8s.inmemory.InMemoryCluster` (tests, the demo)."""
+    return ClusterPorts(
+        objects=cluster.objects,
+        nodes=cluster.node_metadata,
+        events=cluster.events(reporting_controller=f"metax-tech.com/{component}", reporting_instance=node_name),
+    )
+
+
+def config_map_data(objects: Objects, name: str, namespace: str) -> dict[str, Any] | None:
+    """``data`` of a ConfigMap (None when it does not exist); ClusterError when unreadable."""
+    found = objects.get("v1", "ConfigMap", name, namespace)
+    if found is None:
+        return None
+    return dict(found.get("data") or {})

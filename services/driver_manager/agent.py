@@ -1,0 +1,268 @@
+"""driver-manager's round: the kernel driver (R-DRIVER), its parameters (R-MODPARAM), VFs (R-VF), firmware (R-FW).
+
+Each round gathers the node's facts (the loaded ``metax`` module, the host's installed driver, driver-config
+for this node, the PCI functions and their health), asks the core (`driver_plan.plan_driver`,
+`driver_config.vf_count_plan`, `policy.firmware_decision`), acts through the hardware port, and publishes:
+the ``driver`` readiness signal (R-READY) and ``metax-tech.com/driver.*`` labels only when the module is
+loaded as asked and every GPU answers, Events on the Node for what an administrator must know.
+
+The MetaX field bug this must beat: when the loaded driver cannot be unloaded (processes hold the GPUs, or
+it is built in), the agent does not crash. It keeps the node's current driver, says so in an Event
+(``HostDriverInUse``) and in its readiness reason, and tries again with back-off. Every host write is
+restartable: the payload copy is atomic, the module is loaded only when not loaded as wanted, the VF count
+is compared with sysfs before each write, and flashed firmware is recorded before the reboot it needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError
+from metax_core.inventory import METAX_MODULE, GpuHealth, ModuleState, PciAddress, PciFunction
+from metax_core.node import driver_config, driver_plan
+from metax_core.ports import hardware
+from metax_core.ports import node as node_ports
+from metax_core.spec import model as spec
+from services._agent import cluster, loop, probe, publish
+from services.driver_manager import firmware, payload, state
+from services.driver_manager.config import Settings
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "driver"
+DRIVER_READY_LABEL = "metax-tech.com/driver.ready"
+DRIVER_VERSION_LABEL = "metax-tech.com/driver.version"
+OWNED_LABELS = (DRIVER_READY_LABEL, DRIVER_VERSION_LABEL)
+
+
+@attrs.frozen
+class Hardware:
+    """The parts of the hardware port driver-manager uses (`metax_hw.host.Host` or a fake host's)."""
+
+    devices: hardware.DeviceInventory
+    binder: hardware.DriverBinder
+    modules: hardware.KernelModules
+    monitor: hardware.GpuMonitor
+    processes: hardware.GpuProcesses
+    firmware: hardware.Firmware
+
+    @classmethod
+    def of(cls, host: Any) -> Hardware:
+        return cls(host.devices, host.binder, host.modules, host.monitor, host.monitor, host.firmware)
+
+
+@attrs.frozen
+class Outcome:
+    """What the last round found (for logs, tests and the demo)."""
+
+    plan: driver_plan.DriverPlan | None
+    ready: driver_plan.DriverReadiness
+    vf_plan: driver_config.VfCountPlan | None = None
+    blocked: str | None = None
+
+
+class DriverManager:
+    name = "driver-manager"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hw: Hardware,
+        ports: cluster.ClusterPorts,
+        board: node_ports.ReadinessBoard | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.hw = hw
+        self.ports = ports
+        self.chores = loop.Chores(clock)
+        self.say = loop.Say(log)
+        self.publisher = publish.Publisher(
+            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
+        )
+        self.probe = probe.ProbeFile(settings.probe_file)
+        self.state = state.StateFile(settings.host_root)
+        self.payload_dir = pathlib.Path(settings.payload_dir)
+        self.config = driver_config.DriverConfig()
+        self.failures = 0
+        self.outcome: Outcome | None = None
+        self.firmware = firmware.FirmwareStep(
+            settings,
+            firmware=hw.firmware,
+            processes=hw.processes,
+            state_file=self.state,
+            publisher=self.publisher,
+            say=self.say,
+        )
+
+    # --- loop -----------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if not self.chores.due("sync", self.settings.interval):
+            return
+        try:
+            self.outcome = self.sync()
+        except MetaxError as exc:
+            self.publisher.signal(False, str(exc))
+            self.probe.not_ready()
+            raise
+        self.probe.ready(self.outcome.ready.reason)
+
+    def shutdown(self) -> None:
+        """The driver stays loaded (workloads use it); the readiness signal stays as it is."""
+        self.probe.not_ready()
+        log.info("driver-manager stopped")
+
+    def wake(self, chore: str = "sync") -> None:
+        self.chores.soon(chore)
+
+    # --- the round ------------------------------------------------------------------------------------
+
+    def sync(self) -> Outcome:
+        s = self.settings
+        node = self._node()
+        wanted = driver_config.for_node(self._read_config(), s.node_name)
+        loaded = self.hw.modules.state(METAX_MODULE)
+        needs_host = s.deploy_policy in (spec.DeployPolicy.PREFER_HOST, spec.DeployPolicy.PREFER_NEWER)
+        host_installed = self.hw.modules.installed_version(METAX_MODULE) if needs_host else None
+        remembered = self.state.read()
+        plan = driver_plan.plan_driver(
+            s.deploy_policy, s.payload_version, host_installed, loaded, wanted, remembered.params
+        )
+        self.say("plan", f"{plan.step.value}: {plan.reason}")
+        blocked = None
+        if plan.step in (driver_plan.Step.LOAD, driver_plan.Step.RELOAD):
+            blocked = self._load(plan, loaded, remembered)
+            loaded = self.hw.modules.state(METAX_MODULE)
+        vf_plan = None
+        if plan.step is not driver_plan.Step.LEAVE and loaded is not None:
+            vf_plan = self._set_vfs(wanted.vfnum)
+        functions = self.hw.devices.functions()
+        ready = driver_plan.driver_readiness(plan, loaded, functions, self._health())
+        if blocked is not None:
+            ready = driver_plan.DriverReadiness(False, blocked, ready.version)
+        elif vf_plan is not None and vf_plan.outcome is driver_config.PlanOutcome.REFUSE:
+            ready = driver_plan.DriverReadiness(False, "VF count refused: " + "; ".join(vf_plan.problems))
+        self.firmware.run(functions, node)
+        self._publish(node, ready)
+        return Outcome(plan, ready, vf_plan, blocked)
+
+    def _node(self) -> Mapping[str, Any] | None:
+        try:
+            return self.publisher.node()
+        except ClusterError as exc:
+            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
+            return None
+
+    def _read_config(self) -> driver_config.DriverConfig:
+        s = self.settings
+        try:
+            data = cluster.config_map_data(self.ports.objects, s.driver_config, s.namespace)
+        except ClusterError as exc:
+            self.say("config", f"cannot read ConfigMap {s.driver_config}, keeping the last one: {exc}", logging.WARNING)
+            return self.config
+        try:
+            self.config = driver_config.parse(data)
+        except InvalidSpec as exc:
+            message = f"ConfigMap {s.namespace}/{s.driver_config} is invalid, keeping the last valid one: {exc}"
+            if self.say("config", message, logging.ERROR):
+                self.publisher.event("InvalidDriverConfig", message, warning=True)
+            return self.config
+        self.say("config", f"driver-config for {s.node_name}: {driver_config.for_node(self.config, s.node_name)}")
+        return self.config
+
+    def _load(
+        self, plan: driver_plan.DriverPlan, loaded: ModuleState | None, remembered: state.HostState
+    ) -> str | None:
+        """Carry out LOAD/RELOAD; returns why it could not (the node keeps its current driver), else None."""
+        if self.failures and not self.chores.due("load", 0):
+            return self.say_blocked  # backing off: the node keeps its current driver meanwhile
+        modules = self.hw.modules
+        try:
+            path = plan.module_file
+            if path is not None:
+                payload.install_driver(self.payload_dir, self.settings.host_root, str(plan.choice.version))
+            if plan.step is driver_plan.Step.RELOAD and loaded is not None:
+                try:
+                    modules.unload(METAX_MODULE)
+                except HardwareError as exc:
+                    return self._blocked(
+                        driver_plan.HOST_DRIVER_IN_USE,
+                        f"cannot unload metax {loaded.version or ''} to load {plan.choice.version} "
+                        f"({exc.detail}); keeping the running driver and retrying with back-off",
+                    )
+            remembered.params = None
+            self.state.write(remembered)  # an interrupted load must not be taken for ours
+            if path is None:
+                modules.load(METAX_MODULE, plan.params)
+            else:
+                modules.load_file(path, plan.params)
+            remembered.params = dict(plan.params)
+            self.state.write(remembered)
+        except (HardwareError, OSError) as exc:
+            return self._blocked(driver_plan.DRIVER_LOAD_FAILED, f"cannot load metax {plan.choice.version}: {exc}")
+        self.failures = 0
+        self.say("blocked", f"loaded metax {plan.choice.version} ({plan.choice.source.value})")
+        self.publisher.event(
+            driver_plan.DRIVER_READY, f"loaded metax {plan.choice.version} with {dict(plan.params) or 'no parameters'}"
+        )
+        return None
+
+    def _blocked(self, reason: str, message: str) -> str:
+        self.failures += 1
+        delay = loop.backoff(self.failures)
+        self.chores.later("load", delay)
+        self.say_blocked = f"{message} (next attempt in {delay:.0f}s)"
+        if self.say("blocked", self.say_blocked, logging.WARNING):
+            self.publisher.event(reason, message, warning=True)
+        return self.say_blocked
+
+    say_blocked = ""
+
+    def _set_vfs(self, vfnum: int) -> driver_config.VfCountPlan:
+        plan = driver_config.vf_count_plan(self.hw.devices.functions(), vfnum)
+        if plan.outcome is driver_config.PlanOutcome.REFUSE:
+            if self.say("vfs", "VF count refused: " + "; ".join(plan.problems), logging.ERROR):
+                self.publisher.event("VfCountRefused", "; ".join(plan.problems), warning=True)
+            return plan
+        for write in plan.writes:
+            try:
+                self.hw.binder.set_vf_count(write.pf, write.target)
+            except HardwareError as exc:
+                problem = f"cannot set {write.target} VFs on {write.pf}: {exc}"
+                self.say("vfs", problem, logging.ERROR)
+                return attrs.evolve(plan, outcome=driver_config.PlanOutcome.REFUSE, problems=(problem,))
+        if plan.writes:
+            self.say("vfs", f"{vfnum} VF(s) per GPU on {len(plan.writes)} GPU(s)")
+            self.publisher.event("VfCountSet", f"{vfnum} VF(s) per GPU")
+        return plan
+
+    def _health(self) -> Mapping[PciAddress, GpuHealth] | None:
+        try:
+            return self.hw.monitor.health()
+        except HardwareError as exc:
+            self.say("health", f"GPU health check failed: {exc}", logging.WARNING)
+            return None
+
+    def _publish(self, node: Mapping[str, Any] | None, ready: driver_plan.DriverReadiness) -> None:
+        self.publisher.signal(ready.ready, ready.reason, version=ready.version if ready.ready else None)
+        labels: dict[str, str | None] = {
+            DRIVER_READY_LABEL: "true" if ready.ready else None,
+            DRIVER_VERSION_LABEL: ready.version if ready.ready and ready.version else None,
+        }
+        if node is None:
+            return
+        try:
+            self.publisher.metadata(node, labels=labels)
+        except ClusterError as exc:
+            self.say("labels", f"cannot label node {self.settings.node_name}: {exc}", logging.WARNING)
+
+    def functions(self) -> Sequence[PciFunction]:
+        return self.hw.devices.functions()

@@ -1,0 +1,129 @@
+"""gpu-label's round: inventory → `labels.node_labels` / `labels.node_annotations` → a patch of what differs.
+
+Every ``interval`` it reads the PCI functions, mx-smi's names, memory and health, the loaded module and the
+MetaXLink topology, and publishes every label and annotation it owns (None removes a stale one). mx-smi
+failing or hanging keeps the last names, sizes and links it read (labels do not flap on a slow tool);
+the PCI inventory failing keeps everything as it is. It never touches keys it does not own (another
+writer's labels, the administrator's ``gpu-device.mode``), and a round that changes nothing writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from metax_core.errors import ClusterError, HardwareError
+from metax_core.inventory import METAX_MODULE, GpuHealth, GpuLink, GpuMetrics, PciAddress
+from metax_core.node import devices, labels, publish
+from metax_core.ports import hardware
+from metax_core.ports import node as node_ports
+from services._agent import cluster, loop, probe
+from services._agent import publish as publisher
+from services.gpu_label.config import Settings
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gpu-label"
+
+
+@attrs.frozen
+class Hardware:
+    devices: hardware.DeviceInventory
+    modules: hardware.KernelModules
+    monitor: hardware.GpuMonitor
+    topology: hardware.GpuTopology
+
+    @classmethod
+    def of(cls, host: Any) -> Hardware:
+        return cls(host.devices, host.modules, host.monitor, host.monitor)
+
+
+class GpuLabel:
+    name = "gpu-label"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hw: Hardware,
+        ports: cluster.ClusterPorts,
+        board: node_ports.ReadinessBoard | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.hw = hw
+        self.ports = ports
+        self.chores = loop.Chores(clock)
+        self.say = loop.Say(log)
+        self.publisher = publisher.Publisher(
+            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
+        )
+        self.probe = probe.ProbeFile(settings.probe_file)
+        self._metrics: tuple[GpuMetrics, ...] = ()
+        self._health: Mapping[PciAddress, GpuHealth] = {}
+        self._links: tuple[GpuLink, ...] = ()
+
+    def wake(self, chore: str = "sync") -> None:
+        self.chores.soon(chore)
+
+    def tick(self) -> None:
+        if not self.chores.due("sync", self.settings.interval):
+            return
+        inventory = self.gather()
+        if inventory is None:
+            self.probe.not_ready()
+            return
+        try:
+            node = self.publisher.node()
+            if node is None:
+                self.say("node", f"node {self.settings.node_name} not found: nothing to label", logging.WARNING)
+                self.probe.not_ready()
+                return
+            qos = devices.settings_from_labels(publish.node_metadata(node)[0]).qos
+            self.publisher.metadata(
+                node,
+                labels=labels.node_labels(inventory),
+                annotations=labels.node_annotations(inventory, sgpu_shares=self.settings.sgpu_shares, qos_policy=qos),
+            )
+        except ClusterError as exc:
+            self.say("publish", f"cannot label node {self.settings.node_name}: {exc}", logging.WARNING)
+            self.publisher.signal(False, f"cannot label the node: {exc}")
+            self.probe.not_ready()
+            return
+        self.say("publish", f"labelled {len(labels.gpus(inventory.functions))} GPU(s)")
+        self.publisher.signal(True, f"labelled {len(labels.gpus(inventory.functions))} GPU(s)")
+        self.probe.ready("labels published")
+
+    def gather(self) -> labels.NodeInventory | None:
+        try:
+            functions = tuple(self.hw.devices.functions())
+            module = self.hw.modules.state(METAX_MODULE)
+        except HardwareError as exc:
+            self.say("inventory", f"cannot read the GPU inventory, keeping the labels: {exc}", logging.WARNING)
+            return None
+        self.say("inventory", f"{len(functions)} MetaX PCI function(s)")
+        try:
+            self._metrics = tuple(self.hw.monitor.metrics())
+            self._health = self.hw.monitor.health()
+            self._links = tuple(self.hw.topology.links())
+            self.say("smi", "mx-smi answers")
+        except HardwareError as exc:
+            self.say("smi", f"mx-smi failed, keeping the last names, sizes and health: {exc}", logging.WARNING)
+        present = {f.address for f in functions}
+        return labels.NodeInventory(
+            node_name=self.settings.node_name,
+            functions=functions,
+            metrics=tuple(m for m in self._metrics if m.address in present),
+            health={a: h for a, h in self._health.items() if a in present},
+            module=module,
+            links=self._links,
+        )
+
+    def shutdown(self) -> None:
+        """Labels stay (they describe the hardware); uninstall removes them (`labels.removal`)."""
+        self.probe.not_ready()
+        log.info("gpu-label stopped")

@@ -1,0 +1,94 @@
+"""Render → env → settings: each node agent's DaemonSet, as `metax_core.cluster.workloads` renders it, starts
+its agent with the settings the spec asked for (issue 9 item 7). Downward-API variables are filled as kubelet
+would; every rendered variable must be one the agent reads (nothing rendered in vain, nothing misspelt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import pytest
+
+from metax_core.cluster import components, workloads
+from metax_core.spec import validation
+from services._agent import settings as agent_settings
+from services.driver_manager import config as driver_config
+from services.gpu_device import config as gpu_device_config
+from services.gpu_label import config as gpu_label_config
+from services.vfio_manager import config as vfio_config
+
+VALUES: dict[str, Any] = {
+    "registry": "reg.example/metax",
+    "driver": {
+        "deployPolicy": "PreferNewer",
+        "payload": {"version": "2.14.6"},
+        "fwUpgradePolicy": "PreferCloud",
+        "fwEnableVirt": True,
+    },
+    "gpuDevice": {"healthyInterval": 7},
+    "vfioManager": {"deploy": True},
+}
+
+LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
+    "metax-gpu-label": (gpu_label_config.from_env, gpu_label_config.Settings),
+    "metax-driver": (driver_config.from_env, driver_config.Settings),
+    "metax-vfio-manager": (vfio_config.from_env, vfio_config.Settings),
+    "metax-gpu-device": (gpu_device_config.from_env, gpu_device_config.Settings),
+}
+DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
+
+
+def rendered_env(name: str) -> dict[str, str]:
+    objects = workloads.render(validation.parse(VALUES)).objects
+    workload = next(o for o in objects if o["metadata"]["name"] == name)
+    env: dict[str, str] = {}
+    for item in workload["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        else:
+            env[item["name"]] = DOWNWARD[item["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def variables(cls: type[Any]) -> set[str]:
+    return {v for f in attrs.fields(cls) if (v := agent_settings.variable(f)) is not None}
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_every_rendered_variable_is_read_by_the_agent(name: str) -> None:
+    loader, cls = LOADERS[name]
+    env = rendered_env(name)
+    assert set(env) <= variables(cls), f"rendered but not read: {set(env) - variables(cls)}"
+    settings = loader(env)
+    assert settings.node_name == "gpu-node-7"
+    assert str(settings.host_root) == workloads.HOST_ROOT_IN_CONTAINER
+    assert settings.namespace == "metax-operator"
+
+
+def test_driver_manager_gets_the_driver_section() -> None:
+    s = driver_config.from_env(rendered_env("metax-driver"))
+    assert (s.deploy_policy.value, s.payload_version) == ("PreferNewer", "2.14.6")
+    assert (s.fw_upgrade_policy.value, s.fw_enable_virt) == ("PreferCloud", True)
+    assert s.driver_config == workloads.DRIVER_CONFIG_MAP
+    assert s.required_components == ("gpu-label", "container-runtime")
+    assert s.probe_file == workloads.PROBE_FILE
+
+
+def test_vfio_manager_and_gpu_label_get_their_config() -> None:
+    assert vfio_config.from_env(rendered_env("metax-vfio-manager")).vfio_config == workloads.VFIO_CONFIG_MAP
+    assert gpu_label_config.from_env(rendered_env("metax-gpu-label")).required_components == ()
+
+
+def test_gpu_device_waits_for_what_the_dependency_graph_says() -> None:
+    s = gpu_device_config.from_env(rendered_env("metax-gpu-device"))
+    assert s.healthy_interval == 7.0
+    deployed = workloads.render(validation.parse(VALUES)).plan.deploy
+    wanted = components.requirements(components.Component.GPU_DEVICE, deployed)
+    assert s.required_components == tuple(components.BY_COMPONENT[c].signal for c in wanted)
+
+
+def test_settings_render_back_to_the_same_environment() -> None:
+    s = driver_config.from_env(rendered_env("metax-driver"))
+    assert driver_config.from_env(agent_settings.render_env(s)) == s

@@ -1,0 +1,92 @@
+"""driver-manager's decisions (`metax_core.node.driver_plan`): the step per deploy policy and loaded module,
+parameter changes, readiness only when loaded as asked and every GPU answers, and pending firmware."""
+
+from __future__ import annotations
+
+import pytest
+
+from metax_core.errors import MetaxError
+from metax_core.inventory import DriverVersion, GpuHealth, ModuleState, PciAddress, PciFunction
+from metax_core.node import driver_config, driver_plan
+from metax_core.node.driver_plan import Step
+from metax_core.spec import model as spec
+
+P = spec.DeployPolicy
+NONE = driver_config.NodeDriverConfig(0, {})
+
+
+def loaded(version: str, **params: str) -> ModuleState:
+    return ModuleState("metax", DriverVersion(version), params)
+
+
+def pf(n: int, driver: str | None = "metax") -> PciFunction:
+    return PciFunction(address=PciAddress(f"0000:0{n}:00.0"), vendor_id=0x9999, device_id=0x4000, driver=driver)
+
+
+@pytest.mark.parametrize(
+    ("policy", "host", "module", "step", "version"),
+    [
+        (P.PREFER_CLOUD, "2.18.0", None, Step.LOAD, "2.20.0"),
+        (P.PREFER_CLOUD, "2.18.0", loaded("2.18.0"), Step.RELOAD, "2.20.0"),
+        (P.PREFER_CLOUD, None, loaded("2.20"), Step.KEEP, "2.20.0"),
+        (P.PREFER_HOST, "2.18.0", loaded("2.18.0"), Step.KEEP, "2.18.0"),
+        (P.PREFER_HOST, None, None, Step.LOAD, "2.20.0"),
+        (P.PREFER_NEWER, "2.30.0", loaded("2.20.0"), Step.RELOAD, "2.30.0"),
+        (P.PREFER_NEWER, "2.10.0", None, Step.LOAD, "2.20.0"),
+        (P.NEVER, "2.18.0", None, Step.LEAVE, "2.18.0"),
+        (P.NEVER, None, loaded("1.0"), Step.LEAVE, None),
+    ],
+)
+def test_step_per_policy_and_loaded_module(
+    policy: spec.DeployPolicy, host: str | None, module: ModuleState | None, step: Step, version: str | None
+) -> None:
+    host_version = DriverVersion(host) if host else None
+    plan = driver_plan.plan_driver(policy, "2.20.0", host_version, module, NONE)
+    assert (plan.step, plan.choice.version) == (step, version)
+    assert plan.reason
+
+
+def test_payload_module_file_only_for_the_payload() -> None:
+    plan = driver_plan.plan_driver(P.PREFER_CLOUD, "2.20.0", None, None, NONE)
+    assert plan.module_file == "/var/lib/metax/drivers/2.20.0/metax.ko"
+    assert driver_plan.plan_driver(P.PREFER_HOST, "2.20.0", DriverVersion("2.1"), None, NONE).module_file is None
+
+
+def test_parameter_change_and_removal_reload() -> None:
+    wanted = driver_config.NodeDriverConfig(0, {"xcore_page_size": "12"})
+    plan = driver_plan.plan_driver(P.PREFER_CLOUD, "2.20.0", None, loaded("2.20.0", xcore_page_size="10"), wanted)
+    assert (plan.step, plan.changed_params) == (Step.RELOAD, ("xcore_page_size",))
+    removed = driver_plan.plan_driver(
+        P.PREFER_CLOUD, "2.20.0", None, loaded("2.20.0", xcore_page_size="10"), NONE, {"xcore_page_size": "10"}
+    )
+    assert removed.step is Step.RELOAD
+
+
+def test_payload_version_required_unless_never() -> None:
+    with pytest.raises(MetaxError, match=r"driver\.payload\.version is required"):
+        driver_plan.plan_driver(P.PREFER_CLOUD, None, None, None, NONE)
+
+
+def test_ready_only_when_loaded_as_asked_and_every_gpu_answers() -> None:
+    plan = driver_plan.plan_driver(P.PREFER_CLOUD, "2.20.0", None, None, NONE)
+    gpus = [pf(1), pf(2), pf(3, driver="vfio-pci")]
+    healthy = {g.address: GpuHealth(g.address, True) for g in gpus[:2]}
+    assert not driver_plan.driver_readiness(plan, None, gpus, healthy).ready
+    assert not driver_plan.driver_readiness(plan, loaded("2.18.0"), gpus, healthy).ready
+    ok = driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, healthy)
+    assert ok.ready and ok.version == "2.20.0" and "2 GPU(s)" in ok.reason
+    sick = {**healthy, gpus[1].address: GpuHealth(gpus[1].address, False, "fell off the bus")}
+    assert "0000:02:00.0 (fell off the bus)" in driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, sick).reason
+    assert "health check failed" in driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, None).reason
+
+
+def test_same_version_ignores_trailing_zeros() -> None:
+    assert driver_plan.same_version("2.18", "2.18.0")
+    assert not driver_plan.same_version("2.18.1", "2.18.0")
+    assert driver_plan.same_version("dev", "dev") and not driver_plan.same_version(None, "1")
+
+
+def test_firmware_pending_until_the_flashed_version_runs() -> None:
+    a, b = PciAddress("0000:01:00.0"), PciAddress("0000:02:00.0")
+    flashed = {a: "1.14.0.0", b: "1.14.0.0"}
+    assert driver_plan.firmware_pending(flashed, {a: "1.13.0.0", b: "1.14"}) == (a,)
