@@ -240,7 +240,7 @@ def workload_manifest(
         pod_spec["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     if s.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
-    add_payloads(pod_spec, container, payload_images(s, component), settings)
+    add_payloads(pod_spec, container, payload_images(s, component), settings, single=component is Component.DRIVER)
     body: dict[str, Any] = {
         "selector": {"matchLabels": {APP_LABEL: workload.name}},
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
@@ -294,18 +294,30 @@ def payload_images(s: spec.ClusterOperatorSpec, component: Component) -> list[st
 
 
 def add_payloads(
-    pod_spec: dict[str, Any], agent: dict[str, Any], images: Sequence[str], settings: RenderSettings
+    pod_spec: dict[str, Any],
+    agent: dict[str, Any],
+    images: Sequence[str],
+    settings: RenderSettings,
+    *,
+    single: bool = False,
 ) -> None:
-    """One init container per payload image copies its ``/payload`` into a shared emptyDir; the agent reads
-    them from `PAYLOAD_DIR` (``METAX_PAYLOAD_DIR``, ``METAX_PAYLOAD_IMAGES`` in its environment)."""
+    """One init container per payload image copies its ``/payload`` into a shared emptyDir.
+
+    A ``single``-image payload (the driver's) lands in `PAYLOAD_DIR` itself, which is the agent's
+    ``METAX_PAYLOAD_DIR``; several images (maca's) land in ``PAYLOAD_DIR/<n>/`` and the agent also gets
+    ``METAX_PAYLOAD_IMAGES``, the references in the same order."""
     if not images:
         return
+
+    def target(i: int) -> str:
+        return PAYLOAD_DIR if single else f"{PAYLOAD_DIR}/{i}"
+
     pod_spec["initContainers"] = [
         {
             "name": f"payload-{i}",
             "image": reference,
             "imagePullPolicy": settings.image_pull_policy,
-            "command": ["/bin/sh", "-c", f'cp -a {PAYLOAD_SOURCE}/. "{PAYLOAD_DIR}/{i}/"'],
+            "command": ["/bin/sh", "-c", f'mkdir -p "{target(i)}" && cp -a {PAYLOAD_SOURCE}/. "{target(i)}/"'],
             "volumeMounts": [{"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR}],
             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
         }
@@ -314,7 +326,8 @@ def add_payloads(
     pod_spec.setdefault("volumes", []).append({"name": PAYLOAD_VOLUME, "emptyDir": {}})
     agent.setdefault("volumeMounts", []).append({"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR, "readOnly": True})
     agent["env"].append({"name": "METAX_PAYLOAD_DIR", "value": PAYLOAD_DIR})
-    agent["env"].append({"name": "METAX_PAYLOAD_IMAGES", "value": ",".join(images)})
+    if not single:
+        agent["env"].append({"name": "METAX_PAYLOAD_IMAGES", "value": ",".join(images)})
 
 
 def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:

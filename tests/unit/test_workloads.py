@@ -132,7 +132,9 @@ def test_the_driver_daemonset_carries_its_payload_image_from_the_global_registry
     assert init["image"] == f"reg.example.com/metax/driver-image:{BASE['driver']['payload']['version']}"
     assert {"name": "payload", "emptyDir": {}} in pod["volumes"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
-    assert env["METAX_PAYLOAD_IMAGES"] == init["image"] and env["METAX_PAYLOAD_DIR"] == workloads.PAYLOAD_DIR
+    # one image: it lands in the agent's METAX_PAYLOAD_DIR itself, where driver-manager looks for driver/*.ko
+    assert env["METAX_PAYLOAD_DIR"] == workloads.PAYLOAD_DIR and "METAX_PAYLOAD_IMAGES" not in env
+    assert init["command"][-1].endswith(f'"{workloads.PAYLOAD_DIR}/"')
 
 
 def test_the_payload_registry_wins_over_the_global_one_and_a_named_registry_is_kept() -> None:
