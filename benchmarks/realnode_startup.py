@@ -62,7 +62,7 @@ def _one_run(plane: cluster.ControlPlane, rows: dict[str, list[float]], run: int
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-gpuhost-"))
     fake = builder.FakeHostBuilder().gpus(4).build(scratch / "host")
     board = hostfiles.FileReadinessBoard(fake.root)
-    for component in config.DEFAULT_REQUIRED:
+    for component in config.default_required():
         board.publish(readiness.ComponentReadiness(component, True, "benchmark"))
     api = plane.api_client()
     core = client.CoreV1Api(api)

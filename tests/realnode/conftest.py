@@ -185,7 +185,7 @@ def gpu_agent(
     """The project's gpu-device agent (``python -m services.gpu_device``) as a host process in the GPU
     node's namespace, on the fake host, with every component it waits for reported ready."""
     board = hostfiles.FileReadinessBoard(gpu_host.root)
-    for component in config.DEFAULT_REQUIRED:
+    for component in config.default_required():
         board.publish(readiness.ComponentReadiness(component, True, "test: ready"))
     env = {
         **AGENT_ENV,

@@ -285,4 +285,4 @@ def test_kubelet_restart_makes_the_agent_register_again(
     pods.wait(lambda: registrations(gpu_agent) > before, "the agent to register again")
     pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU} after restart")
     assert gpu_agent.alive()
-    assert "kubelet restarted: restarting plugin servers and registering again" in gpu_agent.log_path.read_text()
+    assert "kubelet restarted: restarting metax-tech.com/gpu and registering again" in gpu_agent.log_path.read_text()
