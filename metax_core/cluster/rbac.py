@@ -227,13 +227,13 @@ def operator_rules() -> AccountRules:
     What it does with each: reconciles the ClusterOperator and writes its status and finalizer; applies and
     removes the component workloads, Services, ConfigMaps, ServiceAccounts and RBAC; labels and cleans nodes;
     deletes driver pods node by node during a rollout and reads every pod to tell busy GPU nodes (R-ROLLOUT);
-    keeps its leader Lease and its webhook certificate Secret; patches the caBundle of its webhook
-    configuration; emits Events.
+    keeps its leader Lease and fills its webhook certificate Secret (the chart creates it); patches the
+    caBundle of its webhook configuration; emits Events.
     """
     group = spec.API_GROUP
     cluster_names = _component_role_names(Scope.CLUSTER)
     own = [
-        Rule(group, ("clusteroperators",), (*READ, "update", "patch")),
+        Rule(group, ("clusteroperators",), (*READ, "update", "patch", "delete")),  # delete: the pre-delete hook
         Rule(group, ("clusteroperators/status",), ("get", "update", "patch")),
         Rule(group, ("clusteroperators/finalizers",), ("update",)),
         Rule("", ("nodes",), (*READ, "patch")),
@@ -256,7 +256,7 @@ def operator_rules() -> AccountRules:
         Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, *WRITE)),
         Rule("rbac.authorization.k8s.io", ("roles",), ("bind",), _component_role_names(Scope.NAMESPACE)),
         Rule("coordination.k8s.io", ("leases",), (*READ, "create", "update", "patch")),
-        Rule("", ("secrets",), ("create",)),
+        # The chart creates the (empty) webhook Secret, so the operator needs no "create" on Secrets.
         Rule("", ("secrets",), ("get", "update", "patch"), (WEBHOOK_NAME,)),
         *_EVENTS,
     ]

@@ -1,7 +1,8 @@
 """Building the control-plane binaries from Go modules, and the cache that makes it happen once.
 
 Why this module exists: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-are not downloaded but built from their upstream Go modules (the small Go module in
+(and helm, for the chart tests, from its own module nested at ``cmd/helm``) are not downloaded
+but built from their upstream Go modules (the small Go module in
 ``metax_dev/controlplane/gomod``), which takes minutes cold. So the binaries are cached under a key that
 hashes everything that decides them (go.mod, go.sum, every ``.go`` file of that module, the Go
 version, the platform and the flags); a test run with the same sources reuses them in no time,
@@ -31,7 +32,11 @@ from metax_dev.controlplane import errors, processes
 logger = logging.getLogger(__name__)
 
 #: The binaries built from ``metax_dev/controlplane/gomod/cmd/*``.
-BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "helm")
+
+#: Binaries built from a Go module of their own, nested at ``cmd/<name>`` (their dependencies would clash with
+#: the control plane's pins): name -> the upstream main package its go.mod's ``tool`` line names.
+NESTED: Final = {"helm": "helm.sh/helm/v3/cmd/helm"}
 
 #: Binary sets (about 400 MB each) kept in the cache; older ones are removed after a build.
 CACHE_KEEP: Final = 3
@@ -124,6 +129,7 @@ def _go_env(go: Path, module_dir: Path, env: Mapping[str, str]) -> dict[str, str
 
 def _source_files(module_dir: Path) -> list[Path]:
     files = [module_dir / "go.mod", module_dir / "go.sum"]
+    files += sorted(module_dir / "cmd" / name / f for name in NESTED for f in ("go.mod", "go.sum"))
     files += sorted(p for p in module_dir.rglob("*.go") if p.is_file())
     return files
 
@@ -164,7 +170,25 @@ def build_key(module_dir: Path | None = None, go: Path | None = None) -> str:
         digest.update(f"{key}={go_env.get(key, '')}\0".encode())
     digest.update(f"CGO_ENABLED={env['CGO_ENABLED']}\0".encode())
     digest.update(_ldflags(versions["kubernetes"]).encode())
+    for name in NESTED:
+        digest.update(_nested_ldflags(module_dir / "cmd" / name).encode())
     return digest.hexdigest()[:20]
+
+
+def _nested_ldflags(nested_dir: Path) -> str:
+    """helm's version and the Kubernetes version it reports to templates (its client-go), as its Makefile sets."""
+    found: dict[str, str] = {}
+    for line in (nested_dir / "go.mod").read_text().splitlines():
+        parts = line.strip().split()
+        if len(parts) >= 2 and parts[0] in ("helm.sh/helm/v3", "k8s.io/client-go"):
+            found[parts[0]] = parts[1]
+    if len(found) != 2:
+        raise errors.ControlPlaneError(f"{nested_dir}/go.mod does not require helm.sh/helm/v3 and k8s.io/client-go")
+    minor = found["k8s.io/client-go"].lstrip("v").split(".")[1]
+    flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={found['helm.sh/helm/v3']}"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return " ".join(flags)
 
 
 def build(
@@ -245,6 +269,23 @@ def build(
                     stderr=subprocess.STDOUT,
                     check=False,
                 )
+            for name, package in NESTED.items():
+                if completed.returncode != 0:
+                    break
+                nested = module_dir / "cmd" / name
+                with log_path.open("ab") as log:
+                    completed = subprocess.run(
+                        [
+                            *(str(go), "build", "-trimpath", "-buildvcs=false"),
+                            *("-ldflags", _nested_ldflags(nested), "-o", str(staging / "bin" / name), package),
+                        ],
+                        cwd=nested,
+                        env=_build_env(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        check=False,
+                    )
             if completed.returncode != 0:
                 raise errors.ControlPlaneError(
                     f"`go build` of the control plane failed (exit {completed.returncode}) "
