@@ -143,6 +143,9 @@ class WebhookServer:
         return self
 
     def shutdown(self) -> None:
+        """Stop serving and checking; safe to call more than once."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._threads:  # shutdown() waits for serve_forever, which only runs once started
             self._httpd.shutdown()
