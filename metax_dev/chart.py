@@ -345,6 +345,16 @@ The seed's commands are wrong (see docs/rollout.md); these are the correct ones:
 ```sh
 {rollout}```
 
+## Permissions (R-SECURITY, 000 Table 1.3.1)
+
+Every workload runs as its own ServiceAccount with only these rules (from `metax_core/cluster/rbac.py`; the
+operator renders the components' accounts and roles with their workloads, the chart renders the operator's).
+No rule uses `*`; nobody may read Secrets cluster-wide, exec into pods, delete nodes or escalate roles (tested
+with SubjectAccessReviews on a real API server). `metax-data-exporter` runs on the namespace's default account
+without a token, so it has none.
+
+{rbac_table}
+
 ## Options: the ClusterOperator spec
 
 Every option, its type, default and meaning, from the spec model (001 Tables 3.1–3.18). Bad values are
@@ -365,8 +375,28 @@ INSTALL_COMMANDS: Final = (
 UNINSTALL_COMMANDS: Final = "helm uninstall metax-operator -n metax-operator --wait"
 
 
+def _rules_cell(rules: tuple[rbac.Rule, ...]) -> str:
+    if not rules:
+        return "—"
+    parts = []
+    for rule in rules:
+        names = f" ({', '.join(rule.names)})" if rule.names else ""
+        group = f"{rule.group}/" if rule.group else ""
+        parts.append(f"{', '.join(group + r for r in rule.resources)}: {' '.join(rule.verbs)}{names}")
+    return "<br>".join(parts)
+
+
+def rbac_table() -> str:
+    lines = ["| ServiceAccount | cluster-wide | operator namespace | `default` (node Events) |", "|---|---|---|---|"]
+    for account in [rbac.operator_rules(), *rbac.COMPONENT_RULES.values()]:
+        cells = [_rules_cell(account.cluster), _rules_cell(account.namespace), _rules_cell(account.events)]
+        lines.append(f"| `{account.account}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render_readme(docs_dir: Path) -> str:
     return README_TEMPLATE.format(
+        rbac_table=rbac_table(),
         generated=GENERATED,
         install=INSTALL_COMMANDS,
         uninstall=UNINSTALL_COMMANDS,

@@ -64,3 +64,14 @@ def test_readme_lists_every_option_with_its_default_and_the_rollout_commands() -
     assert "--type=json" in readme and "type=json " not in readme.replace("--type=json", "")
     assert chart.INSTALL_COMMANDS in readme and chart.UNINSTALL_COMMANDS in readme
     assert "kubectl delete crd clusteroperators.gpu.metax-tech.com" in readme
+
+
+def test_the_repository_readme_installs_with_the_commands_the_tests_run() -> None:
+    readme = (CHART.parents[1] / "README.md").read_text()
+    assert chart.INSTALL_COMMANDS in readme and chart.UNINSTALL_COMMANDS in readme
+
+
+def test_the_readme_permissions_table_is_the_rbac_module() -> None:
+    readme = (CHART / "README.md").read_text()
+    assert chart.rbac_table() in readme
+    assert "| `metax-gpu-label` | nodes: get list watch patch |" in readme
