@@ -10,14 +10,20 @@ Covers, through server-side apply as an administrator: each family of bad spec r
 schema before admission; a missing payload version and decreasing steps by the webhook); a ``maxParallel``
 edit mid-rollout refused, ``pause`` and the rollout-confirm annotation accepted; a driver-config ConfigMap
 with an unknown module parameter refused; renewed certificates (serving and CA) keep working; an expired
-certificate is refused by the API server (fail closed) until the server renews it on restart.
+certificate is refused by the API server (fail closed) until the server renews it on restart; the
+``metax-operator-webhook`` console script, run as its own process, serves the API server the same way.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +255,32 @@ def test_an_expired_certificate_fails_closed_until_a_restart_renews_it(
         assert DENIED in _refused_by_webhook(api)
     finally:
         renewed.shutdown()
+
+
+def test_the_metax_operator_webhook_entry_point_serves_the_api_server(
+    webhook: server.WebhookServer, api: client.HttpApi, control_plane: cluster.ControlPlane
+) -> None:
+    """The console script, as its own process on loopback (what a Deployment would run alone)."""
+    port = webhook.port
+    webhook.shutdown()  # idempotent: the previous test may have stopped it already
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(control_plane.kubeconfig_path),
+        "METAX_NAMESPACE": NAMESPACE,
+        "METAX_WEBHOOK_HOST": "127.0.0.1",
+        "METAX_WEBHOOK_PORT": str(port),
+        "METAX_WEBHOOK_EXTRA_HOSTS": "127.0.0.1",
+    }
+    script = Path(sys.executable).parent / "metax-operator-webhook"
+    process = subprocess.Popen([str(script)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if f"serving on port {port}" in line:
+                break
+        assert DENIED in _refused_by_webhook(api)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        if process.stderr is not None:
+            process.stderr.close()
