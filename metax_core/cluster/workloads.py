@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components, merge
+from metax_core.cluster import components, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.node import readiness
 from metax_core.spec import model as spec
@@ -103,7 +103,7 @@ class RenderSettings:
 @attrs.frozen
 class Rendered:
     objects: tuple[Mapping[str, Any], ...]
-    """Workloads (and the exporter Service) in deploy order."""
+    """Each component's ServiceAccounts and RBAC, then its workloads (and the exporter Service), in deploy order."""
     plan: components.DeployPlan
 
 
@@ -356,6 +356,7 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
     deploy_plan = components.plan(components.enabled(s))
     objects: list[Mapping[str, Any]] = []
     for component in deploy_plan.deploy:
+        objects.extend(rbac.objects(component, settings.namespace))  # accounts and roles before their workloads
         for workload in components.BY_COMPONENT[component].workloads:
             objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
         if component is Component.EXPORTER:

@@ -1,13 +1,13 @@
 """Building the test cluster's binaries from Go modules, and the cache that makes it happen once.
 
-Why this module exists: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-(the control plane), and kubelet, kubectl, containerd, ctr, the runc shim, runc and pause (a real
-node) are not downloaded but built from their upstream Go modules (the small Go module in
-``metax_dev/controlplane/gomod``, and the node's in ``metax_dev/realnode/gomod``), which takes
-minutes cold. So the binaries are cached under a key that hashes everything that decides them (every
-target of :mod:`metax_dev.controlplane.targets`: go.mod, go.sum, the ``.go``/``.c`` sources, the Go
-version, the platform, the C toolchain, the flags); a test run with the same sources reuses them in
-no time, and concurrent runs wait for one build instead of racing.
+Why this module exists: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (the control
+plane), helm (the chart tests; its own module nested at ``gomod/cmd/helm``), and kubelet, kubectl, containerd,
+ctr, the runc shim, runc and pause (a real node) are not downloaded but built from their upstream Go modules
+(the small Go module in ``metax_dev/controlplane/gomod``, and the node's in ``metax_dev/realnode/gomod``),
+which takes minutes cold. So the binaries are cached under a key that hashes everything that decides them
+(every target of :mod:`metax_dev.controlplane.targets`: go.mod, go.sum, the ``.go``/``.c`` sources, the Go
+version, the platform, the C toolchain, the flags); a test run with the same sources reuses them in no time,
+and concurrent runs wait for one build instead of racing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from metax_dev.controlplane import errors, processes, targets
 logger = logging.getLogger(__name__)
 
 #: Every binary of a build: the control plane's and a real node's.
-BINARIES: Final = (*targets.CONTROL_PLANE, *targets.NODE)
+BINARIES: Final = (*targets.CONTROL_PLANE, *targets.CHART, *targets.NODE)
 
 #: Binary sets (about 650 MB each) kept in the cache; older ones are removed after a build.
 CACHE_KEEP: Final = 3

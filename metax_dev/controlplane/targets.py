@@ -18,11 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from metax_dev.controlplane import errors
+
 #: The realnode package ships the node-side Go modules and the pause source (package data).
 _REALNODE_DIR: Final = Path(__file__).resolve().parent.parent / "realnode"
 
 #: Binaries the control plane uses (``metax_dev/controlplane/gomod/cmd/*``, one ``go build``).
 CONTROL_PLANE: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: Binaries the chart tests use (``metax_dev/controlplane/gomod/cmd/helm``, a Go module of its own: helm pins
+#: newer Kubernetes client libraries than the control plane).
+CHART: Final = ("helm",)
+_HELM_MODULE: Final = "helm.sh/helm/v3"
 #: Binaries a real node uses (docs/realnode.md).
 NODE: Final = ("kubelet", "kubectl", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "pause")
 
@@ -84,6 +90,19 @@ def required_version(go_mod: Path, module: str) -> str:
     return ""
 
 
+def helm_ldflags(helm_dir: Path) -> str:
+    """helm's version and the Kubernetes version it reports to templates (its client-go), as its Makefile sets."""
+    helm = required_version(helm_dir / "go.mod", _HELM_MODULE)
+    client_go = required_version(helm_dir / "go.mod", "k8s.io/client-go")
+    if not helm or not client_go:
+        raise errors.ControlPlaneError(f"{helm_dir}/go.mod does not require {_HELM_MODULE} and k8s.io/client-go")
+    minor = client_go.lstrip("v").split(".")[1]
+    flags = ["-s", "-w", f"-X {_HELM_MODULE}/internal/version.version={helm}"]
+    for pkg in (f"{_HELM_MODULE}/pkg/lint/rules", f"{_HELM_MODULE}/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return " ".join(flags)
+
+
 def containerd_module_dir() -> Path:
     return _REALNODE_DIR / "gomod" / "containerd"
 
@@ -124,6 +143,14 @@ def targets(control_plane_module: Path, kubernetes_version: str) -> list[Target]
             packages=("./cmd/...",),
             binaries=(*CONTROL_PLANE, "kubelet", "kubectl"),
             ldflags=kubernetes_ldflags(kubernetes_version),
+        ),
+        Target(
+            name="helm",
+            kind="go",
+            source_dir=control_plane_module / "cmd" / "helm",
+            packages=(f"{_HELM_MODULE}/cmd/helm",),
+            binaries=CHART,
+            ldflags=helm_ldflags(control_plane_module / "cmd" / "helm"),
         ),
         Target(
             name=f"containerd {containerd}",

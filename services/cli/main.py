@@ -19,7 +19,7 @@ from metax_core.cluster import workloads
 from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import documents, rollout
+from services.cli import documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_maca_resolve)
 
     rollout.add_parser(sub)
+    uninstall.add_parser(sub)
     return parser
 
 

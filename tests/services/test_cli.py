@@ -92,8 +92,11 @@ def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_
     )
     code, out, err = run(capsys, "render", "-f", str(values), "-o", "json")
     assert code == 0
-    names = [o["metadata"]["name"] for o in json.loads(out)["items"]]
+    items = json.loads(out)["items"]
+    names = [o["metadata"]["name"] for o in items if o["kind"] in ("DaemonSet", "Deployment")]
     assert names == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
+    accounts = [o["metadata"]["name"] for o in items if o["kind"] == "ServiceAccount"]
+    assert accounts == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
     assert "skipped: driver is enabled but not deployed: disabled prerequisite runtime" in err
     assert (
         "skipped: gpuDevice is enabled but not deployed: disabled prerequisite runtime; blocked prerequisite maca"
@@ -104,7 +107,16 @@ def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_
 def test_render_one_component_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "render", "-f", str(EXAMPLES / "cluster-operator.yaml"), "--component", "maca")
     assert code == 0
-    (daemonset,) = list(yaml.safe_load_all(out))
+    documents = list(yaml.safe_load_all(out))
+    assert [d["kind"] for d in documents] == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "DaemonSet",
+    ]
+    daemonset = documents[-1]
     tolerations = daemonset["spec"]["template"]["spec"]["tolerations"]
     assert {"key": "node-type", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in tolerations
     assert {"key": "node-type", "operator": "Equal", "value": "general", "effect": "NoSchedule"} not in tolerations

@@ -1,0 +1,45 @@
+{{/* Common labels of every object the chart creates. */}}
+{{- define "metax-operator.labels" -}}
+app.kubernetes.io/name: metax-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: metax-gpu-operator
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The operator image: operator.image.repository, else <registry>/metax-operator; tag = appVersion. */}}
+{{- define "metax-operator.image" -}}
+{{- $repo := .Values.operator.image.repository -}}
+{{- if not $repo -}}
+{{- $repo = ternary "metax-operator" (printf "%s/metax-operator" .Values.registry) (eq .Values.registry "") -}}
+{{- end -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.operator.image.tag) -}}
+{{- end -}}
+
+{{/* The ClusterOperator spec: the values without the chart-only `operator` section. The deprecated
+     `--set-file tolerations=<file>` (§3.2.4) passes the file's text; it holds `tolerations: [...]` or a list. */}}
+{{- define "metax-operator.spec" -}}
+{{- $spec := omit .Values "operator" -}}
+{{- if kindIs "string" .Values.tolerations -}}
+{{- $doc := fromYaml .Values.tolerations -}}
+{{- if hasKey $doc "tolerations" -}}
+{{- $_ := set $spec "tolerations" (get $doc "tolerations") -}}
+{{- else -}}
+{{- $_ := set $spec "tolerations" (fromYamlArray .Values.tolerations) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $spec -}}
+{{- end -}}
+
+{{/* A webhook clientConfig: the Service, or operator.webhook.url (an operator outside the cluster). */}}
+{{- define "metax-operator.webhookClient" -}}
+{{- if .Values.operator.webhook.url }}
+url: {{ printf "%s%s" (trimSuffix "/" .Values.operator.webhook.url) .path | quote }}
+{{- else }}
+service:
+  name: metax-operator-webhook
+  namespace: {{ .Release.Namespace }}
+  path: {{ .path }}
+  port: 443
+{{- end }}
+{{- end -}}

@@ -1,0 +1,276 @@
+"""Who may do what: every ServiceAccount, Role and ClusterRole of the product, least privilege (R-SECURITY).
+
+Why it exists: 000 Table 1.3.1 gives each workload its own ServiceAccount (the data-exporter runs on the
+namespace's default one, without a token) and says the operator itself is unprivileged. The Kubernetes
+permissions behind those accounts are decided here, once, as data:
+
+* `component_rules` — what each node agent or controller may do, cluster-wide (nodes) and in the operator
+  namespace (its ConfigMap) and in ``default`` (Events about its node, which live there; see
+  `metax_k8s.events`). The operator renders them with the workloads (`objects`), in deploy order, so an agent
+  never starts without its account.
+* `operator_rules` — the operator's own ClusterRole and Role. The chart's ``templates/operator-rbac.yaml`` is
+  generated from it (`metax_k8s.chart`), so the chart and the code cannot disagree. It holds every permission
+  it hands to a component (Kubernetes refuses to create a role with rules its creator lacks), which is why no
+  account needs ``escalate``; ``bind`` is limited to the component roles by name.
+
+No rule uses ``*``; nothing may read Secrets cluster-wide, exec into pods, or delete nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from metax_core.cluster import components
+from metax_core.cluster.components import Component
+from metax_core.spec import model as spec
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+MANAGED_BY = "metax-operator"
+PART_OF = "metax-gpu-operator"
+EVENTS_NAMESPACE = "default"
+"""Events about cluster-scoped objects (nodes, the ClusterOperator) go here (kubectl looks for them here)."""
+OPERATOR_ACCOUNT = "metax-operator"
+WEBHOOK_NAME = "metax-operator-webhook"
+"""The ValidatingWebhookConfiguration, its Service and its certificate Secret share this name."""
+CLUSTER_ROLE_PREFIX = "metax-operator:"
+"""Component ClusterRoles are named ``metax-operator:<account>``, so they sort together and say who made them."""
+
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete")
+
+
+class Scope(enum.Enum):
+    CLUSTER = "cluster"
+    """A ClusterRole + ClusterRoleBinding."""
+    NAMESPACE = "namespace"
+    """A Role + RoleBinding in the operator namespace."""
+    EVENTS = "events"
+    """A Role + RoleBinding in ``default``, where Events about nodes live."""
+
+
+@attrs.frozen
+class Rule:
+    """One PolicyRule: API group, resources, verbs, and optionally the only object names it applies to."""
+
+    group: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    names: tuple[str, ...] = ()
+
+    def manifest(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {
+            "apiGroups": [self.group],
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+        if self.names:
+            rule["resourceNames"] = list(self.names)
+        return rule
+
+
+_NODE_LABELS = Rule("", ("nodes",), ("get", "patch"))
+_NODE_WATCH = Rule("", ("nodes",), READ)
+_EVENTS = (
+    Rule("events.k8s.io", ("events",), ("get", "create", "patch", "delete")),
+    Rule("", ("events",), ("create", "patch")),
+)
+
+
+def _config_map(name: str) -> tuple[Rule, ...]:
+    # list/watch cannot be limited by name in RBAC unless the request names the object (fieldSelector
+    # metadata.name), which is how the agents watch their ConfigMap.
+    return (Rule("", ("configmaps",), READ, (name,)),)
+
+
+@attrs.frozen
+class AccountRules:
+    """The permissions of one ServiceAccount, by where they apply."""
+
+    account: str
+    cluster: tuple[Rule, ...] = ()
+    namespace: tuple[Rule, ...] = ()
+    events: tuple[Rule, ...] = ()
+
+    def by_scope(self) -> Mapping[Scope, tuple[Rule, ...]]:
+        return {Scope.CLUSTER: self.cluster, Scope.NAMESPACE: self.namespace, Scope.EVENTS: self.events}
+
+
+def _agent(account: str, *cluster: Rule, namespace: tuple[Rule, ...] = ()) -> AccountRules:
+    return AccountRules(account, cluster=cluster, namespace=namespace, events=_EVENTS)
+
+
+DRIVER_CONFIG_MAP = "driver-config"
+VFIO_CONFIG_MAP = "metax-vfio-config"
+
+COMPONENT_RULES: Mapping[str, AccountRules] = {
+    r.account: r
+    for r in (
+        # Reads GPU state on its node, writes node labels (R-LABELS); watches nodes to find GPU ones.
+        _agent("metax-gpu-label", Rule("", ("nodes",), (*READ, "patch"))),
+        # Its readiness label on its node.
+        _agent("metax-container-runtime", _NODE_LABELS),
+        # Its node's labels/annotations, the driver-config ConfigMap (R-VF, R-MODPARAM), NodeNeedReboot (R-FW).
+        _agent("metax-driver", _NODE_LABELS, namespace=_config_map(DRIVER_CONFIG_MAP)),
+        _agent("metax-maca", _NODE_LABELS),
+        # Node mode/QoS labels (R-SGPU) and the HAMi device annotation on its node.
+        _agent("metax-gpu-device", _NODE_LABELS),
+        # The metax-vfio-config ConfigMap and the gpu-vfio annotation on its node (R-VFIO).
+        _agent("metax-vfio-manager", _NODE_LABELS, namespace=_config_map(VFIO_CONFIG_MAP)),
+        # Topology annotations on its node.
+        _agent("metax-topo-worker", _NODE_LABELS),
+        # The cluster view of topology: reads every node's annotations.
+        AccountRules("metax-topo-master", cluster=(_NODE_WATCH,), events=_EVENTS),
+        # Placement help: reads nodes and pods, writes nothing but Events.
+        AccountRules("metax-gpu-scheduler", cluster=(_NODE_WATCH, Rule("", ("pods",), READ)), events=_EVENTS),
+    )
+}
+"""Per ServiceAccount of 000 Table 1.3.1 (the data-exporter has none: the default account, no token)."""
+
+
+def component_rules(account: str) -> AccountRules:
+    return COMPONENT_RULES[account]
+
+
+def accounts(component: Component) -> tuple[str, ...]:
+    """The ServiceAccounts of ``component``'s workloads (Table 1.3.1), in catalogue order."""
+    return tuple(w.service_account for w in components.BY_COMPONENT[component].workloads if w.service_account)
+
+
+def role_name(account: str, scope: Scope) -> str:
+    """The Role/ClusterRole (and its binding) of ``account`` in ``scope``."""
+    if scope is Scope.CLUSTER:
+        return CLUSTER_ROLE_PREFIX + account
+    return f"{account}-events" if scope is Scope.EVENTS else account
+
+
+COMPONENT_LABEL = "metax-tech.com/component"
+
+
+def _labels(account: str, component: Component | None = None) -> dict[str, str]:
+    labels = {"app.kubernetes.io/name": account, MANAGED_BY_LABEL: MANAGED_BY, PART_OF_LABEL: PART_OF}
+    if component is not None:
+        labels[COMPONENT_LABEL] = component.value
+    return labels
+
+
+def _role_objects(
+    account: str, scope: Scope, rules: Sequence[Rule], namespace: str, labels: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    name = role_name(account, scope)
+    kind = "ClusterRole" if scope is Scope.CLUSTER else "Role"
+    where = {} if scope is Scope.CLUSTER else {"namespace": EVENTS_NAMESPACE if scope is Scope.EVENTS else namespace}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name, **where, "labels": dict(labels)},
+        "rules": [r.manifest() for r in rules],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": f"{kind}Binding",
+        "metadata": {"name": name, **where, "labels": dict(labels)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+    return [role, binding]
+
+
+def account_objects(account: str, namespace: str, component: Component | None = None) -> list[dict[str, Any]]:
+    """The ServiceAccount, then each non-empty Role/ClusterRole with its binding."""
+    labels = _labels(account, component)
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": namespace, "labels": dict(labels)},
+        }
+    ]
+    for scope, rules in component_rules(account).by_scope().items():
+        if rules:
+            objects += _role_objects(account, scope, rules, namespace, labels)
+    return objects
+
+
+def objects(component: Component, namespace: str = spec.NAMESPACE) -> list[dict[str, Any]]:
+    """Every RBAC object ``component``'s workloads need, to apply before the workloads themselves."""
+    return [obj for account in accounts(component) for obj in account_objects(account, namespace, component)]
+
+
+# --- the operator itself (C1), rendered by the chart -------------------------------------------------------
+
+
+def _union(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """Rules merged per (group, resource, names): one rule with the union of the verbs, in a stable order."""
+    verbs: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
+    for rule in rules:
+        for resource in rule.resources:
+            verbs.setdefault((rule.group, resource, rule.names), set()).update(rule.verbs)
+    order = ("get", "list", "watch", "create", "update", "patch", "delete", "bind")
+    return tuple(
+        Rule(group, (resource,), tuple(v for v in order if v in found), names)
+        for (group, resource, names), found in sorted(verbs.items())
+    )
+
+
+def _component_role_names(scope: Scope) -> tuple[str, ...]:
+    return tuple(sorted(role_name(a, scope) for a, r in COMPONENT_RULES.items() if r.by_scope()[scope]))
+
+
+def operator_rules() -> AccountRules:
+    """The operator's ClusterRole (cluster), Role in its namespace (namespace) and in ``default`` (events).
+
+    What it does with each: reconciles the ClusterOperator and writes its status and finalizer; applies and
+    removes the component workloads, Services, ConfigMaps, ServiceAccounts and RBAC; labels and cleans nodes;
+    deletes driver pods node by node during a rollout and reads every pod to tell busy GPU nodes (R-ROLLOUT);
+    keeps its leader Lease and fills its webhook certificate Secret (the chart creates it); patches the
+    caBundle of its webhook configuration; emits Events.
+    """
+    group = spec.API_GROUP
+    cluster_names = _component_role_names(Scope.CLUSTER)
+    own = [
+        Rule(group, ("clusteroperators",), (*READ, "update", "patch", "delete")),  # delete: the pre-delete hook
+        Rule(group, ("clusteroperators/status",), ("get", "update", "patch")),
+        Rule(group, ("clusteroperators/finalizers",), ("update",)),
+        Rule("", ("nodes",), (*READ, "patch")),
+        Rule("", ("pods",), READ),
+        Rule("rbac.authorization.k8s.io", ("clusterroles", "clusterrolebindings"), ("list", "watch", "create")),
+        Rule("rbac.authorization.k8s.io", ("clusterroles", "clusterrolebindings"), ("get", *WRITE), cluster_names),
+        Rule("rbac.authorization.k8s.io", ("clusterroles",), ("bind",), cluster_names),
+        Rule(
+            "admissionregistration.k8s.io",
+            ("validatingwebhookconfigurations",),
+            ("get", "update", "patch"),
+            (WEBHOOK_NAME,),
+        ),
+        Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
+    ]
+    namespace = [
+        Rule("apps", ("daemonsets", "deployments"), (*READ, *WRITE)),
+        Rule("", ("services", "configmaps", "serviceaccounts"), (*READ, *WRITE)),
+        Rule("", ("pods",), ("delete",)),
+        Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, *WRITE)),
+        Rule("rbac.authorization.k8s.io", ("roles",), ("bind",), _component_role_names(Scope.NAMESPACE)),
+        Rule("coordination.k8s.io", ("leases",), (*READ, "create", "update", "patch")),
+        # The chart creates the (empty) webhook Secret, so the operator needs no "create" on Secrets.
+        Rule("", ("secrets",), ("get", "update", "patch"), (WEBHOOK_NAME,)),
+        *_EVENTS,
+    ]
+    events = [
+        *_EVENTS,
+        Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), ("list", "watch", "create")),
+        Rule(
+            "rbac.authorization.k8s.io", ("roles", "rolebindings"), ("get", *WRITE), _component_role_names(Scope.EVENTS)
+        ),
+        Rule("rbac.authorization.k8s.io", ("roles",), ("bind",), _component_role_names(Scope.EVENTS)),
+    ]
+    # Everything the operator grants, it must hold (RBAC escalation prevention), in the same scope.
+    for rules in COMPONENT_RULES.values():
+        own += rules.cluster
+        namespace += rules.namespace
+        events += rules.events
+    return AccountRules(OPERATOR_ACCOUNT, cluster=_union(own), namespace=_union(namespace), events=_union(events))

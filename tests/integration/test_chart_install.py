@@ -1,0 +1,244 @@
+"""`helm install / upgrade / uninstall` of charts/metax-operator on the real control plane (R-INSTALL, R-VALUES).
+
+Covers: ``helm lint --strict`` (and a bad value refused by the generated schema with its path); ``helm
+template`` with the operator's pod security of 000 Table 1.3.1 (and every operator-rendered DaemonSet:
+privileged and hostPID only where the table says, host paths only those of §1.3.2); ``helm install`` with
+defaults (the issue's command) and with the README's command (``--set registry=...``): every chart object
+present, the operator Deployment available (kwok runs its pod), the ``cluster-operator`` spec = the values;
+``helm upgrade`` with changed values reaches the CR; the ``--set-file tolerations=<file>`` path of §3.2.4;
+``helm uninstall --wait`` runs the pre-delete cleanup Job before it deletes the operator, then leaves nothing
+of ours (the CRD stays, by Helm convention, as the README says).
+
+The operator's reconcile loop is not part of this branch's chart tests: nothing here depends on it running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart_helpers import (
+    CHART_DIR,
+    CHART_OBJECTS,
+    NAMESPACE,
+    RELEASE,
+    Helm,
+    install_command,
+    labelled_ours,
+    present,
+    uninstall_command,
+)
+
+from metax_core.cluster import components, workloads
+from metax_core.errors import NotFound
+from metax_core.ports.cluster import WatchEventType
+from metax_core.spec import validation
+from metax_dev.controlplane import cluster
+from metax_k8s import client
+
+pytestmark = pytest.mark.integration
+
+# 000 Table 1.3.1: workload -> (privileged, hostPID); hostIPC and hostNetwork are "no" for all.
+TABLE_1_3_1 = {
+    "metax-operator": (False, False),
+    "metax-gpu-label": (True, False),
+    "metax-gpu-device": (True, True),
+    "metax-container-runtime": (True, True),
+    "metax-driver": (True, True),
+    "metax-maca": (True, True),
+    "metax-topo-master": (False, False),
+    "metax-topo-worker": (True, False),
+    "metax-data-exporter": (True, False),
+    "metax-gpu-scheduler": (False, False),
+    # Not in Table 1.3.1 (C10 came later): it rebinds PCI functions through /sys, so privileged; no hostPID.
+    "metax-vfio-manager": (True, False),
+}
+# 000 §1.3.2: path -> read-only.
+SECTION_1_3_2 = {
+    "/dev": False,
+    "/sys": False,
+    "/lib/modules": True,
+    "/lib/firmware": False,
+    "/etc/docker": False,
+    "/etc/containerd": False,
+    "/etc/crio": False,
+    "/var/lib/kubelet/device-plugins": False,
+    "/var/lib/kubelet/pod-resources": True,
+    "/var/run/cdi": False,
+    "/var/lib/metax": False,
+    "/run/metax": False,
+    "/var/log/metax": False,
+}
+
+
+@pytest.fixture(scope="module")
+def helm(control_plane: cluster.ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(control_plane.kubeconfig_path, tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="module")
+def api(control_plane: cluster.ControlPlane) -> client.HttpApi:
+    return client.HttpApi(client.api_client(control_plane.kubeconfig_path))
+
+
+def _template(helm: Helm, *args: str) -> list[dict[str, Any]]:
+    out = helm.run("template", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--kube-version", "1.36.0", *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_lint_strict_and_the_schema_refuses_bad_values_with_their_path(helm: Helm) -> None:
+    helm.run("lint", "--strict", str(CHART_DIR))
+    bad = helm.run("lint", "--strict", str(CHART_DIR), "--set", "driver.deployPolicy=Sometimes", check=False)
+    assert bad.returncode != 0
+    assert "/driver/deployPolicy" in bad.stdout + bad.stderr and "PreferCloud" in bad.stdout + bad.stderr
+    typo = helm.run("template", RELEASE, str(CHART_DIR), "--set", "driver.upgradePolicy.maxParalel=1", check=False)
+    assert typo.returncode != 0 and "maxParalel" in typo.stderr
+
+
+def _check_pod(name: str, pod: dict[str, Any]) -> None:
+    privileged, host_pid = TABLE_1_3_1[name]
+    assert bool(pod.get("hostPID")) is host_pid, name
+    assert not pod.get("hostIPC") and not pod.get("hostNetwork"), name
+    for container in pod["containers"]:
+        context = container.get("securityContext", {})
+        assert bool(context.get("privileged")) is privileged, name
+        if not privileged:
+            assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
+            assert context["runAsNonRoot"] is True and context["capabilities"] == {"drop": ["ALL"]}
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+        for volume in pod.get("volumes", []):
+            if "hostPath" in volume:
+                path = volume["hostPath"]["path"]
+                assert path in SECTION_1_3_2, (name, path)
+                if SECTION_1_3_2[path]:
+                    assert mounts[volume["name"]]["readOnly"] is True, (name, path)
+
+
+def test_every_pod_has_exactly_the_privileges_of_table_1_3_1_and_the_host_paths_of_1_3_2(helm: Helm) -> None:
+    rendered = _template(helm, "--set", "registry=r.example/metax")
+    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    _check_pod("metax-operator", pod)
+    assert not [v for v in pod["volumes"] if "hostPath" in v]
+    (container,) = pod["containers"]
+    assert container["image"] == "r.example/metax/metax-operator:0.1.0"
+    assert container["resources"]["limits"] and container["resources"]["requests"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    every = {"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
+    every |= {"gpuScheduler": {"deploy": True}}
+    objects = workloads.render(validation.parse(every)).objects
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if "template" in o.get("spec", {})}
+    assert set(pods) == {w.name for info in components.CATALOGUE for w in info.workloads}
+    for name, spec in pods.items():
+        _check_pod(name, spec)
+
+
+def test_set_file_tolerations_reaches_the_cluster_operator(helm: Helm, tmp_path: Path) -> None:
+    file = tmp_path / "tolerations.yaml"
+    file.write_text(
+        'tolerations:\n  - key: "key1"\n    operator: "Equal"\n    value: "value1"\n    effect: "NoSchedule"\n'
+    )
+    rendered = _template(helm, "--set-file", f"tolerations={file}", "--set", "driver.payload.version=1.0.0")
+    (co,) = [d for d in rendered if d["kind"] == "ClusterOperator"]
+    assert co["spec"]["tolerations"] == [
+        {"key": "key1", "operator": "Equal", "value": "value1", "effect": "NoSchedule"}
+    ]
+    assert validation.parse(co).tolerations is not None
+
+
+def _wait_available(api: client.HttpApi, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE).get("status", {})
+        if status.get("availableReplicas") == 1:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"metax-operator Deployment not available: {status}")
+
+
+def _uninstall_and_check_nothing_remains(helm: Helm, api: client.HttpApi) -> None:
+    seen: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def record(api_version: str, kind: str) -> None:
+        version = api.list(api_version, kind, namespace=NAMESPACE).resource_version
+        while not stop.is_set():
+            for event in api.watch(api_version, kind, namespace=NAMESPACE, resource_version=version, timeout_seconds=5):
+                meta = event.object["metadata"]
+                version = meta.get("resourceVersion", version)
+                if event.type is WatchEventType.BOOKMARK:
+                    continue
+                seen.append((time.monotonic(), f"{event.type.value} {kind} {meta['name']}"))
+
+    watchers = [
+        threading.Thread(target=record, args=("batch/v1", "Job"), daemon=True),
+        threading.Thread(target=record, args=("apps/v1", "Deployment"), daemon=True),
+    ]
+    for w in watchers:
+        w.start()
+    time.sleep(1)  # both watches open
+    helm.run(*uninstall_command())
+    stop.set()
+    for w in watchers:
+        w.join(timeout=15)
+    events = [e for _, e in sorted(seen)]
+    hook = events.index("ADDED Job metax-operator-cleanup")
+    gone = events.index("DELETED Deployment metax-operator")
+    assert hook < gone, events
+    assert present(api, CHART_OBJECTS) == []
+    assert labelled_ours(api) == []
+    assert "metax-operator" not in helm.run("list", "-n", NAMESPACE, "-q").stdout
+    # By Helm convention the CRD stays (README: `kubectl delete crd ...` removes it).
+    api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "clusteroperators.gpu.metax-tech.com")
+
+
+@pytest.fixture
+def no_release(helm: Helm, api: client.HttpApi) -> Iterator[None]:
+    assert present(api, CHART_OBJECTS) == []
+    yield
+    if RELEASE in helm.run("list", "-n", NAMESPACE, "-q").stdout:
+        helm.run("uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+
+
+@pytest.mark.usefixtures("no_release")
+def test_install_with_defaults_then_uninstall_leaves_nothing(helm: Helm, api: client.HttpApi) -> None:
+    helm.run("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace")
+    assert len(present(api, CHART_OBJECTS)) == len(CHART_OBJECTS)
+    co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    assert co["spec"]["registry"] == "" and co["spec"]["driver"]["deployPolicy"] == "PreferCloud"
+    _wait_available(api)
+    _uninstall_and_check_nothing_remains(helm, api)
+
+
+@pytest.mark.usefixtures("no_release")
+def test_readme_install_upgrade_and_uninstall(helm: Helm, api: client.HttpApi) -> None:
+    out = helm.run(*install_command("r.example/metax", "2.18.0")).stdout
+    assert "rollout status deployment/metax-operator" in out  # NOTES.txt says what to check next
+    assert len(present(api, CHART_OBJECTS)) == len(CHART_OBJECTS)
+    deployment = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)
+    assert deployment["status"]["availableReplicas"] == 1  # --wait
+    co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    assert co["spec"]["registry"] == "r.example/metax"
+    assert co["spec"]["driver"]["payload"]["version"] == "2.18.0"
+    assert validation.parse(co).registry == "r.example/metax"
+
+    upgrade = ["upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values", "--wait"]
+    helm.run(*upgrade, "--set", "registry=mirror.example/metax", "--set", "gpuDevice.healthyInterval=9")
+    co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    assert co["spec"]["registry"] == "mirror.example/metax"
+    assert co["spec"]["gpuDevice"]["healthyInterval"] == 9
+    assert co["spec"]["driver"]["payload"]["version"] == "2.18.0"  # reused
+    image = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
+    assert image["image"] == "mirror.example/metax/metax-operator:0.1.0"
+    _uninstall_and_check_nothing_remains(helm, api)
+
+
+def test_nothing_is_left_when_this_module_ends(api: client.HttpApi) -> None:
+    with pytest.raises(NotFound):
+        api.get("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "metax-operator-webhook")

@@ -1,0 +1,129 @@
+"""RBAC as data (R-SECURITY, 000 Table 1.3.1): accounts per workload, least privilege, no wildcard.
+
+Covers: every ServiceAccount of Table 1.3.1 and only those (the data-exporter has none); the rendered objects
+in deploy order before the workloads; no ``*`` anywhere; nothing dangerous for anyone (Secrets cluster-wide,
+pods/exec, nodes delete, escalate); the operator holds whatever it grants, in the same scope (so it never
+needs ``escalate``). The real API server checks the same with SubjectAccessReviews in
+tests/integration/test_chart_rbac.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from metax_core.cluster import components, rbac, workloads
+from metax_core.cluster.components import Component
+from metax_core.spec import validation
+
+# 000 Table 1.3.1: workload -> ServiceAccount (None: the namespace's default account).
+TABLE_1_3_1 = {
+    "metax-operator": "metax-operator",
+    "metax-gpu-label": "metax-gpu-label",
+    "metax-gpu-device": "metax-gpu-device",
+    "metax-container-runtime": "metax-container-runtime",
+    "metax-driver": "metax-driver",
+    "metax-maca": "metax-maca",
+    "metax-topo-master": "metax-topo-master",
+    "metax-topo-worker": "metax-topo-worker",
+    "metax-data-exporter": None,
+    "metax-gpu-scheduler": "metax-gpu-scheduler",
+}
+
+
+def _all_rules() -> list[tuple[str, rbac.Rule]]:
+    found = []
+    for account in [*rbac.COMPONENT_RULES.values(), rbac.operator_rules()]:
+        for rules in account.by_scope().values():
+            found += [(account.account, r) for r in rules]
+    return found
+
+
+def test_every_workload_of_table_1_3_1_runs_as_its_own_account() -> None:
+    workloads_by_name = {w.name: w for info in components.CATALOGUE for w in info.workloads}
+    workloads_by_name["metax-operator"] = components.OPERATOR_WORKLOAD
+    for name, account in TABLE_1_3_1.items():
+        assert workloads_by_name[name].service_account == account
+    expected = {a for a in TABLE_1_3_1.values() if a} - {"metax-operator"} | {"metax-vfio-manager"}
+    assert set(rbac.COMPONENT_RULES) == expected
+
+
+def test_no_rule_uses_a_wildcard() -> None:
+    for account, rule in _all_rules():
+        assert "*" not in (rule.group, *rule.resources, *rule.verbs, *rule.names), account
+
+
+@pytest.mark.parametrize(
+    ("resource", "verb"),
+    [("pods/exec", "create"), ("nodes", "delete"), ("clusterroles", "escalate"), ("roles", "escalate")],
+)
+def test_nobody_gets_a_dangerous_permission(resource: str, verb: str) -> None:
+    for account, rule in _all_rules():
+        assert not (resource in rule.resources and verb in rule.verbs), (account, rule)
+
+
+def test_secrets_only_for_the_operator_in_its_namespace_and_only_its_webhook_secret_by_name() -> None:
+    for account, rule in _all_rules():
+        if "secrets" in rule.resources:
+            assert account == "metax-operator"
+    operator = rbac.operator_rules()
+    assert not [r for r in (*operator.cluster, *operator.events) if "secrets" in r.resources]
+    readable = [r for r in operator.namespace if "secrets" in r.resources and "get" in r.verbs]
+    assert readable and all(r.names == (rbac.WEBHOOK_NAME,) for r in readable)
+
+
+def _allowed(rules: tuple[rbac.Rule, ...], group: str, resource: str, verb: str, name: str = "") -> bool:
+    return any(
+        r.group == group and resource in r.resources and verb in r.verbs and (not r.names or name in r.names)
+        for r in rules
+    )
+
+
+def test_the_operator_holds_every_permission_it_grants_in_the_same_scope() -> None:
+    operator = rbac.operator_rules().by_scope()
+    for account in rbac.COMPONENT_RULES.values():
+        for scope, rules in account.by_scope().items():
+            for rule in rules:
+                for resource in rule.resources:
+                    for verb in rule.verbs:
+                        for name in rule.names or ("",):
+                            assert _allowed(operator[scope], rule.group, resource, verb, name), (
+                                account.account,
+                                scope,
+                                resource,
+                                verb,
+                            )
+
+
+def test_bind_is_limited_to_the_component_roles() -> None:
+    for account, rule in _all_rules():
+        if "bind" in rule.verbs:
+            assert account == "metax-operator"
+            assert rule.names and all(n.startswith("metax-") for n in rule.names)
+
+
+def test_the_operator_renders_accounts_and_roles_before_each_workload() -> None:
+    values = {"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
+    objects = workloads.render(validation.parse(values)).objects
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    driver = kinds.index(("DaemonSet", "metax-driver"))
+    assert kinds[driver - 7 : driver] == [
+        ("ServiceAccount", "metax-driver"),
+        ("ClusterRole", "metax-operator:metax-driver"),
+        ("ClusterRoleBinding", "metax-operator:metax-driver"),
+        ("Role", "metax-driver"),
+        ("RoleBinding", "metax-driver"),
+        ("Role", "metax-driver-events"),
+        ("RoleBinding", "metax-driver-events"),
+    ]
+    binding = objects[driver - 5]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "metax-driver", "namespace": "metax-operator"}]
+    events_role = objects[driver - 2]
+    assert events_role["metadata"]["namespace"] == "default"
+    # The data-exporter runs on the default account, without a token: no RBAC object of its own.
+    assert not [o for o in objects if o["metadata"]["name"] == "metax-data-exporter" and "Role" in o["kind"]]
+    assert not [o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "metax-data-exporter"]
+
+
+def test_accounts_follow_the_catalogue() -> None:
+    assert rbac.accounts(Component.TOPO) == ("metax-topo-master", "metax-topo-worker")
+    assert rbac.accounts(Component.EXPORTER) == ()
