@@ -75,7 +75,7 @@ def test_a_good_spec_is_allowed() -> None:
         (
             {"driver": {"payload": {"version": "1"}, "upgradePolicy": {"maxParallel": "150%"}}},
             "spec.driver.upgradePolicy.maxParallel",
-            "at most 100%",
+            'from "0%" to "100%"',
         ),
         ({"registry": "r"}, "spec.driver.payload.version", "is required"),
         (

@@ -42,7 +42,7 @@ DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator
 
 def rendered_env(name: str) -> dict[str, str]:
     objects = workloads.render(validation.parse(VALUES)).objects
-    workload = next(o for o in objects if o["metadata"]["name"] == name)
+    workload = next(o for o in objects if o["metadata"]["name"] == name and o["kind"] in ("DaemonSet", "Deployment"))
     env: dict[str, str] = {}
     for item in workload["spec"]["template"]["spec"]["containers"][0]["env"]:
         if "value" in item:
