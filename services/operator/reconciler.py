@@ -77,6 +77,7 @@ class Reconciler:
         self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
         self.render_settings = workloads.RenderSettings(namespace=settings.namespace, version=settings.version)
         self.status_writes = 0
+        self._warned_confirmation = ""
 
     # -- helpers --------------------------------------------------------------------------------------------
 
@@ -250,6 +251,40 @@ class Reconciler:
         return rollout_driver.busy_nodes(listing.items)
 
     def _apply_rollout(self, cr: RawObject, outcome: rollout_driver.Outcome) -> None:
+        ref = self._cr_ref(cr)
+        if outcome.ignored_confirmation and outcome.ignored_confirmation != self._warned_confirmation:
+            self._warned_confirmation = outcome.ignored_confirmation
+            log.warning("%s", outcome.ignored_confirmation)
+            self.events.emit(
+                ref,
+                reason="ConfirmationIgnored",
+                message=outcome.ignored_confirmation,
+                type=EventType.WARNING,
+                action="Rollout",
+            )
+        before = outcome.previous
+        after = outcome.status
+        if after.upgrading or (before is not None and before.upgrading):
+            moved = before is None or (
+                before.phase,
+                before.status.current_step_index,
+                before.status.current_step_state,
+            ) != (
+                after.phase,
+                after.status.current_step_index,
+                after.status.current_step_state,
+            )
+            if moved:
+                failed = after.condition(rollout_status.ConditionType.FAILED)
+                warning = failed is not None and failed.status is rollout_status.ConditionStatus.TRUE
+                log.info("driver rollout: %s", after.message)
+                self.events.emit(
+                    ref,
+                    reason=f"DriverRollout{after.status.current_step_state.value}",
+                    message=after.message,
+                    type=EventType.WARNING if warning else EventType.NORMAL,
+                    action="Rollout",
+                )
         for name in outcome.delete_pods:
             if self.objects.delete("v1", "Pod", name, self.settings.namespace):
                 self.applier.writes += 1

@@ -128,6 +128,8 @@ class Outcome:
     status: rollout_status.UpgradeStatus
     requeue_after: dt.timedelta | None
     waiting: tuple[str, ...]
+    previous: rollout_status.UpgradeStatus | None = None
+    ignored_confirmation: str = ""
 
 
 def previous_status(cr_status: Mapping[str, Any] | None) -> rollout_status.UpgradeStatus | None:
@@ -188,7 +190,7 @@ def drive(
         nodes, old_revision=live_rev, new_revision=new_rev, old_spec=old_spec, old_driver_spec=old_driver
     )
     previous = previous_status(cr_status)
-    decision = machine.decide(s.driver.upgrade_policy, previous, fleet, now)
+    decision = machine.decide(s.driver.upgrade_policy, previous, fleet, now, confirmation)
     manifest: Mapping[str, Any]
     if decision.template is machine.Template.LAST_APPLIED and decision.status.last_applied_spec:
         manifest = with_template(new_manifest, decision.status.last_applied_spec)
@@ -210,6 +212,8 @@ def drive(
         status=decision.status,
         requeue_after=decision.requeue_after,
         waiting=decision.waiting,
+        previous=previous,
+        ignored_confirmation=decision.ignored_confirmation,
     )
 
 
