@@ -285,18 +285,17 @@ class Reconciler:
                     type=EventType.WARNING if warning else EventType.NORMAL,
                     action="Rollout",
                 )
-        for name in outcome.delete_pods:
-            if self.objects.delete("v1", "Pod", name, self.settings.namespace):
-                self.applier.writes += 1
-                what = "rollback" if outcome.rollback else "upgrade"
-                which = "previous" if outcome.rollback else "new"
-                log.info("driver pod %s deleted for the %s", name, what)
-                self.events.emit(
-                    ObjectRef("v1", "Pod", name, self.settings.namespace),
-                    reason="DriverPodDeleted",
-                    message=f"driver pod {name} deleted: its node gets the {which} driver",
-                    action="Rollout",
-                )
+        deleted = [n for n in outcome.delete_pods if self.objects.delete("v1", "Pod", n, self.settings.namespace)]
+        self.applier.writes += len(deleted)  # one loop: every deletion first, then the reports
+        which = "previous" if outcome.rollback else "new"
+        for name in deleted:
+            log.info("driver pod %s deleted: its node gets the %s driver", name, which)
+            self.events.emit(
+                ObjectRef("v1", "Pod", name, self.settings.namespace),
+                reason="DriverPodDeleted",
+                message=f"driver pod {name} deleted: its node gets the {which} driver",
+                action="Rollout",
+            )
 
     def _recreate_for_vf_changes(self, cr: RawObject, deployed: bool) -> dict[str, int] | None:
         """R-VF: recreate the gpu-device pod of each node whose VF count changed since its pod was seen."""

@@ -134,10 +134,13 @@ class Env:
         return list(self.api.list("v1", "Pod", namespace=NS, label_selector=selector).items)
 
     def running_nodes(self, component: str) -> set[str]:
+        """Nodes with a Running pod of ``component`` (pods left on nodes another test deleted are not counted)."""
         return {
             p["spec"].get("nodeName")
             for p in self.pods(component)
-            if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            if p["spec"].get("nodeName") in self.gpu_nodes + self.other_nodes
+            and (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
         }
 
     def label_gpu_nodes(self, names: list[str]) -> None:

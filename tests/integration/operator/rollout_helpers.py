@@ -61,6 +61,8 @@ class DeletionRecorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._seen_deleting: set[str] = set()
+        self.max_in_flight = 0
+        """The most driver pods deleted and not yet back Ready at any moment."""
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> DeletionRecorder:
@@ -94,6 +96,7 @@ class DeletionRecorder:
                             self.loops.append([])
                         self.loops[-1].append(node)
                         self._open.add(node)
+                        self.max_in_flight = max(self.max_in_flight, len(self._open))
                     elif ready and not deleting and node in self._open:
                         self._open.discard(node)
                 if self._stop.is_set():

@@ -4,12 +4,12 @@ Aspects: the order and grouping of driver-pod deletions observed on the API equa
 plan` for the same policy and node names; a step that waits is confirmed only by `metax-operator rollout
 confirm` — Helm-style re-applies (pause toggled, an unrelated field changed) do not confirm it; pause holds;
 the operator owns no field of spec (managedFields); a failing new driver pod pauses the rollout (fallback);
-a node running a GPU workload is not upgraded until the workload ends, and the status names it.
+a node running a GPU workload is not upgraded until the workload ends, and the status names it; the leader
+SIGKILLed mid-rollout: the other replica takes over and never has more than maxParallel nodes in flight.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,26 @@ def test_a_gpu_workload_holds_its_node_until_it_ends(
         wait_for("rollout complete", lambda: upgrade(env).get("phase") == "Idling", timeout=90)
 
 
+def occupy(env: Env, node: str) -> None:
+    """A GPU workload on ``node`` (a pod that is not ours and requests metax-tech.com/gpu)."""
+    env.api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"gpu-job-{node}", "namespace": NS, "labels": {"test": "gpu-job"}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "job", "image": "job", "resources": {"limits": {"metax-tech.com/gpu": "1"}}}],
+            },
+        }
+    )
+
+
+def release(env: Env, nodes: list[str]) -> None:
+    for node in nodes:
+        env.api.delete("v1", "Pod", f"gpu-job-{node}", NS)
+
+
 def _replaced(env: Env, before: dict[str, str], node: str) -> bool:
     return any(p["spec"].get("nodeName") == node and p["metadata"]["uid"] != before[node] for p in env.pods("driver"))
 
@@ -124,31 +144,20 @@ def test_a_failing_new_driver_pod_pauses_the_rollout(
     operator_env: Env, control_plane: controlplane.ControlPlane, tmp_path: Path
 ) -> None:
     env = operator_env
-    policy = copy.deepcopy(SEED_POLICY)
-    policy["upgradeSteps"][0]["pause"] = False
+    policy = {  # one node at a time: the first node's pod crashes while the step still runs
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": 3, "pause": False}, {"replicas": "100%", "pause": False}],
+        "maxParallel": 1,
+    }
     with extra_gpu_nodes(control_plane, env, "fail", 4) as names:
         spec = install(env, policy, names)
-        new_driver(env, spec)
+        for node in names[1:]:  # only the first node may start: the crash is seen while the step runs
+            occupy(env, node)
         first = names[0]
         before = {p["spec"]["nodeName"]: p["metadata"]["uid"] for p in env.pods("driver")}
+        new_driver(env, spec)
         pod = wait_for("a new driver pod on the first node", lambda: _new_pod(env, before, first), timeout=90)
-        crash = {
-            "status": {
-                "conditions": [{"type": "Ready", "status": "False"}],
-                "containerStatuses": [
-                    {
-                        "name": "driver",
-                        "ready": False,
-                        "restartCount": 5,
-                        "image": "x",
-                        "imageID": "",
-                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                    }
-                ],
-            }
-        }
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": NS}, **crash}
-        env.api.apply(body, field_manager="kubelet-test", force=True, subresource="status")
+        crash_loop(env, pod)
         failed = wait_for(
             "fallback pause",
             lambda: next(
@@ -158,14 +167,73 @@ def test_a_failing_new_driver_pod_pauses_the_rollout(
         )
         assert first in failed["message"]
         assert waiting_step(env) == 1  # the fallback waits for a confirmation to retry
+        release(env, names[1:])
 
 
 def _new_pod(env: Env, before: dict[str, str], node: str) -> str | None:
+    """The new driver pod on ``node`` once kwok has made it Ready (so kwok leaves its status alone after)."""
     for p in env.pods("driver"):
         if (
             p["spec"].get("nodeName") == node
             and p["metadata"]["uid"] != before[node]
             and not p["metadata"].get("deletionTimestamp")
+            and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p.get("status", {}).get("conditions", [])
+            )
         ):
             return str(p["metadata"]["name"])
     return None
+
+
+def _holder(env: Env) -> str | None:
+    try:
+        lease = env.api.get("coordination.k8s.io/v1", "Lease", "metax-operator-leader", NS)
+    except Exception:
+        return None
+    return (lease.get("spec") or {}).get("holderIdentity")
+
+
+def test_the_leader_sigkilled_mid_rollout_the_other_replica_finishes_within_max_parallel(
+    operator_env: Env, control_plane: controlplane.ControlPlane, tmp_path: Path
+) -> None:
+    env = operator_env
+    policy = {"enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pause": False}], "maxParallel": 2}
+    with extra_gpu_nodes(control_plane, env, "ha", 6) as names:
+        spec = install(env, policy, names)
+        env.start_operator("op-b")
+        holder = wait_for("a leader", lambda: _holder(env))
+        recorder = DeletionRecorder(env.api).start()
+        new_driver(env, spec)
+        wait_for("the first loop", lambda: len(recorder.snapshot()) >= 1, timeout=60)
+        leader = next(p for p in env.processes if p.identity == holder)
+        leader.kill()
+        other = next(p for p in env.processes if p.identity != holder)
+        wait_for("the other replica leads", lambda: _holder(env) == other.identity, timeout=60)
+        wait_for(
+            "rollout complete", lambda: upgrade(env).get("phase") == "Idling" and _all_new(env, names), timeout=120
+        )
+        recorder.stop()
+        loops = recorder.snapshot()
+        assert recorder.max_in_flight <= 2, loops  # maxParallel, across the failover
+        assert sorted(n for loop in loops for n in loop) == sorted(names)  # each node restarted once: nothing twice
+
+
+def _all_new(env: Env, names: list[str]) -> bool:
+    ds = env.ds("metax-driver") or {}
+    rev = ((ds.get("spec") or {}).get("template") or {}).get("metadata", {}).get("annotations", {})
+    want = rev.get("metax-tech.com/driver-revision")
+    pods = [p for p in env.pods("driver") if not p["metadata"].get("deletionTimestamp")]
+    got = {
+        p["spec"]["nodeName"]: p["metadata"].get("annotations", {}).get("metax-tech.com/driver-revision") for p in pods
+    }
+    return set(got) == set(names) and set(got.values()) == {want}
+
+
+def crash_loop(env: Env, pod: str) -> None:
+    """What a kubelet reports for a crash-looping driver container (kwok leaves container statuses alone)."""
+    waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
+    container = {"name": "driver", "ready": False, "restartCount": 5, "image": "x", "imageID": "", "state": waiting}
+    status = {"conditions": [{"type": "Ready", "status": "False"}], "containerStatuses": [container]}
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": NS}, "status": status}
+    env.api.apply(body, field_manager="kubelet-test", force=True, subresource="status")
