@@ -229,8 +229,8 @@ class Reconciler:
         live_ds = self._lookup("DaemonSet", "metax-driver")
         busy: set[str] = set()
         prev = rollout_driver.previous_status(cr.get("status"))
-        if (prev is not None and prev.upgrading) or live_ds is not None:
-            busy = self._busy_nodes()
+        if (prev is not None and prev.upgrading) or rollout_driver.behind(desired, driver_pods):
+            busy = self._busy_nodes()  # only when a driver pod may be restarted: a cluster-wide list
         return rollout_driver.drive(
             s=s,
             desired=desired,

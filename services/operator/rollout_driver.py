@@ -217,6 +217,14 @@ def drive(
     )
 
 
+def behind(desired: Mapping[str, Any], driver_pods: Sequence[RawObject]) -> bool:
+    """Some driver pod runs another revision than the desired template's: a rollout may act."""
+    want = _template_revision(stamped(desired, None))
+    return any(
+        ((p.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION) != want for p in driver_pods
+    )
+
+
 def is_driver_pod(pod: RawObject) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get(COMPONENT_LABEL) == Component.DRIVER.value

@@ -115,3 +115,13 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
     )
     assert second.delete_pods == ("d2",) and second.waiting == ("n1",)  # n1 runs a GPU job: it waits
     assert json.loads(first.status.last_applied_spec) == old_ds["spec"]["template"]
+
+
+def test_behind_says_whether_a_driver_pod_runs_another_revision() -> None:
+    s = validation.parse({"driver": {"payload": {"version": "2.14.6"}}})
+    desired = next(o for o in workloads.render(s).objects if o["metadata"]["name"] == "metax-driver")
+    rev = rollout_driver.stamped(desired, None)["spec"]["template"]["metadata"]["annotations"][
+        rollout_driver.REVISION_ANNOTATION
+    ]
+    assert not rollout_driver.behind(desired, [informers.slim_pod(_pod("d", "n", rev=rev))])
+    assert rollout_driver.behind(desired, [informers.slim_pod(_pod("d", "n", rev="other"))])
