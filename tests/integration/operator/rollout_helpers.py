@@ -54,8 +54,10 @@ def extra_gpu_nodes(plane: controlplane.ControlPlane, env: Env, prefix: str, cou
 class DeletionRecorder:
     """Watches driver pods; a loop is the deletions issued while no earlier deleted node is back and Ready."""
 
-    def __init__(self, api: client.HttpApi) -> None:
+    def __init__(self, api: client.HttpApi, nodes: list[str]) -> None:
         self.objects = objects.K8sObjects(api)
+        self.nodes = set(nodes)
+        """Only these nodes count (pods left on nodes an earlier test deleted are garbage-collected meanwhile)."""
         self.loops: list[list[str]] = []
         self._open: set[str] = set()
         self._lock = threading.Lock()
@@ -82,7 +84,7 @@ class DeletionRecorder:
                 pod = event.object
                 version = pod["metadata"].get("resourceVersion", version)
                 uid, node = pod["metadata"].get("uid"), pod.get("spec", {}).get("nodeName")
-                if not node:
+                if node not in self.nodes:
                     continue
                 deleting = bool(pod["metadata"].get("deletionTimestamp")) or event.type.value == "DELETED"
                 ready = any(

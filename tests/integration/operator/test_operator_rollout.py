@@ -57,7 +57,7 @@ def test_a_rollout_follows_the_plan_and_waits_for_confirmations_only(
     env = operator_env
     with extra_gpu_nodes(control_plane, env, "ro", 10) as names:
         spec = install(env, SEED_POLICY, names)
-        recorder = DeletionRecorder(env.api).start()
+        recorder = DeletionRecorder(env.api, names).start()
         new_driver(env, spec)
         wait_for("step 1 waits", lambda: waiting_step(env) == 1, timeout=120)
         token = upgrade(env)["status"]["confirmToken"]
@@ -203,7 +203,7 @@ def test_the_leader_sigkilled_mid_rollout_the_other_replica_finishes_within_max_
         spec = install(env, policy, names)
         env.start_operator("op-b")
         holder = wait_for("a leader", lambda: _holder(env))
-        recorder = DeletionRecorder(env.api).start()
+        recorder = DeletionRecorder(env.api, names).start()
         new_driver(env, spec)
         wait_for("the first loop", lambda: len(recorder.snapshot()) >= 1, timeout=60)
         leader = next(p for p in env.processes if p.identity == holder)
