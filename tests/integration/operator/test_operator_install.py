@@ -100,7 +100,15 @@ def test_a_vf_edit_recreates_one_gpu_device_pod(operator_env: Env) -> None:
     wait_for(
         "VF counts recorded", lambda: len((env.cr().get("status") or {}).get("vfNums") or {}) == len(env.gpu_nodes)
     )
-    before = {p["spec"]["nodeName"]: p["metadata"]["uid"] for p in env.pods("gpuDevice")}
+
+    def live() -> list[dict]:  # pods of an earlier test's DaemonSet may still be terminating
+        return [p for p in env.pods("gpuDevice") if not p["metadata"].get("deletionTimestamp")]
+
+    wait_for(
+        "one gpu-device pod per GPU node",
+        lambda: sorted(p["spec"]["nodeName"] for p in live()) == sorted(env.gpu_nodes),
+    )
+    before = {p["spec"]["nodeName"]: p["metadata"]["uid"] for p in live()}
     target, other = env.gpu_nodes[0], env.gpu_nodes[1]
     env.api.merge_patch(
         "v1",
@@ -111,11 +119,9 @@ def test_a_vf_edit_recreates_one_gpu_device_pod(operator_env: Env) -> None:
     )
     wait_for(
         "a new pod on the edited node",
-        lambda: any(
-            p["spec"]["nodeName"] == target and p["metadata"]["uid"] != before[target] for p in env.pods("gpuDevice")
-        ),
+        lambda: any(p["spec"]["nodeName"] == target and p["metadata"]["uid"] != before[target] for p in live()),
     )
-    assert {p["metadata"]["uid"] for p in env.pods("gpuDevice") if p["spec"]["nodeName"] == other} == {before[other]}
+    assert {p["metadata"]["uid"] for p in live() if p["spec"]["nodeName"] == other} == {before[other]}
 
 
 def test_a_bad_cluster_operator_is_degraded_with_field_paths_and_nothing_applied(operator_env: Env) -> None:
