@@ -304,16 +304,38 @@ def status_schema() -> Schema:
                     },
                 },
             },
+            "components": {
+                "type": "array",
+                "description": "Per component, in deploy order: enabled, state, pods desired/ready/updated, message.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "enabled": {"type": "boolean"},
+                        "state": {"type": "string", "description": "Disabled, Blocked, Deploying, Ready or Failed."},
+                        "desired": {"type": "integer"},
+                        "ready": {"type": "integer"},
+                        "updated": {"type": "integer"},
+                        "message": {"type": "string"},
+                    },
+                },
+            },
+            "vfNums": {
+                "type": "object",
+                "description": "Per node, the VF count its gpu-device pod was started with (R-VF).",
+                "additionalProperties": {"type": "integer"},
+            },
             "upgradeStatus": _upgrade_status_schema(),
         },
     }
 
 
 PRINTER_COLUMNS: list[Schema] = [
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Rollout", "type": "string", "jsonPath": ".status.upgradeStatus.phase"},
-    {"name": "Step", "type": "integer", "jsonPath": ".status.upgradeStatus.status.currentStepIndex"},
-    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyNodes", "description": "GPU nodes ready"},
+    {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
+    {"name": "Progressing", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Progressing')].status"},
+    {"name": "Driver Rollout", "type": "string", "jsonPath": ".status.upgradeStatus.phase"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "priority": 1},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.upgradeStatus.status.currentStepIndex", "priority": 1},
     {"name": "Nodes", "type": "integer", "jsonPath": ".status.totalNodes", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

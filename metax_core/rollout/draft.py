@@ -5,19 +5,21 @@ Why a module of its own: `metax_core.rollout.steps` holds the rules (one functio
 `metax_core.rollout.machine` assembles the final decision; both speak in these terms, and keeping them apart keeps
 each module readable on its own.
 
-Resuming (the seed: a step without pauseDuration waits until an administrator sets ``pause: false``; but
-``pause`` is normally false already): a step that reaches a manual pause asks the operator to set
-``pause: true`` (``Decision.request_pause``) and records reason PausingForAdmin. Once ``pause: true`` is
-observed in a later decision while the step is still paused, the reason becomes WaitingForAdmin ("armed"),
-and the next observation of ``pause: false`` resumes. A ``pause: false`` that was never seen as true after
-the pause began resumes nothing, so a lost or reordered write can only keep the rollout waiting, never
-advance it. The fallback "pause" works the same way (`arming`).
+Confirming (the seed: a step without pauseDuration waits until an administrator sets ``pause: false``; this
+machine departs from it, issue 16 and docs/rollout.md): a step that reaches a manual pause records reason
+WaitingForAdmin, the moment (``waitingSince``) and a confirmation token unique to the rollout revision, the
+step and that moment (``confirmToken``). Only an act that names the token confirms it: the annotation
+``metax-tech.com/rollout-confirm: <token>`` on cluster-operator (``metax-operator rollout confirm``), given to
+`decide` as ``confirmation``. ``pause`` is the administrator's hold on the whole rollout and nothing else, so
+no re-apply of the declared spec (Helm, GitOps) can confirm a step; the operator never writes ``spec``. The
+fallback "pause" waits for a confirmation the same way (`awaiting`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,15 +34,17 @@ from metax_core.rollout.status import (
     Reason,
     StepState,
     UpgradeStatus,
+    format_time,
 )
 from metax_core.spec import model as spec
+
+CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+"""The annotation on cluster-operator whose value confirms a waiting step (its ``confirmToken``)."""
 
 IN_FLIGHT_RECHECK = dt.timedelta(seconds=10)
 """Look again this soon while driver pods are restarting (pod events usually come first)."""
 BUSY_RECHECK = dt.timedelta(seconds=30)
 """Look again this soon while every node the step needs runs GPU workloads."""
-PAUSE_REQUEST_RECHECK = dt.timedelta(seconds=5)
-"""Look again this soon after asking for ``pause: true``, until it is observed."""
 AT_ONCE = dt.timedelta(0)
 NAMES_SHOWN = 10
 """Node lists in messages are cut after this many names (status stays small on big fleets)."""
@@ -70,6 +74,8 @@ class Context:
     fleet: Fleet
     now: dt.datetime
     plans: tuple[rollout_plan.StepPlan, ...]
+    confirmation: str | None = None
+    """The value of the confirmation annotation on cluster-operator, if any."""
     by_name: Mapping[str, Node] = attrs.field(
         init=False, default=attrs.Factory(lambda self: {n.name: n for n in self.nodes}, takes_self=True)
     )
@@ -102,7 +108,8 @@ class Draft:
     upgrade: tuple[str, ...] = ()
     rollback: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
-    request_pause: bool = False
+    waiting_since: dt.datetime | None = None
+    confirm_token: str = ""
     requeue: dt.timedelta | None = None
 
 
@@ -135,6 +142,8 @@ def carry(ctx: Context, direction: Direction, template: Template = Template.NEW)
         last_co_driver_spec=p.last_co_driver_spec,
         last_revision=st.last_pod_spec_revision,
         upgrading_revision=st.upgrading_pod_spec_revision,
+        waiting_since=st.waiting_since,
+        confirm_token=st.confirm_token,
     )
 
 
@@ -211,14 +220,30 @@ def restart(ctx: Context, d: Draft, pending: Sequence[str], loop: int, label: st
     )
 
 
-def arming(ctx: Context, reached_now: bool) -> tuple[bool, dict[str, Any]]:
-    """Whether a pause waiting for an administrator is armed, and the request/requeue that go with it.
+def make_token(revision: str, index: int, since: dt.datetime) -> str:
+    """The confirmation token of step ``index`` (0-based) of the rollout to ``revision``, waiting since ``since``."""
+    digest = hashlib.sha256(f"{revision}\x00{index}\x00{format_time(since)}".encode()).hexdigest()[:8]
+    return f"{revision[:16] or 'rollout'}-step{index + 1}-{digest}"
 
-    Armed only when ``pause: true`` is observed in a later decision than the one that reached the pause, so
-    a ``pause: true`` set before (to hold a step) is never taken as the acknowledgement of this pause.
+
+def awaiting(ctx: Context, d: Draft, reached_now: bool) -> tuple[bool, Draft]:
+    """Whether the administrator has confirmed this wait, and ``d`` with the wait recorded.
+
+    Reaching the wait records ``waitingSince`` and a fresh token (nothing can confirm it in the same
+    decision). Later, the wait is confirmed when the confirmation given to `decide` equals the token and
+    ``pause`` is false (``pause: true`` holds even a confirmed step; releasing the hold confirms nothing).
+    A status from an operator before issue 16 (no token) gets one now.
     """
-    if ctx.policy.pause and not reached_now:
-        return True, {"request_pause": False, "requeue": None}
-    if ctx.policy.pause:
-        return False, {"request_pause": False, "requeue": AT_ONCE}
-    return False, {"request_pause": True, "requeue": PAUSE_REQUEST_RECHECK}
+    if reached_now or not d.confirm_token:
+        token = make_token(d.upgrading_revision, d.index, ctx.now)
+        return False, attrs.evolve(d, waiting_since=ctx.now, confirm_token=token, requeue=None)
+    confirmed = ctx.confirmation == d.confirm_token and not ctx.policy.pause
+    return confirmed, attrs.evolve(d, requeue=None)
+
+
+def confirm_hint(token: str) -> str:
+    """How an administrator confirms, as the status message says it."""
+    return (
+        f"confirm with: metax-operator rollout confirm (or kubectl annotate clusteroperator cluster-operator "
+        f"{CONFIRM_ANNOTATION}={token} --overwrite)"
+    )

@@ -39,6 +39,7 @@ from metax_core.rollout.status import (
     ConditionStatus,
     ConditionType,
     Reason,
+    StepState,
     StepStatus,
     UpgradeStatus,
     as_utc,
@@ -49,8 +50,18 @@ from metax_core.spec import model as spec
 __all__ = ["Decision", "Fleet", "Node", "Revision", "Template", "decide"]
 
 
-def decide(policy: spec.UpgradePolicy, previous: UpgradeStatus | None, fleet: Fleet, now: dt.datetime) -> Decision:
-    """The next step of the driver rollout. Pure and total: the same inputs always give the same decision."""
+def decide(
+    policy: spec.UpgradePolicy,
+    previous: UpgradeStatus | None,
+    fleet: Fleet,
+    now: dt.datetime,
+    confirmation: str | None = None,
+) -> Decision:
+    """The next step of the driver rollout. Pure and total: the same inputs always give the same decision.
+
+    ``confirmation``: the value of the ``metax-tech.com/rollout-confirm`` annotation on cluster-operator; it
+    confirms a waiting step only when it equals that step's ``confirmToken``.
+    """
     ctx = rollout_draft.Context(
         policy=policy,
         prev=in_utc(previous) if previous is not None else UpgradeStatus(),
@@ -59,6 +70,7 @@ def decide(policy: spec.UpgradePolicy, previous: UpgradeStatus | None, fleet: Fl
         fleet=fleet,
         now=as_utc(now),
         plans=rollout_plan.plan(policy, len(fleet.nodes)),
+        confirmation=confirmation or None,
     )
     return _assemble(ctx, rollout_steps.next_draft(ctx))
 
@@ -67,6 +79,12 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
     prev = ctx.prev
     by_name = ctx.by_name
     step_nodes = tuple(sorted({n for n in d.step_nodes if n in by_name}))
+    conditions = _conditions(ctx, d)
+    progressing = next(c for c in conditions if c.type is ConditionType.PROGRESSING)
+    waits = d.state is StepState.STEP_PAUSED and progressing.reason in (
+        Reason.WAITING_FOR_ADMIN,
+        Reason.FALLBACK_PAUSED,
+    )
     new = [n for n in ctx.nodes if n.revision is Revision.NEW]
     if d.direction is rollout_draft.Direction.FORWARD:
         target = rollout_plan.step_at(ctx.plans, d.index).target
@@ -93,6 +111,8 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         recheck_time=d.recheck,
         current_step_nodes=step_nodes,
         pending_retry_nodes=tuple(sorted({n for n in d.pending if n in by_name})),
+        waiting_since=d.waiting_since if waits else None,
+        confirm_token=d.confirm_token if waits else "",
     )
     if ctx.first or step != prev.status:
         step = attrs.evolve(step, last_update_time=ctx.now)
@@ -100,7 +120,7 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         last_applied_spec=d.last_applied_spec,
         last_co_driver_spec=d.last_co_driver_spec,
         upgrading=d.phase in ACTIVE_PHASES,
-        conditions=_conditions(ctx, d),
+        conditions=conditions,
         phase=d.phase,
         message=d.message,
         status=step,
@@ -110,9 +130,20 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         template=d.template,
         upgrade=tuple(sorted(d.upgrade)),
         rollback=tuple(sorted(d.rollback)),
-        request_pause=d.request_pause,
+        ignored_confirmation=_ignored(ctx, prev, waits),
         waiting=tuple(sorted(d.waiting)),
         requeue_after=d.requeue,
+    )
+
+
+def _ignored(ctx: rollout_draft.Context, prev: UpgradeStatus, waits: bool) -> str:
+    """Why a confirmation annotation confirms nothing, when a step waits for one."""
+    token = prev.status.confirm_token
+    if not waits or not ctx.confirmation or not token or ctx.confirmation == token:
+        return ""
+    return (
+        f"confirmation {ctx.confirmation!r} ignored: it does not name the waiting step "
+        f"(step {prev.status.current_step_index + 1}, token {token}); it is for another step or an older rollout"
     )
 
 

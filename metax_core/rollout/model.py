@@ -89,7 +89,7 @@ class Fleet:
 
 @attrs.frozen
 class Decision:
-    """What the operator does now. Apply in this order: the template, the deletions, the pause, the status.
+    """What the operator does now. Apply in this order: the template, the deletions, the status.
 
     The metax-driver DaemonSet always uses ``updateStrategy: OnDelete``: its pods change only when a decision
     deletes them, also when enableRollout is false (then every idle node is upgraded at once).
@@ -101,8 +101,10 @@ class Decision:
     """Delete these nodes' driver pods: they come back on the new revision."""
     rollback: tuple[str, ...] = ()
     """Delete these nodes' driver pods: they come back on lastAppliedSpec (template is LAST_APPLIED)."""
-    request_pause: bool = False
-    """Patch ``spec.driver.upgradePolicy.pause`` to true: a step (or the fallback) waits for an administrator."""
+    ignored_confirmation: str = ""
+    """Why the confirmation annotation given to `decide` confirms nothing (another step, an older rollout);
+    empty when it was used or no step waits. The operator reports it as an Event. The operator never writes
+    ``spec``: a waiting step is described in ``status`` (``confirmToken``, ``waitingSince``)."""
     waiting: tuple[str, ...] = ()
     """Nodes the rollout wants to restart but will not while GPU workloads run on them."""
     requeue_after: dt.timedelta | None = None

@@ -6,6 +6,9 @@ half-way through a step, a smaller toleration after failures were accepted). The
 such changes if they happen anyway (docs/rollout.md), but the webhook stops them at the door with one
 error per changed field, named by its path in the document, so an administrator sees exactly what to undo.
 
+Only ``spec`` is compared: metadata, and above all the confirmation annotation
+``metax-tech.com/rollout-confirm`` that confirms a waiting step (issue 16, docs/rollout.md), is never refused.
+
 Shape rules for the policy itself (Table 3.11) are `metax_core.spec.validation.upgrade_policy_errors`; the webhook
 calls both.
 """

@@ -3,9 +3,9 @@
 Why it exists: ``metax-operator rollout plan`` shows an administrator what a policy will do before it runs,
 the benchmark times whole rollouts, and the tests check properties over whole runs. All three need the same
 honest driver of the real machine: it applies each decision the way the operator would (a deleted driver
-pod is in flight for one decision, then ready, or failed on the nodes told to fail), writes ``pause: true``
-when the machine asks, plays the administrator who resumes every manual pause (and only after the machine
-shows WaitingForAdmin), and advances the clock by ``requeue_after``. Pure: the start time is an argument.
+pod is in flight for one decision, then ready, or failed on the nodes told to fail), plays the administrator
+who confirms every step that waits (with its ``confirmToken``, as ``metax-operator rollout confirm`` does),
+and advances the clock by ``requeue_after``. Pure: the start time is an argument.
 """
 
 from __future__ import annotations
@@ -145,10 +145,11 @@ def simulate(
     budget = max_decisions or 100 + 20 * (len(fleet.nodes) + 1) * (policy.max_failure_threshold + 2)
     status: UpgradeStatus | None = None
     now, started, outcome, count = start, False, Outcome.FAILED, 0
+    confirmation: str | None = None
     while count < budget:
         flying = fleet.in_flight()
         snapshot = fleet.snapshot()
-        decision = rollout.decide(policy, status, snapshot, now)
+        decision = rollout.decide(policy, status, snapshot, now, confirmation)
         count += 1
         if observe is not None:
             observe(decision, snapshot, policy)
@@ -167,8 +168,6 @@ def simulate(
         fleet.apply(decision)
         if status.phase is Phase.PROGRESSING:
             reached.add(step)
-        if decision.request_pause:
-            policy = attrs.evolve(policy, pause=True)
         started = started or status.upgrading
         result = _outcome(status) if started else None
         if not started and decision.requeue_after is None and not decision.upgrade:
@@ -177,13 +176,8 @@ def simulate(
         if result is not None:
             outcome = result
             break
-        progressing = status.condition(ConditionType.PROGRESSING)
-        if (
-            status.status.current_step_state is StepState.STEP_PAUSED
-            and progressing is not None
-            and progressing.reason is Reason.WAITING_FOR_ADMIN
-        ):
-            policy = attrs.evolve(policy, pause=False)
+        # The administrator confirms every step that waits, by its token, as `metax-operator rollout confirm` does.
+        confirmation = status.status.confirm_token or confirmation
         now += decision.requeue_after or dt.timedelta(0)
         fleet.settle(flying, failing)
     steps = tuple(

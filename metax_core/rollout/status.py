@@ -95,10 +95,13 @@ class Reason(enum.Enum):
     PAUSED_BY_ADMIN = "PausedByAdmin"
     WAITING_FOR_PAUSE_DURATION = "WaitingForPauseDuration"
     PAUSING_FOR_ADMIN = "PausingForAdmin"
+    """Written by operators before issue 16 (which set ``pause: true`` themselves); read, never written now."""
     WAITING_FOR_ADMIN = "WaitingForAdmin"
+    """A step (or the fallback) waits for an administrator's confirmation (``status.confirmToken``)."""
     STEP_READY = "StepReady"
     STEP_RETRYING = "StepRetrying"
     FALLBACK_PAUSED = "FallbackPaused"
+    """The fallback paused the rollout after failures; it waits for a confirmation to retry (or a rollback)."""
     ROLLING_BACK = "RollingBack"
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     ROLLOUT_COMPLETED = "RolloutCompleted"
@@ -191,6 +194,22 @@ class StepStatus:
             "description": "Extension: failed nodes the running retry round has not restarted yet, sorted by name."
         },
     )
+    waiting_since: dt.datetime | None = attrs.field(
+        default=None,
+        metadata={
+            "description": "Extension: when the step began waiting for an administrator's confirmation, else unset."
+        },
+    )
+    confirm_token: str = attrs.field(
+        default="",
+        metadata={
+            "description": (
+                "Extension: the token that confirms the waiting step (annotation metax-tech.com/rollout-confirm); "
+                "unique to the rollout revision, the step and the moment the wait began, so no earlier "
+                "confirmation and no re-apply of the declared spec can confirm it."
+            )
+        },
+    )
 
 
 @attrs.frozen
@@ -276,6 +295,7 @@ def in_utc(status: UpgradeStatus) -> UpgradeStatus:
             step,
             last_update_time=None if step.last_update_time is None else as_utc(step.last_update_time),
             recheck_time=None if step.recheck_time is None else as_utc(step.recheck_time),
+            waiting_since=None if step.waiting_since is None else as_utc(step.waiting_since),
         ),
     )
 
@@ -302,6 +322,10 @@ def _step_document(s: StepStatus) -> dict[str, Any]:
         doc["recheckTime"] = format_time(s.recheck_time)
     doc["currentStepNodes"] = list(s.current_step_nodes)
     doc["pendingRetryNodes"] = list(s.pending_retry_nodes)
+    if s.waiting_since is not None:
+        doc["waitingSince"] = format_time(s.waiting_since)
+    if s.confirm_token:
+        doc["confirmToken"] = s.confirm_token
     return doc
 
 
@@ -442,6 +466,8 @@ def from_document(document: object) -> UpgradeStatus:
             recheck_time=r.time(step, "recheckTime", "status."),
             current_step_nodes=r.names(step, "currentStepNodes", "status."),
             pending_retry_nodes=r.names(step, "pendingRetryNodes", "status."),
+            waiting_since=r.time(step, "waitingSince", "status."),
+            confirm_token=r.string(step, "confirmToken", "status."),
         ),
     )
     if r.errors:

@@ -297,22 +297,15 @@ def _failure(
 
 
 def _paused_by_fallback(ctx: Context, d: Draft, why: str, failed: CondSpec | None) -> Draft:
-    armed, actions = rollout_draft.arming(ctx, reached_now=failed is not None)
+    _, d = rollout_draft.awaiting(ctx, d, reached_now=failed is not None)
     message = (
-        f"the rollout is paused after a failure ({why}): "
-        + (
-            "set pause: false to retry the failed nodes"
-            if armed
-            else "setting pause: true; then set pause: false to retry the failed nodes"
-        )
-        + ", or set enableRollout: false (and pause: false) to roll back"
+        f"the rollout is paused after a failure ({why}): confirm to retry the failed nodes, "
+        "or set enableRollout: false to roll back; " + rollout_draft.confirm_hint(d.confirm_token)
     )
-    conds: dict[ConditionType, CondSpec] = {
-        PROGRESSING: (FALSE, Reason.WAITING_FOR_ADMIN if armed else Reason.FALLBACK_PAUSED, message)
-    }
+    conds: dict[ConditionType, CondSpec] = {PROGRESSING: (FALSE, Reason.FALLBACK_PAUSED, message)}
     if failed is not None:
         conds[FAILED] = failed
-    return amend(d, message, conds, state=StepState.STEP_PAUSED, recheck=None, **actions)
+    return amend(d, message, conds, state=StepState.STEP_PAUSED, recheck=None)
 
 
 def _step_done(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, label: str) -> Draft:
@@ -342,12 +335,13 @@ def _step_done(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, label: str) 
 
 
 def _manual(ctx: Context, d: Draft, done: str, *, reached_now: bool) -> Draft:
-    armed, actions = rollout_draft.arming(ctx, reached_now)
-    if armed:
-        message = f"{done}; waiting for an administrator: set pause: false to go on"
-        return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_ADMIN, message)}, **actions)
-    message = f"{done}; pause: true is being set, then an administrator sets pause: false to go on"
-    return amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSING_FOR_ADMIN, message)}, **actions)
+    _, d = rollout_draft.awaiting(ctx, d, reached_now)
+    message = f"{done}; waiting for an administrator to confirm this step; " + rollout_draft.confirm_hint(
+        d.confirm_token
+    )
+    if ctx.policy.pause:
+        message += "; pause is true: the rollout stays held until it is false"
+    return amend(d, message, {PROGRESSING: (TRUE, Reason.WAITING_FOR_ADMIN, message)})
 
 
 def _paused(ctx: Context) -> Draft:
@@ -355,11 +349,11 @@ def _paused(ctx: Context) -> Draft:
     plan = rollout_plan.step_at(ctx.plans, st.current_step_index)
     d = attrs.evolve(rollout_draft.carry(ctx, Direction.FORWARD), index=plan.index)
     label = _label(ctx, plan)
-    failed, progressing = prev.condition(FAILED), prev.condition(PROGRESSING)
-    armed = progressing is not None and progressing.reason is Reason.WAITING_FOR_ADMIN
+    failed = prev.condition(FAILED)
     if failed is not None and failed.status is TRUE:
-        if armed and not ctx.policy.pause:
-            return _resume_after_failure(ctx, d, plan, failed.reason, failed.message)
+        confirmed, waited = rollout_draft.awaiting(ctx, d, reached_now=False)
+        if confirmed:
+            return _resume_after_failure(ctx, waited, plan, failed.reason, failed.message)
         return _paused_by_fallback(ctx, d, failed.message, None)
     ready = {PROGRESSING: (TRUE, Reason.STEP_READY, f"{label} done; its pause is over")}
     if st.recheck_time is not None:
@@ -372,9 +366,14 @@ def _paused(ctx: Context) -> Draft:
             message = f"{label} done and its pause is over, but pause is true: set pause: false to go on"
             return amend(d, message, {PROGRESSING: (TRUE, Reason.PAUSED_BY_ADMIN, message)}, requeue=None)
         return amend(d, ready[PROGRESSING][2], ready, state=StepState.STEP_READY, recheck=None, requeue=AT_ONCE)
-    if armed and not ctx.policy.pause:
+    confirmed, waited = rollout_draft.awaiting(ctx, d, reached_now=False)
+    if confirmed:
         return amend(
-            d, f"{label} done; resumed by an administrator", ready, state=StepState.STEP_READY, requeue=AT_ONCE
+            waited,
+            f"{label} done; confirmed by an administrator",
+            ready,
+            state=StepState.STEP_READY,
+            requeue=AT_ONCE,
         )
     return _manual(ctx, d, f"{label} done", reached_now=False)
 

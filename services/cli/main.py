@@ -70,6 +70,13 @@ def cmd_maca_resolve(args: argparse.Namespace) -> int:
     return documents.EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """The operator itself (C1), as `metax-operator-controller` runs it; settings come from the environment."""
+    from services.operator import main as operator_main
+
+    return operator_main.main([])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metax-operator", description="MetaX GPU Operator: validate, render and plan cluster configuration."
@@ -100,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rollout.add_parser(sub)
     uninstall.add_parser(sub)
+
+    p = sub.add_parser("run", help="run the operator (reconciles cluster-operator; env: see docs/operator.md)")
+    p.set_defaults(func=cmd_run)
     return parser
 
 

@@ -4,7 +4,11 @@ Why it exists: an administrator writing ``driver.upgradePolicy`` wants to see, f
 each step upgrades, in which loops, how each step pauses, and what the fallback does when nodes fail. This
 command reads the ClusterOperator (or bare spec) file, validates it as the webhook would with the rollout
 enabled, and plays the whole rollout through the real machine (`metax_core.rollout.sim`): every upgrade
-succeeds except on the ``--fail`` nodes, every manual pause is resumed, every pauseDuration waits out.
+succeeds except on the ``--fail`` nodes, every manual pause is confirmed, every pauseDuration waits out.
+
+`metax-operator rollout confirm` confirms the step that waits for an administrator on the live cluster: it
+reads the waiting step's token from ``status.upgradeStatus.status.confirmToken`` and writes it into the
+annotation ``metax-tech.com/rollout-confirm`` on cluster-operator (never the spec: issue 16).
 
 ``-o json`` prints exactly ``{"steps": [{"replicas", "batches", "pause"}], "outcome"}`` for scripts.
 """
@@ -30,7 +34,10 @@ from metax_core.spec import validation
 from services.cli import documents
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_INVALID = 2
+CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 NAMES_PER_LOOP = 6
 LOOPS_PER_STEP = 12
 MAX_NODES = 10_000
@@ -61,6 +68,16 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
+
+    p = rollout.add_parser(
+        "confirm",
+        help="confirm the driver rollout step that waits for an administrator",
+        description="Write the waiting step's token (status.upgradeStatus.status.confirmToken) into the "
+        f"annotation {CONFIRM_ANNOTATION} on cluster-operator. A step is confirmed by nothing else.",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    p.add_argument("--step", type=int, help="refuse unless this step (1-based) is the one waiting")
+    p.set_defaults(func=confirm)
 
 
 def _fail(message: str) -> int:
@@ -156,7 +173,7 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
             str(step.replicas),
             "\n".join(lines) or "(no node to upgrade)",
             str(plans[step.index].toleration),
-            step.pause or "none",
+            "manual: confirm" if step.pause == "manual" else step.pause or "none",
         )
     console.print(table)
     failed = result.final.condition(ConditionType.FAILED)
@@ -164,11 +181,43 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
     outcome = result.outcome
     if outcome is rollout_sim.Outcome.PAUSED:
         console.print(
-            f"Fallback: pause. {cause}. Nothing new starts until an administrator sets pause: false "
-            "(one more retry of the failed nodes) or enableRollout: false (roll back)."
+            f"Fallback: pause. {cause}. Nothing new starts until an administrator confirms "
+            "(metax-operator rollout confirm: one more retry of the failed nodes) or sets enableRollout: false "
+            "(roll back)."
         )
     elif outcome is rollout_sim.Outcome.ROLLED_BACK:
         console.print(f"Fallback: rollback. {cause}. Every upgraded node goes back to the old driver:")
         console.print("  " + "\n  ".join(_loops("loop ", result.rollback)))
+    if any(step.pause == "manual" for step in result.steps):
+        console.print(
+            "Manual pauses wait for `metax-operator rollout confirm` (the annotation "
+            f"{CONFIRM_ANNOTATION}=<token from the status>); pause: true/false only holds and releases the rollout."
+        )
     console.print(f"Outcome: {outcome.value}: {result.final.message}")
     console.print(f"Simulated: {result.decisions} decisions, {result.duration} including pauses")
+
+
+def confirm(args: argparse.Namespace) -> int:
+    """Annotate cluster-operator with the waiting step's token (a metadata write; the spec is untouched)."""
+    from metax_k8s import client
+
+    api = client.HttpApi(client.api_client(args.kubeconfig), user_agent="metax-operator-cli")
+    cr = api.get(CR_API, spec.KIND, spec.OBJECT_NAME)
+    step = ((cr.get("status") or {}).get("upgradeStatus") or {}).get("status") or {}
+    token = step.get("confirmToken")
+    if not token:
+        return _fail(
+            "no driver rollout step waits for a confirmation (status.upgradeStatus.status has no confirmToken)"
+        )
+    waiting = int(step.get("currentStepIndex") or 0) + 1
+    if args.step is not None and args.step != waiting:
+        return _fail(f"step {waiting} waits, not step {args.step}; nothing confirmed")
+    api.merge_patch(
+        CR_API,
+        spec.KIND,
+        spec.OBJECT_NAME,
+        {"metadata": {"annotations": {CONFIRM_ANNOTATION: token}}},
+        field_manager="metax-operator-cli",
+    )
+    print(f"confirmed step {waiting}: {CONFIRM_ANNOTATION}={token}")
+    return EXIT_OK

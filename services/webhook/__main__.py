@@ -19,33 +19,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
 
-from metax_core.errors import ClusterError, FieldError, InvalidSpec
+from metax_core.errors import ClusterError, InvalidSpec
 from metax_k8s import client
 from services.webhook import server
-
-
-def settings_from_env(env: Mapping[str, str]) -> server.Settings:
-    """Settings from the environment; InvalidSpec names every bad variable."""
-    errors = []
-    numbers: dict[str, int] = {}
-    for var, default in (("METAX_WEBHOOK_PORT", 9443), ("METAX_WEBHOOK_CERT_DAYS", 365)):
-        text = env.get(var, str(default))
-        if not text.isdigit() or int(text) < 1:
-            errors.append(FieldError(var, f"must be a positive integer, got {text!r}"))
-        else:
-            numbers[var] = int(text)
-    if errors:
-        raise InvalidSpec(errors)
-    return server.Settings(
-        namespace=env.get("METAX_NAMESPACE", "metax-operator"),
-        name=env.get("METAX_WEBHOOK_NAME", "metax-operator-webhook"),
-        host=env.get("METAX_WEBHOOK_HOST", "0.0.0.0"),
-        port=numbers["METAX_WEBHOOK_PORT"],
-        cert_days=numbers["METAX_WEBHOOK_CERT_DAYS"],
-        extra_hosts=tuple(server.hosts_from_env(env.get("METAX_WEBHOOK_EXTRA_HOSTS"))),
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = settings_from_env(os.environ)
+        settings = server.settings_from_env(os.environ)
         api = client.HttpApi(client.api_client(args.kubeconfig))
         running = server.serve(settings, api)
     except (InvalidSpec, ClusterError) as exc:

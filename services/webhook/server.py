@@ -21,12 +21,13 @@ import os
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from metax_core.errors import FieldError, InvalidSpec
 from metax_k8s import admission
 from metax_k8s.api import Api
 from services.webhook import certs, store
@@ -217,3 +218,25 @@ def serve(settings: Settings, api: Api, clock: Callable[[], dt.datetime] = _utc_
 
 def hosts_from_env(value: str | None) -> Sequence[str]:
     return tuple(h.strip() for h in (value or "").split(",") if h.strip())
+
+
+def settings_from_env(env: Mapping[str, str]) -> Settings:
+    """Settings from the environment; InvalidSpec names every bad variable."""
+    errors: list[FieldError] = []
+    numbers: dict[str, int] = {}
+    for var, default in (("METAX_WEBHOOK_PORT", 9443), ("METAX_WEBHOOK_CERT_DAYS", 365)):
+        text = env.get(var, str(default))
+        if not text.isdigit() or int(text) < 1:
+            errors.append(FieldError(var, f"must be a positive integer, got {text!r}"))
+        else:
+            numbers[var] = int(text)
+    if errors:
+        raise InvalidSpec(errors)
+    return Settings(
+        namespace=env.get("METAX_NAMESPACE", "metax-operator"),
+        name=env.get("METAX_WEBHOOK_NAME", "metax-operator-webhook"),
+        host=env.get("METAX_WEBHOOK_HOST", "0.0.0.0"),
+        port=numbers["METAX_WEBHOOK_PORT"],
+        cert_days=numbers["METAX_WEBHOOK_CERT_DAYS"],
+        extra_hosts=tuple(hosts_from_env(env.get("METAX_WEBHOOK_EXTRA_HOSTS"))),
+    )

@@ -164,10 +164,11 @@ def test_printer_columns(api: client.HttpApi, stored: dict[str, Any]) -> None:
     table = json.loads(response.data)
     assert [c["name"] for c in table["columnDefinitions"]] == [
         "Name",
-        "Phase",
-        "Rollout",
-        "Step",
         "Ready",
+        "Progressing",
+        "Driver Rollout",
+        "Phase",
+        "Step",
         "Nodes",
         "Age",
     ]

@@ -73,7 +73,9 @@ def test_names_scope_and_subresource() -> None:
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Phase"] == ".status.phase"
     assert columns["Step"] == ".status.upgradeStatus.status.currentStepIndex"
-    assert columns["Ready"] == ".status.readyNodes"
+    assert columns["Ready"] == ".status.conditions[?(@.type=='Ready')].status"
+    assert columns["Progressing"] == ".status.conditions[?(@.type=='Progressing')].status"
+    assert columns["Driver Rollout"] == ".status.upgradeStatus.phase"
     assert columns["Age"] == ".metadata.creationTimestamp"
 
 

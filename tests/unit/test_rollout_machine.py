@@ -49,17 +49,22 @@ class Run:
         self.status: rollout_status.UpgradeStatus | None = None
         self.now = T0
         self.new_revision = rollout_sim.NEW_REVISION
+        self.confirmation: str | None = None
 
     def snapshot(self) -> rollout.Fleet:
         return attrs.evolve(self.fleet.snapshot(), new_revision=self.new_revision)
 
     def decide(self) -> rollout.Decision:
-        decision = rollout.decide(self.policy, self.status, self.snapshot(), self.now)
+        decision = rollout.decide(self.policy, self.status, self.snapshot(), self.now, self.confirmation)
         self.status = decision.status
         self.fleet.apply(decision)
-        if decision.request_pause:
-            self.policy = attrs.evolve(self.policy, pause=True)
         return decision
+
+    def confirm(self) -> str:
+        """What `metax-operator rollout confirm` does: annotate with the waiting step's token."""
+        assert self.status is not None and self.status.status.confirm_token
+        self.confirmation = self.status.status.confirm_token
+        return self.confirmation
 
     def settle(self, failing: Collection[str] = ()) -> None:
         self.fleet.settle(self.fleet.in_flight(), failing)
@@ -80,7 +85,7 @@ class Run:
             if done(decision):
                 return decision
             if resume and reason(decision) is Reason.WAITING_FOR_ADMIN and not failed(decision):
-                self.pause(False)
+                self.confirm()
             self.now += decision.requeue_after or dt.timedelta(0)
             self.settle(failing)
         raise AssertionError("the rollout did not get there")
@@ -113,7 +118,7 @@ def state(d: rollout.Decision) -> StepState:
 def test_nothing_to_upgrade_is_idling_with_the_daemonset_on_delete() -> None:
     d = Run(SEED, revision=rollout.Revision.NEW).decide()
     assert (d.status.phase, d.status.upgrading, d.template) == (Phase.IDLING, False, rollout.Template.NEW)
-    assert (d.upgrade, d.rollback, d.requeue_after, d.request_pause) == ((), (), None, False)
+    assert (d.upgrade, d.rollback, d.requeue_after, d.ignored_confirmation) == ((), (), None, "")
     assert [(c.type, c.status, c.reason) for c in d.status.conditions] == [
         (CT.PROGRESSING, CS.FALSE, Reason.NO_ROLLOUT),
         (CT.SUCCEED, CS.UNKNOWN, Reason.NO_ROLLOUT),
@@ -185,11 +190,10 @@ def test_first_step_of_the_seed_example_runs_two_loops_of_one_then_waits_for_an_
     assert second.status.status.current_step_nodes == ("node-01", "node-02")
     run.settle()
     paused = run.decide()
-    assert (state(paused), reason(paused), paused.request_pause) == (
-        StepState.STEP_PAUSED,
-        Reason.PAUSING_FOR_ADMIN,
-        True,
-    )
+    assert (state(paused), reason(paused)) == (StepState.STEP_PAUSED, Reason.WAITING_FOR_ADMIN)
+    token = paused.status.status.confirm_token
+    assert "-step1-" in token and f"rollout-confirm={token}" in paused.status.message
+    assert paused.status.status.waiting_since == run.now
     s = paused.status.status
     assert (s.current_upgrade_replicas, s.current_upgrade_ready_replicas, s.total_upgrade_ready_replicas) == (2, 2, 2)
 
@@ -204,7 +208,7 @@ def test_nodes_already_on_the_new_driver_count_toward_the_target() -> None:
 def test_a_step_with_pause_false_goes_straight_on() -> None:
     run = Run(NO_PAUSES)
     d = run.until(lambda d: state(d) is StepState.STEP_READY)
-    assert (d.request_pause, d.requeue_after, reason(d)) == (False, dt.timedelta(0), Reason.STEP_READY)
+    assert (d.status.status.confirm_token, d.requeue_after, reason(d)) == ("", dt.timedelta(0), Reason.STEP_READY)
     nxt = run.decide()
     assert (nxt.status.status.current_step_index, state(nxt)) == (1, StepState.STEP_UPGRADE_INIT)
     assert run.decide().upgrade == tuple(NAMES[2:])  # maxParallel 100% of the step's 8 nodes
@@ -262,50 +266,48 @@ def test_pause_true_lets_in_flight_nodes_finish_and_starts_nothing() -> None:
     assert run.decide().upgrade == tuple(NAMES[2:])
 
 
-def test_manual_pause_resumes_only_after_pause_true_was_observed_then_false() -> None:
+def test_a_waiting_step_is_confirmed_only_by_its_token_never_by_pause() -> None:
+    """Issue 16: no re-apply of the declared spec (pause: false, again and again) confirms a step."""
     run = Run(SEED)
-    pausing = run.until(lambda d: state(d) is StepState.STEP_PAUSED, resume=False)
-    assert (reason(pausing), pausing.request_pause) == (Reason.PAUSING_FOR_ADMIN, True)
-    run.pause(False)  # the operator's write of pause: true got lost
-    again = run.decide()
-    assert (reason(again), again.request_pause, again.requeue_after) == (
-        Reason.PAUSING_FOR_ADMIN,
-        True,
-        dt.timedelta(seconds=5),
+    waiting = run.until(lambda d: state(d) is StepState.STEP_PAUSED, resume=False)
+    assert (reason(waiting), waiting.requeue_after) == (Reason.WAITING_FOR_ADMIN, None)
+    for pause in (True, False, True, False):
+        run.pause(pause)
+        d = run.decide()
+        assert (state(d), d.upgrade) == (StepState.STEP_PAUSED, ())
+        assert d.status.status.confirm_token == waiting.status.status.confirm_token
+    run.confirmation = "new-step1-00000000"  # an older rollout's token
+    stale = run.decide()
+    assert (state(stale), stale.upgrade) == (StepState.STEP_PAUSED, ())
+    assert "ignored" in stale.ignored_confirmation and waiting.status.status.confirm_token in stale.ignored_confirmation
+    run.confirm()
+    confirmed = run.decide()
+    assert (state(confirmed), confirmed.requeue_after, confirmed.ignored_confirmation) == (
+        StepState.STEP_READY,
+        dt.timedelta(0),
+        "",
     )
-    armed = run.decide()  # pause: true is now observed
-    assert (reason(armed), armed.request_pause, armed.requeue_after, state(armed)) == (
-        Reason.WAITING_FOR_ADMIN,
-        False,
-        None,
-        StepState.STEP_PAUSED,
-    )
-    assert run.decide() == armed  # nothing changes while pause is true
-    run.pause(False)
-    resumed = run.decide()
-    assert (state(resumed), resumed.requeue_after) == (StepState.STEP_READY, dt.timedelta(0))
+    assert confirmed.status.status.confirm_token == "" and confirmed.status.status.waiting_since is None
     run.decide()
     assert run.decide().upgrade == ("node-03", "node-04")
 
 
-def test_pause_true_set_before_the_step_ended_does_not_acknowledge_its_pause() -> None:
+def test_pause_holds_a_confirmed_step_and_releasing_the_hold_confirms_nothing_more() -> None:
     run = Run(SEED)
+    run.pause(True)
     run.decide()
-    run.decide()
-    run.settle()
-    assert run.decide().upgrade == ("node-02",)
-    run.pause(True)  # the administrator holds the step while node-02 restarts
-    run.settle()
-    done = run.decide()
-    assert (state(done), reason(done), done.request_pause, done.requeue_after) == (
-        StepState.STEP_PAUSED,
-        Reason.PAUSING_FOR_ADMIN,
-        False,
-        dt.timedelta(0),
-    )
-    run.pause(False)  # ...and lets go before the machine saw the step paused
-    after = run.decide()
-    assert (state(after), reason(after), after.request_pause) == (StepState.STEP_PAUSED, Reason.PAUSING_FOR_ADMIN, True)
+    run.pause(False)
+    waiting = run.until(lambda d: state(d) is StepState.STEP_PAUSED, resume=False)
+    run.pause(True)
+    run.confirm()
+    held = run.decide()
+    assert (state(held), held.upgrade) == (StepState.STEP_PAUSED, ())
+    assert "pause is true" in held.status.message
+    run.pause(False)
+    assert state(run.decide()) is StepState.STEP_READY
+    # the next manual wait (step 4) has its own token: step 1's confirmation does not reach it
+    later = run.until(lambda d: state(d) is StepState.STEP_PAUSED and reason(d) is Reason.WAITING_FOR_ADMIN)
+    assert later.status.status.confirm_token not in ("", waiting.status.status.confirm_token)
 
 
 def timed_run() -> tuple[Run, rollout.Decision, dt.datetime]:
@@ -385,18 +387,16 @@ def test_retries_then_fallback_pause_then_an_admin_resume_retries_once_more() ->
         run.now += d.requeue_after or dt.timedelta(0)
         run.settle({"node-02"})
     assert d is not None and retries == [1, 2]
-    assert (d.status.phase, state(d), reason(d), d.request_pause) == (
-        Phase.PROGRESSING,
-        StepState.STEP_PAUSED,
-        Reason.FALLBACK_PAUSED,
-        True,
-    )
+    assert (d.status.phase, state(d), reason(d)) == (Phase.PROGRESSING, StepState.STEP_PAUSED, Reason.FALLBACK_PAUSED)
+    assert d.status.status.confirm_token
     assert condition(d, CT.FAILED).reason is Reason.STEP_FAILED
     assert "node-02" in condition(d, CT.FAILED).message
     assert condition(d, CT.PROGRESSING).status is CS.FALSE
-    armed = run.decide()
-    assert (reason(armed), armed.upgrade) == (Reason.WAITING_FOR_ADMIN, ())
-    run.pause(False)
+    run.pause(True)
+    run.pause(False)  # a Helm re-apply: no retry
+    still = run.decide()
+    assert (reason(still), still.upgrade) == (Reason.FALLBACK_PAUSED, ())
+    run.confirm()
     resumed = run.decide()
     assert (resumed.upgrade, resumed.status.status.current_failure_retry) == (("node-02",), 0)
     assert (condition(resumed, CT.FAILED).status, condition(resumed, CT.FAILED).reason) == (

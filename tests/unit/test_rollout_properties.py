@@ -86,8 +86,9 @@ def check_decision(
     fleet: rollout.Fleet,
     now: dt.datetime,
     d: rollout.Decision,
+    confirmation: str | None = None,
 ) -> None:
-    assert rollout.decide(policy, prev, fleet, now) == d
+    assert rollout.decide(policy, prev, fleet, now, confirmation) == d
     assert rollout_status.from_document(rollout_status.to_document(d.status)) == d.status
     assert d.status.upgrading == (d.status.phase in rollout_status.ACTIVE_PHASES)
     by_name = {n.name: n for n in fleet.nodes}
@@ -135,14 +136,13 @@ def test_invariants_hold_at_every_decision_of_a_random_run(
     fleet = rollout_sim.SimFleet(names)
     status: rollout_status.UpgradeStatus | None = None
     now, disabled_while_active = T0, False
+    confirmation: str | None = None
     for i in range(600):
         snapshot = fleet.snapshot()
-        d = rollout.decide(policy, status, snapshot, now)
-        check_decision(policy, status, snapshot, now, d)
+        d = rollout.decide(policy, status, snapshot, now, confirmation)
+        check_decision(policy, status, snapshot, now, d, confirmation)
         status = d.status
         fleet.apply(d)
-        if d.request_pause:
-            policy = attrs.evolve(policy, pause=True)
         if i == disable_at:
             disabled_while_active = status.upgrading
             policy = attrs.evolve(policy, enable_rollout=False)
@@ -163,9 +163,10 @@ def test_invariants_hold_at_every_decision_of_a_random_run(
         fleet.settle(fleet.in_flight(), failing)
         for name in names:
             fleet.set(name, busy=False)
+        policy = attrs.evolve(policy, pause=False)  # lift any hold
         progressing = status.condition(ConditionType.PROGRESSING)
-        if progressing is None or progressing.reason is not Reason.PAUSING_FOR_ADMIN:
-            policy = attrs.evolve(policy, pause=False)  # resume a manual pause once armed, lift any hold
+        if progressing is not None and progressing.reason is Reason.WAITING_FOR_ADMIN:
+            confirmation = status.status.confirm_token  # confirm a manual pause
         now += d.requeue_after or dt.timedelta(0)
     else:
         raise AssertionError(f"the run did not settle: {status.message if status else ''}")
@@ -286,3 +287,29 @@ def test_decide_is_total_over_any_stored_status_fleet_and_policy(
     assert set(d.upgrade + d.rollback) <= set(names)
     if policy.pause:
         assert d.upgrade + d.rollback == ()
+
+
+@SETTINGS
+@given(toggles=st.lists(st.booleans(), min_size=1, max_size=30), stale=st.none() | st.text(min_size=1, max_size=20))
+def test_no_sequence_of_spec_re_applies_confirms_a_waiting_step(toggles: list[bool], stale: str | None) -> None:
+    """Issue 16: pause flipping (Helm, GitOps) and any other annotation value never move a waiting step."""
+    manual = spec.UpgradeStep(IoP(1), pause=None)
+    policy = spec.UpgradePolicy(enable_rollout=True, upgrade_steps=(manual, spec.UpgradeStep(IoP.of_percent(100))))
+    fleet = rollout_sim.SimFleet(rollout_sim.node_names(3))
+    status: rollout_status.UpgradeStatus | None = None
+    now = T0
+    for _ in range(10):
+        d = rollout.decide(policy, status, fleet.snapshot(), now)
+        status = d.status
+        fleet.apply(d)
+        fleet.settle(fleet.in_flight(), ())
+        if status.status.current_step_state is StepState.STEP_PAUSED:
+            break
+    assert status is not None and status.status.confirm_token
+    token = status.status.confirm_token
+    for pause in toggles:
+        now += dt.timedelta(minutes=1)
+        d = rollout.decide(attrs.evolve(policy, pause=pause), status, fleet.snapshot(), now, stale)
+        assert (d.upgrade, d.status.status.current_step_state) == ((), StepState.STEP_PAUSED)
+        assert d.status.status.confirm_token == token
+        status = d.status

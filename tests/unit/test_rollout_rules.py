@@ -10,6 +10,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from metax_core.rollout import draft as rollout_draft
 from metax_core.rollout import rules as rollout_rules
 from metax_core.rollout.status import Phase, UpgradeStatus
 from metax_core.spec import model as spec
@@ -85,3 +86,15 @@ def test_changed_paths_sees_added_removed_and_retyped_values() -> None:
     before = {"a": {"b": 1, "c": [1, 2]}, "d": True, "e": 1}
     after = {"a": {"c": [1, 3, 4]}, "d": 1, "f": None, "e": 1}
     assert list(rollout_rules.changed_paths(before, after)) == ["a.b", "a.c[1]", "a.c[2]", "d", "f"]
+
+
+def test_the_confirmation_annotation_is_not_a_spec_change() -> None:
+    """Issue 16: confirming a waiting step writes metadata only; the mid-rollout rule compares spec only."""
+    running = UpgradeStatus(upgrading=True, phase=Phase.PROGRESSING)
+    body = {"driver": {"payload": {"version": "2.14.6"}}}
+    metadata = {"name": "cluster-operator"}
+    kind = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator"}
+    before = validation.parse({**kind, "metadata": metadata, "spec": body})
+    annotated = {**metadata, "annotations": {rollout_draft.CONFIRM_ANNOTATION: "x-step1-0"}}
+    after = validation.parse({**kind, "metadata": annotated, "spec": body})
+    assert rollout_rules.update_errors(before, after, running) == []

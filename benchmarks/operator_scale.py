@@ -1,0 +1,245 @@
+"""The operator at scale on the loopback control plane: P1 install time, P2 steady-state requests, P3 RSS.
+
+Why this module exists: issue 11 sets three goals that tests must not time — CR created → every GPU node's
+pods Ready within 1.5× the floor (the same DaemonSets applied directly, no operator); zero writes in steady
+state; peak RSS ≤ 100 MiB at 1,000 nodes. Nothing is asserted; the tables are the result.
+
+Run from the repository root::
+
+    python -m benchmarks.operator_scale [--nodes 100 500 1000] [--steady 300]
+
+- P1 (per node count): the floor applies the rendered DaemonSets directly and waits until every one reports
+  all pods Ready; then the operator (a subprocess, as in production) gets the ClusterOperator and the same
+  wait runs. Both on the same control plane, one after the other.
+- P2: the operator runs in-process with a counting `Api` wrapper for ``--steady`` seconds after converging;
+  requests and writes are counted per verb on the client side (the API server's metrics carry no user
+  agent).
+- P3: the operator subprocess's VmHWM (peak RSS) from /proc after P1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from metax_core.cluster import components, workloads
+from metax_core.spec import model as spec
+from metax_core.spec import validation
+from metax_dev.controlplane import cluster
+from metax_k8s import client, crd
+from services.operator import bootstrap, settings
+
+NS = spec.NAMESPACE
+CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
+SPEC = {"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.14.6"}}}
+WRITES = {"create", "replace", "merge_patch", "apply", "delete"}
+
+
+class CountingApi:
+    """An `Api` that counts every call by verb (P2)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.counting = False
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if name not in {"get", "list", "watch", "create", "replace", "merge_patch", "apply", "delete"}:
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.counting:
+                self.calls[name] += 1
+            return target(*args, **kwargs)
+
+        return call
+
+
+def all_ready(api: client.HttpApi, gpu_nodes: int) -> bool:
+    items = api.list("apps/v1", "DaemonSet", namespace=NS).items
+    if not items:
+        return False
+    for ds in items:
+        st = ds.get("status") or {}
+        want = st.get("desiredNumberScheduled", -1)
+        if want < gpu_nodes or st.get("numberReady") != want or st.get("updatedNumberScheduled") != want:
+            return False
+    return True
+
+
+def wait(what: str, check: Any, timeout: float = 1800.0) -> float:
+    began = time.monotonic()
+    while not check():
+        if time.monotonic() - began > timeout:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def prepare(api: client.HttpApi) -> None:
+    api.apply(crd.crd(), field_manager="bench", force=True)
+    with contextlib.suppress(Exception):
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    for name in sorted({w.service_account for i in components.CATALOGUE for w in i.workloads if w.service_account}):
+        api.apply(
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NS}},
+            field_manager="bench",
+        )
+    wait("CRD served", lambda: _served(api))
+
+
+def _served(api: client.HttpApi) -> bool:
+    try:
+        api.list(CR_API, spec.KIND)
+    except Exception:
+        return False
+    return True
+
+
+def clear(api: client.HttpApi) -> None:
+    for ds in api.list("apps/v1", "DaemonSet", namespace=NS).items:
+        api.delete("apps/v1", "DaemonSet", ds["metadata"]["name"], NS)
+    for d in api.list("apps/v1", "Deployment", namespace=NS).items:
+        api.delete("apps/v1", "Deployment", d["metadata"]["name"], NS)
+    wait("pods gone", lambda: not api.list("v1", "Pod", namespace=NS).items)
+
+
+def floor(api: client.HttpApi, nodes: int) -> float:
+    rendered = workloads.render(validation.parse(SPEC))
+    began = time.monotonic()
+    for obj in rendered.objects:
+        api.apply(obj, field_manager="bench-floor", force=True)
+    wait("floor ready", lambda: all_ready(api, nodes))
+    took = time.monotonic() - began
+    clear(api)
+    return took
+
+
+@contextlib.contextmanager
+def operator_process(kubeconfig: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "METAX_IDENTITY": "bench", "METAX_LEADER_ELECTION": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "services.operator"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def label_gpu_nodes(api: client.HttpApi) -> None:
+    """What gpu-label would publish; the operator's finalizer removes it with every other product key."""
+    for node in api.list("v1", "Node").items:
+        labels = node["metadata"].get("labels") or {}
+        if labels.get(workloads.GPU_NODE_LABEL) != "true":
+            patch = {"metadata": {"labels": {workloads.GPU_NODE_LABEL: "true"}}}
+            api.merge_patch("v1", "Node", node["metadata"]["name"], patch)
+
+
+def delete_cr(api: client.HttpApi) -> None:
+    with contextlib.suppress(Exception):
+        api.delete(CR_API, spec.KIND, spec.OBJECT_NAME)
+    wait("CR gone", lambda: not api.list(CR_API, spec.KIND).items, timeout=300)
+
+
+def with_operator(api: client.HttpApi, plane: cluster.ControlPlane, nodes: int) -> tuple[float, float]:
+    label_gpu_nodes(api)
+    with operator_process(plane.kubeconfig_path) as proc:
+        time.sleep(2)  # informers synced
+        began = time.monotonic()
+        api.apply(
+            {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": SPEC},
+            field_manager="helm",
+        )
+        wait("operator ready", lambda: all_ready(api, nodes))
+        took = time.monotonic() - began
+        rss = peak_rss_mib(proc.pid)
+        delete_cr(api)
+    clear(api)
+    return took, rss
+
+
+def steady(api: client.HttpApi, plane: cluster.ControlPlane, nodes: int, seconds: float) -> Counter[str]:
+    counting = CountingApi(client.HttpApi(client.api_client(plane.kubeconfig_path), user_agent="bench-operator"))
+    s = settings.Settings(identity="bench", leader_election=False)
+    label_gpu_nodes(api)
+    op = bootstrap.bootstrap(s, api=counting)  # type: ignore[arg-type]
+    op.start()
+    try:
+        api.apply(
+            {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": SPEC},
+            field_manager="helm",
+        )
+        wait("ready", lambda: all_ready(api, nodes))
+        time.sleep(10)
+        counting.counting = True
+        time.sleep(seconds)
+        counting.counting = False
+    finally:
+        delete_cr(api)
+        op.stop()
+    clear(api)
+    return counting.calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100])
+    parser.add_argument("--steady", type=float, default=300.0)
+    args = parser.parse_args()
+    rows = []
+    counts: Counter[str] = Counter()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        cluster.ControlPlane(
+            nodes=max(args.nodes),
+            node_labels={workloads.GPU_NODE_LABEL: "true"},
+            workdir_parent=pathlib.Path(tmp),
+            startup_timeout=1800,
+        ) as plane,
+    ):
+        api = client.HttpApi(client.api_client(plane.kubeconfig_path), user_agent="bench")
+        prepare(api)
+        n = max(args.nodes)
+        base = floor(api, n)
+        took, rss = with_operator(api, plane, n)
+        rows.append((n, base, took, rss))
+        print(f"P1 {n} nodes: floor {base:.1f}s, operator {took:.1f}s; P3 peak RSS {rss:.1f} MiB", flush=True)
+        counts = steady(api, plane, n, args.steady)
+    print("\nP1/P3: ClusterOperator created -> every DaemonSet's pods Ready on every GPU node")
+    print(f"{'nodes':>6} {'floor (direct)':>15} {'operator':>10} {'ratio':>6} {'peak RSS':>10}")
+    for n, base, took, rss in rows:
+        print(f"{n:>6} {base:>14.1f}s {took:>9.1f}s {took / base:>6.2f} {rss:>8.1f}MiB")
+    total = sum(counts.values())
+    writes = sum(v for k, v in counts.items() if k in WRITES)
+    print(f"\nP2: operator requests in {args.steady:.0f} s of steady state ({max(args.nodes)} nodes), client side")
+    print(f"{'verb':>12} {'count':>6}")
+    for verb, value in sorted(counts.items()):
+        print(f"{verb:>12} {value:>6}")
+    print(f"{'total':>12} {total:>6}   writes: {writes}")
+
+
+if __name__ == "__main__":
+    threading.stack_size(0)
+    main()

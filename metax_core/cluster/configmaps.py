@@ -1,0 +1,73 @@
+"""The two ConfigMaps the operator owns: ``driver-config`` (R-VF, R-MODPARAM) and ``metax-vfio-config`` (R-VFIO).
+
+Why a module of its own: they follow opposite rules. ``driver-config`` is the administrator's file: the
+operator creates it once, with the documented defaults (no VFs, no module parameters), and never writes it
+again, so edits survive upgrades. ``metax-vfio-config`` is rendered from ``vfioManager.vfioConfig`` on every
+reconcile and server-side applied, so the spec is its only source. Both are plain manifests; the operator
+applies them, `metax-operator render` could print them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from metax_core.cluster import workloads
+from metax_core.errors import InvalidSpec
+from metax_core.node import driver_config
+from metax_core.spec import model as spec
+
+VFIO_CONFIG_KEY = "vfio-config"
+"""The key of ``metax-vfio-config`` whose value (YAML) lists the entries, in the spec's order."""
+
+
+def _metadata(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            workloads.MANAGED_BY_LABEL: workloads.MANAGED_BY,
+            workloads.PART_OF_LABEL: "metax-gpu-operator",
+        },
+    }
+
+
+def driver_config_map(namespace: str = spec.NAMESPACE) -> dict[str, Any]:
+    """``driver-config`` with the documented defaults: every node keeps its GPUs whole, no module parameters."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(workloads.DRIVER_CONFIG_MAP, namespace),
+        "data": driver_config.render(driver_config.DriverConfig()),
+    }
+
+
+def vfio_config_document(entries: Sequence[spec.VfioConfigEntry]) -> str:
+    """The entries as YAML (``[{nodeName, gpus}]``): first match wins, so order is kept."""
+    listed = [{"nodeName": e.node_name, "gpus": e.gpus} for e in entries]
+    text: str = yaml.safe_dump(listed, default_flow_style=False, sort_keys=False)
+    return text
+
+
+def vfio_config_map(s: spec.ClusterOperatorSpec, namespace: str = spec.NAMESPACE) -> dict[str, Any]:
+    """``metax-vfio-config`` for ``s`` (rendered whether or not vfio-manager is on: it is cheap and harmless)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(workloads.VFIO_CONFIG_MAP, namespace),
+        "data": {VFIO_CONFIG_KEY: vfio_config_document(s.vfio_manager.vfio_config)},
+    }
+
+
+def vf_counts(data: Mapping[str, object] | None) -> dict[str, int]:
+    """Each node's VF count from ``driver-config`` data; a broken ConfigMap counts as "no VFs anywhere".
+
+    The operator only needs the counts to tell which node's gpu-device pod to recreate (R-VF); the driver
+    manager reports a broken ConfigMap itself, with its field paths.
+    """
+    try:
+        return dict(driver_config.parse(data).node_vfnums)
+    except InvalidSpec:
+        return {}

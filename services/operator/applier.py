@@ -1,0 +1,141 @@
+"""Server-side apply with one field manager, skipped when nothing changed; pruning; the ownership rule.
+
+Why a module of its own: "zero writes in steady state" and "never touch what is not ours" are rules about
+every object the operator writes, so they live in one place:
+
+- every object carries the hash of its desired manifest (annotation ``metax-tech.com/desired-hash``); an
+  object is applied again only when that hash differs, when it is missing, or when someone else changed it
+  since our last apply (its ``metadata.generation`` — or ``resourceVersion`` for kinds without one — moved);
+  a hand edit of a field we own is thus put back (``force``: we take our fields back), a field we do not
+  own is left alone (SSA only sends ours);
+- an object of the same name that lacks our ``app.kubernetes.io/managed-by`` label is never touched: the
+  apply is refused with a Warning Event and the component reports Failed;
+- pruning deletes only objects that carry our label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from metax_core.cluster import workloads
+from metax_core.errors import MetaxError
+from metax_core.ports.cluster import Events, EventType, ObjectRef, Objects, RawObject
+
+log = logging.getLogger(__name__)
+
+HASH_ANNOTATION = "metax-tech.com/desired-hash"
+
+
+class NotOurs(MetaxError):
+    """An object with the name we need exists but does not carry our managed-by label."""
+
+
+def manifest_hash(manifest: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def ours(obj: RawObject | None) -> bool:
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(workloads.MANAGED_BY_LABEL) == workloads.MANAGED_BY
+
+
+def ref_of(obj: RawObject) -> ObjectRef:
+    metadata = obj.get("metadata") or {}
+    return ObjectRef(
+        str(obj.get("apiVersion")),
+        str(obj.get("kind")),
+        str(metadata.get("name")),
+        metadata.get("namespace"),
+        metadata.get("uid"),
+    )
+
+
+def _stamp(obj: RawObject) -> str:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("generation") or f"rv{metadata.get('resourceVersion')}")
+
+
+class Applier:
+    def __init__(self, objects: Objects, events: Events, *, field_manager: str) -> None:
+        self.objects = objects
+        self.events = events
+        self.field_manager = field_manager
+        self._applied: dict[tuple[str, str, str], str] = {}
+        self._lock = threading.Lock()
+        self.writes = 0
+
+    def forget(self) -> None:
+        """Drop what we remember (a new leader term re-applies everything once)."""
+        with self._lock:
+            self._applied.clear()
+
+    def apply(self, manifest: Mapping[str, Any], live: RawObject | None, *, creator: bool = False) -> RawObject:
+        """``manifest`` applied unless ``live`` already is it; returns the live object."""
+        metadata = manifest["metadata"]
+        key = (str(manifest["kind"]), str(metadata.get("namespace") or ""), str(metadata["name"]))
+        digest = manifest_hash(manifest)
+        if live is None:
+            live = self.objects.get(
+                manifest["apiVersion"], manifest["kind"], metadata["name"], metadata.get("namespace")
+            )
+        if live is not None and not ours(live):
+            raise NotOurs(
+                f"{key[0]} {key[1]}/{key[2]} exists without label {workloads.MANAGED_BY_LABEL}="
+                f"{workloads.MANAGED_BY}: not touching it; delete or rename it to let the operator create its own"
+            )
+        if live is not None:
+            annotations = (live.get("metadata") or {}).get("annotations") or {}
+            with self._lock:
+                remembered = self._applied.get(key)
+            if annotations.get(HASH_ANNOTATION) == digest and (creator or remembered == _stamp(live)):
+                return live
+        body = dict(manifest)
+        body["metadata"] = {**metadata, "annotations": {**(metadata.get("annotations") or {}), HASH_ANNOTATION: digest}}
+        result = self.objects.apply(body, field_manager=self.field_manager, force=True)
+        self.writes += 1
+        with self._lock:
+            self._applied[key] = _stamp(result)
+        changed = live is None or (live.get("metadata") or {}).get("resourceVersion") != (
+            result.get("metadata") or {}
+        ).get("resourceVersion")
+        if changed:
+            what = "created" if live is None else "updated"
+            log.info("%s %s/%s %s", key[0], key[1], key[2], what, extra={"object": f"{key[0]}/{key[2]}"})
+            self.events.emit(ref_of(result), reason="Applied", message=f"{key[0]} {key[2]} {what} by the operator")
+        return result
+
+    def create_once(self, manifest: Mapping[str, Any], live: RawObject | None) -> bool:
+        """Create ``manifest`` if absent; never update it (``driver-config``: the administrator's file)."""
+        metadata = manifest["metadata"]
+        if live is None:
+            live = self.objects.get(
+                manifest["apiVersion"], manifest["kind"], metadata["name"], metadata.get("namespace")
+            )
+        if live is not None:
+            return False
+        self.objects.apply(manifest, field_manager=self.field_manager)
+        self.writes += 1
+        log.info("%s %s/%s created with defaults", manifest["kind"], metadata.get("namespace"), metadata["name"])
+        self.events.emit(ref_of(manifest), reason="Created", message=f"{manifest['kind']} {metadata['name']} created")
+        return True
+
+    def prune(self, live: RawObject, why: str) -> None:
+        """Delete ``live`` (only if it is ours)."""
+        if not ours(live):
+            return
+        metadata = live.get("metadata") or {}
+        api_version, kind = str(live.get("apiVersion") or ""), str(live.get("kind") or "")
+        if self.objects.delete(api_version, kind, str(metadata.get("name")), metadata.get("namespace")):
+            self.writes += 1
+            log.info("%s %s/%s deleted: %s", kind, metadata.get("namespace"), metadata.get("name"), why)
+            self.events.emit(
+                ref_of(live),
+                reason="Pruned",
+                message=f"{kind} {metadata.get('name')} deleted: {why}",
+                type=EventType.NORMAL,
+            )

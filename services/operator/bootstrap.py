@@ -1,0 +1,108 @@
+"""The composition root of the operator: adapters from `Settings`, wired into an `run.Operator`.
+
+Tests pass an `Api` (the in-memory server or an `HttpApi` on the test control plane) and a clock; production
+builds the HTTP client from the kubeconfig or the in-cluster configuration. Nothing is built at import time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from metax_core.ports.cluster import RawObject
+from metax_k8s import client, events, lease, nodes, objects
+from metax_k8s.api import Api
+from services.operator import informers, leader, reconciler, run, settings
+from services.operator.workqueue import WorkQueue
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def production_api(s: settings.Settings) -> Api:
+    return client.HttpApi(client.api_client(s.kubeconfig), user_agent="metax-operator-controller")
+
+
+def bootstrap(
+    s: settings.Settings | None = None,
+    *,
+    api: Api | None = None,
+    clock: Callable[[], dt.datetime] = _utc_now,
+    watch_seconds: int = 300,
+) -> run.Operator:
+    s = s or settings.from_env()
+    api = api or production_api(s)
+    objs = objects.K8sObjects(api)
+    queue = WorkQueue(base=s.backoff_base, cap=s.backoff_max)
+    key = run.KEY
+
+    def wake(old: object, new: object) -> None:
+        queue.add(key)
+
+    def node_changed(old: RawObject | None, new: RawObject | None) -> None:
+        if informers.gpu_labels(old) != informers.gpu_labels(new) or (old is None) != (new is None):
+            queue.add(key)
+
+    ns = s.namespace
+    owned = "app.kubernetes.io/managed-by=metax-operator"
+    caches = reconciler.Caches(
+        cluster_operator=informers.Informer(
+            objs, reconciler.CR_API, "ClusterOperator", on_change=wake, watch_seconds=watch_seconds
+        ),
+        configmaps=informers.Informer(
+            objs, "v1", "ConfigMap", namespace=ns, on_change=wake, watch_seconds=watch_seconds
+        ),
+        nodes=informers.Informer(
+            objs, "v1", "Node", slim=informers.slim_node, on_change=node_changed, watch_seconds=watch_seconds
+        ),
+        daemonsets=informers.Informer(
+            objs,
+            "apps/v1",
+            "DaemonSet",
+            namespace=ns,
+            label_selector=owned,
+            on_change=wake,
+            watch_seconds=watch_seconds,
+        ),
+        deployments=informers.Informer(
+            objs,
+            "apps/v1",
+            "Deployment",
+            namespace=ns,
+            label_selector=owned,
+            on_change=wake,
+            watch_seconds=watch_seconds,
+        ),
+        services=informers.Informer(
+            objs, "v1", "Service", namespace=ns, label_selector=owned, on_change=wake, watch_seconds=watch_seconds
+        ),
+        pods=informers.Informer(
+            objs,
+            "v1",
+            "Pod",
+            namespace=ns,
+            label_selector="app.kubernetes.io/part-of=metax-gpu-operator",
+            slim=informers.slim_pod,
+            on_change=wake,
+            watch_seconds=watch_seconds,
+        ),
+    )
+    ev = events.K8sEvents(api, reporting_controller="metax-operator", reporting_instance=s.identity, clock=clock)
+    rec = reconciler.Reconciler(
+        s,
+        api=objs.api,
+        objects=objs,
+        events=ev,
+        nodes=nodes.K8sNodeMetadata(api, field_manager=s.field_manager),
+        caches=caches,
+        clock=clock,
+    )
+    lock = lease.K8sLeaseLock(api, name=s.lease_name, namespace=ns, identity=s.identity) if s.leader_election else None
+
+    def new_term() -> None:
+        rec.applier.forget()
+        queue.add(key)
+
+    leadership = leader.Leadership(lock, on_started=new_term)
+    return run.Operator(s, reconciler=rec, caches=caches, queue=queue, leadership=leadership)

@@ -1,0 +1,55 @@
+"""The finalizer: deleting ``cluster-operator`` removes everything the operator created, then lets it go.
+
+Why a module of its own: `helm uninstall --wait` (R-INSTALL) relies on it, and it must be complete and safe:
+only objects carrying our managed-by label are deleted (DaemonSets, Deployments, Services, ConfigMaps in
+the operator's namespace), and on every node only the label and annotation keys the product writes
+(``metax-tech.com/...``, except the two an administrator sets: gpu-device mode and qos-policy). The finalizer is
+removed last, so an interrupted cleanup is simply done again by the next reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from metax_core.cluster import workloads
+from metax_core.node import devices
+from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
+from services.operator import applier
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "metax-tech.com/cleanup"
+OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
+ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
+"""Set by the administrator (R-SGPU), not by the product: left on the node."""
+PREFIX = "metax-tech.com/"
+
+
+def product_keys(keys: Iterable[str]) -> list[str]:
+    return sorted(k for k in keys if k.startswith(PREFIX) and k not in ADMIN_LABELS)
+
+
+def remove_everything(
+    objects: Objects, nodes: NodeMetadata, apply: applier.Applier, namespace: str, node_list: Iterable[RawObject]
+) -> int:
+    """Delete our objects and node keys; returns how many writes it made."""
+    writes = 0
+    selector = f"{workloads.MANAGED_BY_LABEL}={workloads.MANAGED_BY}"
+    for api_version, kind in OWNED_KINDS:
+        for obj in objects.list(api_version, kind, namespace=namespace, label_selector=selector).items:
+            apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
+            writes += 1
+    for node in node_list:
+        metadata = node.get("metadata") or {}
+        labels = product_keys((metadata.get("labels") or {}).keys())
+        annotations = product_keys((metadata.get("annotations") or {}).keys())
+        if labels or annotations:
+            nodes.patch_node_metadata(
+                str(metadata["name"]),
+                labels=dict.fromkeys(labels),
+                annotations=dict.fromkeys(annotations),
+            )
+            log.info("node %s: removed %s", metadata["name"], ", ".join(labels + annotations))
+            writes += 1
+    return writes

@@ -1,0 +1,58 @@
+"""`metax-operator-controller` (and `metax-operator run`): build the operator, run it until SIGTERM/SIGINT.
+
+Why a module of its own: the composition root (`bootstrap`) imports the loop (`run`); the entry point sits
+above both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+from metax_core.errors import MetaxError
+from metax_k8s import client
+from services.operator import bootstrap
+from services.webhook import server
+
+log = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`metax-operator-controller` (and `metax-operator run`): run until SIGTERM/SIGINT."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        op = bootstrap.bootstrap()
+        webhook = _start_webhook(os.environ)
+    except MetaxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        op.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    op.start()
+    op.wait()
+    op.stop()
+    if webhook is not None:
+        webhook.shutdown()
+    return 0
+
+
+def _start_webhook(env: Mapping[str, str]) -> server.WebhookServer | None:
+    """The validating webhook (and the /healthz, /readyz probes) in this process, when the chart asks for it.
+
+    The chart sets ``METAX_WEBHOOK_PORT``; a developer's operator run without it serves no webhook. Every replica
+    serves it (admission must not wait for an election); only the certificates are shared, through the Secret.
+    """
+    if "METAX_WEBHOOK_PORT" not in env:
+        return None
+    running = server.serve(server.settings_from_env(env), client.HttpApi(client.api_client(env.get("KUBECONFIG"))))
+    log.info("validating webhook serving on port %d", running.port)
+    return running

@@ -1,0 +1,358 @@
+"""One level-triggered reconcile of ``cluster-operator``: read everything, decide in the core, apply, report.
+
+Why a module of its own: this is the operator's whole job in one place, in order:
+
+1. the object is gone → nothing to do; being deleted → `cleanup` (the finalizer), then release it;
+2. our finalizer is on it (a metadata write, never ``spec``: the operator owns no spec field, issue 16);
+3. the spec is parsed; an invalid spec changes nothing and reports ``Degraded`` with every field path;
+4. ConfigMaps: ``driver-config`` created once with defaults, ``metax-vfio-config`` rendered from the spec;
+5. every component state, in R-DEP order (server-side apply, one field manager); the driver DaemonSet's
+   template comes from the rollout decision; objects of disabled or blocked components are pruned;
+6. a node whose VF count in ``driver-config`` changed gets its gpu-device pod recreated (R-VF), that pod only;
+7. the roll-up into ``status`` (written only when it differs from the stored one: zero writes when idle).
+
+It returns when to run again (the rollout's recheck time), or None.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from metax_core.cluster import components, configmaps, workloads
+from metax_core.cluster import status as cluster_status
+from metax_core.cluster.components import Component
+from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
+from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
+from metax_core.rollout import status as rollout_status
+from metax_core.spec import model as spec
+from metax_core.spec import validation
+from metax_k8s.api import Api
+from services.operator import applier, cleanup, rollout_driver, states
+from services.operator.informers import Informer
+from services.operator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
+CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+
+
+class Caches:
+    """The informers the reconciler reads (built and started by `run`)."""
+
+    def __init__(self, **informers: Informer) -> None:
+        self.cluster_operator = informers["cluster_operator"]
+        self.configmaps = informers["configmaps"]
+        self.nodes = informers["nodes"]
+        self.daemonsets = informers["daemonsets"]
+        self.deployments = informers["deployments"]
+        self.services = informers["services"]
+        self.pods = informers["pods"]
+        self.all: tuple[Informer, ...] = tuple(informers.values())
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        api: Api,
+        objects: Objects,
+        events: Events,
+        nodes: NodeMetadata,
+        caches: Caches,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.objects = objects
+        self.events = events
+        self.nodes = nodes
+        self.caches = caches
+        self.clock = clock
+        self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
+        self.render_settings = workloads.RenderSettings(namespace=settings.namespace, version=settings.version)
+        self.status_writes = 0
+        self._warned_confirmation = ""
+
+    # -- helpers --------------------------------------------------------------------------------------------
+
+    def _cr_ref(self, cr: RawObject) -> ObjectRef:
+        return ObjectRef(CR_API, spec.KIND, spec.OBJECT_NAME, None, (cr.get("metadata") or {}).get("uid"))
+
+    def _lookup(self, kind: str, name: str) -> RawObject | None:
+        cache = {"DaemonSet": self.caches.daemonsets, "Deployment": self.caches.deployments}.get(kind)
+        if kind == "Service":
+            cache = self.caches.services
+        if kind == "ConfigMap":
+            cache = self.caches.configmaps
+        if cache is None:
+            return None
+        found = cache.get(name, self.settings.namespace)
+        if found is None:
+            return None
+        return {"apiVersion": "v1" if kind in ("Service", "ConfigMap") else "apps/v1", "kind": kind, **found}
+
+    def _gpu_nodes(self) -> list[str]:
+        return sorted(
+            str(n["metadata"]["name"])
+            for n in self.caches.nodes.items()
+            if (n["metadata"].get("labels") or {}).get(workloads.GPU_NODE_LABEL) == "true"
+        )
+
+    # -- the reconcile --------------------------------------------------------------------------------------
+
+    def reconcile(self) -> float | None:
+        cr = self.objects.get(CR_API, spec.KIND, spec.OBJECT_NAME)
+        if cr is None:
+            return None
+        metadata = cr.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            self._finalize(cr)
+            return None
+        if cleanup.FINALIZER not in (metadata.get("finalizers") or []):
+            self._set_finalizers(cr, [*(metadata.get("finalizers") or []), cleanup.FINALIZER])
+        now = self.clock()
+        generation = int(metadata.get("generation") or 0)
+        previous = cluster_status.conditions_from_document(cr.get("status"))
+        try:
+            s = validation.parse(cr)
+        except InvalidSpec as exc:
+            rolled = cluster_status.roll_up(generation=generation, results=(), previous=previous, now=now, invalid=exc)
+            if self._write_status(cr, rolled, None, None):
+                self.events.emit(
+                    self._cr_ref(cr), reason="InvalidSpec", message=str(exc), type=EventType.WARNING, action="Validate"
+                )
+            return None
+
+        self.applier.create_once(
+            configmaps.driver_config_map(self.settings.namespace),
+            self._lookup("ConfigMap", workloads.DRIVER_CONFIG_MAP),
+        )
+        self.applier.apply(
+            configmaps.vfio_config_map(s, self.settings.namespace), self._lookup("ConfigMap", workloads.VFIO_CONFIG_MAP)
+        )
+
+        rendered = workloads.render(s, self.render_settings)
+        objects = list(rendered.objects)
+        outcome = None
+        if Component.DRIVER in rendered.plan.deploy:
+            index = next(i for i, o in enumerate(objects) if o["metadata"]["name"] == "metax-driver")
+            outcome = self._rollout(s, cr, objects[index], now)
+            objects[index] = outcome.manifest
+
+        results: list[cluster_status.ComponentResult] = []
+        for component in rendered.plan.deploy:
+            results.append(states.ComponentState(component).sync(objects, self.applier, self._lookup))
+        results.extend(cluster_status.blocked(b) for b in rendered.plan.blocked)
+        results.extend(cluster_status.disabled(c) for c in rendered.plan.disabled)
+        self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan)
+
+        if outcome is not None:
+            self._apply_rollout(cr, outcome)
+        vf_nums = self._recreate_for_vf_changes(cr, Component.GPU_DEVICE in rendered.plan.deploy)
+
+        gpu_nodes = self._gpu_nodes()
+        rolled = cluster_status.roll_up(
+            generation=generation,
+            results=results,
+            previous=previous,
+            now=now,
+            rollout=outcome.status if outcome else None,
+            ready_nodes=self._ready_nodes(gpu_nodes),
+            total_nodes=len(gpu_nodes),
+        )
+        self._write_status(cr, rolled, outcome.status if outcome else None, vf_nums)
+        if outcome is not None and outcome.requeue_after is not None:
+            return max(0.0, outcome.requeue_after.total_seconds())
+        return None
+
+    def _ready_nodes(self, gpu_nodes: list[str]) -> int:
+        ready_pods: dict[str, int] = {}
+        for pod in self.caches.pods.items():
+            if pod["status"].get("ready") and pod["spec"].get("nodeName"):
+                node = str(pod["spec"]["nodeName"])
+                ready_pods[node] = ready_pods.get(node, 0) + 1
+        return sum(1 for n in gpu_nodes if ready_pods.get(n))
+
+    # -- pieces ---------------------------------------------------------------------------------------------
+
+    def _set_finalizers(self, cr: RawObject, finalizers: list[str]) -> None:
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": cr["metadata"]["resourceVersion"]}}
+        try:
+            self.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager=self.settings.field_manager)
+        except (Conflict, NotFound) as exc:
+            raise MetaxError(f"cluster-operator changed while setting finalizers ({exc}); reconciling again") from exc
+        self.applier.writes += 1
+
+    def _finalize(self, cr: RawObject) -> None:
+        finalizers = list(cr["metadata"].get("finalizers") or [])
+        if cleanup.FINALIZER not in finalizers:
+            return
+        log.info("cluster-operator is being deleted: removing everything the operator created")
+        self.applier.writes += cleanup.remove_everything(
+            self.objects, self.nodes, self.applier, self.settings.namespace, self.caches.nodes.items()
+        )
+        self.events.emit(
+            self._cr_ref(cr),
+            reason="CleanedUp",
+            message="every object and node key the operator wrote is removed",
+            action="Delete",
+        )
+        self._set_finalizers(cr, [f for f in finalizers if f != cleanup.FINALIZER])
+        self.applier.forget()
+
+    def _prune(self, wanted: set[tuple[str, str]], plan: components.DeployPlan) -> None:
+        why_by_component = {b.component.value: b.reason for b in plan.blocked}
+        for cache, kind, api_version in (
+            (self.caches.daemonsets, "DaemonSet", "apps/v1"),
+            (self.caches.deployments, "Deployment", "apps/v1"),
+            (self.caches.services, "Service", "v1"),
+        ):
+            for obj in cache.items():
+                name = str(obj["metadata"]["name"])
+                if (kind, name) in wanted:
+                    continue
+                component = (obj["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
+                why = why_by_component.get(component, f"component {component or '?'} is disabled")
+                self.applier.prune({"apiVersion": api_version, "kind": kind, **obj}, why)
+
+    def _rollout(
+        self, s: spec.ClusterOperatorSpec, cr: RawObject, desired: Mapping[str, Any], now: dt.datetime
+    ) -> rollout_driver.Outcome:
+        pods = self.caches.pods.items()
+        driver_pods = [p for p in pods if rollout_driver.is_driver_pod(p)]
+        live_ds = self._lookup("DaemonSet", "metax-driver")
+        busy: set[str] = set()
+        prev = rollout_driver.previous_status(cr.get("status"))
+        if (prev is not None and prev.upgrading) or rollout_driver.behind(desired, driver_pods):
+            busy = self._busy_nodes()  # only when a driver pod may be restarted: a cluster-wide list
+        return rollout_driver.drive(
+            s=s,
+            desired=desired,
+            live_ds=live_ds,
+            driver_pods=driver_pods,
+            gpu_nodes=self._gpu_nodes() if live_ds is not None else [],
+            busy=busy,
+            cr_status=cr.get("status"),
+            now=now,
+            ready_timeout=self.settings.driver_ready_timeout,
+            crash_restarts=self.settings.crash_loop_restarts,
+            confirmation=((cr.get("metadata") or {}).get("annotations") or {}).get(CONFIRM_ANNOTATION),
+        )
+
+    def _busy_nodes(self) -> set[str]:
+        """GPU workloads: one list of running pods, only while a driver DaemonSet exists."""
+        listing = self.objects.list("v1", "Pod", field_selector="status.phase=Running")
+        return rollout_driver.busy_nodes(listing.items)
+
+    def _apply_rollout(self, cr: RawObject, outcome: rollout_driver.Outcome) -> None:
+        ref = self._cr_ref(cr)
+        if outcome.ignored_confirmation and outcome.ignored_confirmation != self._warned_confirmation:
+            self._warned_confirmation = outcome.ignored_confirmation
+            log.warning("%s", outcome.ignored_confirmation)
+            self.events.emit(
+                ref,
+                reason="ConfirmationIgnored",
+                message=outcome.ignored_confirmation,
+                type=EventType.WARNING,
+                action="Rollout",
+            )
+        before = outcome.previous
+        after = outcome.status
+        if after.upgrading or (before is not None and before.upgrading):
+            moved = before is None or (
+                before.phase,
+                before.status.current_step_index,
+                before.status.current_step_state,
+            ) != (
+                after.phase,
+                after.status.current_step_index,
+                after.status.current_step_state,
+            )
+            if moved:
+                failed = after.condition(rollout_status.ConditionType.FAILED)
+                warning = failed is not None and failed.status is rollout_status.ConditionStatus.TRUE
+                log.info("driver rollout: %s", after.message)
+                self.events.emit(
+                    ref,
+                    reason=f"DriverRollout{after.status.current_step_state.value}",
+                    message=after.message,
+                    type=EventType.WARNING if warning else EventType.NORMAL,
+                    action="Rollout",
+                )
+        deleted = [n for n in outcome.delete_pods if self.objects.delete("v1", "Pod", n, self.settings.namespace)]
+        self.applier.writes += len(deleted)  # one loop: every deletion first, then the reports
+        which = "previous" if outcome.rollback else "new"
+        for name in deleted:
+            log.info("driver pod %s deleted: its node gets the %s driver", name, which)
+            self.events.emit(
+                ObjectRef("v1", "Pod", name, self.settings.namespace),
+                reason="DriverPodDeleted",
+                message=f"driver pod {name} deleted: its node gets the {which} driver",
+                action="Rollout",
+            )
+
+    def _recreate_for_vf_changes(self, cr: RawObject, deployed: bool) -> dict[str, int] | None:
+        """R-VF: recreate the gpu-device pod of each node whose VF count changed since its pod was seen."""
+        if not deployed:
+            return None
+        cm = self.caches.configmaps.get(workloads.DRIVER_CONFIG_MAP, self.settings.namespace)
+        counts = configmaps.vf_counts((cm or {}).get("data"))
+        recorded = {str(k): int(v) for k, v in ((cr.get("status") or {}).get("vfNums") or {}).items()}
+        seen: dict[str, int] = {}
+        for pod in self.caches.pods.items():
+            labels = pod["metadata"].get("labels") or {}
+            node = pod["spec"].get("nodeName")
+            if labels.get(workloads.COMPONENT_LABEL) != Component.GPU_DEVICE.value or not node:
+                continue
+            want = counts.get(str(node), 0)
+            seen[str(node)] = want
+            if str(node) in recorded and recorded[str(node)] != want and not pod["metadata"].get("deletionTimestamp"):
+                name = str(pod["metadata"]["name"])
+                if self.objects.delete("v1", "Pod", name, self.settings.namespace):
+                    self.applier.writes += 1
+                    log.info(
+                        "node %s: VF count %d -> %d, gpu-device pod %s recreated", node, recorded[str(node)], want, name
+                    )
+                    self.events.emit(
+                        ObjectRef("v1", "Node", str(node)),
+                        reason="VfCountChanged",
+                        message=f"VF count {recorded[str(node)]} -> {want}: gpu-device pod {name} recreated",
+                    )
+        return seen
+
+    def _write_status(
+        self,
+        cr: RawObject,
+        rolled: cluster_status.ClusterStatus,
+        upgrade: rollout_status.UpgradeStatus | None,
+        vf_nums: dict[str, int] | None,
+    ) -> bool:
+        document: dict[str, Any] = cluster_status.to_document(rolled)
+        stored: Mapping[str, Any] = cr.get("status") or {}
+        if upgrade is not None:
+            document["upgradeStatus"] = rollout_status.to_document(upgrade)
+        elif "upgradeStatus" in stored:
+            document["upgradeStatus"] = stored["upgradeStatus"]
+        if vf_nums is not None:
+            document["vfNums"] = vf_nums
+        elif "vfNums" in stored:
+            document["vfNums"] = stored["vfNums"]
+        if _canonical(document) == _canonical({k: v for k, v in stored.items() if k in document}) and set(
+            stored
+        ) <= set(document):
+            return False
+        body = {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "status": document}
+        self.objects.apply_status(body, field_manager=self.settings.field_manager, force=True)
+        self.status_writes += 1
+        log.info("cluster-operator status: %s", rolled.phase, extra={"object": "ClusterOperator/cluster-operator"})
+        return True
+
+
+def _canonical(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=True)

@@ -1,0 +1,148 @@
+"""The operator as a local process against the test control plane, as a controller runs in envtest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from metax_core.cluster import components, workloads
+from metax_core.errors import ClusterError
+from metax_k8s import client
+
+NS = "metax-operator"
+CR_API = "gpu.metax-tech.com/v1alpha1"
+OPERATOR = "metax-operator"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except ClusterError as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: Path, identity: str, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
+        self.identity = identity
+        self.log_path = log_dir / f"operator-{identity}.log"
+        environment = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "METAX_IDENTITY": identity,
+            "METAX_NAMESPACE": NS,
+            "METAX_DRIVER_READY_TIMEOUT": "20",
+            **(env or {}),
+        }
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.operator"], env=environment, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def cluster_operator(spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = (
+        dict(spec)
+        if spec is not None
+        else {
+            "registry": "registry.example.com/metax",
+            "driver": {"payload": {"version": "2.14.6"}},
+        }
+    )
+    return {"apiVersion": CR_API, "kind": "ClusterOperator", "metadata": {"name": "cluster-operator"}, "spec": body}
+
+
+def service_accounts() -> list[str]:
+    """The component ServiceAccounts (the chart's / RBAC module's job; pods cannot start without them)."""
+    return sorted(
+        {w.service_account for info in components.CATALOGUE for w in info.workloads if w.service_account is not None}
+    )
+
+
+class Env:
+    """What one test needs: the API, GPU node names, the operator processes, and helpers to read state."""
+
+    def __init__(
+        self, api: client.HttpApi, gpu_nodes: list[str], other_nodes: list[str], log_dir: Path, kubeconfig: Path
+    ):
+        self.api = api
+        self.gpu_nodes = gpu_nodes
+        self.other_nodes = other_nodes
+        self.log_dir = log_dir
+        self.kubeconfig = kubeconfig
+        self.processes: list[OperatorProcess] = []
+
+    def start_operator(self, identity: str = "op-a", **env: str) -> OperatorProcess:
+        p = OperatorProcess(self.kubeconfig, identity, self.log_dir, env)
+        self.processes.append(p)
+        return p
+
+    def cr(self) -> dict[str, Any]:
+        return self.api.get(CR_API, "ClusterOperator", "cluster-operator")
+
+    def condition(self, kind: str) -> dict[str, Any] | None:
+        try:
+            conditions = (self.cr().get("status") or {}).get("conditions") or []
+        except ClusterError:
+            return None
+        return next((dict(c) for c in conditions if c["type"] == kind), None)
+
+    def ds(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.api.get("apps/v1", "DaemonSet", name, NS)
+        except ClusterError:
+            return None
+
+    def daemonsets(self) -> set[str]:
+        return {o["metadata"]["name"] for o in self.api.list("apps/v1", "DaemonSet", namespace=NS).items}
+
+    def pods(self, component: str) -> list[dict[str, Any]]:
+        selector = f"{workloads.COMPONENT_LABEL}={component}"
+        return list(self.api.list("v1", "Pod", namespace=NS, label_selector=selector).items)
+
+    def running_nodes(self, component: str) -> set[str]:
+        """Nodes with a Running pod of ``component`` (pods left on nodes another test deleted are not counted)."""
+        return {
+            p["spec"].get("nodeName")
+            for p in self.pods(component)
+            if p["spec"].get("nodeName") in self.gpu_nodes + self.other_nodes
+            and (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        }
+
+    def label_gpu_nodes(self, names: list[str]) -> None:
+        for name in names:
+            self.api.merge_patch("v1", "Node", name, {"metadata": {"labels": {workloads.GPU_NODE_LABEL: "true"}}})

@@ -1,0 +1,242 @@
+"""The reconcile loop on the in-memory cluster (C1, R-DEP, R-MERGE, R-VF, R-VFIO, R-INSTALL).
+
+Aspects: install (objects, tolerations, ConfigMaps, finalizer, Ready), zero writes in steady state, a
+disabled prerequisite prunes its dependents and they come back, driver-config is never overwritten, an
+object that is not ours is never touched, a hand edit of a field we own is put back, an invalid spec
+changes nothing and reports field paths, a VF change recreates one node's gpu-device pod, the finalizer.
+"""
+
+from __future__ import annotations
+
+from harness import NS, Harness, cluster_operator, iter_events, wait_for
+
+from metax_core.cluster import workloads
+from metax_core.cluster.components import Component
+
+
+def _install(h: Harness, spec: dict | None = None) -> None:
+    h.objects.apply(cluster_operator(spec), field_manager="helm")
+    h.start()
+    wait_for("the first status", lambda: (h.cr().get("status") or {}).get("components"))
+
+
+def test_install_applies_every_enabled_component_and_reports_ready(harness: Harness) -> None:
+    _install(harness)
+    assert harness.daemonsets() == {
+        "metax-gpu-label",
+        "metax-container-runtime",
+        "metax-driver",
+        "metax-maca",
+        "metax-gpu-device",
+        "metax-vfio-manager",
+        "metax-topo-worker",
+    }
+    for name in harness.daemonsets():
+        tolerations = harness.ds(name)["spec"]["template"]["spec"]["tolerations"]  # type: ignore[index]
+        assert {
+            "key": "node-role.kubernetes.io/control-plane",
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        } in tolerations
+    driver = harness.ds("metax-driver")
+    assert driver is not None and driver["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    cm = harness.objects.get("v1", "ConfigMap", "driver-config", NS)
+    assert cm is not None and cm["data"]["node-vfnums"].strip() == "nodes: {}"
+    assert harness.objects.get("v1", "ConfigMap", "metax-vfio-config", NS) is not None
+    assert "metax-tech.com/cleanup" in harness.cr()["metadata"]["finalizers"]
+    wait_for("Progressing", lambda: (harness.condition("Progressing") or {}).get("status") == "True")
+    harness.mark_workloads_ready()
+    wait_for("Ready=True", lambda: (harness.condition("Ready") or {}).get("status") == "True")
+    status = harness.cr()["status"]
+    assert status["observedGeneration"] == harness.cr()["metadata"]["generation"]
+    names = [c["name"] for c in status["components"]]
+    assert names[0] == "gpuLabel" and "exporter" in names
+    exporter = next(c for c in status["components"] if c["name"] == "exporter")
+    assert exporter["state"] == "Disabled" and not exporter["enabled"]
+    assert list(iter_events(harness, "Applied"))
+
+
+def test_steady_state_makes_no_writes(harness: Harness) -> None:
+    _install(harness)
+    harness.mark_workloads_ready()
+    wait_for("Ready=True", lambda: (harness.condition("Ready") or {}).get("status") == "True")
+    harness.settle()
+    before = harness.writes()
+    ready_since = harness.condition("Ready")["lastTransitionTime"]  # type: ignore[index]
+    for _ in range(3):
+        harness.settle()
+    assert harness.writes() == before
+    assert harness.condition("Ready")["lastTransitionTime"] == ready_since  # type: ignore[index]
+
+
+def test_disabled_prerequisite_prunes_dependents_and_enabling_brings_them_back(harness: Harness) -> None:
+    _install(harness)
+    spec = cluster_operator()["spec"]
+    spec["runtime"] = {"deploy": False}
+    harness.objects.apply(cluster_operator(spec), field_manager="helm")
+    wait_for("dependents pruned", lambda: "metax-gpu-device" not in harness.daemonsets())
+    assert "metax-driver" not in harness.daemonsets() and "metax-maca" not in harness.daemonsets()
+    assert "metax-gpu-label" in harness.daemonsets() and "metax-vfio-manager" in harness.daemonsets()
+    degraded = wait_for(
+        "Degraded", lambda: (c := harness.condition("Degraded")) and c["reason"] == "PrerequisiteDisabled" and c
+    )
+    assert "disabled prerequisite runtime" in degraded["message"]
+    assert list(iter_events(harness, "Pruned"))
+    harness.objects.apply(cluster_operator(), field_manager="helm")
+    wait_for("dependents back", lambda: "metax-gpu-device" in harness.daemonsets())
+
+
+def test_driver_config_is_created_once_and_never_overwritten(harness: Harness) -> None:
+    _install(harness)
+    edited = {"node-vfnums": "nodes:\n  gpu-1:\n    vfnum: 4\n", "module-params": "", "node-module-params": ""}
+    harness.objects.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "driver-config", "namespace": NS},
+            "data": edited,
+        },
+        field_manager="kubectl",
+        force=True,
+    )
+    harness.settle()
+    cm = harness.objects.get("v1", "ConfigMap", "driver-config", NS)
+    assert cm is not None and cm["data"]["node-vfnums"] == edited["node-vfnums"]
+
+
+def test_vfio_config_follows_the_spec(harness: Harness) -> None:
+    _install(harness)
+    spec = cluster_operator()["spec"]
+    spec["vfioManager"] = {"vfioConfig": [{"nodeName": "gpu-.*", "gpus": "0,1"}]}
+    harness.objects.apply(cluster_operator(spec), field_manager="helm")
+    wait_for(
+        "vfio config",
+        lambda: (
+            "gpu-.*"
+            in (harness.objects.get("v1", "ConfigMap", "metax-vfio-config", NS) or {})
+            .get("data", {})
+            .get("vfio-config", "")
+        ),
+    )
+
+
+def test_an_object_that_is_not_ours_is_never_touched(harness: Harness) -> None:
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "metax-maca", "namespace": NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": "theirs"}},
+            "template": {
+                "metadata": {"labels": {"app": "theirs"}},
+                "spec": {"containers": [{"name": "x", "image": "theirs:1"}]},
+            },
+        },
+    }
+    harness.objects.apply(foreign, field_manager="someone")
+    _install(harness)
+    wait_for(
+        "maca failed",
+        lambda: any(
+            c["name"] == "maca" and c["state"] == "Failed"
+            for c in (harness.cr().get("status") or {}).get("components", [])
+        ),
+    )
+    live = harness.ds("metax-maca")
+    assert live is not None and live["spec"]["template"]["spec"]["containers"][0]["image"] == "theirs:1"
+    assert harness.condition("Degraded")["reason"] == "ComponentFailed"  # type: ignore[index]
+
+
+def test_a_hand_edit_of_an_owned_field_is_put_back(harness: Harness) -> None:
+    _install(harness)
+    harness.settle()
+    edit = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "metax-maca", "namespace": NS},
+        "spec": {"template": {"spec": {"nodeSelector": {workloads.GPU_NODE_LABEL: "nope"}}}},
+    }
+    harness.objects.apply(edit, field_manager="kubectl-edit", force=True)
+    wait_for(
+        "nodeSelector restored",
+        lambda: (
+            harness.ds("metax-maca")["spec"]["template"]["spec"]["nodeSelector"][workloads.GPU_NODE_LABEL] == "true"
+        ),  # type: ignore[index]
+    )
+
+
+def test_a_deleted_daemonset_comes_back(harness: Harness) -> None:
+    _install(harness)
+    harness.settle()
+    harness.objects.delete("apps/v1", "DaemonSet", "metax-gpu-label", NS)
+    wait_for("gpu-label back", lambda: "metax-gpu-label" in harness.daemonsets())
+
+
+def test_an_invalid_spec_changes_nothing_and_names_the_fields(harness: Harness) -> None:
+    _install(harness)
+    harness.settle()
+    before = harness.ds("metax-driver")
+    bad = cluster_operator()
+    bad["spec"]["driver"]["payload"] = {}
+    bad["spec"]["vfioManager"] = {"vfioConfig": [{"nodeName": "gpu-(", "gpus": "0"}]}
+    harness.cluster.api.apply(bad, field_manager="helm", force=True)  # no webhook: the CRD schema admits it
+    degraded = wait_for(
+        "Degraded InvalidSpec", lambda: (c := harness.condition("Degraded")) and c["reason"] == "InvalidSpec" and c
+    )
+    assert (
+        "driver.payload.version" in degraded["message"] and "vfioManager.vfioConfig[0].nodeName" in degraded["message"]
+    )
+    assert harness.condition("Ready")["reason"] == "InvalidSpec"  # type: ignore[index]
+    assert harness.ds("metax-driver") == before
+
+
+def _vfnums(h: Harness, text: str) -> None:
+    h.objects.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "driver-config", "namespace": NS},
+            "data": {"node-vfnums": text},
+        },
+        field_manager="kubectl",
+        force=True,
+    )
+
+
+def test_a_vf_count_change_recreates_that_nodes_gpu_device_pod_only(harness: Harness) -> None:
+    _install(harness)
+    harness.pod("gpu-device-a", "gpu-1", Component.GPU_DEVICE.value)
+    harness.pod("gpu-device-b", "gpu-2", Component.GPU_DEVICE.value)
+    wait_for("VF counts recorded", lambda: (harness.cr().get("status") or {}).get("vfNums") == {"gpu-1": 0, "gpu-2": 0})
+    _vfnums(harness, "nodes:\n  gpu-1:\n    vfnum: 4\n")
+    wait_for("gpu-1's pod deleted", lambda: harness.objects.get("v1", "Pod", "gpu-device-a", NS) is None)
+    assert harness.objects.get("v1", "Pod", "gpu-device-b", NS) is not None
+    assert list(iter_events(harness, "VfCountChanged"))
+
+
+def test_deleting_the_cluster_operator_removes_everything_it_created(harness: Harness) -> None:
+    harness.cluster.node_metadata.patch_node_metadata(
+        "gpu-1",
+        labels={"metax-tech.com/gpu.product": "C500", "metax-tech.com/gpu-device.mode": "sgpu", "team": "a"},
+        annotations={"metax-tech.com/gpu-vfio": '{"0":1}'},
+    )
+    _install(harness)
+    harness.settle()
+    harness.objects.delete("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    wait_for(
+        "cluster-operator gone",
+        lambda: harness.objects.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator") is None,
+    )
+    assert harness.daemonsets() == set()
+    assert (
+        harness.objects.list(
+            "v1", "ConfigMap", namespace=NS, label_selector="app.kubernetes.io/managed-by=metax-operator"
+        ).items
+        == []
+    )
+    node = harness.objects.get("v1", "Node", "gpu-1")
+    assert node is not None
+    labels = node["metadata"]["labels"]
+    assert "metax-tech.com/gpu.product" not in labels and labels["team"] == "a"
+    assert labels["metax-tech.com/gpu-device.mode"] == "sgpu"  # the administrator's own label stays
+    assert "metax-tech.com/gpu-vfio" not in (node["metadata"].get("annotations") or {})
