@@ -160,7 +160,9 @@ _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
 def _metadata_errors(obj: Mapping[str, Any]) -> list[str]:
     metadata = obj.get("metadata") or {}
     errors = []
-    problem = select.dns_subdomain_problem(str(metadata.get("name", "")))
+    name = str(metadata.get("name", ""))
+    rbac = str(obj.get("apiVersion", "")).startswith("rbac.authorization.k8s.io/")
+    problem = select.path_segment_problem(name) if rbac else select.dns_subdomain_problem(name)
     if problem:
         errors.append(f"metadata.name: Invalid value: {problem}")
     for key, value in (metadata.get("labels") or {}).items():

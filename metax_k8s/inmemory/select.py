@@ -54,6 +54,13 @@ def dns_subdomain_problem(name: str) -> str | None:
     return None
 
 
+def path_segment_problem(name: str) -> str | None:
+    """kube-apiserver's rule for RBAC object names (``system:node``): any path segment, so ':' is allowed."""
+    if not name or name in (".", "..") or "/" in name or "%" in name:
+        return f"{name!r} may not be empty, '.' or '..', and may not contain '/' or '%'"
+    return None
+
+
 def _bad(selector: str, why: str) -> ClusterError:
     return ClusterError("list", "selector", f"unable to parse requirement in {selector!r}: {why}", 400)
 

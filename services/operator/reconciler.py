@@ -141,7 +141,9 @@ class Reconciler:
         objects = list(rendered.objects)
         outcome = None
         if Component.DRIVER in rendered.plan.deploy:
-            index = next(i for i, o in enumerate(objects) if o["metadata"]["name"] == "metax-driver")
+            index = next(
+                i for i, o in enumerate(objects) if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
+            )
             outcome = self._rollout(s, cr, objects[index], now)
             objects[index] = outcome.manifest
 

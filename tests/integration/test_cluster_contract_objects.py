@@ -319,3 +319,18 @@ def test_field_selectors_by_name_and_node(cluster: Cluster) -> None:
             field_manager="t",
         )
     assert names("Pod", "spec.nodeName=no-such-node-b") == ["p2"]
+
+
+def test_rbac_names_may_hold_a_colon_and_other_names_may_not(cluster: Cluster) -> None:
+    """kube-apiserver names RBAC objects by path segment (``metax-operator:metax-driver``), others by DNS subdomain."""
+    objects = cluster.objects()
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "metax-test:reader"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+    }
+    assert objects.apply(role, field_manager="t", dry_run=True)["metadata"]["name"] == "metax-test:reader"
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a:b", "namespace": cluster.namespace}}
+    with pytest.raises(ClusterError, match="metadata.name"):
+        objects.apply(config_map, field_manager="t", dry_run=True)

@@ -24,7 +24,6 @@ import pytest
 from metax_core.rollout import status as rollout_status
 from metax_k8s import admission
 from metax_k8s.inmemory import InMemoryApiServer
-from services.webhook import __main__ as webhook_main
 from services.webhook import certs, server, store
 
 GOOD_SPEC: dict[str, Any] = {
@@ -316,9 +315,9 @@ def test_two_replicas_end_with_one_certificate(api: InMemoryApiServer) -> None:
 
 
 def test_settings_from_the_environment_name_every_bad_variable() -> None:
-    settings = webhook_main.settings_from_env(
+    settings = server.settings_from_env(
         {"METAX_NAMESPACE": "ns", "METAX_WEBHOOK_PORT": "8443", "METAX_WEBHOOK_EXTRA_HOSTS": "127.0.0.1, x"}
     )
     assert (settings.namespace, settings.port, settings.extra_hosts) == ("ns", 8443, ("127.0.0.1", "x"))
     with pytest.raises(Exception, match="METAX_WEBHOOK_PORT: must be a positive integer.*METAX_WEBHOOK_CERT_DAYS"):
-        webhook_main.settings_from_env({"METAX_WEBHOOK_PORT": "x", "METAX_WEBHOOK_CERT_DAYS": "-1"})
+        server.settings_from_env({"METAX_WEBHOOK_PORT": "x", "METAX_WEBHOOK_CERT_DAYS": "-1"})

@@ -82,7 +82,9 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
             }
         }
     )
-    desired = next(o for o in workloads.render(s).objects if o["metadata"]["name"] == "metax-driver")
+    desired = next(
+        o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
+    )
     old_template = json.loads(json.dumps(desired["spec"]["template"]))
     old_template["spec"]["containers"][0]["image"] = "old:1"
     old_ds = rollout_driver.stamped({**desired, "spec": {**desired["spec"], "template": old_template}}, None)
@@ -119,7 +121,9 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
 
 def test_behind_says_whether_a_driver_pod_runs_another_revision() -> None:
     s = validation.parse({"driver": {"payload": {"version": "2.14.6"}}})
-    desired = next(o for o in workloads.render(s).objects if o["metadata"]["name"] == "metax-driver")
+    desired = next(
+        o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
+    )
     rev = rollout_driver.stamped(desired, None)["spec"]["template"]["metadata"]["annotations"][
         rollout_driver.REVISION_ANNOTATION
     ]
