@@ -95,9 +95,16 @@ def prepare(api: client.HttpApi) -> None:
     api.apply(crd.crd(), field_manager="bench", force=True)
     with contextlib.suppress(Exception):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    # The floor applies DaemonSets without the operator, so their ServiceAccounts come first; labelled as the
+    # operator labels its own, so the operator phase adopts them instead of refusing to touch them.
     for name in sorted({w.service_account for i in components.CATALOGUE for w in i.workloads if w.service_account}):
+        labels = {"app.kubernetes.io/managed-by": "metax-operator"}
         api.apply(
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NS}},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+            },
             field_manager="bench",
         )
     wait("CRD served", lambda: _served(api))

@@ -1,4 +1,4 @@
-"""Fixtures for the operator on the real control plane: CRD, namespace, ServiceAccounts, GPU nodes, cleanup.
+"""Fixtures for the operator on the real control plane: CRD, namespace, GPU nodes, cleanup.
 
 ``operator_env`` labels two of the session's kwok nodes as GPU nodes (the third stays a CPU node), yields an
 `operator_helpers.Env`, and afterwards deletes ``cluster-operator`` (the running operator's finalizer removes
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cluster_helpers import wait_served
-from operator_helpers import CR_API, NS, Env, OperatorProcess, service_accounts, wait_for
+from operator_helpers import CR_API, NS, Env, OperatorProcess, wait_for
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, Conflict
@@ -28,11 +28,6 @@ def operator_api(control_plane: controlplane.ControlPlane) -> client.HttpApi:
     wait_served(api, CR_API, "ClusterOperator")
     with contextlib.suppress(Conflict):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    for name in service_accounts():
-        api.apply(
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NS}},
-            field_manager="operator-tests",
-        )
     return api
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components, workloads
+from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
 from metax_k8s import client
 
@@ -83,13 +83,6 @@ def cluster_operator(spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
         }
     )
     return {"apiVersion": CR_API, "kind": "ClusterOperator", "metadata": {"name": "cluster-operator"}, "spec": body}
-
-
-def service_accounts() -> list[str]:
-    """The component ServiceAccounts (the chart's / RBAC module's job; pods cannot start without them)."""
-    return sorted(
-        {w.service_account for info in components.CATALOGUE for w in info.workloads if w.service_account is not None}
-    )
 
 
 class Env:
