@@ -1,8 +1,10 @@
 """The finalizer: deleting ``cluster-operator`` removes everything the operator created, then lets it go.
 
 Why a module of its own: `helm uninstall --wait` (R-INSTALL) relies on it, and it must be complete and safe:
-only objects carrying our managed-by label are deleted (DaemonSets, Deployments, Services, ConfigMaps in
-the operator's namespace), and on every node only the label and annotation keys the product writes
+only objects carrying our managed-by label are deleted (DaemonSets, Deployments, Services, ConfigMaps and the
+components' ServiceAccounts, Roles and RoleBindings in the operator's namespace, the events Roles and
+RoleBindings in ``default``, and the components' ClusterRoles and ClusterRoleBindings), and on every node only
+the label and annotation keys the product writes
 (``metax-tech.com/...``, except the two an administrator sets: gpu-device mode and qos-policy). The finalizer is
 removed last, so an interrupted cleanup is simply done again by the next reconcile.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from metax_core.cluster import workloads
+from metax_core.cluster import rbac, workloads
 from metax_core.node import devices
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
 from services.operator import applier
@@ -21,6 +23,11 @@ log = logging.getLogger(__name__)
 
 FINALIZER = "metax-tech.com/cleanup"
 OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
+_RBAC = "rbac.authorization.k8s.io/v1"
+#: The per-component RBAC objects (`metax_core.cluster.rbac`), namespaced ones in the operator's namespace and
+#: in the events namespace; removed after the workloads that use them.
+RBAC_NAMESPACED_KINDS = (("v1", "ServiceAccount"), (_RBAC, "RoleBinding"), (_RBAC, "Role"))
+RBAC_CLUSTER_KINDS = ((_RBAC, "ClusterRoleBinding"), (_RBAC, "ClusterRole"))
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
 """Set by the administrator (R-SGPU), not by the product: left on the node."""
 PREFIX = "metax-tech.com/"
@@ -36,8 +43,11 @@ def remove_everything(
     """Delete our objects and node keys; returns how many writes it made."""
     writes = 0
     selector = f"{workloads.MANAGED_BY_LABEL}={workloads.MANAGED_BY}"
-    for api_version, kind in OWNED_KINDS:
-        for obj in objects.list(api_version, kind, namespace=namespace, label_selector=selector).items:
+    where: list[tuple[tuple[str, str], str | None]] = [(k, namespace) for k in OWNED_KINDS]
+    where += [(k, ns) for k in RBAC_NAMESPACED_KINDS for ns in dict.fromkeys((namespace, rbac.EVENTS_NAMESPACE))]
+    where += [(k, None) for k in RBAC_CLUSTER_KINDS]
+    for (api_version, kind), scope in where:
+        for obj in objects.list(api_version, kind, namespace=scope, label_selector=selector).items:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
             writes += 1
     for node in node_list:

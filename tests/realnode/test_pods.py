@@ -62,7 +62,13 @@ def test_running_pod_survives_a_containerd_restart(
 
     gpu_node.restart_containerd()
 
-    assert kubectl("exec", "-n", namespace, "steady", "--", "echo", "still here") == "still here\n"
+    def echo() -> str:
+        try:
+            return kubectl("exec", "-n", namespace, "steady", "--", "echo", "still here")
+        except AssertionError:  # the kubelet's CRI connection redials the new containerd with a back-off
+            return ""
+
+    assert pods.wait(echo, "kubectl exec through the restarted containerd", timeout=30) == "still here\n"
     after = kube.read_namespaced_pod("steady", namespace).status.container_statuses[0]
     assert after.container_id == before.container_id
     assert after.restart_count == 0 and after.state.running is not None

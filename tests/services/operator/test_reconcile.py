@@ -222,12 +222,30 @@ def test_deleting_the_cluster_operator_removes_everything_it_created(harness: Ha
     )
     _install(harness)
     harness.settle()
+    ours = "app.kubernetes.io/managed-by=metax-operator"
+    rbac_kinds = [
+        ("v1", "ServiceAccount", NS),
+        ("rbac.authorization.k8s.io/v1", "Role", NS),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", "default"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None),
+    ]
+
+    def rbac_left() -> list[str]:
+        return [
+            f"{kind} {o['metadata']['name']}"
+            for api_version, kind, ns in rbac_kinds
+            for o in harness.objects.list(api_version, kind, namespace=ns, label_selector=ours).items
+        ]
+
+    assert len(rbac_left()) >= len(rbac_kinds)  # the component RBAC was applied (R-SECURITY) ...
     harness.objects.delete("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
     wait_for(
         "cluster-operator gone",
         lambda: harness.objects.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator") is None,
     )
     assert harness.daemonsets() == set()
+    assert rbac_left() == []  # ... and goes with the rest
     assert (
         harness.objects.list(
             "v1", "ConfigMap", namespace=NS, label_selector="app.kubernetes.io/managed-by=metax-operator"
