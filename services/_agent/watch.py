@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -74,3 +75,31 @@ class Watches:
                 failures += 1
                 self._say(topic, f"watch of {topic} failed, retrying: {exc}", logging.WARNING)
                 self.stop.wait(loop.backoff(failures, base=1.0, cap=60.0))
+
+
+class Wakeable(loop.Agent, Protocol):
+    """An agent whose chores a watch can make due at once."""
+
+    def wake(self, chore: str) -> None: ...
+
+
+def runner(
+    agent: Wakeable, objects: Objects, targets: Sequence[Target], *, resync: float, tick: float
+) -> Callable[[threading.Event], None]:
+    """What every node agent runs: ``agent``'s rounds until the stop event, each watched target's change waking
+    the chore it names at once (and the slow resync catching what a watch missed)."""
+    wake = threading.Event()
+
+    def changed(chore: str) -> None:
+        agent.wake(chore)
+        wake.set()
+
+    def run(stop: threading.Event) -> None:
+        watches = Watches(objects, changed, resync=resync)
+        watches.start(*targets)
+        try:
+            loop.serve(agent, stop, tick=tick, wake=wake)
+        finally:
+            watches.close()
+
+    return run

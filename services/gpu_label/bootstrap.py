@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from metax_core.ports import node as node_ports
-from services._agent import cluster, loop, watch
+from services._agent import cluster, watch
 from services.gpu_label import agent, config
 
 
@@ -36,22 +36,10 @@ def bootstrap(
 
 
 def runner(labeller: agent.GpuLabel) -> Callable[[threading.Event], None]:
+    """Run ``labeller`` with a watch on its Node until the stop event."""
     s = labeller.settings
-    wake = threading.Event()
-
-    def changed(chore: str) -> None:
-        labeller.wake(chore)
-        wake.set()
-
-    def run(stop: threading.Event) -> None:
-        watches = watch.Watches(labeller.ports.objects, changed, resync=s.resync)
-        watches.start(watch.Target("v1", "Node", s.node_name, None, "sync"))
-        try:
-            loop.serve(labeller, stop, tick=s.tick, wake=wake)
-        finally:
-            watches.close()
-
-    return run
+    targets = (watch.Target("v1", "Node", s.node_name, None, "sync"),)
+    return watch.runner(labeller, labeller.ports.objects, targets, resync=s.resync, tick=s.tick)
 
 
 def build(environ: Mapping[str, str]) -> tuple[agent.GpuLabel, Callable[[threading.Event], None]]:

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from metax_core.ports import node as node_ports
-from services._agent import cluster, loop, watch
+from services._agent import cluster, watch
 from services.vfio_manager import agent, config
 
 
@@ -37,25 +37,13 @@ def bootstrap(
 
 
 def runner(manager: agent.VfioManager) -> Callable[[threading.Event], None]:
+    """Run ``manager`` with watches on its Node and metax-vfio-config until the stop event."""
     s = manager.settings
-    wake = threading.Event()
-
-    def changed(chore: str) -> None:
-        manager.wake(chore)
-        wake.set()
-
-    def run(stop: threading.Event) -> None:
-        watches = watch.Watches(manager.ports.objects, changed, resync=s.resync)
-        watches.start(
-            watch.Target("v1", "Node", s.node_name, None, "sync"),
-            watch.Target("v1", "ConfigMap", s.vfio_config, s.namespace, "sync"),
-        )
-        try:
-            loop.serve(manager, stop, tick=s.tick, wake=wake)
-        finally:
-            watches.close()
-
-    return run
+    targets = (
+        watch.Target("v1", "Node", s.node_name, None, "sync"),
+        watch.Target("v1", "ConfigMap", s.vfio_config, s.namespace, "sync"),
+    )
+    return watch.runner(manager, manager.ports.objects, targets, resync=s.resync, tick=s.tick)
 
 
 def build(environ: Mapping[str, str]) -> tuple[agent.VfioManager, Callable[[threading.Event], None]]:
