@@ -2,7 +2,8 @@
 
 Why a module of its own: the status is the rollout machine's only memory. The operator stores it in the
 ClusterOperator's status subresource and hands it back to `metax_core.rollout.machine.decide` on the next reconcile,
-so the records must survive the round trip exactly (`to_document` / `from_document`), and an administrator
+so the records must survive the round trip exactly (`to_document` / `from_document`, one cattrs converter
+with the spec converter's scalar rules), and an administrator
 reads the same document with ``kubectl get``. Keys are Table 3.16's, camelCase; times are RFC 3339 in UTC.
 
 Two deliberate differences from the table, both documented in docs/rollout.md:
@@ -24,14 +25,17 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import re
-from collections.abc import Mapping
-from typing import Any, TypeVar
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from metax_core.errors import FieldError, InvalidSpec
-
-E = TypeVar("E", bound=enum.Enum)
+from metax_core.spec import converter
 
 
 class Phase(enum.Enum):
@@ -302,131 +306,123 @@ def in_utc(status: UpgradeStatus) -> UpgradeStatus:
 
 # --- document form -----------------------------------------------------------------------------------------
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: What a stored condition that lacks these keys (an older or hand-edited status) is read as.
+_CONDITION_DEFAULTS = {
+    "status": ConditionStatus.UNKNOWN.value,
+    "lastTransitionTime": format_time(_EPOCH),
+    "reason": Reason.NO_ROLLOUT.value,
+}
+#: Unset values are left out of the document, so the operator replaces the whole of it (see the docstring).
+_OMITTED_WHEN_UNSET = frozenset({"last_update_time", "recheck_time", "waiting_since", "confirm_token"})
 
-def _step_document(s: StepStatus) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "lastPodSpecRevision": s.last_pod_spec_revision,
-        "upgradingPodSpecRevision": s.upgrading_pod_spec_revision,
-        "currentStepIndex": s.current_step_index,
-        "currentUpgradeReplicas": s.current_upgrade_replicas,
-        "currentUpgradeReadyReplicas": s.current_upgrade_ready_replicas,
-        "currentFailureRetry": s.current_failure_retry,
-        "currentStepState": s.current_step_state.value,
-        "totalUpgradeReplicas": s.total_upgrade_replicas,
-        "totalUpgradeReadyReplicas": s.total_upgrade_ready_replicas,
-    }
-    if s.last_update_time is not None:
-        doc["lastUpdateTime"] = format_time(s.last_update_time)
-    doc["message"] = s.message
-    if s.recheck_time is not None:
-        doc["recheckTime"] = format_time(s.recheck_time)
-    doc["currentStepNodes"] = list(s.current_step_nodes)
-    doc["pendingRetryNodes"] = list(s.pending_retry_nodes)
-    if s.waiting_since is not None:
-        doc["waitingSince"] = format_time(s.waiting_since)
-    if s.confirm_token:
-        doc["confirmToken"] = s.confirm_token
-    return doc
+
+def _string(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        raise converter.FieldValueError(f"must be a string, got {converter.describe(value)}")
+    return value
+
+
+def _count(value: object, _: type) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise converter.FieldValueError(f"must be an integer, got {converter.describe(value)}")
+    if value < 0:
+        raise converter.FieldValueError(f"must not be negative, got {value}")
+    return value
+
+
+def _time(value: object, _: type) -> dt.datetime:
+    if not isinstance(value, str):
+        raise converter.FieldValueError(f"must be an RFC 3339 time, got {converter.describe(value)}")
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise converter.FieldValueError(str(exc)) from exc
+
+
+def _node_names(value: object, _: type) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise converter.FieldValueError("must be a list of node names (strings)")
+    return tuple(sorted(set(value)))
+
+
+def _is_tuple(t: object) -> bool:
+    return typing.get_origin(t) in (tuple,)
+
+
+def _build_converter() -> cattrs.Converter:
+    """Table 3.16's document ⇄ the records: camelCase keys, RFC 3339 UTC times, unknown keys ignored."""
+    conv = cattrs.Converter(forbid_extra_keys=False, detailed_validation=True)
+    conv.register_structure_hook(str, _string)
+    conv.register_structure_hook(int, _count)
+    conv.register_structure_hook(bool, converter.strict_bool)
+    conv.register_structure_hook(dt.datetime, _time)
+    conv.register_unstructure_hook(dt.datetime, format_time)
+    conv.register_structure_hook_func(lambda t: t == tuple[str, ...], _node_names)
+    conv.register_structure_hook_factory(lambda t: _is_tuple(t) and t != tuple[str, ...], converter.list_hook(conv))
+    conv.register_unstructure_hook_func(_is_tuple, lambda v: [conv.unstructure(x) for x in v])
+    conv.register_structure_hook_factory(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum), converter.enum_hook
+    )
+
+    def structure_factory(cl: type) -> Callable[[object, type], Any]:
+        names: dict[str, Any] = {a.name: override(rename=converter.camel_case(a.name)) for a in attrs.fields(cl)}
+        inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cl, conv, **names)
+
+        def structure(value: object, t: type) -> Any:
+            if not isinstance(value, Mapping):
+                raise converter.FieldValueError("must be a mapping")
+            return inner(value, t)
+
+        return structure
+
+    def unstructure_factory(cl: type) -> Callable[[Any], dict[str, Any]]:
+        names: dict[str, Any] = {
+            a.name: override(rename=converter.camel_case(a.name), omit_if_default=a.name in _OMITTED_WHEN_UNSET)
+            for a in attrs.fields(cl)
+        }
+        inner: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cl, conv, **names)
+        order = [converter.camel_case(a.name) for a in attrs.fields(cl)]
+
+        def unstructure(record: Any) -> dict[str, Any]:
+            document = inner(record)  # keys in the table's order (cattrs puts omittable ones last)
+            return {key: document[key] for key in order if key in document}
+
+        return unstructure
+
+    conv.register_structure_hook_factory(attrs.has, structure_factory)
+    conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
+    return conv
+
+
+_CONVERTER = _build_converter()
 
 
 def to_document(status: UpgradeStatus) -> dict[str, Any]:
     """The ``status.upgradeStatus`` document: Table 3.16's camelCase keys, RFC 3339 UTC times."""
-    return {
-        "lastAppliedSpec": status.last_applied_spec,
-        "lastCoDriverSpec": status.last_co_driver_spec,
-        "upgrading": status.upgrading,
-        "conditions": [
-            {
-                "type": c.type.value,
-                "status": c.status.value,
-                "lastTransitionTime": format_time(c.last_transition_time),
-                "reason": c.reason.value,
-                "message": c.message,
-            }
-            for c in status.conditions
-        ],
-        "phase": status.phase.value,
-        "message": status.message,
-        "status": _step_document(status.status),
-    }
+    document: dict[str, Any] = _CONVERTER.unstructure(status)
+    return document
 
 
-class _Reader:
-    """Reads typed fields out of a mapping, collecting a FieldError per bad value instead of stopping."""
-
-    def __init__(self) -> None:
-        self.errors: list[FieldError] = []
-
-    def _get(self, doc: Mapping[str, Any], key: str, path: str, kind: type, what: str, default: Any) -> Any:
-        value = doc.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            self.errors.append(FieldError(f"{path}{key}", f"must be {what}, got {value!r}"))
-            return default
-        return value
-
-    def string(self, doc: Mapping[str, Any], key: str, path: str) -> str:
-        return str(self._get(doc, key, path, str, "a string", ""))
-
-    def boolean(self, doc: Mapping[str, Any], key: str, path: str) -> bool:
-        return bool(self._get(doc, key, path, bool, "true or false", False))
-
-    def integer(self, doc: Mapping[str, Any], key: str, path: str) -> int:
-        value = int(self._get(doc, key, path, int, "an integer", 0))
-        if value < 0:
-            self.errors.append(FieldError(f"{path}{key}", f"must not be negative, got {value}"))
-            return 0
-        return value
-
-    def time(self, doc: Mapping[str, Any], key: str, path: str) -> dt.datetime | None:
-        text = self._get(doc, key, path, str, "an RFC 3339 time", None)
-        if text is None:
-            return None
-        try:
-            return parse_time(text)
-        except ValueError as exc:
-            self.errors.append(FieldError(f"{path}{key}", str(exc)))
-            return None
-
-    def member(self, doc: Mapping[str, Any], key: str, path: str, kind: type[E], default: E) -> E:
-        value = doc.get(key)
-        if value is None:
-            return default
-        for candidate in kind:
-            if candidate.value == value:
-                return candidate
-        allowed = ", ".join(str(m.value) for m in kind)
-        self.errors.append(FieldError(f"{path}{key}", f"must be one of {allowed}; got {value!r}"))
-        return default
-
-    def names(self, doc: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
-        value = self._get(doc, key, path, list, "a list of node names", [])
-        if not all(isinstance(v, str) for v in value):
-            self.errors.append(FieldError(f"{path}{key}", "must be a list of node names (strings)"))
-            return ()
-        return tuple(sorted(set(value)))
-
-    def mapping(self, doc: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
-        return dict(self._get(doc, key, path, Mapping, "a mapping", {}))
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
-def _read_condition(r: _Reader, doc: object, path: str) -> Condition | None:
-    if not isinstance(doc, Mapping):
-        r.errors.append(FieldError(path.rstrip("."), "must be a mapping"))
-        return None
-    kind = r.member(doc, "type", path, ConditionType, ConditionType.PROGRESSING)
-    if doc.get("type") is None:
-        r.errors.append(FieldError(f"{path}type", "required field is missing"))
-        return None
-    moment = r.time(doc, "lastTransitionTime", path) or dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return Condition(
-        type=kind,
-        status=r.member(doc, "status", path, ConditionStatus, ConditionStatus.UNKNOWN),
-        last_transition_time=moment,
-        reason=r.member(doc, "reason", path, Reason, Reason.NO_ROLLOUT),
-        message=r.string(doc, "message", path),
-    )
+def _readable(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored document as the converter reads it: nulls are unset, the table's ``condition`` spelling is
+    ``conditions``, and a condition's missing status, time or reason take their documented defaults."""
+    readable: dict[str, Any] = _without_nulls(document)
+    if "conditions" not in readable and "condition" in readable:
+        readable["conditions"] = readable.pop("condition")
+    if isinstance(readable.get("conditions"), list):
+        readable["conditions"] = [
+            {**_CONDITION_DEFAULTS, **c} if isinstance(c, Mapping) else c for c in readable["conditions"]
+        ]
+    return readable
 
 
 def from_document(document: object) -> UpgradeStatus:
@@ -435,41 +431,7 @@ def from_document(document: object) -> UpgradeStatus:
         return UpgradeStatus()
     if not isinstance(document, Mapping):
         raise InvalidSpec([FieldError("upgradeStatus", "must be a mapping")])
-    r = _Reader()
-    key = "conditions" if "conditions" in document else "condition"
-    raw_conditions = r._get(document, key, "", list, "a list of conditions", [])
-    conditions = [_read_condition(r, c, f"{key}[{i}].") for i, c in enumerate(raw_conditions)]
-    step = r.mapping(document, "status", "")
-
-    def read(key: str) -> int:
-        return r.integer(step, key, "status.")
-
-    status = UpgradeStatus(
-        last_applied_spec=r.string(document, "lastAppliedSpec", ""),
-        last_co_driver_spec=r.string(document, "lastCoDriverSpec", ""),
-        upgrading=r.boolean(document, "upgrading", ""),
-        conditions=tuple(c for c in conditions if c is not None),
-        phase=r.member(document, "phase", "", Phase, Phase.IDLING),
-        message=r.string(document, "message", ""),
-        status=StepStatus(
-            last_pod_spec_revision=r.string(step, "lastPodSpecRevision", "status."),
-            upgrading_pod_spec_revision=r.string(step, "upgradingPodSpecRevision", "status."),
-            current_step_index=read("currentStepIndex"),
-            current_upgrade_replicas=read("currentUpgradeReplicas"),
-            current_upgrade_ready_replicas=read("currentUpgradeReadyReplicas"),
-            current_failure_retry=read("currentFailureRetry"),
-            current_step_state=r.member(step, "currentStepState", "status.", StepState, StepState.COMPLETED),
-            total_upgrade_replicas=read("totalUpgradeReplicas"),
-            total_upgrade_ready_replicas=read("totalUpgradeReadyReplicas"),
-            last_update_time=r.time(step, "lastUpdateTime", "status."),
-            message=r.string(step, "message", "status."),
-            recheck_time=r.time(step, "recheckTime", "status."),
-            current_step_nodes=r.names(step, "currentStepNodes", "status."),
-            pending_retry_nodes=r.names(step, "pendingRetryNodes", "status."),
-            waiting_since=r.time(step, "waitingSince", "status."),
-            confirm_token=r.string(step, "confirmToken", "status."),
-        ),
-    )
-    if r.errors:
-        raise InvalidSpec(r.errors)
-    return status
+    try:
+        return _CONVERTER.structure(_readable(document), UpgradeStatus)
+    except (ClassValidationError, IterableValidationError, converter.FieldValueError) as exc:
+        raise InvalidSpec(converter.field_errors(exc)) from exc

@@ -66,7 +66,7 @@ def describe(value: object) -> str:
     return type(value).__name__
 
 
-def _strict_bool(value: object, _: type) -> bool:
+def strict_bool(value: object, _: type) -> bool:
     if not isinstance(value, bool):
         raise FieldValueError(f"must be true or false, got {describe(value)}")
     return value
@@ -145,7 +145,7 @@ def gpus_text(value: object) -> str:
     )
 
 
-def _enum_hook(enum_type: type[enum.Enum]) -> Callable[[object, type], enum.Enum]:
+def enum_hook(enum_type: type[enum.Enum]) -> Callable[[object, type], enum.Enum]:
     allowed = [member.value for member in enum_type]
 
     def structure(value: object, _: type) -> enum.Enum:
@@ -178,7 +178,7 @@ def _is_variadic_tuple(t: object) -> bool:
     return typing.get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
 
 
-def _list_hook(conv: cattrs.Converter) -> Callable[[Any], Callable[[object, type], tuple[Any, ...]]]:
+def list_hook(conv: cattrs.Converter) -> Callable[[Any], Callable[[object, type], tuple[Any, ...]]]:
     """``tuple[X, ...]`` fields take a YAML list only: cattrs would otherwise iterate a string ("abc" → a, b, c)
     or a mapping (its keys). Element errors keep their index, like cattrs' own tuple hook."""
 
@@ -236,15 +236,15 @@ def _limited(cl: type, name: str, hook: Callable[[object, Any], object]) -> Call
 
 def _build_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    conv.register_structure_hook(bool, _strict_bool)
+    conv.register_structure_hook(bool, strict_bool)
     conv.register_structure_hook(int, _strict_int)
     conv.register_structure_hook(str, _strict_str)
     conv.register_structure_hook(spec.IntOrPercent, _int_or_percent)
     conv.register_unstructure_hook(spec.IntOrPercent, lambda v: str(v) if v.percent else v.value)
     conv.register_structure_hook_func(lambda t: t == Mapping[str, str], _str_mapping)
     conv.register_structure_hook_func(lambda t: t == Mapping[str, Any], _any_mapping)
-    conv.register_structure_hook_factory(_is_variadic_tuple, _list_hook(conv))
-    conv.register_structure_hook_factory(lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _enum_hook)
+    conv.register_structure_hook_factory(_is_variadic_tuple, list_hook(conv))
+    conv.register_structure_hook_factory(lambda t: isinstance(t, type) and issubclass(t, enum.Enum), enum_hook)
 
     def structure_factory(cl: type) -> Callable[[Mapping[str, Any], type], Any]:
         overrides: dict[str, Any] = {}
@@ -327,14 +327,19 @@ def _walk(exc: BaseException, path: str, out: list[FieldError]) -> None:
         out.append(FieldError(path, f"invalid value ({exc})"))
 
 
+def field_errors(exc: BaseException, path: str = "") -> list[FieldError]:
+    """Every problem in a cattrs structuring error, as `FieldError`s with camelCase paths under ``path``."""
+    errors: list[FieldError] = []
+    _walk(exc, path, errors)
+    return errors
+
+
 def structure(document: object, cl: type[T], *, path: str = "") -> T:
     """Build a ``cl`` record from a document or raise `InvalidSpec` with every problem in it."""
     try:
         return CONVERTER.structure(document, cl)
     except (ClassValidationError, IterableValidationError, FieldValueError) as exc:
-        errors: list[FieldError] = []
-        _walk(exc, path, errors)
-        raise InvalidSpec(errors) from exc
+        raise InvalidSpec(field_errors(exc, path)) from exc
 
 
 def _drop_nulls(value: Any) -> Any:
