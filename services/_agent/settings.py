@@ -32,6 +32,8 @@ Seconds = NewType("Seconds", float)
 """A duration in seconds, >= 0."""
 HostPath = NewType("HostPath", str)
 """An absolute path on the host (taken under the agent's host root)."""
+PositiveInt = NewType("PositiveInt", int)
+"""A whole number >= 1 (a port, a count of days)."""
 Names = NewType("Names", tuple[str, ...])
 """A comma-separated list: ``"a, b,c"`` → ``("a", "b", "c")`` without blanks or repeats."""
 
@@ -67,6 +69,13 @@ def _bool(text: object, _: object) -> bool:
     if word in _FALSE:
         return False
     raise ValueError(f"must be true or false, got {text!r}")
+
+
+def _positive_int(text: object, _: object) -> int:
+    word = str(text).strip()
+    if not word.isdigit() or int(word) < 1:
+        raise ValueError(f"must be a positive integer, got {text!r}")
+    return int(word)
 
 
 def _int(text: object, _: object) -> int:
@@ -124,6 +133,7 @@ def _make_converter() -> cattrs.Converter:
     c.register_structure_hook(float, _seconds)
     c.register_structure_hook(bool, _bool)
     c.register_structure_hook(int, _int)
+    c.register_structure_hook(PositiveInt, _positive_int)
     c.register_structure_hook(str, _str)
     c.register_structure_hook(HostPath, _host_path)
     c.register_structure_hook(Names, _names)

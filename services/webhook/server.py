@@ -21,15 +21,16 @@ import os
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from metax_core.errors import FieldError, InvalidSpec
 from metax_k8s import admission
 from metax_k8s.api import Api
+from services._agent import settings as env_settings
+from services._agent.settings import env
 from services.webhook import certs, store
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,20 @@ MAX_BODY = 3 * 1024 * 1024
 class Settings:
     """Where the webhook listens and what it is called in the cluster."""
 
-    namespace: str = "metax-operator"
-    name: str = "metax-operator-webhook"
+    namespace: str = attrs.field(default="metax-operator", metadata=env("METAX_NAMESPACE"))
+    name: str = attrs.field(default="metax-operator-webhook", metadata=env("METAX_WEBHOOK_NAME"))
     """The Service, the Secret and the ValidatingWebhookConfiguration share this name."""
-    host: str = "0.0.0.0"
-    port: int = 9443
-    """0: any free port (tests)."""
-    cert_days: int = 365
-    extra_hosts: tuple[str, ...] = ()
+    host: str = attrs.field(default="0.0.0.0", metadata=env("METAX_WEBHOOK_HOST"))
+    port: env_settings.PositiveInt = attrs.field(
+        default=env_settings.PositiveInt(9443), metadata=env("METAX_WEBHOOK_PORT")
+    )
+    """0: any free port (tests; the environment allows >= 1 only)."""
+    cert_days: env_settings.PositiveInt = attrs.field(
+        default=env_settings.PositiveInt(365), metadata=env("METAX_WEBHOOK_CERT_DAYS")
+    )
+    extra_hosts: env_settings.Names = attrs.field(
+        default=env_settings.Names(()), metadata=env("METAX_WEBHOOK_EXTRA_HOSTS")
+    )
     """More names or IPs for the serving certificate (e.g. 127.0.0.1 when the API server calls a URL)."""
     check_interval: float = 600.0
     """Seconds between certificate checks."""
@@ -216,27 +223,6 @@ def serve(settings: Settings, api: Api, clock: Callable[[], dt.datetime] = _utc_
     return WebhookServer(settings, api, clock).start()
 
 
-def hosts_from_env(value: str | None) -> Sequence[str]:
-    return tuple(h.strip() for h in (value or "").split(",") if h.strip())
-
-
-def settings_from_env(env: Mapping[str, str]) -> Settings:
-    """Settings from the environment; InvalidSpec names every bad variable."""
-    errors: list[FieldError] = []
-    numbers: dict[str, int] = {}
-    for var, default in (("METAX_WEBHOOK_PORT", 9443), ("METAX_WEBHOOK_CERT_DAYS", 365)):
-        text = env.get(var, str(default))
-        if not text.isdigit() or int(text) < 1:
-            errors.append(FieldError(var, f"must be a positive integer, got {text!r}"))
-        else:
-            numbers[var] = int(text)
-    if errors:
-        raise InvalidSpec(errors)
-    return Settings(
-        namespace=env.get("METAX_NAMESPACE", "metax-operator"),
-        name=env.get("METAX_WEBHOOK_NAME", "metax-operator-webhook"),
-        host=env.get("METAX_WEBHOOK_HOST", "0.0.0.0"),
-        port=numbers["METAX_WEBHOOK_PORT"],
-        cert_days=numbers["METAX_WEBHOOK_CERT_DAYS"],
-        extra_hosts=tuple(hosts_from_env(env.get("METAX_WEBHOOK_EXTRA_HOSTS"))),
-    )
+def settings_from_env(environ: Mapping[str, str]) -> Settings:
+    """Settings from the environment (the agents' converter); InvalidSpec names every bad variable at once."""
+    return env_settings.load(Settings, {k: v for k, v in environ.items() if v != ""})
