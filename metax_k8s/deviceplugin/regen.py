@@ -32,8 +32,10 @@ class RegenerationFailed(RuntimeError):
     """protoc refused the .proto (its messages went to stderr)."""
 
 
-def generate(out_root: pathlib.Path, repo_root: pathlib.Path = REPO_ROOT) -> list[pathlib.Path]:
-    """Run protoc on the .proto, writing the modules under ``out_root`` (mirroring the package path)."""
+def generate(
+    out_root: pathlib.Path, repo_root: pathlib.Path = REPO_ROOT, proto: pathlib.PurePosixPath = PROTO
+) -> list[pathlib.Path]:
+    """Run protoc on ``proto``, writing the modules under ``out_root`` (mirroring the package path)."""
     import importlib.resources
 
     from grpc_tools import (
@@ -41,7 +43,7 @@ def generate(out_root: pathlib.Path, repo_root: pathlib.Path = REPO_ROOT) -> lis
     )
 
     well_known = str(importlib.resources.files("grpc_tools") / "_proto")
-    target_dir = out_root / PROTO.parent
+    target_dir = out_root / proto.parent
     target_dir.mkdir(parents=True, exist_ok=True)
     args = [
         "grpc_tools.protoc",
@@ -50,19 +52,19 @@ def generate(out_root: pathlib.Path, repo_root: pathlib.Path = REPO_ROOT) -> lis
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
         f"--grpc_python_out={out_root}",
-        str(repo_root / PROTO),
+        str(repo_root / proto),
     ]
     code = protoc.main(args)
     if code != 0:
-        raise RegenerationFailed(f"protoc exited with {code} for {PROTO}")
+        raise RegenerationFailed(f"protoc exited with {code} for {proto}")
     return [target_dir / name for name in GENERATED]
 
 
-def drifted(repo_root: pathlib.Path = REPO_ROOT) -> list[str]:
+def drifted(repo_root: pathlib.Path = REPO_ROOT, proto: pathlib.PurePosixPath = PROTO) -> list[str]:
     """Names of checked-in generated files that differ from a fresh generation (empty when in sync)."""
     with tempfile.TemporaryDirectory() as tmp:
-        fresh = generate(pathlib.Path(tmp), repo_root)
-        checked_in = repo_root / PROTO.parent
+        fresh = generate(pathlib.Path(tmp), repo_root, proto)
+        checked_in = repo_root / proto.parent
         return [
             path.name
             for path in fresh
@@ -70,17 +72,17 @@ def drifted(repo_root: pathlib.Path = REPO_ROOT) -> list[str]:
         ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, proto: pathlib.PurePosixPath = PROTO) -> int:
+    parser = argparse.ArgumentParser(description=f"Regenerate the checked-in gRPC code of {proto}.")
     parser.add_argument("--check", action="store_true", help="only report drift, exit 1 when found")
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if options.check:
-        stale = drifted()
+        stale = drifted(REPO_ROOT, proto)
         for name in stale:
-            log.error("%s is out of date: run metax_k8s/deviceplugin/regen.sh", name)
+            log.error("%s is out of date: run %s/regen.sh", name, proto.parent.parent)
         return 1 if stale else 0
-    for path in generate(REPO_ROOT):
+    for path in generate(REPO_ROOT, REPO_ROOT, proto):
         log.info("wrote %s", path.relative_to(REPO_ROOT))
     return 0
 
