@@ -11,12 +11,26 @@ docs/configuration.md.
 
 from __future__ import annotations
 
-import enum
-import math
-from collections.abc import Mapping
-from typing import Any
-
 import attrs
+
+from metax_core.spec import fieldtypes
+
+# The value types, re-exported: callers write ``spec.IntOrPercent`` whichever module defines it.
+DESCRIPTION = fieldtypes.DESCRIPTION
+DeployPolicy = fieldtypes.DeployPolicy
+FirmwarePolicy = fieldtypes.FirmwarePolicy
+Fallback = fieldtypes.Fallback
+ServiceType = fieldtypes.ServiceType
+LogLevel = fieldtypes.LogLevel
+TolerationOperator = fieldtypes.TolerationOperator
+TaintEffect = fieldtypes.TaintEffect
+IntOrPercent = fieldtypes.IntOrPercent
+ZERO_PERCENT = fieldtypes.ZERO_PERCENT
+HUNDRED_PERCENT = fieldtypes.HUNDRED_PERCENT
+Toleration = fieldtypes.Toleration
+PodSpecOverrides = fieldtypes.PodSpecOverrides
+PodTemplateSpec = fieldtypes.PodTemplateSpec
+Log = fieldtypes.Log
 
 API_GROUP = "gpu.metax-tech.com"
 API_VERSION = "v1alpha1"
@@ -24,148 +38,6 @@ KIND = "ClusterOperator"
 OBJECT_NAME = "cluster-operator"
 """The one ClusterOperator object the chart creates (R-INSTALL)."""
 NAMESPACE = "metax-operator"
-DESCRIPTION = "description"
-"""The attrs metadata key of every field's description (the CRD's ``description``, `kubectl explain`)."""
-
-
-class DeployPolicy(enum.Enum):
-    """Which kernel driver a node runs (Table 3.5, R-DRIVER)."""
-
-    PREFER_CLOUD = "PreferCloud"
-    PREFER_HOST = "PreferHost"
-    PREFER_NEWER = "PreferNewer"
-    NEVER = "Never"
-
-
-class FirmwarePolicy(enum.Enum):
-    """Whether firmware is upgraded from the driver payload (Table 3.17, R-FW)."""
-
-    NEVER = "Never"
-    PREFER_CLOUD = "PreferCloud"
-
-
-class Fallback(enum.Enum):
-    """What a rollout does when a step has failed more than maxFailureThreshold times (Table 3.11)."""
-
-    PAUSE = "pause"
-    ROLLBACK = "rollback"
-
-
-class ServiceType(enum.Enum):
-    """How the data-exporter Service is exposed (Table 3.14)."""
-
-    CLUSTER_IP = "ClusterIP"
-    NODE_PORT = "NodePort"
-    LOAD_BALANCER = "LoadBalancer"
-    EXTERNAL_NAME = "ExternalName"
-
-
-class LogLevel(enum.Enum):
-    """Log verbosity of a component (the `log` struct; extension of the GPU Extensions Table 2.8)."""
-
-    DEBUG = "debug"
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
-
-
-class TolerationOperator(enum.Enum):
-    EXISTS = "Exists"
-    EQUAL = "Equal"
-
-
-class TaintEffect(enum.Enum):
-    NO_SCHEDULE = "NoSchedule"
-    PREFER_NO_SCHEDULE = "PreferNoSchedule"
-    NO_EXECUTE = "NoExecute"
-
-
-@attrs.frozen
-class IntOrPercent:
-    """A Kubernetes int-or-string count: either an absolute number or a percentage of some total."""
-
-    value: int
-    percent: bool = False
-
-    @classmethod
-    def of_percent(cls, value: int) -> IntOrPercent:
-        return cls(value, percent=True)
-
-    def resolve(self, total: int, *, round_up: bool) -> int:
-        """The absolute count for ``total`` items; percentages round up or down as the option says."""
-        if not self.percent:
-            return self.value
-        exact = self.value * total / 100
-        return math.ceil(exact) if round_up else math.floor(exact)
-
-    def __str__(self) -> str:
-        return f"{self.value}%" if self.percent else str(self.value)
-
-
-ZERO_PERCENT = IntOrPercent.of_percent(0)
-HUNDRED_PERCENT = IntOrPercent.of_percent(100)
-
-
-@attrs.frozen
-class Toleration:
-    """A Kubernetes toleration (core/v1), the fields the operator reads and writes."""
-
-    key: str | None = attrs.field(
-        default=None,
-        metadata={DESCRIPTION: "Taint key the toleration matches; empty with operator Exists matches every taint."},
-    )
-    operator: TolerationOperator = attrs.field(
-        default=TolerationOperator.EQUAL, metadata={DESCRIPTION: "Exists or Equal (the default)."}
-    )
-    value: str | None = attrs.field(
-        default=None, metadata={DESCRIPTION: "Taint value to match with operator Equal; empty with Exists."}
-    )
-    effect: TaintEffect | None = attrs.field(
-        default=None,
-        metadata={DESCRIPTION: "Taint effect to match (NoSchedule, PreferNoSchedule, NoExecute); empty matches all."},
-    )
-    toleration_seconds: int | None = attrs.field(
-        default=None,
-        metadata={DESCRIPTION: "With effect NoExecute: seconds the pod stays on a tainted node (0 to 31536000)."},
-    )
-
-
-@attrs.frozen
-class PodSpecOverrides:
-    """The only pod spec fields an administrator may set per workload (Table 3.15)."""
-
-    node_selector: Mapping[str, str] | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: "Node labels the pods require (merged into the component's default, same key overwritten)."
-        },
-    )
-    affinity: Mapping[str, Any] | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: "A core/v1 Affinity, kept as the raw mapping: the operator passes it through unchanged."
-        },
-    )
-    tolerations: tuple[Toleration, ...] | None = attrs.field(
-        default=None,
-        metadata={DESCRIPTION: "Tolerations of the pods (appended to the component's defaults; at most 64)."},
-    )
-
-
-@attrs.frozen
-class PodTemplateSpec:
-    """A PodTemplateSpec-compatible override (global or per component, R-MERGE)."""
-
-    spec: PodSpecOverrides = attrs.field(
-        default=PodSpecOverrides(), metadata={DESCRIPTION: "The pod spec fields an administrator may set."}
-    )
-
-
-@attrs.frozen
-class Log:
-    level: LogLevel = attrs.field(
-        default=LogLevel.INFO, metadata={DESCRIPTION: "Log verbosity: debug, info, warning or error."}
-    )
 
 
 @attrs.frozen

@@ -80,7 +80,7 @@ def test_names_scope_and_subresource() -> None:
 
 
 def _walk_records(cls: type, schema: Mapping[str, Any], path: str, seen: list[str]) -> None:
-    hints = typing.get_type_hints(cls, globalns=vars(spec))
+    hints = typing.get_type_hints(cls)  # resolved in the module that defines the class
     for field in attrs.fields(cls):
         key = converter.camel_case(field.name)
         assert key in schema["properties"], f"{path}.{key} missing from the schema"
