@@ -220,6 +220,23 @@ def restart(ctx: Context, d: Draft, pending: Sequence[str], loop: int, label: st
     )
 
 
+def settle(
+    ctx: Context, d: Draft, mine: Sequence[str], retry_revision: Revision, loop: int, label: str
+) -> Draft | None:
+    """First let in-flight nodes land, then re-run this phase's pending retries (on ``retry_revision``).
+
+    None when nothing is in flight or pending, so the caller goes on to judge the phase.
+    """
+    own = set(mine)
+    flying = [n.name for n in ctx.nodes if n.in_flight and (n.revision is Revision.NEW or n.name in own)]
+    if flying:
+        return wait_flying(ctx, d, flying, label)
+    pending = ctx.names(revision=retry_revision, failed=True, among=d.pending)
+    if pending:
+        return restart(ctx, d, pending, loop, label)
+    return None
+
+
 def make_token(revision: str, index: int, since: dt.datetime) -> str:
     """The confirmation token of step ``index`` (0-based) of the rollout to ``revision``, waiting since ``since``."""
     digest = hashlib.sha256(f"{revision}\x00{index}\x00{format_time(since)}".encode()).hexdigest()[:8]

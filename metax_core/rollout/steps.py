@@ -2,8 +2,9 @@
 
 Why a module of its own: `metax_core.rollout.machine.decide` is the entry point and turns a `Draft` into counters,
 conditions and times; this module decides which step runs, which nodes restart, when a step pauses,
-resumes, retries, falls back or rolls back. docs/rollout.md describes the same situations for
-administrators, in the same order: no rollout, a step going forward, pauses, failures, rolling back.
+resumes, retries or falls back; rolling back is `metax_core.rollout.rollback`. docs/rollout.md describes the
+same situations for administrators, in the same order: no rollout, a step going forward, pauses, failures,
+rolling back.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import attrs
 
 from metax_core.rollout import draft as rollout_draft
 from metax_core.rollout import plan as rollout_plan
+from metax_core.rollout import rollback as rollout_rollback
 from metax_core.rollout.draft import (
     AT_ONCE,
     BUSY_RECHECK,
@@ -49,10 +51,10 @@ from metax_core.spec import model as spec
 def next_draft(ctx: Context) -> Draft:
     phase = ctx.prev.phase
     if phase in (Phase.TERMINATING, Phase.DISABLING):
-        return _rollback(ctx)
+        return rollout_rollback.run(ctx)
     if phase is Phase.PROGRESSING:
         if not ctx.policy.enable_rollout:
-            return _begin_rollback(ctx, None)
+            return rollout_rollback.begin(ctx, None)
         if ctx.prev.status.upgrading_pod_spec_revision != ctx.fleet.new_revision:
             return _start(ctx, retarget=True)
         if ctx.prev.status.current_step_state is StepState.STEP_PAUSED:
@@ -62,27 +64,6 @@ def next_draft(ctx: Context) -> Draft:
 
 
 # --- no rollout running --------------------------------------------------------------------------------------
-
-
-def _pinned_message(ctx: Context, disabled: bool, rollback_failure: str | None) -> str:
-    st = ctx.prev.status
-    how = (
-        "set enableRollout: true to roll it out again"
-        if disabled
-        else "to try it again set enableRollout: false and then true"
-    )
-    message = (
-        f"revision {st.upgrading_pod_spec_revision} was rolled back; the driver stays on lastAppliedSpec "
-        f"(revision {st.last_pod_spec_revision}): {how}, or change spec.driver"
-    )
-    return f"{message}; {rollback_failure}" if rollback_failure else message
-
-
-def _rollback_failure(ctx: Context) -> str | None:
-    failed = ctx.prev.condition(FAILED)
-    if failed is not None and failed.status is TRUE and failed.reason is Reason.ROLLBACK_FAILED:
-        return failed.message
-    return None
 
 
 def _idle(ctx: Context) -> Draft:
@@ -98,7 +79,7 @@ def _idle(ctx: Context) -> Draft:
     if not ctx.policy.enable_rollout:
         if not pinned:
             return _all_at_once(ctx, d)
-        message = _pinned_message(ctx, True, _rollback_failure(ctx))
+        message = rollout_rollback.pinned_message(ctx, True, rollout_rollback.failure(ctx))
         return amend(
             d,
             message,
@@ -107,7 +88,7 @@ def _idle(ctx: Context) -> Draft:
             template=Template.LAST_APPLIED,
         )
     if pinned and prev.phase is not Phase.DISABLED:
-        message = _pinned_message(ctx, False, _rollback_failure(ctx))
+        message = rollout_rollback.pinned_message(ctx, False, rollout_rollback.failure(ctx))
         return amend(
             d,
             message,
@@ -204,29 +185,12 @@ def _label(ctx: Context, plan: rollout_plan.StepPlan) -> str:
     return f"step {plan.index + 1} of {len(ctx.plans)} ({plan.target} of {len(ctx.nodes)} nodes)"
 
 
-def _settle(
-    ctx: Context, d: Draft, mine: Sequence[str], retry_revision: Revision, loop: int, label: str
-) -> Draft | None:
-    """First let in-flight nodes land, then re-run this phase's pending retries (on ``retry_revision``).
-
-    None when nothing is in flight or pending, so the caller goes on to judge the phase.
-    """
-    own = set(mine)
-    flying = [n.name for n in ctx.nodes if n.in_flight and (n.revision is Revision.NEW or n.name in own)]
-    if flying:
-        return rollout_draft.wait_flying(ctx, d, flying, label)
-    pending = ctx.names(revision=retry_revision, failed=True, among=d.pending)
-    if pending:
-        return rollout_draft.restart(ctx, d, pending, loop, label)
-    return None
-
-
 def _step(ctx: Context) -> Draft:
     plan = rollout_plan.step_at(ctx.plans, ctx.prev.status.current_step_index)
     d = attrs.evolve(rollout_draft.carry(ctx, Direction.FORWARD), index=plan.index)
     label = _label(ctx, plan)
     step_nodes = [n for n in d.step_nodes if n in ctx.by_name]
-    busy = _settle(ctx, d, step_nodes, Revision.NEW, plan.loop, label)
+    busy = rollout_draft.settle(ctx, d, step_nodes, Revision.NEW, plan.loop, label)
     if busy is not None:
         return busy
     failed = ctx.names(revision=Revision.NEW, failed=True, among=step_nodes)
@@ -292,7 +256,7 @@ def _failure(
         return rollout_draft.restart(ctx, attrs.evolve(d, retry=d.retry + 1), failed, plan.loop, _label(ctx, plan))
     why = f"{why}; {count(threshold, 'retry', 'retries')} used, fallback: {ctx.policy.fallback.value}"
     if ctx.policy.fallback is spec.Fallback.ROLLBACK:
-        return _begin_rollback(ctx, (reason, why))
+        return rollout_rollback.begin(ctx, (reason, why))
     return _paused_by_fallback(ctx, d, why, (TRUE, reason, why))
 
 
@@ -424,98 +388,3 @@ def _complete(ctx: Context, d: Draft) -> Draft:
         TERMINATING: (FALSE, Reason.NOT_TERMINATING, "no rollback is running"),
     }
     return amend(d, message, conds, phase=Phase.IDLING, state=StepState.COMPLETED, pending=(), recheck=None)
-
-
-# --- rolling back ------------------------------------------------------------------------------------------------
-
-
-def _begin_rollback(ctx: Context, failure: tuple[Reason, str] | None) -> Draft:
-    """Forced (``failure`` None: enableRollout was set to false) or the fallback: set the template back first."""
-    new = ctx.names(revision=Revision.NEW)
-    st = ctx.prev.status
-    cause = "enableRollout was set to false" if failure is None else f"fallback after: {failure[1]}"
-    message = f"rolling {count(len(new), 'node')} back to revision {st.last_pod_spec_revision} ({cause})"
-    conds: dict[ConditionType, CondSpec] = {
-        TERMINATING: (TRUE, Reason.ROLLOUT_DISABLED if failure is None else Reason.FALLBACK_ROLLBACK, message),
-        PROGRESSING: (FALSE, Reason.ROLLING_BACK, message),
-        SUCCEED: (FALSE, Reason.ROLLING_BACK, message),
-    }
-    if failure is not None:
-        conds[FAILED] = (TRUE, failure[0], failure[1])
-    d = rollout_draft.carry(ctx, Direction.BACKWARD, Template.LAST_APPLIED)
-    return amend(
-        d,
-        message,
-        conds,
-        phase=Phase.DISABLING if failure is None else Phase.TERMINATING,
-        state=StepState.STEP_UPGRADE_INIT,
-        retry=0,
-        step_nodes=tuple(new),
-        pending=(),
-        recheck=None,
-        requeue=AT_ONCE,
-    )
-
-
-def _rollback(ctx: Context) -> Draft:
-    d = rollout_draft.carry(ctx, Direction.BACKWARD, Template.LAST_APPLIED)
-    roll = sorted((set(d.step_nodes) | set(ctx.names(revision=Revision.NEW))) & set(ctx.by_name))
-    d = attrs.evolve(d, step_nodes=tuple(roll))
-    loop = rollout_plan.loop_size(ctx.policy.max_parallel, len(roll))
-    label = f"rollback to revision {d.last_revision}"
-    busy = _settle(ctx, d, roll, Revision.OLD, loop, label)
-    if busy is not None:
-        return busy
-    new = [n for n in ctx.nodes if n.revision is Revision.NEW]
-    if new:
-        if ctx.policy.pause:
-            return rollout_draft.held(ctx, d, label, f"{count(len(new), 'node')} still on the new driver")
-        chosen, waiting = rollout_draft.pick(new, loop)
-        message = f"{label}: {count(len(new), 'node')} still on the new driver"
-        if not chosen:
-            message += rollout_draft.busy_text(waiting)
-            return amend(
-                d,
-                message,
-                {PROGRESSING: (FALSE, Reason.WAITING_FOR_IDLE_NODES, message)},
-                waiting=waiting,
-                requeue=BUSY_RECHECK,
-            )
-        message += f"; restarting {names(chosen)} on the old driver" + rollout_draft.busy_text(waiting)
-        return amend(
-            d,
-            message,
-            {PROGRESSING: (FALSE, Reason.ROLLING_BACK, message)},
-            state=StepState.STEP_UPGRADE,
-            rollback=chosen,
-            waiting=waiting,
-            requeue=IN_FLIGHT_RECHECK,
-        )
-    failed = ctx.names(revision=Revision.OLD, failed=True, among=roll)
-    if failed and d.retry < ctx.policy.max_failure_threshold:
-        return rollout_draft.restart(ctx, attrs.evolve(d, retry=d.retry + 1), failed, loop, label)
-    return _finish_rollback(ctx, d, failed)
-
-
-def _finish_rollback(ctx: Context, d: Draft, failed: Sequence[str]) -> Draft:
-    """The rollback is over: Disabled if enableRollout is false (now or when it began), else Idling; pinned."""
-    disabled = ctx.prev.phase is Phase.DISABLING or not ctx.policy.enable_rollout
-    why = f"the old driver did not come back on {names(failed)}: check these nodes" if failed else None
-    message = _pinned_message(ctx, disabled, why)
-    conds: dict[ConditionType, CondSpec] = {
-        TERMINATING: (FALSE, Reason.ROLLBACK_COMPLETE, f"rolled back to revision {d.last_revision}"),
-        SUCCEED: (FALSE, Reason.ROLLED_BACK, f"revision {d.upgrading_revision} was rolled back"),
-        PROGRESSING: (FALSE, Reason.ROLLOUT_DISABLED if disabled else Reason.ROLLED_BACK, message),
-    }
-    if why is not None:
-        conds[FAILED] = (TRUE, Reason.ROLLBACK_FAILED, why)
-    return amend(
-        d,
-        message,
-        conds,
-        phase=Phase.DISABLED if disabled else Phase.IDLING,
-        state=StepState.COMPLETED,
-        pending=(),
-        recheck=None,
-        requeue=None,
-    )
