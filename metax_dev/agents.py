@@ -11,6 +11,7 @@ never imports this module.
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -66,6 +67,64 @@ def gpu_device(environ: Mapping[str, str]) -> Built:
     hw = _fake(environ).hw
     agent = device_bootstrap.bootstrap(device_config.from_env(environ), inventory=hw.devices, monitor=hw.monitor)
     return agent, agent.run
+
+
+#: The payload driver version `write_payload` ships by default (the fake host's own driver is older, 2.18.0).
+PAYLOAD_VERSION = "2.20.0"
+
+#: Each agent's intervals for tests: rounds every few seconds instead of the production 10-30 s.
+FAST: Mapping[str, Mapping[str, str]] = {
+    "gpu-label": {"METAX_LABEL_INTERVAL": "3"},
+    "driver-manager": {"METAX_DEPLOY_POLICY": "PreferCloud", "METAX_DRIVER_INTERVAL": "5"},
+    "vfio-manager": {"METAX_VFIO_INTERVAL": "10"},
+    "gpu-device": {
+        "METAX_HEALTHY_INTERVAL": "3",
+        "METAX_INVENTORY_INTERVAL": "1",
+        "METAX_READINESS_INTERVAL": "0.5",
+        "METAX_LABEL_INTERVAL": "2",
+    },
+}
+
+
+def write_payload(directory: pathlib.Path, version: str = PAYLOAD_VERSION) -> pathlib.Path:
+    """A driver image's payload (``driver/metax.ko`` of ``version``) under ``directory``, driver-manager's
+    ``METAX_PAYLOAD_DIR``; returns ``directory``."""
+    from metax_hw_fake import builder, kmods  # not in the agents' processes (benchmarks/agents.py measures them)
+
+    kmods.write_module_file(
+        directory / "driver" / "metax.ko", "metax", version, "metax", [(0x9999, -1)], dict(builder.METAX_PARAMS)
+    )
+    return directory
+
+
+def environment(
+    fake: fake_host.FakeHost, *, node_name: str, kubeconfig: pathlib.Path, namespace: str, payload: pathlib.Path
+) -> dict[str, str]:
+    """What every agent of one node reads (the fake host's tools first on PATH, a short tick, INFO logs);
+    add `FAST` [agent] for test intervals. Never in-cluster: the agents use ``kubeconfig``."""
+    env = {
+        **fake.env(),
+        "KUBECONFIG": str(kubeconfig),
+        "NODE_NAME": node_name,
+        "METAX_HOST_ROOT": str(fake.root),
+        "METAX_NAMESPACE": namespace,
+        "METAX_DRIVER_VERSION": PAYLOAD_VERSION,
+        "METAX_PAYLOAD_DIR": str(payload),
+        "METAX_TICK": "0.2",
+        "METAX_RESYNC": "60",
+        "METAX_LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1]),
+    }
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return env
+
+
+def command(agent: str) -> list[str]:
+    """The command line that runs ``agent`` (a key of `AGENTS`) on the fake host named by METAX_HOST_ROOT."""
+    if agent not in AGENTS:
+        raise ValueError(f"unknown agent {agent!r}: one of {', '.join(AGENTS)}")
+    return [sys.executable, "-m", "metax_dev.agents", agent]
 
 
 AGENTS: Mapping[str, Callable[[Mapping[str, str]], Built]] = {

@@ -18,16 +18,18 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
 import attrs
-import kubernetes
 import urllib3
 
 from metax_core.errors import ClusterError, NotFound
 from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
 from metax_k8s import api, retry
+
+if TYPE_CHECKING:
+    import kubernetes
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,11 @@ def api_client(
     """An ApiClient from ``kubeconfig``; without one, in-cluster config inside a pod, else $KUBECONFIG.
 
     A configuration that cannot be loaded raises `ClusterError` (verb ``configure``) naming the source.
+    The package is imported here, not at module level: node agents reach `HttpApi` through
+    `metax_k8s.connect` and never load it (about 20 MiB of resident memory, P8).
     """
+    import kubernetes
+
     in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     path = os.fspath(kubeconfig) if kubeconfig is not None else None
     source = (
@@ -64,6 +70,20 @@ def api_client(
     log.info("using %s (%s)", source, client.configuration.host)
     result: kubernetes.client.ApiClient = client
     return result
+
+
+class ApiClientLike(Protocol):
+    """What `HttpApi` reads of a client: a `kubernetes.client.ApiClient`, or a `metax_k8s.connect.Connection`
+    (the node agents', which does not import the kubernetes package)."""
+
+    @property
+    def configuration(self) -> Any: ...  # .host, .auth_settings()
+
+    @property
+    def default_headers(self) -> Any: ...
+
+    @property
+    def rest_client(self) -> Any: ...  # .pool_manager (urllib3)
 
 
 @attrs.frozen
@@ -94,11 +114,12 @@ def target(kind: str, name: str | None, namespace: str | None = None) -> str:
 
 
 class HttpApi:
-    """`Api` over HTTP with a `kubernetes.client.ApiClient` (auth, TLS and connection pool)."""
+    """`Api` over HTTP with a `kubernetes.client.ApiClient` or a `metax_k8s.connect.Connection` (auth, TLS and
+    connection pool)."""
 
     def __init__(
         self,
-        client: kubernetes.client.ApiClient,
+        client: ApiClientLike,
         *,
         request_timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         user_agent: str = "metax-operator",

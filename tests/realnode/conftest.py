@@ -27,7 +27,6 @@ never skipped.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -48,12 +47,12 @@ from metax_hw_fake import builder, host
 from metax_k8s.deviceplugin import hostfiles
 from services.gpu_device import config
 
-from . import pods
+from . import gpus, pods
 
 #: GPUs on the session's fake host.
 GPUS = 4
-#: The device numbers the fake host's device nodes get: those of /dev/null.
-DEVICE_NUMBERS = (1, 3)
+DEVICE_NUMBERS = gpus.DEVICE_NUMBERS
+make_device_nodes_real = gpus.make_device_nodes_real
 
 _build_error: errors.ControlPlaneError | None = None
 
@@ -81,17 +80,6 @@ def realnode_plane(request: pytest.FixtureRequest) -> controlplane.ControlPlane:
     except errors.ControlPlaneError as exc:
         pytest.fail(f"test control plane failed to start: {exc}", pytrace=False)
     return plane
-
-
-def make_device_nodes_real(root: Path) -> list[Path]:
-    """Replace the fake host's device node files by character devices (the numbers of /dev/null)."""
-    made = []
-    for path in sorted([*(root / "dev/dri").glob("*"), *(root / "dev/vfio").glob("*"), root / "dev/mxcd"]):
-        if path.exists() and not path.is_char_device():
-            path.unlink()
-            os.mknod(path, 0o666 | 0o020000, os.makedev(*DEVICE_NUMBERS))
-            made.append(path)
-    return made
 
 
 @pytest.fixture(scope="session")

@@ -25,13 +25,12 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from metax_core.inventory import PciFunction
 from metax_dev.controlplane import processes
 from metax_dev.realnode import node
 from metax_hw_fake import host
 from metax_k8s.podresources import client as podresources
 
-from . import pods
+from . import gpus, pods
 from .conftest import DEVICE_NUMBERS, GPUS, make_device_nodes_real
 
 pytestmark = pytest.mark.realnode
@@ -43,35 +42,14 @@ MODE_LABEL = "metax-tech.com/gpu-device.mode"
 SHARES = 16
 
 
-def allocatable(core: client.CoreV1Api, node_name: str, resource: str = GPU) -> int:
-    return int((core.read_node(node_name).status.allocatable or {}).get(resource, "0"))
-
-
-def device_lines(text: str) -> dict[str, str]:
-    """``NODE <path> <type> <major>:<minor>`` lines printed by the pods' scripts."""
-    seen = {}
-    for line in text.splitlines():
-        if line.startswith("NODE "):
-            _, path, rest = line.split(" ", 2)
-            seen[path] = rest
-    return seen
-
-
-def env_value(text: str, name: str) -> str:
-    values = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{name}=")]
-    assert values, f"{name} not printed in:\n{text}"
-    return values[0]
-
-
-LIST_DEVICES = 'for f in /dev/dri/* /dev/vfio/* /dev/mxcd; do [ -e "$f" ] && stat -c \'NODE %n %F %t:%T\' "$f"; done; '
+allocatable = gpus.allocatable
+device_lines = gpus.device_lines
+env_value = gpus.env_value
+LIST_DEVICES = gpus.LIST_DEVICES
 
 
 def registrations(agent: processes.Process) -> int:
     return agent.log_path.read_text().count(f"registered {GPU} with kubelet")
-
-
-def gpus(fake: host.FakeHost) -> list[PciFunction]:
-    return [f for f in fake.devices.functions() if f.driver == "metax"]
 
 
 def test_gpus_become_allocatable(kube: client.CoreV1Api, gpu_node: node.RealNode, gpu_agent: processes.Process) -> None:
@@ -99,7 +77,7 @@ def test_pod_with_two_gpus_sees_exactly_its_devices(
     visible = next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("VISIBLE="))
     addresses = visible.split(",")
     assert len(addresses) == 2 and len(set(addresses)) == 2
-    by_address = {str(f.address): f for f in gpus(gpu_host)}
+    by_address = {str(f.address): f for f in gpus.functions(gpu_host)}
     assert set(addresses) <= set(by_address)
     expected = {"/dev/mxcd"}
     for address in addresses:
@@ -137,7 +115,7 @@ def test_pod_resources_api_lists_the_pods_devices(
         assert [c.name for c in got.containers] == ["main"]
         assert sorted(got.containers[0].device_ids(GPU)) == sorted(visible)
         offered = {i for d in api.allocatable() if d.resource == GPU for i in d.ids}
-    assert offered == {str(f.address) for f in gpus(gpu_host)}
+    assert offered == {str(f.address) for f in gpus.functions(gpu_host)}
 
 
 def test_pod_beyond_capacity_stays_pending(
@@ -147,14 +125,7 @@ def test_pod_beyond_capacity_stays_pending(
     pod = pods.scheduled_pod("greedy", gpu_node.name, "sleep 3600", {GPU: str(GPUS + 1)})
     kube.create_namespaced_pod(namespace, pod)
 
-    def unschedulable() -> str:
-        status = kube.read_namespaced_pod("greedy", namespace).status
-        for condition in status.conditions or []:
-            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
-                return str(condition.message)
-        return ""
-
-    message = pods.wait(unschedulable, "pod greedy Unschedulable")
+    message = pods.wait(lambda: gpus.unschedulable(kube, namespace, "greedy"), "pod greedy Unschedulable")
     assert f"Insufficient {GPU}" in message
     assert pods.phase(kube, namespace, "greedy") == "Pending"
 
@@ -163,7 +134,7 @@ def test_gpu_falling_off_the_bus_lowers_allocatable(
     kube: client.CoreV1Api, gpu_node: node.RealNode, gpu_host: host.FakeHost, gpu_agent: processes.Process
 ) -> None:
     pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
-    lost = str(gpus(gpu_host)[-1].address)
+    lost = str(gpus.functions(gpu_host)[-1].address)
     gpu_host.fall_off_bus(lost)
     try:
         pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS - 1, f"{GPUS - 1} allocatable {GPU}")
@@ -192,10 +163,10 @@ def test_sgpu_mode_advertises_shares(
         text = pods.wait_logs(kube, namespace, "shares", "DONE")
         assert env_value(text, "METAX_SGPU_SHARES_PER_GPU") == str(SHARES)
         visible = env_value(text, "METAX_VISIBLE_DEVICES").split(",")
-        assert visible and set(visible) <= {str(f.address) for f in gpus(gpu_host)}
+        assert visible and set(visible) <= {str(f.address) for f in gpus.functions(gpu_host)}
         shares = dict(item.split("=") for item in env_value(text, "METAX_SGPU_SHARES").split(","))
         assert set(shares) == set(visible) and sum(int(v) for v in shares.values()) == 3
-        by_address = {str(f.address): f for f in gpus(gpu_host)}
+        by_address = {str(f.address): f for f in gpus.functions(gpu_host)}
         expected = {"/dev/mxcd"} | {
             p
             for a in visible
@@ -216,7 +187,7 @@ def test_vfio_bound_gpu_is_offered_as_vfio_gpu(
     gpu_agent: processes.Process,
 ) -> None:
     pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
-    function = gpus(gpu_host)[0]
+    function = gpus.functions(gpu_host)[0]
     gpu_host.binder.bind(function.address, "vfio-pci")
     make_device_nodes_real(gpu_host.root)
     try:

@@ -34,8 +34,9 @@ from kubernetes import client
 
 from metax_core.node import labels, readiness, vfio, vfio_config_map
 from metax_core.spec.model import VfioConfigEntry
+from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
-from metax_hw_fake import builder, kmods
+from metax_hw_fake import builder
 from metax_k8s import client as metax_client
 from metax_k8s.deviceplugin import hostfiles
 
@@ -44,7 +45,7 @@ from deviceplugin.kubelet import Kubelet
 
 pytestmark = pytest.mark.integration
 
-PAYLOAD = "2.20.0"
+PAYLOAD = agents.PAYLOAD_VERSION
 GPU, VFIO_GPU = "metax-tech.com/gpu", "metax-tech.com/vfio-gpu"
 AGENTS = ("gpu_label", "driver_manager", "vfio_manager", "gpu_device")
 OUR_MANAGERS = ("metax-gpu-label", "metax-driver-manager", "metax-vfio-manager", "metax-gpu-device")
@@ -67,53 +68,27 @@ class AgentNode:
     def __init__(self, name: str, workdir: pathlib.Path, kubeconfig: pathlib.Path, namespace: str) -> None:
         self.name = name
         self.dir = workdir / name
-        self.payload = self.dir / "payload"
         self.fake = builder.FakeHostBuilder().gpus(4).host_driver("2.18.0").build(self.dir / "host")
-        kmods.write_module_file(
-            self.payload / "driver" / "metax.ko", "metax", PAYLOAD, "metax", [(0x9999, -1)], dict(builder.METAX_PARAMS)
-        )
         self.kubelet = Kubelet(self.fake.root / "var/lib/kubelet/device-plugins").start()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.env = {
-            **self.fake.env(),
-            "KUBECONFIG": str(kubeconfig),
-            "NODE_NAME": name,
-            "METAX_HOST_ROOT": str(self.fake.root),
-            "METAX_NAMESPACE": namespace,
-            "METAX_TICK": "0.2",
-            "METAX_RESYNC": "60",
-            "METAX_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.env.pop("KUBERNETES_SERVICE_HOST", None)
+        payload = agents.write_payload(self.dir / "payload")
+        self.env = agents.environment(
+            self.fake, node_name=name, kubeconfig=kubeconfig, namespace=namespace, payload=payload
+        )
 
-    def start(self, agent: str, **extra: str) -> None:
+    def start(self, agent: str) -> None:
         with (self.dir / f"{agent}.log").open("wb") as log:
             self.processes[agent] = subprocess.Popen(
-                [sys.executable, "-m", "metax_dev.agents", agent.replace("_", "-")],
-                env={**self.env, **extra},
+                agents.command(agent.replace("_", "-")),
+                env={**self.env, **agents.FAST[agent.replace("_", "-")]},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=pathlib.Path(__file__).resolve().parents[3],
             )
 
     def start_all(self) -> None:
-        self.start("gpu_label", METAX_LABEL_INTERVAL="3")
-        self.start(
-            "driver_manager",
-            METAX_DEPLOY_POLICY="PreferCloud",
-            METAX_DRIVER_VERSION=PAYLOAD,
-            METAX_PAYLOAD_DIR=str(self.payload),
-            METAX_DRIVER_INTERVAL="5",
-        )
-        self.start("vfio_manager", METAX_VFIO_INTERVAL="10")
-        self.start(
-            "gpu_device",
-            METAX_HEALTHY_INTERVAL="3",
-            METAX_INVENTORY_INTERVAL="1",
-            METAX_READINESS_INTERVAL="0.5",
-            METAX_LABEL_INTERVAL="2",
-        )
+        for agent in AGENTS:
+            self.start(agent)
 
     def signals(self) -> dict[str, readiness.ComponentReadiness]:
         return hostfiles.FileReadinessBoard(self.fake.root).read_all()
