@@ -45,9 +45,8 @@ def remove_everything(
     selector = f"{workloads.MANAGED_BY_LABEL}={workloads.MANAGED_BY}"
     where: list[tuple[tuple[str, str], str | None]] = [(k, namespace) for k in OWNED_KINDS]
     where += [(k, namespace) for k in RBAC_NAMESPACED_KINDS]
-    if (
-        rbac.EVENTS_NAMESPACE != namespace
-    ):  # only the events Roles and RoleBindings live there (and RBAC allows no more)
+    # Only the events Roles and RoleBindings live in the events namespace (and the operator's RBAC allows no more).
+    if namespace != rbac.EVENTS_NAMESPACE:
         where += [(k, rbac.EVENTS_NAMESPACE) for k in RBAC_NAMESPACED_KINDS if k[1] != "ServiceAccount"]
     where += [(k, None) for k in RBAC_CLUSTER_KINDS]
     for (api_version, kind), scope in where:
