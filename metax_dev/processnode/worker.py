@@ -113,6 +113,7 @@ class PodWorker:
         self._token: tokens.Token | None = None
         self._token_error = ""
         self._token_retry = 0.0
+        self._renew_now = False
         self._published: dict[str, Any] | None = None
         self._conditions: dict[str, bool] = {}
         self._transitions: dict[str, str] = {}
@@ -140,6 +141,11 @@ class PodWorker:
         self._stop.set()
         self._wake.set()
         self.thread.join(timeout)
+
+    def renew_token(self) -> None:
+        """Ask for a new ServiceAccount token now instead of at 80 % of the current one's lifetime."""
+        self._renew_now = True
+        self._wake.set()
 
     def log_path(self, container: str) -> Path:
         return self.directory / f"{container}.log"
@@ -184,7 +190,7 @@ class PodWorker:
         if spec.get("automountServiceAccountToken") is False:
             return
         now = _now()
-        if self._token is not None and not self._token.renew_due(now):
+        if self._token is not None and not self._token.renew_due(now) and not self._renew_now:
             return
         if time.monotonic() < self._token_retry:
             return
@@ -196,7 +202,7 @@ class PodWorker:
             self._token_retry = time.monotonic() + 2.0
             log.warning("pod %s: %s", self.key, exc)
             return
-        self._token, self._token_error = token, ""
+        self._token, self._token_error, self._renew_now = token, "", False
 
     def _base_env(self) -> dict[str, str]:
         meta = self._pod["metadata"]

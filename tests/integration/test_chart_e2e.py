@@ -52,6 +52,7 @@ pytestmark = pytest.mark.integration
 CR_API = "gpu.metax-tech.com/v1alpha1"
 VERSION = "2.18.0"
 DENIED = 'admission webhook "clusteroperators.gpu.metax-tech.com" denied the request'
+_TIMES: dict[str, float] = {}
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 180.0) -> Any:
@@ -115,7 +116,9 @@ def release(
         f"operator.webhook.port={network.free_port()}",
     ]
     try:
+        _TIMES["install"] = time.monotonic()
         helm.run(*install_command("r.example/metax", VERSION), *placement)
+        _TIMES["installed"] = time.monotonic()
         yield helm
     finally:
         if RELEASE in helm.run("list", "-n", NAMESPACE, "-q").stdout:
@@ -167,9 +170,17 @@ def test_install_runs_the_operator_pod_as_a_process_with_its_own_token(
 
 
 def test_cluster_operator_becomes_ready_and_kubectl_shows_it(
-    release: Helm, api: client.HttpApi, control_plane: cluster.ControlPlane, gpu_nodes: list[str]
+    release: Helm,
+    api: client.HttpApi,
+    control_plane: cluster.ControlPlane,
+    gpu_nodes: list[str],
+    record_timing: Callable[[str, float], None],
 ) -> None:
     wait_for("cluster-operator Ready=True", lambda: _ready(api.get(CR_API, "ClusterOperator", "cluster-operator")))
+    record_timing(
+        "e2e: helm install --wait (operator pod Ready on the process node)", _TIMES["installed"] - _TIMES["install"]
+    )
+    record_timing("e2e: helm install to cluster-operator Ready=True", time.monotonic() - _TIMES["install"])
     daemonsets = {d["metadata"]["name"] for d in api.list("apps/v1", "DaemonSet", namespace=NAMESPACE).items}
     assert {"metax-gpu-label", "metax-driver", "metax-gpu-device"} <= daemonsets
     gpu_device = api.get("apps/v1", "DaemonSet", "metax-gpu-device", NAMESPACE)
@@ -239,9 +250,15 @@ def test_helm_upgrade_reaches_the_cluster_operator_and_the_daemonsets(release: H
 
 
 def test_helm_uninstall_runs_the_cleanup_job_for_real_and_leaves_nothing(
-    release: Helm, api: client.HttpApi, process_node: processnode.ProcessNode, gpu_nodes: list[str]
+    release: Helm,
+    api: client.HttpApi,
+    process_node: processnode.ProcessNode,
+    gpu_nodes: list[str],
+    record_timing: Callable[[str, float], None],
 ) -> None:
+    began = time.monotonic()
     release.run(*uninstall_command(), timeout=600)
+    record_timing("e2e: helm uninstall --wait (cleanup Job run for real)", time.monotonic() - began)
     logs = sorted((process_node.workdir / "pods").glob(f"{NAMESPACE}_metax-operator-cleanup-*/cleanup.log"))
     assert logs, "the pre-delete Job's pod never ran on the process node"
     text = logs[-1].read_text()

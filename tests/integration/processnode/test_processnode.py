@@ -1,13 +1,13 @@
 """The process node on the session control plane: pods bound by the real scheduler run as local processes.
 
-Covers: the node registers itself Ready (no kwok annotation) with its Lease; a pod's container runs its
-command from the virtualenv with the pod's env (values, ``$(VAR)``, fieldRef, configMapKeyRef, secretKeyRef)
-and its ServiceAccount's own token, so the real RBAC authorizer allows what its Role grants and forbids the
-rest; its readiness probe (httpGet) makes it Ready and the EndpointSlice controller publishes its address;
-restartPolicy Always restarts a crashing container with a back-off; Never/OnFailure end Succeeded or Failed
-(a Job's pod); a command that is not installed ends with StartError (exit code 128) instead of hanging; a
-failing liveness probe (exec) restarts the container; deletion sends SIGTERM, waits the grace period, sends
-SIGKILL and removes the pod; stopping a node leaves no process behind.
+Covers: the node registers itself Ready (no kwok annotation) with its Lease; a pod's container runs its command
+from the virtualenv with the pod's env (values, ``$(VAR)``, fieldRef, configMapKeyRef, secretKeyRef) and its
+ServiceAccount's own token (bound to the pod, renewed), so the real RBAC authorizer allows what its Role grants
+and forbids the rest; its readiness probe (httpGet) makes it Ready and the EndpointSlice controller publishes
+its address; restartPolicy Always restarts a crashing container with a back-off; Never/OnFailure end Succeeded
+or Failed (a Job's pod); a command that is not installed ends with StartError (exit code 128) instead of
+hanging; a failing liveness probe (exec) restarts the container; deletion sends SIGTERM, waits the grace period,
+sends SIGKILL and removes the pod; stopping a node leaves no process behind.
 """
 
 from __future__ import annotations
@@ -229,7 +229,21 @@ def test_a_pod_runs_with_its_env_its_own_token_and_a_real_readiness_probe(
     )
     assert endpoints[0]["addresses"] == [process_node.address] and endpoints[0]["conditions"]["ready"] is True
     worker = process_node.worker(namespace, "server")
-    assert worker is not None and (worker.account_dir / "token").read_text().count(".") == 2  # a JWT
+    assert worker is not None
+    first = (worker.account_dir / "token").read_text()
+    worker.renew_token()  # what happens at 80 % of the token's lifetime
+    renewed = wait_for("a renewed token", lambda: (t := (worker.account_dir / "token").read_text()) != first and t)
+    for token in (first, renewed):  # both are the pod's ServiceAccount's, bound to this pod
+        review = api.create(
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "metadata": {"name": "review"},
+                "spec": {"token": token},
+            }
+        )
+        assert review["status"]["user"]["username"] == f"system:serviceaccount:{namespace}:reader"
+        assert review["status"]["user"]["extra"]["authentication.kubernetes.io/pod-uid"] == [uid]
 
 
 def test_restart_always_restarts_a_crashing_container_with_a_back_off(api: client.HttpApi, namespace: str) -> None:
