@@ -55,7 +55,6 @@ class ContainerPlan:
     env: Mapping[str, str]
     readiness: Probe | None
     liveness: Probe | None
-    startup: Probe | None
 
 
 @attrs.frozen
@@ -172,7 +171,7 @@ def _port(container: Mapping[str, Any], value: object) -> int:
 
 
 def probe(container: Mapping[str, Any], kind: str) -> Probe | None:
-    """``readinessProbe`` / ``livenessProbe`` / ``startupProbe`` of a container, or None."""
+    """``readinessProbe`` / ``livenessProbe`` of a container, or None."""
     raw = container.get(kind)
     if not raw:
         return None
@@ -214,7 +213,6 @@ def plan(
         env=env,
         readiness=probe(container, "readinessProbe"),
         liveness=probe(container, "livenessProbe"),
-        startup=probe(container, "startupProbe"),
     )
 
 
@@ -225,4 +223,8 @@ def unsupported(pod: Mapping[str, Any]) -> str | None:
         return "spec.initContainers are not supported by the process node"
     if spec.get("ephemeralContainers"):
         return "spec.ephemeralContainers are not supported by the process node"
+    for index, container in enumerate(spec.get("containers") or []):
+        for field in ("startupProbe", "lifecycle"):
+            if container.get(field):
+                return f"spec.containers[{index}].{field} is not supported by the process node"
     return None

@@ -122,14 +122,18 @@ def test_probes_take_kubelet_defaults_and_resolve_named_ports() -> None:
     assert readiness.period == 10 and readiness.timeout == 1 and readiness.failure_threshold == 3
     liveness = podspec.probe(container, "livenessProbe")
     assert liveness is not None and liveness.command == ("true",) and liveness.period == 20
-    assert podspec.probe(container, "startupProbe") is None
+    assert podspec.probe(container, "startupProbe") is None  # none given
     with pytest.raises(podspec.PlanError, match="no port named 'metrics'"):
         podspec.probe({"name": "c", "readinessProbe": {"tcpSocket": {"port": "metrics"}}}, "readinessProbe")
 
 
-def test_init_containers_are_unsupported() -> None:
+def test_what_a_process_node_cannot_honour_is_named() -> None:
     assert podspec.unsupported(POD) is None
     assert "initContainers" in str(podspec.unsupported({"spec": {"initContainers": [{"name": "i"}]}}))
+    hooks = {"spec": {"containers": [{"name": "a"}, {"name": "b", "lifecycle": {"preStop": {}}}]}}
+    assert podspec.unsupported(hooks) == "spec.containers[1].lifecycle is not supported by the process node"
+    startup = {"spec": {"containers": [{"name": "a", "startupProbe": {"exec": {"command": ["true"]}}}]}}
+    assert "spec.containers[0].startupProbe" in str(podspec.unsupported(startup))
 
 
 def _c(state: status.State, *, code: int | None = None, restarts: int = 0, again: bool = True) -> status.Container:

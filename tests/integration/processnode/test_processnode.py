@@ -376,3 +376,12 @@ def test_stopping_a_node_leaves_no_process(
     assert extra.address not in address.ours()
     with control_plane.api_client() as admin:  # no kubelet is left to finish the pod's deletion: force it
         kube_client.CoreV1Api(admin).delete_namespaced_pod("orphan", namespace, grace_period_seconds=0)
+
+
+def test_a_pod_it_cannot_honour_fails_with_the_field_named(api: client.HttpApi, namespace: str) -> None:
+    spec = pod(namespace, "init", [python("main", "print('never')")], restartPolicy="Never")
+    spec["spec"]["initContainers"] = [python("init", "print('never either')")]
+    api.create(spec)
+    failed = wait_for("Failed", lambda: (p := get_pod(api, namespace, "init"))["status"].get("phase") == "Failed" and p)
+    assert failed["status"]["reason"] == "UnsupportedPodSpec"
+    assert "spec.initContainers are not supported" in failed["status"]["message"]
