@@ -3,11 +3,11 @@
 Covers: the node registers itself Ready (no kwok annotation) with its Lease; a pod's container runs its command
 from the virtualenv with the pod's env (values, ``$(VAR)``, fieldRef, configMapKeyRef, secretKeyRef) and its
 ServiceAccount's own token (bound to the pod, renewed), so the real RBAC authorizer allows what its Role grants
-and forbids the rest; its readiness probe (httpGet) makes it Ready and the EndpointSlice controller publishes
-its address; restartPolicy Always restarts a crashing container with a back-off; Never/OnFailure end Succeeded
-or Failed (a Job's pod); a command that is not installed ends with StartError (exit code 128) instead of
-hanging; a failing liveness probe (exec) restarts the container; deletion sends SIGTERM, waits the grace period,
-sends SIGKILL and removes the pod; stopping a node leaves no process behind.
+and forbids the rest; its readiness probe (httpGet) makes it Ready (and NotReady while it fails) and the
+EndpointSlice controller publishes its address; restartPolicy Always restarts a crashing container with a back-
+off; Never/OnFailure end Succeeded or Failed (a Job's pod); a command that is not installed ends with StartError
+(exit code 128) instead of hanging; a failing liveness probe (exec) restarts the container; deletion sends
+SIGTERM, waits the grace period, sends SIGKILL and removes the pod; stopping a node leaves no process behind.
 """
 
 from __future__ import annotations
@@ -230,6 +230,11 @@ def test_a_pod_runs_with_its_env_its_own_token_and_a_real_readiness_probe(
     assert endpoints[0]["addresses"] == [process_node.address] and endpoints[0]["conditions"]["ready"] is True
     worker = process_node.worker(namespace, "server")
     assert worker is not None
+    (worker.directory / "ready").unlink()  # the server now answers 503: three failed probes make it NotReady
+    wait_for("NotReady", lambda: condition(get_pod(api, namespace, "server"), "Ready") == "False")
+    assert container_status(api, namespace, "server")["restartCount"] == 0  # readiness never restarts
+    (worker.directory / "ready").touch()
+    wait_for("Ready again", lambda: condition(get_pod(api, namespace, "server"), "Ready") == "True")
     first = (worker.account_dir / "token").read_text()
     worker.renew_token()  # what happens at 80 % of the token's lifetime
     renewed = wait_for("a renewed token", lambda: (t := (worker.account_dir / "token").read_text()) != first and t)
