@@ -50,9 +50,9 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
         {"type": "object"},
         "The operator container's resources.",
     ),
-    ("nodeSelector", {}, {"type": "object"}, "Where the operator Deployment runs."),
-    ("tolerations", [], {"type": "array"}, "Tolerations of the operator Deployment."),
-    ("affinity", {}, {"type": "object"}, "Affinity of the operator Deployment."),
+    ("nodeSelector", {}, {"type": "object"}, "Where the operator Deployment (and its pre-delete cleanup Job) runs."),
+    ("tolerations", [], {"type": "array"}, "Tolerations of the operator Deployment and its pre-delete cleanup Job."),
+    ("affinity", {}, {"type": "object"}, "Affinity of the operator Deployment and its pre-delete cleanup Job."),
     ("webhook.enabled", True, {"type": "boolean"}, "Install the ValidatingWebhookConfiguration (R-WEBHOOK)."),
     (
         "webhook.failurePolicy",

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds for one-shot requests; watches get a read timeout just past their own end."""
 LIST_CHUNK = 500
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where a pod finds its ServiceAccount token and the cluster CA (the kubelet mounts them there)."""
+SERVICE_ACCOUNT_DIR_ENV = "METAX_SERVICEACCOUNT_DIR"
+"""Roots the in-cluster files elsewhere: a process node (metax_dev/processnode) runs pods without a mount namespace."""
 
 
 def api_client(
@@ -59,7 +63,10 @@ def api_client(
     try:
         if in_cluster:
             configuration = kubernetes.client.Configuration()
-            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            account = os.environ.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR
+            kubernetes.config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+                token_filename=os.path.join(account, "token"), cert_filename=os.path.join(account, "ca.crt")
+            ).load_and_set(configuration)
             client = kubernetes.client.ApiClient(configuration)
         else:
             client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]

@@ -141,6 +141,11 @@ class Config:
             f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
             # 127.0.0.1 is no valid endpoint address: do not publish the kubernetes endpoints.
             "--endpoint-reconciler-type=none",
+            # Admission webhooks (and aggregated APIs) referenced by a Service are called at the Service's
+            # EndpointSlice address (pod IP + targetPort) instead of its ClusterIP, which nothing routes here:
+            # the chart's own webhook Service then reaches the operator pod on a process node
+            # (docs/processnode.md).
+            "--enable-aggregator-routing=true",
             "--profiling=false",
             "--event-ttl=1h",
             # Close open watches promptly on SIGTERM (restart_apiserver) instead of hanging.

@@ -44,7 +44,10 @@ def remove_everything(
     writes = 0
     selector = f"{workloads.MANAGED_BY_LABEL}={workloads.MANAGED_BY}"
     where: list[tuple[tuple[str, str], str | None]] = [(k, namespace) for k in OWNED_KINDS]
-    where += [(k, ns) for k in RBAC_NAMESPACED_KINDS for ns in dict.fromkeys((namespace, rbac.EVENTS_NAMESPACE))]
+    where += [(k, namespace) for k in RBAC_NAMESPACED_KINDS]
+    # Only the events Roles and RoleBindings live in the events namespace (and the operator's RBAC allows no more).
+    if namespace != rbac.EVENTS_NAMESPACE:
+        where += [(k, rbac.EVENTS_NAMESPACE) for k in RBAC_NAMESPACED_KINDS if k[1] != "ServiceAccount"]
     where += [(k, None) for k in RBAC_CLUSTER_KINDS]
     for (api_version, kind), scope in where:
         for obj in objects.list(api_version, kind, namespace=scope, label_selector=selector).items:

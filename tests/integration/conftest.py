@@ -17,6 +17,9 @@ Fixtures:
   timing table printed at the end of the session.
 * ``real_api`` (session): a ``metax_k8s.client.HttpApi`` on the session control plane, with the
   contract suite's test-only Widget CRD installed.
+* ``process_node`` (session): a `metax_dev.processnode.node.ProcessNode` registered on the session control
+  plane (``process-node-0``): pods that tolerate its taint and select its label run as local processes
+  (docs/processnode.md).
 * ``cluster`` (function, parametrized): a ``cluster_helpers.Cluster`` with a fresh namespace,
   ``[inmemory]`` (always) and ``[real]`` (marked ``integration``): the contract suite
   (``test_cluster_contract_*.py``) runs every test against both.
@@ -50,6 +53,7 @@ from metax_dev.controlplane import build, errors
 from metax_dev.controlplane import (
     cluster as controlplane,  # "cluster" is the contract fixture below
 )
+from metax_dev.processnode import node as processnode
 from metax_k8s import client as metax_client
 from metax_k8s.api import Api
 from metax_k8s.inmemory import InMemoryApiServer
@@ -147,6 +151,19 @@ def real_api(control_plane: controlplane.ControlPlane) -> metax_client.HttpApi:
     api.apply(WIDGET_CRD, field_manager="contract-tests", force=True)
     wait_served(api, WIDGET_API, "Widget")
     return api
+
+
+@pytest.fixture(scope="session")
+def process_node(
+    control_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[processnode.ProcessNode]:
+    node = processnode.ProcessNode.for_control_plane(control_plane, tmp_path_factory.mktemp("process-node"))
+    node.start()
+    try:
+        node.wait_ready()
+        yield node
+    finally:
+        node.stop()
 
 
 @pytest.fixture(params=["inmemory", pytest.param("real", marks=pytest.mark.integration)])

@@ -9,7 +9,9 @@ present, the operator Deployment available (kwok runs its pod), the ``cluster-op
 ``helm uninstall --wait`` runs the pre-delete cleanup Job before it deletes the operator, then leaves nothing
 of ours (the CRD stays, by Helm convention, as the README says).
 
-The operator's reconcile loop is not part of this branch's chart tests: nothing here depends on it running.
+Here kwok "runs" the operator's pod and the cleanup Job (nothing executes): nothing in this module depends on
+the operator running. tests/integration/test_chart_e2e.py runs the same chart with the operator's pod and the
+cleanup Job really running on a process node (docs/processnode.md).
 """
 
 from __future__ import annotations

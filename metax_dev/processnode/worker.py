@@ -1,0 +1,450 @@
+"""One pod on a process node: its containers as process groups, probes, restarts, status, graceful deletion.
+
+Why a module of its own: this is the kubelet's pod worker in small. One thread per pod owns the pod's
+processes from start to removal: it starts each container's command (through ``setpriv --pdeathsig KILL``, in
+a session of its own, so a container dies with the thread that started it and its whole group can be
+signalled), runs the probes when they are due, restarts by the pod's restartPolicy with a back-off, keeps the
+ServiceAccount token fresh, writes the status whenever it changes, and on deletion sends SIGTERM, waits the
+grace period, sends SIGKILL and finishes the deletion with grace 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import attrs
+
+from metax_core.errors import ClusterError, NotFound
+from metax_dev.controlplane import network
+from metax_dev.processnode import podspec, probes, status, tokens
+from metax_k8s import client
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "metax-processnode"
+#: Restart back-off: first delay and cap, in seconds (the kubelet: 10 s and 300 s; shorter for tests).
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 30.0
+#: A container that ran this long has its back-off reset.
+BACKOFF_RESET = 60.0
+TICK = 0.2
+
+
+@attrs.frozen
+class NodeContext:
+    """What every pod worker of one node shares."""
+
+    name: str
+    address: str
+    api: client.HttpApi  # as system:node:<name>
+    http: network.Https  # the same identity, for TokenRequest and delete-with-grace-0
+    ca: Path
+    server_port: int
+    bin_dirs: tuple[Path, ...]
+    root: Path
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class _Container:
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.name: str = spec["name"]
+        self.image = str(spec.get("image", ""))
+        self.plan: podspec.ContainerPlan | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.log: BinaryIO | None = None
+        self.state = status.State.WAITING
+        self.reason = "ContainerCreating"
+        self.message = ""
+        self.started_at = ""
+        self.started_mono = 0.0
+        self.terminated: status.Terminated | None = None
+        self.restart_count = 0
+        self.ready = False
+        self.will_restart = True
+        self.next_start = 0.0
+        self.backoff = BACKOFF_FIRST
+        self.probe_next: dict[str, float] = {}
+        self.probe_ok: dict[str, int] = {}
+        self.probe_bad: dict[str, int] = {}
+
+    def snapshot(self) -> status.Container:
+        return status.Container(
+            name=self.name,
+            image=self.image,
+            state=self.state,
+            restart_count=self.restart_count,
+            ready=self.ready,
+            reason=self.reason,
+            message=self.message,
+            started_at=self.started_at,
+            terminated=self.terminated,
+            pid=self.popen.pid if self.popen is not None else None,
+            will_restart=self.will_restart,
+        )
+
+
+class PodWorker:
+    def __init__(self, context: NodeContext, pod: Mapping[str, Any]) -> None:
+        self.context = context
+        meta = pod["metadata"]
+        self.key = f"{meta['namespace']}/{meta['name']}"
+        self.uid: str = meta["uid"]
+        self.directory = context.root / f"{meta['namespace']}_{meta['name']}_{self.uid[:8]}"
+        self.account_dir = self.directory / "serviceaccount"
+        self._pod: Mapping[str, Any] = pod
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._removed = False
+        self._token: tokens.Token | None = None
+        self._token_error = ""
+        self._token_retry = 0.0
+        self._renew_now = False
+        self._published: dict[str, Any] | None = None
+        self._conditions: dict[str, bool] = {}
+        self._transitions: dict[str, str] = {}
+        self._start_time = status.timestamp(_now())
+        self.containers = [_Container(c) for c in (pod.get("spec") or {}).get("containers") or []]
+        self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
+
+    # -- what the node calls ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def update(self, pod: Mapping[str, Any]) -> None:
+        self._pod = pod
+        self._wake.set()
+
+    def removed(self) -> None:
+        """The pod object is gone: stop its processes at once (as the kubelet does for a force deletion)."""
+        self._removed = True
+        self._stop.set()
+        self._wake.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Node shutdown: stop the processes (SIGTERM, then SIGKILL after a short grace) and the thread."""
+        self._stop.set()
+        self._wake.set()
+        self.thread.join(timeout)
+
+    def renew_token(self) -> None:
+        """Ask for a new ServiceAccount token now instead of at 80 % of the current one's lifetime."""
+        self._renew_now = True
+        self._wake.set()
+
+    def log_path(self, container: str) -> Path:
+        return self.directory / f"{container}.log"
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    @property
+    def _restart_policy(self) -> str:
+        return str((self._pod.get("spec") or {}).get("restartPolicy") or "Always")
+
+    def _run(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            reason = podspec.unsupported(self._pod)
+            if reason is not None:
+                for c in self.containers:
+                    c.state, c.reason, c.message, c.will_restart = status.State.WAITING, "Unsupported", reason, False
+                self._publish(status.Phase.FAILED, "UnsupportedPodSpec", reason)
+            while not self._stop.is_set():
+                if (self._pod.get("metadata") or {}).get("deletionTimestamp"):
+                    self._delete()
+                    return
+                if reason is None:
+                    self._refresh_token()
+                    for c in self.containers:
+                        self._step(c)
+                    self._publish(status.phase([c.snapshot() for c in self.containers]))
+                self._wake.wait(TICK)
+                self._wake.clear()
+        except Exception:
+            log.exception("pod %s: worker failed", self.key)
+        finally:
+            self._kill_all(grace=0.0 if self._removed else 5.0)
+            for c in self.containers:
+                if c.log is not None:
+                    c.log.close()
+
+    # -- credentials -----------------------------------------------------------------------------------
+
+    def _refresh_token(self) -> None:
+        spec = self._pod.get("spec") or {}
+        if spec.get("automountServiceAccountToken") is False:
+            return
+        now = _now()
+        if self._token is not None and not self._token.renew_due(now) and not self._renew_now:
+            return
+        if time.monotonic() < self._token_retry:
+            return
+        try:
+            token = tokens.request(self.context.http, self._pod, now)
+            tokens.write(self.account_dir, token, self.context.ca, self._pod["metadata"]["namespace"])
+        except (tokens.TokenError, OSError) as exc:
+            self._token_error = str(exc)
+            self._token_retry = time.monotonic() + 2.0
+            log.warning("pod %s: %s", self.key, exc)
+            return
+        self._token, self._token_error, self._renew_now = token, "", False
+
+    def _base_env(self) -> dict[str, str]:
+        meta = self._pod["metadata"]
+        env = {
+            "PATH": ":".join([*(str(d) for d in self.context.bin_dirs), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": str(self.directory),
+            "HOSTNAME": meta["name"],
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "KUBERNETES_SERVICE_HOST": network.LOOPBACK,
+            "KUBERNETES_SERVICE_PORT": str(self.context.server_port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(self.context.server_port),
+        }
+        if (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
+            env[client.SERVICE_ACCOUNT_DIR_ENV] = str(self.account_dir)
+        tmp = self._volume_dirs().get("/tmp")
+        if tmp is not None:
+            env["TMPDIR"] = str(tmp)
+        return env
+
+    def _volume_dirs(self) -> dict[str, Path]:
+        """emptyDir volumes by mount path: a directory of the pod (nothing is mounted; /tmp becomes TMPDIR)."""
+        spec = self._pod.get("spec") or {}
+        empty = {v["name"] for v in spec.get("volumes") or [] if "emptyDir" in v}
+        found = {}
+        for container in spec.get("containers") or []:
+            for mount in container.get("volumeMounts") or []:
+                if mount["name"] in empty:
+                    found[mount["mountPath"]] = self.directory / "volumes" / mount["name"]
+        return found
+
+    def _lookup(self, kind: str, name: str, key: str) -> str:
+        namespace = self._pod["metadata"]["namespace"]
+        try:
+            obj = self.context.api.get("v1", kind, name, namespace)
+        except NotFound as exc:
+            raise KeyError(f"{kind} {namespace}/{name} not found") from exc
+        if kind == "Secret":
+            data = obj.get("data") or {}
+            if key not in data:
+                raise KeyError(f"no key {key!r}")
+            return base64.b64decode(data[key]).decode()
+        values = obj.get("data") or {}
+        if key not in values:
+            raise KeyError(f"no key {key!r}")
+        return str(values[key])
+
+    # -- one container -----------------------------------------------------------------------------------
+
+    def _step(self, c: _Container) -> None:
+        now = time.monotonic()
+        if c.popen is not None:
+            code = c.popen.poll()
+            if code is None:
+                self._probe(c, now)
+                return
+            self._exited(c, code, "Completed" if code == 0 else "Error", "")
+        if not c.will_restart or now < c.next_start:
+            return
+        if self._token is None and self._token_error:
+            c.state, c.reason, c.message = status.State.WAITING, "CreateContainerConfigError", self._token_error
+            return
+        if self._token is None and (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
+            return  # the first TokenRequest has not answered yet
+        self._start(c)
+
+    def _start(self, c: _Container) -> None:
+        facts = podspec.PodFacts(self.context.name, self.context.address, self.context.address)
+        try:
+            c.plan = podspec.plan(c.spec, self._pod, facts, self.context.bin_dirs, self._lookup)
+        except podspec.PlanError as exc:
+            if exc.reason == "StartError":  # as the runtime reports an exec failure: exit code 128
+                self._mark_started(c)
+                self._exited(c, 128, exc.reason, exc.message)
+            else:
+                c.state, c.reason, c.message = status.State.WAITING, exc.reason, exc.message
+                c.next_start = time.monotonic() + 2.0
+            return
+        for directory in self._volume_dirs().values():
+            directory.mkdir(parents=True, exist_ok=True)
+        if c.log is None:
+            c.log = self.log_path(c.name).open("ab")
+        c.log.write(f"==> {status.timestamp(_now())} start #{c.restart_count}: {' '.join(c.plan.argv)}\n".encode())
+        c.log.flush()
+        env = {**self._base_env(), **c.plan.env}
+        try:
+            c.popen = subprocess.Popen(
+                ["setpriv", "--pdeathsig", "KILL", "--", *c.plan.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=c.log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._mark_started(c)
+            self._exited(c, 128, "StartError", f"{c.plan.argv[0]}: {exc}")
+            return
+        self._mark_started(c)
+        c.state, c.reason, c.message = status.State.RUNNING, "", ""
+        c.ready = c.plan.readiness is None
+        c.probe_next = {"readiness": c.started_mono + (c.plan.readiness.initial_delay if c.plan.readiness else 0)}
+        c.probe_next["liveness"] = c.started_mono + (c.plan.liveness.initial_delay if c.plan.liveness else 0)
+        c.probe_ok, c.probe_bad = {}, {}
+        log.info("pod %s: container %s started (pid %d)", self.key, c.name, c.popen.pid)
+
+    def _mark_started(self, c: _Container) -> None:
+        c.started_at = status.timestamp(_now())
+        c.started_mono = time.monotonic()
+
+    def _exited(self, c: _Container, code: int, reason: str, message: str) -> None:
+        c.terminated = status.Terminated(code, reason, message, c.started_at, status.timestamp(_now()))
+        c.ready = False
+        c.popen = None
+        policy = self._restart_policy
+        c.will_restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+        if c.will_restart:
+            if time.monotonic() - c.started_mono > BACKOFF_RESET:
+                c.backoff = BACKOFF_FIRST
+            c.next_start = time.monotonic() + c.backoff
+            c.backoff = min(c.backoff * 2, BACKOFF_MAX)
+            c.restart_count += 1
+            c.state, c.reason = status.State.WAITING, "CrashLoopBackOff"
+            c.message = f"back-off {c.next_start - time.monotonic():.0f}s restarting failed container {c.name}"
+        else:
+            c.state, c.reason, c.message = status.State.TERMINATED, "", ""
+        log.info("pod %s: container %s exited %d (%s)", self.key, c.name, code, reason)
+
+    def _probe(self, c: _Container, now: float) -> None:
+        assert c.plan is not None
+        for kind, probe in (("readiness", c.plan.readiness), ("liveness", c.plan.liveness)):
+            if probe is None or now < c.probe_next[kind]:
+                continue
+            result = probes.run(probe, self.context.address, {**self._base_env(), **c.plan.env}, self.directory)
+            c.probe_next[kind] = time.monotonic() + probe.period
+            if result.success:
+                c.probe_ok[kind], c.probe_bad[kind] = c.probe_ok.get(kind, 0) + 1, 0
+            else:
+                c.probe_ok[kind], c.probe_bad[kind] = 0, c.probe_bad.get(kind, 0) + 1
+            if kind == "readiness":
+                if c.probe_ok[kind] >= probe.success_threshold:
+                    c.ready = True
+                elif c.probe_bad[kind] >= probe.failure_threshold:
+                    c.ready = False
+            elif c.probe_bad[kind] >= probe.failure_threshold:
+                log.info("pod %s: container %s failed liveness (%s): restarting", self.key, c.name, result.detail)
+                code = self._kill(c, self._grace())
+                self._exited(c, code, "Error", f"liveness probe failed: {result.detail}")
+                return
+
+    # -- stopping ------------------------------------------------------------------------------------------
+
+    def _grace(self) -> float:
+        meta = self._pod.get("metadata") or {}
+        if meta.get("deletionGracePeriodSeconds") is not None:
+            return float(meta["deletionGracePeriodSeconds"])
+        return float((self._pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+
+    def _kill(self, c: _Container, grace: float) -> int:
+        """SIGTERM the container's process group, SIGKILL after ``grace``; returns the exit code."""
+        popen = c.popen
+        if popen is None:
+            return 0
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(popen.pid, signal.SIGTERM)
+        try:
+            code = popen.wait(timeout=grace if grace > 0 else 0.1)
+        except subprocess.TimeoutExpired:
+            code = None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(popen.pid, signal.SIGKILL)  # whatever else is left in the group goes too
+        if code is None:
+            code = popen.wait(timeout=30)
+        return 128 - code if code < 0 else code  # -15 -> 143 as the runtimes report a signal
+
+    def _kill_all(self, grace: float) -> None:
+        running = [c for c in self.containers if c.popen is not None]
+        for c in running:
+            assert c.popen is not None
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(c.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for c in running:
+            code = self._kill(c, max(0.0, deadline - time.monotonic()))
+            c.terminated = status.Terminated(
+                code, "Error" if code else "Completed", "", c.started_at, status.timestamp(_now())
+            )
+            c.state, c.ready, c.popen, c.will_restart = status.State.TERMINATED, False, None, False
+
+    def _delete(self) -> None:
+        """Graceful deletion: stop every container within the grace period, then remove the pod for good."""
+        self._kill_all(self._grace())
+        meta = self._pod["metadata"]
+        with contextlib.suppress(ClusterError):
+            self._publish(status.phase([c.snapshot() for c in self.containers]))
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": self.uid},
+        }
+        try:
+            code, data = self.context.http.request(
+                "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", body
+            )
+        except OSError as exc:
+            log.warning("pod %s: final delete failed: %s", self.key, exc)
+            return
+        if code >= 300 and code not in (404, 409):
+            log.warning("pod %s: final delete: HTTP %d %r", self.key, code, data[:300])
+
+    # -- status --------------------------------------------------------------------------------------------
+
+    def _publish(self, phase: status.Phase, reason: str = "", message: str = "") -> None:
+        snapshot = status.PodStatus(
+            phase=phase,
+            containers=tuple(c.snapshot() for c in self.containers),
+            pod_ip=self.context.address,
+            host_ip=self.context.address,
+            start_time=self._start_time,
+            reason=reason,
+            message=message,
+        )
+        now = status.timestamp(_now())
+        for kind, value in status.conditions(snapshot).items():
+            if self._conditions.get(kind) != value:
+                self._conditions[kind] = value
+                self._transitions[kind] = now
+        document = status.document(attrs.evolve(snapshot, transitions=dict(self._transitions)))
+        if document == self._published:
+            return
+        meta = self._pod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": self.uid},
+            "status": document,
+        }
+        try:
+            self.context.api.apply(body, field_manager=FIELD_MANAGER, force=True, subresource="status")
+        except ClusterError as exc:
+            log.warning("pod %s: status not written: %s", self.key, exc)
+            return
+        self._published = document

@@ -1,0 +1,193 @@
+"""The process node's pure rules (metax_dev/processnode): container plans, pod phase and status, token renewal.
+
+Covers: the command is found in the given bin dirs (absolute paths too), a missing command or no command at all
+is a StartError naming the command and the directories; env values with ``$(VAR)`` expansion (``$$`` escapes),
+every supported fieldRef, configMapKeyRef/secretKeyRef through the lookup (optional ones skipped, missing ones
+named), unsupported sources refused; probes with kubelet defaults and named ports; the pod phase rule (Pending,
+Running, Succeeded, Failed); the status document's conditions and container states; a token is renewed at 80 %
+of its lifetime.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metax_dev.processnode import podspec, status, tokens
+
+FACTS = podspec.PodFacts(node_name="process-node-0", pod_ip="198.18.0.7", host_ip="198.18.0.7")
+POD: dict[str, Any] = {
+    "metadata": {"name": "op-1", "namespace": "metax-operator", "uid": "u-1", "labels": {"app": "op"}},
+    "spec": {"nodeName": "process-node-0", "serviceAccountName": "metax-operator"},
+}
+
+
+def _no_lookup(kind: str, name: str, key: str) -> str:
+    raise KeyError(f"{kind} {name} not found")
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path) -> Path:
+    tool = tmp_path / "metax-tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    return tmp_path
+
+
+def test_the_command_is_found_in_the_bin_dirs_with_its_args(bin_dir: Path) -> None:
+    container = {"name": "c", "command": ["metax-tool", "run"], "args": ["--x"]}
+    assert podspec.resolve_command(container, [bin_dir]) == (str(bin_dir / "metax-tool"), "run", "--x")
+    absolute = {"name": "c", "command": [str(bin_dir / "metax-tool")]}
+    assert podspec.resolve_command(absolute, []) == (str(bin_dir / "metax-tool"),)
+
+
+def test_a_missing_command_is_a_start_error_naming_it_and_where_it_was_looked_for(bin_dir: Path) -> None:
+    with pytest.raises(podspec.PlanError, match=r"executable 'nope' not found in .*") as missing:
+        podspec.resolve_command({"name": "c", "command": ["nope"]}, [bin_dir])
+    assert missing.value.reason == "StartError" and str(bin_dir) in missing.value.message
+    with pytest.raises(podspec.PlanError, match=r"no command: a process node has no image \(r/x:1\)"):
+        podspec.resolve_command({"name": "c", "image": "r/x:1", "args": ["a"]}, [bin_dir])
+
+
+def test_env_values_field_refs_and_references() -> None:
+    env = [
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "GREETING", "value": "on $(NODE), not $(MISSING), $$(NODE) escaped"},
+        {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+    ]
+    result = podspec.environment({"name": "c", "env": env}, POD, FACTS, _no_lookup)
+    assert result == {
+        "NODE": "process-node-0",
+        "GREETING": "on process-node-0, not $(MISSING), $(NODE) escaped",
+        "NAME": "op-1",
+        "NS": "metax-operator",
+        "UID": "u-1",
+        "SA": "metax-operator",
+        "IP": "198.18.0.7",
+        "APP": "op",
+    }
+
+
+def test_config_map_and_secret_keys_come_through_the_lookup() -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    def lookup(kind: str, name: str, key: str) -> str:
+        seen.append((kind, name, key))
+        if name == "gone":
+            raise KeyError("not found")
+        return f"{kind}:{key}"
+
+    env = [
+        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "p"}}},
+        {"name": "C", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "p", "optional": True}}},
+    ]
+    assert podspec.environment({"name": "c", "env": env}, POD, FACTS, lookup) == {"A": "ConfigMap:k", "B": "Secret:p"}
+    assert seen[:2] == [("ConfigMap", "cm", "k"), ("Secret", "s", "p")]
+    required = [{"name": "D", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k"}}}]
+    with pytest.raises(podspec.PlanError, match=r"env\[0\] D: ConfigMap gone key k"):
+        podspec.environment({"name": "c", "env": required}, POD, FACTS, lookup)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ([{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}], "resourceFieldRef"),
+        ([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "spec.hostname"}}}], "fieldRef 'spec.hostname'"),
+    ],
+)
+def test_unsupported_env_sources_are_refused_by_name(env: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(podspec.PlanError, match=message) as refused:
+        podspec.environment({"name": "c", "env": env}, POD, FACTS, _no_lookup)
+    assert refused.value.reason == "CreateContainerConfigError"
+
+
+def test_probes_take_kubelet_defaults_and_resolve_named_ports() -> None:
+    container = {
+        "name": "c",
+        "ports": [{"name": "webhook", "containerPort": 9443}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}},
+        "livenessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 20, "failureThreshold": 1},
+    }
+    readiness = podspec.probe(container, "readinessProbe")
+    assert readiness == podspec.Probe("httpGet", port=9443, path="/readyz", scheme="HTTPS")
+    assert readiness.period == 10 and readiness.timeout == 1 and readiness.failure_threshold == 3
+    liveness = podspec.probe(container, "livenessProbe")
+    assert liveness is not None and liveness.command == ("true",) and liveness.period == 20
+    assert podspec.probe(container, "startupProbe") is None  # none given
+    with pytest.raises(podspec.PlanError, match="no port named 'metrics'"):
+        podspec.probe({"name": "c", "readinessProbe": {"tcpSocket": {"port": "metrics"}}}, "readinessProbe")
+
+
+def test_what_a_process_node_cannot_honour_is_named() -> None:
+    assert podspec.unsupported(POD) is None
+    assert "initContainers" in str(podspec.unsupported({"spec": {"initContainers": [{"name": "i"}]}}))
+    hooks = {"spec": {"containers": [{"name": "a"}, {"name": "b", "lifecycle": {"preStop": {}}}]}}
+    assert podspec.unsupported(hooks) == "spec.containers[1].lifecycle is not supported by the process node"
+    startup = {"spec": {"containers": [{"name": "a", "startupProbe": {"exec": {"command": ["true"]}}}]}}
+    assert "spec.containers[0].startupProbe" in str(podspec.unsupported(startup))
+
+
+def _c(state: status.State, *, code: int | None = None, restarts: int = 0, again: bool = True) -> status.Container:
+    ended = status.Terminated(code, "Completed" if code == 0 else "Error", "", "t0", "t1") if code is not None else None
+    return status.Container("c", "img", state, restart_count=restarts, terminated=ended, will_restart=again)
+
+
+def test_the_pod_phase_rule() -> None:
+    assert status.phase([_c(status.State.WAITING)]) is status.Phase.PENDING
+    assert status.phase([_c(status.State.RUNNING)]) is status.Phase.RUNNING
+    crash_loop = _c(status.State.WAITING, code=3, restarts=2)
+    assert status.phase([crash_loop]) is status.Phase.RUNNING
+    done = _c(status.State.TERMINATED, code=0, again=False)
+    failed = _c(status.State.TERMINATED, code=2, again=False)
+    assert status.phase([done]) is status.Phase.SUCCEEDED
+    assert status.phase([done, failed]) is status.Phase.FAILED
+    assert status.phase([done, _c(status.State.RUNNING)]) is status.Phase.RUNNING
+
+
+def test_the_status_document() -> None:
+    ready = status.Container("a", "img", status.State.RUNNING, ready=True, started_at="t0", pid=42)
+    backing_off = status.Container(
+        "b",
+        "img",
+        status.State.WAITING,
+        restart_count=1,
+        reason="CrashLoopBackOff",
+        terminated=status.Terminated(3, "Error", "", "t0", "t1"),
+    )
+    pod = status.PodStatus(status.Phase.RUNNING, (ready, backing_off), "198.18.0.7", "198.18.0.7", "t0")
+    document = status.document(pod)
+    conditions = {c["type"]: c["status"] for c in document["conditions"]}
+    assert conditions == {
+        "PodScheduled": "True",
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "ContainersReady": "False",
+        "Ready": "False",
+    }
+    a, b = document["containerStatuses"]
+    assert a["state"] == {"running": {"startedAt": "t0"}} and a["containerID"] == "process://42" and a["ready"]
+    assert b["state"] == {"waiting": {"reason": "CrashLoopBackOff"}} and b["restartCount"] == 1
+    assert b["lastState"]["terminated"]["exitCode"] == 3
+    assert document["podIP"] == "198.18.0.7" and document["podIPs"] == [{"ip": "198.18.0.7"}]
+    everyone = status.document(attrs_evolve(pod, (ready,)))
+    assert {c["type"]: c["status"] for c in everyone["conditions"]}["Ready"] == "True"
+
+
+def attrs_evolve(pod: status.PodStatus, containers: tuple[status.Container, ...]) -> status.PodStatus:
+    return status.PodStatus(pod.phase, containers, pod.pod_ip, pod.host_ip, pod.start_time)
+
+
+def test_a_token_is_renewed_at_80_percent_of_its_lifetime() -> None:
+    issued = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    token = tokens.Token("t", issued, issued + dt.timedelta(seconds=3600))
+    assert not token.renew_due(issued + dt.timedelta(seconds=2879))
+    assert token.renew_due(issued + dt.timedelta(seconds=2880))
