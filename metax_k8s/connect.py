@@ -37,7 +37,6 @@ from metax_k8s import client
 
 log = logging.getLogger(__name__)
 
-SERVICE_ACCOUNT = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REFRESH = 60.0
 """Seconds between re-reads of a token file (bound ServiceAccount tokens are rotated by the kubelet)."""
 POOL_SIZE = 8
@@ -108,16 +107,19 @@ def connect(
     kubeconfig: str | os.PathLike[str] | None = None,
     *,
     environ: Mapping[str, str] | None = None,
-    service_account: pathlib.Path = SERVICE_ACCOUNT,
+    service_account: pathlib.Path | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> client.ApiClientLike:
-    """A client for `HttpApi`: in-cluster inside a pod, else ``kubeconfig`` or $KUBECONFIG.
+    """A client for `HttpApi`: in-cluster inside a pod (files under $METAX_SERVICEACCOUNT_DIR if set), else
+    ``kubeconfig`` or $KUBECONFIG.
 
     Returns a `Connection` when this module can build it, else `client.api_client`'s ApiClient.
     Raises `ClusterError` (verb ``configure``) naming the source when the configuration is unusable.
     """
     env = os.environ if environ is None else environ
     if kubeconfig is None and env.get("KUBERNETES_SERVICE_HOST"):
+        if service_account is None:
+            service_account = pathlib.Path(env.get(client.SERVICE_ACCOUNT_DIR_ENV) or client.SERVICE_ACCOUNT_DIR)
         connection = in_cluster(env, service_account, clock)
     else:
         path = pathlib.Path(
