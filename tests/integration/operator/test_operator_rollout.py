@@ -80,10 +80,33 @@ def test_a_rollout_follows_the_plan_and_waits_for_confirmations_only(
         confirm(env.kubeconfig, 4)
         wait_for("rollout complete", lambda: upgrade(env).get("phase") == "Idling", timeout=120)
         recorder.stop()
-        assert recorder.snapshot() == rollout_plan(SEED_POLICY, names, tmp_path)
+        planned = rollout_plan(SEED_POLICY, names, tmp_path)
+        assert as_planned(recorder.snapshot(), planned) == planned, (recorder.snapshot(), planned)
         for entry in env.cr()["metadata"].get("managedFields") or []:
             if entry["manager"] == "metax-operator":
                 assert "f:spec" not in (entry.get("fieldsV1") or {}), entry
+
+
+def as_planned(observed: list[list[str]], planned: list[list[str]]) -> list[list[str]]:
+    """``observed`` loops with each run of consecutive loops that together make up the next planned loop merged.
+
+    The operator deletes one loop's driver pods one request after another (~20 ms apart); on a loaded machine
+    it can be descheduled between two of them long enough (~150 ms) for kwok to bring the first node back
+    Ready, and the recorder then sees two loops where the operator decided one. Merging such runs keeps what
+    matters: the order, and that no observed loop holds nodes of two planned loops (never more in flight).
+    """
+    merged: list[list[str]] = []
+    run: list[str] = []
+    targets = iter(planned)
+    target = next(targets, None)
+    for loop in observed:
+        run = sorted(run + loop)
+        if target is not None and set(run) < set(target):
+            continue  # part of the planned loop: wait for the rest
+        merged.append(run)
+        run = []
+        target = next(targets, None)
+    return merged + ([run] if run else [])
 
 
 def test_a_gpu_workload_holds_its_node_until_it_ends(
