@@ -201,6 +201,25 @@ def objects(component: Component, namespace: str = spec.NAMESPACE) -> list[dict[
     return [obj for account in accounts(component) for obj in account_objects(account, namespace, component)]
 
 
+_REMOVAL_RANK = {"ClusterRoleBinding": 0, "RoleBinding": 0, "ClusterRole": 1, "Role": 1, "ServiceAccount": 2}
+
+
+def to_remove(
+    undeployed: Iterable[Component], namespace: str, keep: Iterable[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The RBAC objects of components the operator does not deploy (disabled, or a prerequisite disabled:
+    R-DEP), in the order to delete them: bindings, then roles, then ServiceAccounts. An object that one of
+    ``keep`` (the rendered objects of the deployed components) also names stays."""
+    kept = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in keep}
+    found = [
+        obj
+        for component in undeployed
+        for obj in objects(component, namespace)
+        if (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]) not in kept
+    ]
+    return sorted(found, key=lambda o: _REMOVAL_RANK[o["kind"]])
+
+
 # --- the operator itself (C1), rendered by the chart -------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ Why this module exists: the flags are where the test control plane's behaviour i
 and NodeRestriction on, no leader election, nodes on loopback, watches that close promptly on
 restart), and they are easiest to read and review apart from the code that starts and waits for
 the processes. Everything here writes files or returns argument lists; the only program it
-runs is ``kwok default-stages``, whose output becomes kwok's config.
+runs is ``kwok default-stages``, whose output (plus a test-only crash-loop stage) becomes kwok's config.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+import yaml
 
 from metax_dev.controlplane import errors, network, nodes, pki
 
@@ -80,12 +82,91 @@ def write_credentials(workdir: Path, server: str) -> Credentials:
     return Credentials(authority, apiserver, serving, admin)
 
 
+#: A test-only image tag suffix: kwok puts a pod that runs (or init-runs) an image whose tag ends with it into a
+#: crash loop instead of making it Ready (tests of a failing driver rollout, R-ROLLOUT), e.g. the driver
+#: payload version ``2.14.7-metax-test-crash``.
+CRASH_TAG_SUFFIX: Final = "-metax-test-crash"
+_CRASH_QUERY: Final = (
+    "[(.spec.initContainers // [])[], (.spec.containers // [])[]]"
+    f' | map(.image // "" | endswith("{CRASH_TAG_SUFFIX}")) | any'
+)
+
+_CRASH_LOOP_STATUS: Final = """{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Ready
+  reason: ContainersNotReady
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: ContainersReady
+  reason: ContainersNotReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  started: false
+  restartCount: 6
+  lastState:
+    terminated:
+      exitCode: 1
+      reason: Error
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+  state:
+    waiting:
+      reason: CrashLoopBackOff
+      message: back-off 5m0s restarting failed container (a metax-test-crash image)
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+
+def _crash_loop_stage() -> dict[str, Any]:
+    """A Pending pod with a `CRASH_TAG_SUFFIX` image goes straight into CrashLoopBackOff, Ready False, and stays."""
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "metax-test-pod-crash-loop"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": _CRASH_QUERY, "operator": "In", "values": ["true"]},
+                    {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                ]
+            },
+            "next": {"statusTemplate": _CRASH_LOOP_STATUS},
+        },
+    }
+
+
+def kwok_stages(default_stages: str) -> str:
+    """kwok's default stages, with pod-ready skipping crash-test pods, plus the crash-loop stage."""
+    stages = [s for s in yaml.safe_load_all(default_stages) if s]
+    ready = [s for s in stages if s.get("kind") == "Stage" and s["metadata"]["name"] == "pod-ready"]
+    if len(ready) != 1:
+        raise errors.ControlPlaneError("`kwok default-stages` has no pod-ready stage to exclude crash-test pods from")
+    # The query yields one bool per pod, so pod-ready and the crash loop never both match a pod.
+    ready[0]["spec"]["selector"]["matchExpressions"].append(
+        {"key": _CRASH_QUERY, "operator": "NotIn", "values": ["true"]}
+    )
+    stages.append(_crash_loop_stage())
+    return yaml.safe_dump_all(stages, sort_keys=False)
+
+
 def write_kwok_config(workdir: Path, kwok: str) -> None:
-    """kwok's ``--config``: its own default stages, so they match the kwok version built."""
+    """kwok's ``--config``: its own default stages, so they match the kwok version built (`kwok_stages`)."""
     stages = subprocess.run([kwok, "default-stages"], capture_output=True, text=True, check=False)
     if stages.returncode != 0 or "kind: Stage" not in stages.stdout:
         raise errors.ControlPlaneError(f"`kwok default-stages` failed: {stages.stderr.strip()}")
-    (workdir / "kwok.yaml").write_text(stages.stdout)
+    (workdir / "kwok.yaml").write_text(kwok_stages(stages.stdout))
 
 
 @dataclass(frozen=True)

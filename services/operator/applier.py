@@ -9,8 +9,11 @@ every object the operator writes, so they live in one place:
   a hand edit of a field we own is thus put back (``force``: we take our fields back), a field we do not
   own is left alone (SSA only sends ours);
 - an object of the same name that lacks our ``app.kubernetes.io/managed-by`` label is never touched: the
-  apply is refused with a Warning Event and the component reports Failed;
-- pruning deletes only objects that carry our label.
+  apply is refused and the component reports Failed; the refusal is logged with a Warning Event once per
+  object and reason (again only when the object is replaced or the reason changes, or after it was
+  resolved), so a steady state stays quiet;
+- pruning deletes only objects that carry our label; `Applier.prune_absent` remembers what it made sure is
+  gone, so a component that stays disabled costs no request per reconcile.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from metax_core.cluster import workloads
@@ -66,13 +69,40 @@ class Applier:
         self.events = events
         self.field_manager = field_manager
         self._applied: dict[tuple[str, str, str], str] = {}
+        self._refused: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """Refusals already reported: object key → (uid, reason)."""
+        self._gone: set[tuple[str, str, str]] = set()
+        """Objects `prune_absent` made sure are gone (or found not ours) since they were last applied."""
         self._lock = threading.Lock()
         self.writes = 0
 
     def forget(self) -> None:
-        """Drop what we remember (a new leader term re-applies everything once)."""
+        """Drop what we remember (a new leader term re-applies and re-checks everything once)."""
         with self._lock:
             self._applied.clear()
+            self._gone.clear()
+
+    def _refuse(self, key: tuple[str, str, str], manifest: Mapping[str, Any], live: RawObject) -> NotOurs:
+        message = (
+            f"{key[0]} {key[1]}/{key[2]} exists without label {workloads.MANAGED_BY_LABEL}="
+            f"{workloads.MANAGED_BY}: not touching it; delete or rename it to let the operator create its own"
+        )
+        uid = str((live.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            first = self._refused.get(key) != (uid, message)
+            self._refused[key] = (uid, message)
+        if first:
+            log.warning("%s", message, extra={"object": f"{key[0]}/{key[2]}"})
+            self.events.emit(
+                ref_of({"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], **live}),
+                reason="Refused",
+                message=message,
+                type=EventType.WARNING,
+                action="Apply",
+            )
+        else:
+            log.debug("%s (reported before)", message)
+        return NotOurs(message)
 
     def apply(self, manifest: Mapping[str, Any], live: RawObject | None, *, creator: bool = False) -> RawObject:
         """``manifest`` applied unless ``live`` already is it; returns the live object."""
@@ -84,10 +114,10 @@ class Applier:
                 manifest["apiVersion"], manifest["kind"], metadata["name"], metadata.get("namespace")
             )
         if live is not None and not ours(live):
-            raise NotOurs(
-                f"{key[0]} {key[1]}/{key[2]} exists without label {workloads.MANAGED_BY_LABEL}="
-                f"{workloads.MANAGED_BY}: not touching it; delete or rename it to let the operator create its own"
-            )
+            raise self._refuse(key, manifest, live)
+        with self._lock:
+            self._refused.pop(key, None)
+            self._gone.discard(key)
         if live is not None:
             annotations = (live.get("metadata") or {}).get("annotations") or {}
             with self._lock:
@@ -139,3 +169,26 @@ class Applier:
                 message=f"{kind} {metadata.get('name')} deleted: {why}",
                 type=EventType.NORMAL,
             )
+
+    def prune_absent(self, manifests: Iterable[Mapping[str, Any]], why: str) -> None:
+        """Make sure each of ``manifests`` is gone: delete the live object if it is ours, leave it if not.
+
+        What was made sure of once is not looked up again until it is applied again (or a new term begins).
+        """
+        for manifest in manifests:
+            metadata = manifest["metadata"]
+            key = (str(manifest["kind"]), str(metadata.get("namespace") or ""), str(metadata["name"]))
+            with self._lock:
+                if key in self._gone:
+                    continue
+            try:
+                live = self.objects.get(manifest["apiVersion"], manifest["kind"], metadata["name"], key[1] or None)
+                if live is not None and not ours(live):
+                    log.info("%s %s/%s left alone: it is not ours (%s)", key[0], key[1], key[2], why)
+                elif live is not None:
+                    self.prune({"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], **live}, why)
+            except MetaxError as exc:
+                log.warning("%s %s/%s: could not prune (%s); trying again next reconcile", *key, exc)
+                continue
+            with self._lock:
+                self._gone.add(key)

@@ -7,7 +7,8 @@ Why a module of its own: this is the operator's whole job in one place, in order
 3. the spec is parsed; an invalid spec changes nothing and reports ``Degraded`` with every field path;
 4. ConfigMaps: ``driver-config`` created once with defaults, ``metax-vfio-config`` rendered from the spec;
 5. every component state, in R-DEP order (server-side apply, one field manager); the driver DaemonSet's
-   template comes from the rollout decision; objects of disabled or blocked components are pruned;
+   template comes from the rollout decision; objects of disabled or blocked components are pruned, their
+   ServiceAccounts and RBAC too (checked once per disable, not on every reconcile);
 6. a node whose VF count in ``driver-config`` changed gets its gpu-device pod recreated (R-VF), that pod only;
 7. the roll-up into ``status`` (written only when it differs from the stored one: zero writes when idle).
 
@@ -22,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from metax_core.cluster import components, configmaps, workloads
+from metax_core.cluster import components, configmaps, rbac, workloads
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
@@ -152,7 +153,7 @@ class Reconciler:
             results.append(states.ComponentState(component).sync(objects, self.applier, self._lookup))
         results.extend(cluster_status.blocked(b) for b in rendered.plan.blocked)
         results.extend(cluster_status.disabled(c) for c in rendered.plan.disabled)
-        self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan)
+        self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan, objects)
 
         if outcome is not None:
             self._apply_rollout(cr, outcome)
@@ -208,7 +209,10 @@ class Reconciler:
         self._set_finalizers(cr, [f for f in finalizers if f != cleanup.FINALIZER])
         self.applier.forget()
 
-    def _prune(self, wanted: set[tuple[str, str]], plan: components.DeployPlan) -> None:
+    def _prune(
+        self, wanted: set[tuple[str, str]], plan: components.DeployPlan, rendered: list[Mapping[str, Any]]
+    ) -> None:
+        """Workloads that are not wanted, then the RBAC of every component not deployed (R-DEP)."""
         why_by_component = {b.component.value: b.reason for b in plan.blocked}
         for cache, kind, api_version in (
             (self.caches.daemonsets, "DaemonSet", "apps/v1"),
@@ -222,6 +226,10 @@ class Reconciler:
                 component = (obj["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
                 why = why_by_component.get(component, f"component {component or '?'} is disabled")
                 self.applier.prune({"apiVersion": api_version, "kind": kind, **obj}, why)
+        undeployed = [*plan.disabled, *(b.component for b in plan.blocked)]
+        for component in undeployed:
+            why = why_by_component.get(component.value, f"component {component.value} is disabled")
+            self.applier.prune_absent(rbac.to_remove([component], self.settings.namespace, rendered), why)
 
     def _rollout(
         self, s: spec.ClusterOperatorSpec, cr: RawObject, desired: Mapping[str, Any], now: dt.datetime

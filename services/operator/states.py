@@ -48,8 +48,7 @@ class ComponentState:
                 result = apply.apply(manifest, cached)
                 if manifest["kind"] in ("DaemonSet", "Deployment"):
                     live.append(result)
-        except applier.NotOurs as exc:
-            log.warning("component %s: %s", self.name, exc)
+        except applier.NotOurs as exc:  # the applier reported it (once per object and reason)
             return status.failed(self.component, str(exc))
         except MetaxError as exc:
             log.warning("component %s: apply failed: %s", self.name, exc)

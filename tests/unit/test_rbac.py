@@ -127,3 +127,26 @@ def test_the_operator_renders_accounts_and_roles_before_each_workload() -> None:
 def test_accounts_follow_the_catalogue() -> None:
     assert rbac.accounts(Component.TOPO) == ("metax-topo-master", "metax-topo-worker")
     assert rbac.accounts(Component.EXPORTER) == ()
+
+
+def test_the_rbac_of_components_not_deployed_is_removed_bindings_first_and_what_is_deployed_stays() -> None:
+    removed = rbac.to_remove([Component.MACA, Component.GPU_DEVICE], "metax-operator")
+    names = [(o["kind"], o["metadata"]["name"]) for o in removed]
+    assert names == [
+        ("ClusterRoleBinding", "metax-operator:metax-maca"),
+        ("RoleBinding", "metax-maca-events"),
+        ("ClusterRoleBinding", "metax-operator:metax-gpu-device"),
+        ("RoleBinding", "metax-gpu-device-events"),
+        ("ClusterRole", "metax-operator:metax-maca"),
+        ("Role", "metax-maca-events"),
+        ("ClusterRole", "metax-operator:metax-gpu-device"),
+        ("Role", "metax-gpu-device-events"),
+        ("ServiceAccount", "metax-maca"),
+        ("ServiceAccount", "metax-gpu-device"),
+    ]
+    # An object a deployed component still renders is never removed (R-DEP: only what is not deployed goes).
+    kept = rbac.objects(Component.MACA, "metax-operator")[:1]  # the metax-maca ServiceAccount
+    assert ("ServiceAccount", "metax-maca") not in [
+        (o["kind"], o["metadata"]["name"]) for o in rbac.to_remove([Component.MACA], "metax-operator", kept)
+    ]
+    assert rbac.to_remove([Component.EXPORTER], "metax-operator") == []  # the data-exporter has no account

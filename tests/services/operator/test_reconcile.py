@@ -8,6 +8,8 @@ changes nothing and reports field paths, a VF change recreates one node's gpu-de
 
 from __future__ import annotations
 
+import logging
+
 from harness import NS, Harness, cluster_operator, iter_events, wait_for
 
 from metax_core.cluster import workloads
@@ -84,6 +86,95 @@ def test_disabled_prerequisite_prunes_dependents_and_enabling_brings_them_back(h
     assert list(iter_events(harness, "Pruned"))
     harness.objects.apply(cluster_operator(), field_manager="helm")
     wait_for("dependents back", lambda: "metax-gpu-device" in harness.daemonsets())
+
+
+OURS = "app.kubernetes.io/managed-by=metax-operator"
+RBAC_KINDS = (
+    ("v1", "ServiceAccount", NS),
+    ("rbac.authorization.k8s.io/v1", "Role", "default"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "default"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None),
+)
+
+
+def _rbac_of(h: Harness, component: str) -> list[str]:
+    """``component``'s ServiceAccounts and RBAC objects that carry our label."""
+    return sorted(
+        f"{kind} {o['metadata']['name']}"
+        for api_version, kind, ns in RBAC_KINDS
+        for o in h.objects.list(
+            api_version, kind, namespace=ns, label_selector=f"{OURS},metax-tech.com/component={component}"
+        ).items
+    )
+
+
+def test_rbac_of_a_disabled_component_and_of_its_dependents_is_pruned_and_comes_back(harness: Harness) -> None:
+    _install(harness)
+    harness.settle()
+    installed = {c: _rbac_of(harness, c) for c in ("runtime", "gpuDevice", "gpuLabel")}
+    assert all(installed.values()), installed
+    spec = cluster_operator()["spec"]
+    spec["runtime"] = {"deploy": False}  # R-DEP: gpuDevice (and driver, maca) depend on it
+    harness.objects.apply(cluster_operator(spec), field_manager="helm")
+    wait_for("runtime's RBAC pruned", lambda: _rbac_of(harness, "runtime") == [])
+    wait_for("gpuDevice's RBAC pruned with it", lambda: _rbac_of(harness, "gpuDevice") == [])
+    assert _rbac_of(harness, "gpuLabel") == installed["gpuLabel"]  # still deployed: untouched
+    pruned = [e["note"] for e in iter_events(harness, "Pruned")]
+    assert any("ServiceAccount metax-gpu-device deleted: " in n and "runtime" in n for n in pruned), pruned
+    harness.settle()
+    before = harness.writes()
+    for _ in range(3):
+        harness.settle()
+    assert harness.writes() == before  # pruned once; a component that stays disabled costs nothing
+    harness.objects.apply(cluster_operator(), field_manager="helm")
+    wait_for("the RBAC back", lambda: _rbac_of(harness, "gpuDevice") == installed["gpuDevice"])
+    assert _rbac_of(harness, "runtime") == installed["runtime"]
+
+
+def test_the_rbac_prune_never_touches_an_object_that_is_not_ours(harness: Harness) -> None:
+    _install(harness)
+    harness.settle()
+    spec = cluster_operator()["spec"]
+    spec["maca"] = {"deploy": False}
+    harness.objects.apply(cluster_operator(spec), field_manager="helm")
+    wait_for("maca's RBAC pruned", lambda: _rbac_of(harness, "maca") == [])
+    theirs = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "metax-maca", "namespace": NS}}
+    harness.objects.apply(theirs, field_manager="someone")
+    harness.op.reconciler.applier.forget()  # a new term looks again: the object is not ours, it stays
+    harness.settle()
+    assert harness.objects.get("v1", "ServiceAccount", "metax-maca", NS) is not None
+
+
+def test_a_refusal_to_touch_an_object_that_is_not_ours_is_reported_once(harness: Harness, caplog) -> None:  # type: ignore[no-untyped-def]
+    theirs = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "metax-maca", "namespace": NS}}
+    harness.objects.apply(theirs, field_manager="someone")
+    caplog.set_level(logging.DEBUG, logger="services.operator")
+    _install(harness)
+    wait_for("maca failed", lambda: (_component(harness, "maca") or {}).get("state") == "Failed")
+    for _ in range(4):
+        harness.settle()  # reconciles that each meet the same refusal
+    refusals = [r for r in caplog.records if r.levelno >= logging.WARNING and "metax-maca exists without" in r.message]
+    assert len(refusals) == 1, [r.message for r in refusals]
+    assert [r.levelname for r in refusals] == ["WARNING"]
+    events = list(iter_events(harness, "Refused"))
+    assert len(events) == 1 and "ServiceAccount metax-operator/metax-maca" in events[0]["note"]
+    assert (events[0].get("series") or {}).get("count", 1) == 1  # not re-emitted either
+    assert events[0]["regarding"]["kind"] == "ServiceAccount" and events[0]["type"] == "Warning"
+    harness.objects.delete("v1", "ServiceAccount", "metax-maca", NS)  # resolved: ours is created ...
+    harness.settle()  # (ServiceAccounts are not watched: the next reconcile, here at once, creates it)
+    wait_for("maca's account ours", lambda: _rbac_of(harness, "maca"))
+    harness.objects.delete("v1", "ServiceAccount", "metax-maca", NS)
+    harness.objects.apply(theirs, field_manager="someone")  # ... and a new refusal is reported again
+    harness.op.reconciler.applier.forget()
+    harness.settle()
+    harness.settle()
+    refusals = [r for r in caplog.records if r.levelno >= logging.WARNING and "metax-maca exists without" in r.message]
+    assert len(refusals) == 2
+
+
+def _component(h: Harness, name: str) -> dict | None:
+    return next((c for c in (h.cr().get("status") or {}).get("components", []) if c["name"] == name), None)
 
 
 def test_driver_config_is_created_once_and_never_overwritten(harness: Harness) -> None:
