@@ -10,7 +10,10 @@ changes for ``timeout_seconds`` no matter what, so `K8sObjects.watch`:
   backing off (policy of `retry.RetryPolicy`) until the deadline;
 - on 410 relists and turns the difference against what it has delivered into ADDED / MODIFIED / DELETED
   events, then watches on from the list's version. Objects deleted while the watch was away are reported
-  only if this watch had delivered them before (a caller's own resourceVersion tells it nothing else);
+  only if this watch had delivered them before (a caller's own resourceVersion tells it nothing else); such
+  a DELETED event carries the object's identity (`identity`: apiVersion, kind, name, namespace, uid,
+  resourceVersion, labels), not its last full state: a watch remembers only that much of what it
+  delivered, so a watch over thousands of pods does not hold a second full copy of each (issue 11, P3);
 - yields BOOKMARK events (only ``metadata.resourceVersion`` is meaningful) so a caller can resume later.
 
 Writes are server-side apply only (``fieldManager``, ``force``); no read-modify-write of whole objects.
@@ -25,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from metax_core.errors import NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
 from metax_k8s.api import Api
 
@@ -37,6 +40,15 @@ _Key = tuple[str, str]
 def _key(obj: RawObject) -> _Key:
     metadata = obj.get("metadata") or {}
     return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+def identity(obj: RawObject) -> RawObject:
+    """What a watch remembers of an object it delivered: enough to report it deleted, nothing more."""
+    metadata = obj.get("metadata") or {}
+    kept = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}
+    if metadata.get("labels"):
+        kept["labels"] = dict(metadata["labels"])
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
 
 
 def resource_version(obj: RawObject) -> str | None:
@@ -81,9 +93,15 @@ class K8sObjects:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> ObjectList:
         return self.api.list(
-            api_version, kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+            api_version,
+            kind,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            transform=transform,
         )
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
@@ -129,6 +147,7 @@ class _Watch:
         self.field_selector = field_selector
         self.deadline = objects._monotonic() + timeout_seconds
         self.known: dict[_Key, RawObject] = {}
+        """Every object delivered and not deleted since, by key: its `identity` only."""
         self.version: str | None = None
 
     def _remaining(self) -> float:
@@ -150,7 +169,7 @@ class _Watch:
             for key, before in self.known.items():
                 if key not in listed:
                     yield WatchEvent(WatchEventType.DELETED, before)
-        self.known = listed
+        self.known = {key: identity(item) for key, item in listed.items()}
         self.version = listing.resource_version
 
     def _note(self, event: WatchEvent) -> None:
@@ -160,7 +179,7 @@ class _Watch:
         if event.type is WatchEventType.DELETED:
             self.known.pop(_key(event.object), None)
         elif event.type is not WatchEventType.BOOKMARK:
-            self.known[_key(event.object)] = event.object
+            self.known[_key(event.object)] = identity(event.object)
 
     def run(self, start_version: str | None) -> Iterator[WatchEvent]:
         if start_version in (None, "", "0"):
