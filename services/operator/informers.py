@@ -78,26 +78,34 @@ class Informer:
         if old is not new:
             self._on_change(old, new)
 
+    def _relist(self) -> str:
+        """List (slimmed page by page: the whole objects are never all held) and replace the cache; the version.
+
+        A method of its own so the listing dies with its frame: kept in the loop's locals, it would pin the
+        first copy of every object for as long as the watch runs.
+        """
+        listing = self.objects.list(
+            self.api_version,
+            self.kind,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            transform=self._slim,
+        )
+        listed = {key_of(o): o for o in listing.items}
+        with self._lock:
+            gone = [o for k, o in self._items.items() if k not in listed]
+        for obj in gone:
+            self._apply(WatchEventType.DELETED, obj)
+        for obj in listed.values():
+            self._apply(WatchEventType.ADDED, obj, slimmed=True)
+        return listing.resource_version
+
     def _loop(self) -> None:
         version: str | None = None
         while not self._stop.is_set():
             try:
                 if version is None:
-                    listing = self.objects.list(  # slimmed page by page: the whole objects are never all held
-                        self.api_version,
-                        self.kind,
-                        namespace=self.namespace,
-                        label_selector=self.label_selector,
-                        transform=self._slim,
-                    )
-                    listed = {key_of(o): o for o in listing.items}
-                    with self._lock:
-                        gone = [o for k, o in self._items.items() if k not in listed]
-                    for obj in gone:
-                        self._apply(WatchEventType.DELETED, obj)
-                    for obj in listed.values():
-                        self._apply(WatchEventType.ADDED, obj, slimmed=True)
-                    version = listing.resource_version
+                    version = self._relist()
                     self.synced.set()
                 stream = self.objects.watch(
                     self.api_version,
