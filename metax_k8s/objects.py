@@ -11,9 +11,9 @@ changes for ``timeout_seconds`` no matter what, so `K8sObjects.watch`:
 - on 410 relists and turns the difference against what it has delivered into ADDED / MODIFIED / DELETED
   events, then watches on from the list's version. Objects deleted while the watch was away are reported
   only if this watch had delivered them before (a caller's own resourceVersion tells it nothing else); such
-  a DELETED event carries the object's identity (`identity`: apiVersion, kind, name, namespace, uid,
-  resourceVersion, labels), not its last full state: a watch remembers only that much of what it
-  delivered, so a watch over thousands of pods does not hold a second full copy of each (issue 11, P3);
+  a DELETED event carries the object's identity (apiVersion, kind, name, namespace and the last
+  resourceVersion delivered), not its last full state: a watch remembers only the resourceVersion of each
+  object it delivered, so a watch over thousands of pods does not hold a second copy of each (issue 11, P3);
 - yields BOOKMARK events (only ``metadata.resourceVersion`` is meaningful) so a caller can resume later.
 
 Writes are server-side apply only (``fieldManager``, ``force``); no read-modify-write of whole objects.
@@ -40,15 +40,6 @@ _Key = tuple[str, str]
 def _key(obj: RawObject) -> _Key:
     metadata = obj.get("metadata") or {}
     return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
-
-
-def identity(obj: RawObject) -> RawObject:
-    """What a watch remembers of an object it delivered: enough to report it deleted, nothing more."""
-    metadata = obj.get("metadata") or {}
-    kept = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}
-    if metadata.get("labels"):
-        kept["labels"] = dict(metadata["labels"])
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
 
 
 def resource_version(obj: RawObject) -> str | None:
@@ -146,8 +137,8 @@ class _Watch:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.deadline = objects._monotonic() + timeout_seconds
-        self.known: dict[_Key, RawObject] = {}
-        """Every object delivered and not deleted since, by key: its `identity` only."""
+        self.known: dict[_Key, str | None] = {}
+        """Every object delivered and not deleted since, by key: the resourceVersion delivered, nothing more."""
         self.version: str | None = None
 
     def _remaining(self) -> float:
@@ -160,17 +151,23 @@ class _Watch:
         listing = self._list()
         listed = {_key(item): item for item in listing.items}
         for key, item in listed.items():
-            before = self.known.get(key)
-            if before is None:
+            if key not in self.known:
                 yield WatchEvent(WatchEventType.ADDED, item)
-            elif resource_version(before) != resource_version(item):
+            elif self.known[key] != resource_version(item):
                 yield WatchEvent(WatchEventType.MODIFIED, item)
         if not initial:
-            for key, before in self.known.items():
+            for key, version in self.known.items():
                 if key not in listed:
-                    yield WatchEvent(WatchEventType.DELETED, before)
-        self.known = {key: identity(item) for key, item in listed.items()}
+                    yield WatchEvent(WatchEventType.DELETED, self._identity(key, version))
+        self.known = {key: resource_version(item) for key, item in listed.items()}
         self.version = listing.resource_version
+
+    def _identity(self, key: _Key, version: str | None) -> RawObject:
+        """The object of a DELETED event this watch makes up: who it was, and the last version it delivered."""
+        metadata: dict[str, Any] = {"name": key[1], "resourceVersion": version}
+        if key[0]:
+            metadata["namespace"] = key[0]
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata}
 
     def _note(self, event: WatchEvent) -> None:
         version = resource_version(event.object)
@@ -179,7 +176,7 @@ class _Watch:
         if event.type is WatchEventType.DELETED:
             self.known.pop(_key(event.object), None)
         elif event.type is not WatchEventType.BOOKMARK:
-            self.known[_key(event.object)] = identity(event.object)
+            self.known[_key(event.object)] = version
 
     def run(self, start_version: str | None) -> Iterator[WatchEvent]:
         if start_version in (None, "", "0"):
