@@ -9,7 +9,7 @@ Run from the repository root::
     python -m benchmarks.operator_scale [--nodes 100 500 1000] [--steady 300] [--env MALLOC_ARENA_MAX=2]
 
 - One control plane grows through the node counts given (kwok nodes added between rows), so every row's
-  floor and operator run on the same API server. 1,000 nodes take about 20 minutes on 2 shared cores; pass
+  floor and operator run on the same API server. The three rows take about 25 minutes on 2 shared cores; pass
   ``--nodes 100 500`` for a quicker look.
 - P1 (per node count): the floor applies the rendered DaemonSets directly and waits until every one reports
   all pods Ready; then the operator (a subprocess, started as the chart starts it: `services.operator`
