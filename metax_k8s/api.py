@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -31,7 +31,12 @@ class Api(Protocol):
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> ObjectList: ...
+        transform: Transform | None = None,
+    ) -> ObjectList:
+        """Every matching object, fetched in pages; ``transform`` is applied to each item as its page arrives
+        (the list keeps what it returns, and drops an item it maps to None), so a caller that needs a few
+        fields of thousands of objects never holds all of them whole."""
+        ...
 
     def watch(
         self,

@@ -25,7 +25,7 @@ import attrs
 import urllib3
 
 from metax_core.errors import ClusterError, NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import api, retry
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds for one-shot requests; watches get a read timeout just past their own end."""
 LIST_CHUNK = 500
+"""Objects per list page (``limit``); a list holds one page of whole objects at a time (see `HttpApi.list`)."""
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a pod finds its ServiceAccount token and the cluster CA (the kubelet mounts them there)."""
 SERVICE_ACCOUNT_DIR_ENV = "METAX_SERVICEACCOUNT_DIR"
@@ -130,10 +131,12 @@ class HttpApi:
         *,
         request_timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         user_agent: str = "metax-operator",
+        list_chunk: int = LIST_CHUNK,
     ) -> None:
         self.client = client
         self.request_timeout = request_timeout
         self.user_agent = user_agent
+        self.list_chunk = list_chunk
         self._resources: dict[str, dict[str, Resource]] = {}
         self._lock = threading.Lock()
 
@@ -249,14 +252,21 @@ class HttpApi:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> ObjectList:
         res = self.resource(api_version, kind)
         items: list[RawObject] = []
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": str(LIST_CHUNK)}
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": str(self.list_chunk)}
         while True:
             page = self._send("GET", res.path(namespace), verb="list", what=target(kind, None, namespace), query=query)
-            for item in page.get("items") or []:
-                items.append({"apiVersion": api_version, "kind": kind, **item})
+            raw = page.pop("items", None) or []
+            raw.reverse()
+            while raw:  # each item is let go as soon as it is kept (or transformed): one page whole at most
+                item = raw.pop()
+                item["apiVersion"], item["kind"] = api_version, kind
+                kept = item if transform is None else transform(item)
+                if kept is not None:
+                    items.append(kept)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return ObjectList(items=items, resource_version=str(page["metadata"]["resourceVersion"]))
@@ -296,24 +306,38 @@ class HttpApi:
 
     @staticmethod
     def _events(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[WatchEvent]:
-        buffer = b""
+        """One event per line of the stream, decoded straight from the bytes (no model objects).
+
+        The pieces of a line are joined once, when its newline arrives: appending chunks to one growing
+        buffer and splitting it would copy the rest of the buffer for every line (quadratic in the chunk),
+        and leave the allocator with many short-lived large blocks of every size.
+        """
+        pieces: list[bytes] = []
         try:
             for chunk in response.stream(64 * 1024, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        code = int(obj.get("code") or 500)
-                        raise retry.error_for("watch", what, code, str(obj.get("message", "watch error")))
-                    yield WatchEvent(type=WatchEventType(event["type"]), object=obj)
+                start = 0
+                while (end := chunk.find(b"\n", start)) != -1:
+                    pieces.append(chunk[start:end])
+                    line = b"".join(pieces)
+                    pieces.clear()
+                    start = end + 1
+                    if line.strip():
+                        yield HttpApi._event(line, what)
+                if start < len(chunk):
+                    pieces.append(chunk[start:])  # a line cut short by the end of the stream is dropped
         except urllib3.exceptions.HTTPError as exc:
             raise retry.Unavailable("watch", what, f"watch stream broken: {exc}") from exc
         finally:
             response.release_conn()
+
+    @staticmethod
+    def _event(line: bytes, what: str) -> WatchEvent:
+        event = json.loads(line)
+        obj = event.get("object") or {}
+        if event.get("type") == "ERROR":
+            code = int(obj.get("code") or 500)
+            raise retry.error_for("watch", what, code, str(obj.get("message", "watch error")))
+        return WatchEvent(type=WatchEventType(event["type"]), object=obj)
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         res, name, namespace = self._locate(obj)

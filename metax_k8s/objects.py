@@ -10,7 +10,10 @@ changes for ``timeout_seconds`` no matter what, so `K8sObjects.watch`:
   backing off (policy of `retry.RetryPolicy`) until the deadline;
 - on 410 relists and turns the difference against what it has delivered into ADDED / MODIFIED / DELETED
   events, then watches on from the list's version. Objects deleted while the watch was away are reported
-  only if this watch had delivered them before (a caller's own resourceVersion tells it nothing else);
+  only if this watch had delivered them before (a caller's own resourceVersion tells it nothing else); such
+  a DELETED event carries the object's identity (apiVersion, kind, name, namespace and the last
+  resourceVersion delivered), not its last full state: a watch remembers only the resourceVersion of each
+  object it delivered, so a watch over thousands of pods does not hold a second copy of each (issue 11, P3);
 - yields BOOKMARK events (only ``metadata.resourceVersion`` is meaningful) so a caller can resume later.
 
 Writes are server-side apply only (``fieldManager``, ``force``); no read-modify-write of whole objects.
@@ -25,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from metax_core.errors import NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
 from metax_k8s.api import Api
 
@@ -81,9 +84,15 @@ class K8sObjects:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> ObjectList:
         return self.api.list(
-            api_version, kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+            api_version,
+            kind,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            transform=transform,
         )
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
@@ -128,7 +137,8 @@ class _Watch:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.deadline = objects._monotonic() + timeout_seconds
-        self.known: dict[_Key, RawObject] = {}
+        self.known: dict[_Key, str | None] = {}
+        """Every object delivered and not deleted since, by key: the resourceVersion delivered, nothing more."""
         self.version: str | None = None
 
     def _remaining(self) -> float:
@@ -141,17 +151,23 @@ class _Watch:
         listing = self._list()
         listed = {_key(item): item for item in listing.items}
         for key, item in listed.items():
-            before = self.known.get(key)
-            if before is None:
+            if key not in self.known:
                 yield WatchEvent(WatchEventType.ADDED, item)
-            elif resource_version(before) != resource_version(item):
+            elif self.known[key] != resource_version(item):
                 yield WatchEvent(WatchEventType.MODIFIED, item)
         if not initial:
-            for key, before in self.known.items():
+            for key, version in self.known.items():
                 if key not in listed:
-                    yield WatchEvent(WatchEventType.DELETED, before)
-        self.known = listed
+                    yield WatchEvent(WatchEventType.DELETED, self._identity(key, version))
+        self.known = {key: resource_version(item) for key, item in listed.items()}
         self.version = listing.resource_version
+
+    def _identity(self, key: _Key, version: str | None) -> RawObject:
+        """The object of a DELETED event this watch makes up: who it was, and the last version it delivered."""
+        metadata: dict[str, Any] = {"name": key[1], "resourceVersion": version}
+        if key[0]:
+            metadata["namespace"] = key[0]
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata}
 
     def _note(self, event: WatchEvent) -> None:
         version = resource_version(event.object)
@@ -160,7 +176,7 @@ class _Watch:
         if event.type is WatchEventType.DELETED:
             self.known.pop(_key(event.object), None)
         elif event.type is not WatchEventType.BOOKMARK:
-            self.known[_key(event.object)] = event.object
+            self.known[_key(event.object)] = version
 
     def run(self, start_version: str | None) -> Iterator[WatchEvent]:
         if start_version in (None, "", "0"):

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import attrs
 
 from metax_core.errors import ClusterError, Conflict, NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
 from metax_k8s.api import Api
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,16 @@ class RetryingApi:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> ObjectList:
         return self.policy.call(
             lambda: self.inner.list(
-                api_version, kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+                api_version,
+                kind,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                transform=transform,
             )
         )
 

@@ -8,12 +8,14 @@ raised as `metax_core.errors.ClusterError` (or `Conflict` / `NotFound`) after th
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 RawObject = Mapping[str, Any]
+Transform = Callable[[RawObject], RawObject | None]
+"""Applied by `Objects.list` to each object as it arrives: what to keep of it (None: drop it)."""
 
 
 @attrs.frozen
@@ -66,7 +68,14 @@ class Objects(Protocol):
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> ObjectList: ...
+        transform: Transform | None = None,
+    ) -> ObjectList:
+        """Every matching object; with ``transform``, what it returns for each (None drops the object).
+
+        The real adapter fetches pages (``limit``/``continue``) and transforms each page before the next
+        arrives, so listing thousands of pods for a few fields costs one page of memory, not all of them.
+        """
+        ...
 
     def watch(
         self,

@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 
 from metax_core.errors import ClusterError, Conflict, NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, WatchEvent, WatchEventType
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
 from metax_k8s.client import target
 from metax_k8s.inmemory import kinds, schema, select, ssa, watch
@@ -269,17 +269,21 @@ class InMemoryApiServer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> ObjectList:
         with self._cond:
             self._fault("list", target(kind, None, namespace))
             info = self._info(api_version, kind)
             matches = self._matching(info, namespace, label_selector, field_selector)
-            items = [
+            items: list[RawObject] = [
                 self._render(info, stored)
                 for key, stored in sorted(self._objects.items())
                 if key[:2] == (info.api_version, info.kind) and matches(stored.obj)
             ]
-            return ObjectList(items=items, resource_version=str(self._version))
+            version = str(self._version)
+        if transform is not None:  # outside the lock: a caller's function must not hold up the server
+            items = [kept for kept in map(transform, items) if kept is not None]
+        return ObjectList(items=items, resource_version=version)
 
     def watch(
         self,

@@ -20,8 +20,15 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+LIST_CHUNK = 100
+"""Objects per list page for the operator: its informers slim each page before the next (issue 11, P3), so a
+smaller page than the client's default keeps the peak of a restart at 1,000 nodes (7,000 pods) low."""
+
+
 def production_api(s: settings.Settings) -> Api:
-    return client.HttpApi(client.api_client(s.kubeconfig), user_agent="metax-operator-controller")
+    return client.HttpApi(
+        client.api_client(s.kubeconfig), user_agent="metax-operator-controller", list_chunk=LIST_CHUNK
+    )
 
 
 def bootstrap(

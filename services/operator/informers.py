@@ -11,10 +11,12 @@ heartbeat, for instance).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from metax_core.cluster import workloads
 from metax_core.errors import MetaxError
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
 
@@ -63,7 +65,7 @@ class Informer:
         with self._lock:
             return self._items.get((namespace or "", name))
 
-    def _apply(self, kind: WatchEventType, obj: RawObject) -> None:
+    def _apply(self, kind: WatchEventType, obj: RawObject, *, slimmed: bool = False) -> None:
         key = key_of(obj)
         with self._lock:
             old = self._items.get(key)
@@ -71,27 +73,39 @@ class Informer:
                 self._items.pop(key, None)
                 new = None
             else:
-                new = self._slim(obj)
+                new = obj if slimmed else self._slim(obj)
                 self._items[key] = new
         if old is not new:
             self._on_change(old, new)
+
+    def _relist(self) -> str:
+        """List (slimmed page by page: the whole objects are never all held) and replace the cache; the version.
+
+        A method of its own so the listing dies with its frame: kept in the loop's locals, it would pin the
+        first copy of every object for as long as the watch runs.
+        """
+        listing = self.objects.list(
+            self.api_version,
+            self.kind,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            transform=self._slim,
+        )
+        listed = {key_of(o): o for o in listing.items}
+        with self._lock:
+            gone = [o for k, o in self._items.items() if k not in listed]
+        for obj in gone:
+            self._apply(WatchEventType.DELETED, obj)
+        for obj in listed.values():
+            self._apply(WatchEventType.ADDED, obj, slimmed=True)
+        return listing.resource_version
 
     def _loop(self) -> None:
         version: str | None = None
         while not self._stop.is_set():
             try:
                 if version is None:
-                    listing = self.objects.list(
-                        self.api_version, self.kind, namespace=self.namespace, label_selector=self.label_selector
-                    )
-                    listed = {key_of(o): o for o in listing.items}
-                    with self._lock:
-                        gone = [o for k, o in self._items.items() if k not in listed]
-                    for obj in gone:
-                        self._apply(WatchEventType.DELETED, obj)
-                    for obj in listed.values():
-                        self._apply(WatchEventType.ADDED, obj)
-                    version = listing.resource_version
+                    version = self._relist()
                     self.synced.set()
                 stream = self.objects.watch(
                     self.api_version,
@@ -126,41 +140,73 @@ class Informer:
         self._stop.set()
 
 
+PRODUCT_PREFIX = "metax-tech.com/"
+#: Pod labels the operator reads or selects by: its component, and the DaemonSet controller's revision.
+POD_LABELS = frozenset({workloads.COMPONENT_LABEL, "controller-revision-hash"})
+_NO_WAITING: tuple[str, ...] = ()
+
+
+def _interned(value: Any) -> Any:
+    """Strings repeated across thousands of objects (keys, node names, revisions, phases) stored once."""
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+def _product(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {sys.intern(k): _interned(v) for k, v in (mapping or {}).items() if k.startswith(PRODUCT_PREFIX)}
+
+
 def slim_node(node: RawObject) -> RawObject:
-    """A node as the operator reads it: name, labels and annotations (no status: heartbeats are noise)."""
+    """A node as the operator reads it: its name, the product's labels, and the keys of the product's annotations.
+
+    Annotation values are dropped (the operator only removes the keys when ``cluster-operator`` is deleted;
+    some are kilobytes of JSON per node), and so is everything else (status and its heartbeats, images, the
+    other labels, taints): at 1,000 nodes the whole objects would be most of the operator's memory (P3).
+    """
     metadata = node.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
     return {
         "metadata": {
-            "name": metadata.get("name"),
-            "labels": dict(metadata.get("labels") or {}),
-            "annotations": {k: v for k, v in (metadata.get("annotations") or {}).items() if "metax-tech.com" in k},
-        },
-        "spec": {"taints": list((node.get("spec") or {}).get("taints") or [])},
+            "name": _interned(metadata.get("name")),
+            "labels": _product(metadata.get("labels")),
+            "annotations": {sys.intern(k): "" for k in annotations if k.startswith(PRODUCT_PREFIX)},
+        }
     }
 
 
 def slim_pod(pod: RawObject) -> RawObject:
-    """A pod as the operator reads it: where it runs, which revision, whether it is ready or failing."""
+    """A pod as the operator reads it: where it runs, which component and revision, whether it is ready or failing.
+
+    Kept: name, namespace, node, the labels in `POD_LABELS`, the product's annotations (the driver revision),
+    owner, creation and deletion times, phase, Ready, the restart count and the waiting reasons. Repeated
+    strings are interned, so a pod costs a few hundred bytes, not the tens of kilobytes of its whole object.
+    """
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
     statuses = status.get("containerStatuses") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    waiting = [str(((c.get("state") or {}).get("waiting") or {}).get("reason") or "") for c in statuses]
+    waiting = tuple(
+        sys.intern(reason)
+        for c in statuses
+        if (reason := str(((c.get("state") or {}).get("waiting") or {}).get("reason") or ""))
+    )
+    owner = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller")), None)
+    labels = metadata.get("labels") or {}
     slim: dict[str, Any] = {
         "metadata": {
             "name": metadata.get("name"),
-            "namespace": metadata.get("namespace"),
-            "labels": dict(metadata.get("labels") or {}),
-            "annotations": dict(metadata.get("annotations") or {}),
+            "namespace": _interned(metadata.get("namespace")),
+            "labels": {sys.intern(k): _interned(v) for k, v in labels.items() if k in POD_LABELS},
+            "annotations": _product(metadata.get("annotations")),
+            "owner": _interned(f"{owner.get('kind')}/{owner.get('name')}") if owner else None,
             "creationTimestamp": metadata.get("creationTimestamp"),
             "deletionTimestamp": metadata.get("deletionTimestamp"),
         },
-        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+        "spec": {"nodeName": _interned((pod.get("spec") or {}).get("nodeName"))},
         "status": {
-            "phase": status.get("phase"),
+            "phase": _interned(status.get("phase")),
             "ready": ready,
             "restarts": sum(int(c.get("restartCount") or 0) for c in statuses),
-            "waiting": [w for w in waiting if w],
+            "waiting": waiting or _NO_WAITING,
         },
     }
     return slim
@@ -171,4 +217,4 @@ def gpu_labels(node: Mapping[str, Any] | None) -> dict[str, str]:
     if node is None:
         return {}
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return {k: v for k, v in labels.items() if k.startswith("metax-tech.com/")}
+    return {k: v for k, v in labels.items() if k.startswith(PRODUCT_PREFIX)}

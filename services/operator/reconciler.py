@@ -256,9 +256,20 @@ class Reconciler:
         )
 
     def _busy_nodes(self) -> set[str]:
-        """GPU workloads: one list of running pods, only while a driver DaemonSet exists."""
-        listing = self.objects.list("v1", "Pod", field_selector="status.phase=Running")
-        return rollout_driver.busy_nodes(listing.items)
+        """Nodes with GPU workloads: one paged list of running pods that are not ours, only while a rollout may act.
+
+        Not a watch: a cluster-wide pod cache would hold every pod of the cluster for a question asked only
+        during a rollout. The selector leaves our own pods to the server; each page is reduced to the nodes of
+        the pods that request a metax-tech.com/* resource before the next one arrives.
+        """
+        listing = self.objects.list(
+            "v1",
+            "Pod",
+            label_selector=f"!{workloads.COMPONENT_LABEL}",
+            field_selector="status.phase=Running",
+            transform=rollout_driver.workload_node,
+        )
+        return {str(item["nodeName"]) for item in listing.items}
 
     def _apply_rollout(self, cr: RawObject, outcome: rollout_driver.Outcome) -> None:
         ref = self._cr_ref(cr)

@@ -106,16 +106,21 @@ def requests_gpu(pod: RawObject) -> bool:
     return False
 
 
+def workload_node(pod: RawObject) -> RawObject | None:
+    """``{"nodeName": node}`` for a GPU workload (a pod not ours, not finished, requesting any metax-tech.com/*
+    resource, on a node); None for any other pod. The transform of the busy-node list: of thousands of pods
+    listed, only this much of the few that matter is kept."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and COMPONENT_LABEL not in labels and phase not in ("Succeeded", "Failed") and requests_gpu(pod):
+        return {"nodeName": str(node)}
+    return None
+
+
 def busy_nodes(pods: Iterable[RawObject]) -> set[str]:
     """Nodes running GPU workloads: pods not ours, not finished, requesting any metax-tech.com/* resource."""
-    busy = set()
-    for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        phase = (pod.get("status") or {}).get("phase")
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and COMPONENT_LABEL not in labels and phase not in ("Succeeded", "Failed") and requests_gpu(pod):
-            busy.add(str(node))
-    return busy
+    return {str(found["nodeName"]) for pod in pods if (found := workload_node(pod)) is not None}
 
 
 @attrs.frozen

@@ -10,7 +10,8 @@ the two differ, the in-memory server is wrong. Aspects covered:
 - errors: NotFound, AlreadyExists, stale resourceVersion, unknown kinds, missing namespaces, and (once,
   without a cluster) an unloadable kubeconfig;
 - schema admission of a custom kind: enum, int-or-string, unknown fields (strict), defaults;
-- label selectors (equality and set-based) and field selectors (metadata.name, spec.nodeName).
+- label selectors (equality and set-based) and field selectors (metadata.name, spec.nodeName);
+- a list with a transform keeps what the transform returns for each object (None drops it), across pages.
 """
 
 from __future__ import annotations
@@ -319,6 +320,30 @@ def test_field_selectors_by_name_and_node(cluster: Cluster) -> None:
             field_manager="t",
         )
     assert names("Pod", "spec.nodeName=no-such-node-b") == ["p2"]
+
+
+def test_a_list_keeps_what_its_transform_returns_page_by_page(cluster: Cluster) -> None:
+    """Issue 11 (P3): the operator lists thousands of pods for a few fields; the transform sees each whole."""
+    seeding = cluster.objects()
+    for i in range(5):
+        seeding.apply(cluster.configmap(f"cm-{i}", {"i": str(i)}, labels={"suite": "transform"}), field_manager="t")
+    # Pages of two on the real server: five objects come in three pages, each transformed as it arrives.
+    api = client.HttpApi(cluster.api.client, list_chunk=2) if isinstance(cluster.api, client.HttpApi) else cluster.api
+    seen: list[tuple[str, str]] = []
+
+    def odd_names(obj: Any) -> dict[str, Any] | None:
+        seen.append((obj["apiVersion"], obj["kind"]))
+        i = int(obj["data"]["i"])
+        return {"name": obj["metadata"]["name"]} if i % 2 else None
+
+    listing = cluster.objects(api=api).list(
+        "v1", "ConfigMap", cluster.namespace, "suite=transform", transform=odd_names
+    )
+    assert sorted(item["name"] for item in listing.items) == ["cm-1", "cm-3"]
+    assert seen == [("v1", "ConfigMap")] * 5
+    assert int(listing.resource_version) > 0
+    whole = seeding.list("v1", "ConfigMap", cluster.namespace, "suite=transform")
+    assert sorted(o["data"]["i"] for o in whole.items) == ["0", "1", "2", "3", "4"]
 
 
 def test_rbac_names_may_hold_a_colon_and_other_names_may_not(cluster: Cluster) -> None:

@@ -1,0 +1,224 @@
+"""What the operator's caches and watches keep, so that its memory stays small at 1,000 nodes (issue 11, P3).
+
+Aspects covered:
+
+- a node is cached as its name, the product's labels and the keys of the product's annotations only;
+- a pod is cached as the fields the reconcile reads (node, component, revision, owner, phase, Ready,
+  restarts, waiting reasons), nothing of its spec or other status;
+- the informer's initial list is slimmed item by item (the transform), and so are watched changes;
+- a watch remembers only the resourceVersion of what it delivered: a DELETED event made up after a 410
+  relist carries apiVersion, kind, name, namespace and the last resourceVersion delivered, not the object;
+- the busy-node list keeps one small record per GPU workload pod and drops every other pod (R-ROLLOUT);
+- the real adapter's watch decoding splits lines across chunks of any size, and drops a line cut short.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness import NS, wait_for
+
+from metax_core.cluster import workloads
+from metax_core.ports.cluster import WatchEvent, WatchEventType
+from metax_k8s import client, objects, retry
+from metax_k8s.inmemory import InMemoryCluster
+from services.operator import informers, rollout_driver
+
+BIG = "x" * 4096
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {workloads.GPU_NODE_LABEL: "true", "kubernetes.io/hostname": name, "zone": "a"},
+            "annotations": {"metax-tech.com/node-gpu-devices": BIG, "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {"images": [{"names": [BIG]}], "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def _pod(name: str, node: str, *, gpu: bool = False, ours: bool = True, phase: str = "Running") -> dict[str, Any]:
+    labels = {workloads.COMPONENT_LABEL: "driver", "controller-revision-hash": "abc", "pod-template-generation": "1"}
+    resources = {"limits": {"metax-tech.com/gpu": "1"}} if gpu else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"uid-{name}",
+            "labels": labels if ours else {"app": "train"},
+            "annotations": {"metax-tech.com/driver-revision": "r1", "kubectl.kubernetes.io/note": BIG},
+            "ownerReferences": [{"kind": "DaemonSet", "name": "metax-driver", "controller": True}],
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": BIG}}],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": BIG, "resources": resources}]},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": BIG}}},
+                {"restartCount": 1, "state": {"running": {}}},
+            ],
+        },
+    }
+
+
+def test_a_cached_node_is_its_name_its_product_labels_and_the_keys_of_its_product_annotations() -> None:
+    slim = informers.slim_node(_node("gpu-1"))
+    assert slim == {
+        "metadata": {
+            "name": "gpu-1",
+            "labels": {workloads.GPU_NODE_LABEL: "true"},
+            "annotations": {"metax-tech.com/node-gpu-devices": ""},
+        }
+    }
+    assert informers.gpu_labels(slim) == {workloads.GPU_NODE_LABEL: "true"}
+
+
+def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_else() -> None:
+    slim = informers.slim_pod(_pod("d1", "gpu-1"))
+    assert slim == {
+        "metadata": {
+            "name": "d1",
+            "namespace": NS,
+            "labels": {workloads.COMPONENT_LABEL: "driver", "controller-revision-hash": "abc"},
+            "annotations": {"metax-tech.com/driver-revision": "r1"},
+            "owner": "DaemonSet/metax-driver",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionTimestamp": None,
+        },
+        "spec": {"nodeName": "gpu-1"},
+        "status": {"phase": "Running", "ready": False, "restarts": 3, "waiting": ("CrashLoopBackOff",)},
+    }
+    assert BIG not in json.dumps(slim)
+    assert rollout_driver.is_driver_pod(slim)
+
+
+def test_the_informer_keeps_slim_copies_from_its_list_and_from_its_watch() -> None:
+    cluster = InMemoryCluster()
+    cluster.api.create(_node("gpu-1"))
+    changes: list[tuple[Any, Any]] = []
+    informer = informers.Informer(
+        cluster.objects,
+        "v1",
+        "Node",
+        slim=informers.slim_node,
+        on_change=lambda old, new: changes.append((old, new)),
+        watch_seconds=5,
+    )
+    informer.start()
+    try:
+        assert informer.synced.wait(10)
+        assert informer.get("gpu-1") == informers.slim_node(_node("gpu-1"))
+        cluster.api.create(_node("gpu-2"))
+        wait_for("gpu-2 cached", lambda: informer.get("gpu-2"))
+        assert informer.get("gpu-2") == informers.slim_node(_node("gpu-2"))
+        assert [new["metadata"]["name"] for _, new in changes] == ["gpu-1", "gpu-2"]
+    finally:
+        informer.stop()
+
+
+class GatedSleep:
+    """A retry sleep that holds the watch away from the server until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+        self.go = threading.Event()
+
+    def __call__(self, seconds: float) -> None:
+        self.waiting.set()
+        self.go.wait(10)
+
+
+def test_a_deletion_found_by_a_relist_is_reported_with_the_identity_the_watch_kept() -> None:
+    cluster = InMemoryCluster()
+    api = cluster.api
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    for name in ("goes", "stays"):
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
+        api.create({**cm, "metadata": {**cm["metadata"], "labels": {"a": "b"}}, "data": {"big": BIG}})
+    sleep = GatedSleep()
+    watcher = objects.K8sObjects(api, policy=retry.RetryPolicy(attempts=30, base_delay=0.01, sleep=sleep))
+    events: list[WatchEvent] = []
+    stream = watcher.watch("v1", "ConfigMap", NS, timeout_seconds=30)
+
+    def collect() -> None:
+        for event in stream:
+            events.append(event)
+
+    thread = threading.Thread(target=collect, daemon=True)
+    thread.start()
+    wait_for("both listed", lambda: len([e for e in events if e.type is WatchEventType.ADDED]) == 2)
+    api.restart()  # the stream breaks; the watch waits in its back-off, away from the server
+    assert sleep.waiting.wait(10)
+    last = api.get("v1", "ConfigMap", "goes", NS)["metadata"]["resourceVersion"]
+    api.delete("v1", "ConfigMap", "goes", NS)
+    api.compact()  # the version it resumes from is gone: 410, relist
+    sleep.go.set()
+    deleted = wait_for("goes deleted", lambda: [e for e in events if e.type is WatchEventType.DELETED])
+    assert len(deleted) == 1
+    gone = deleted[0].object
+    assert gone["apiVersion"] == "v1" and gone["kind"] == "ConfigMap"
+    assert gone["metadata"]["name"] == "goes" and gone["metadata"]["namespace"] == NS
+    assert gone["metadata"] == {"name": "goes", "namespace": NS, "resourceVersion": last}
+    assert "data" not in gone
+
+
+def test_the_busy_list_keeps_one_node_name_per_gpu_workload_and_drops_every_other_pod() -> None:
+    kept = [
+        rollout_driver.workload_node(p)
+        for p in (
+            _pod("train", "gpu-1", gpu=True, ours=False),
+            _pod("web", "gpu-2", gpu=False, ours=False),
+            _pod("driver", "gpu-3", gpu=True, ours=True),
+            _pod("done", "gpu-4", gpu=True, ours=False, phase="Succeeded"),
+        )
+    ]
+    assert kept == [{"nodeName": "gpu-1"}, None, None, None]
+    assert rollout_driver.busy_nodes([_pod("train", "gpu-1", gpu=True, ours=False)]) == {"gpu-1"}
+
+
+class ChunkedResponse:
+    """What `HttpApi._events` reads: a urllib3 response streaming fixed chunks."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.chunks = [data[i : i + size] for i in range(0, len(data), size)]
+        self.released = False
+
+    def stream(self, amt: int, decode_content: bool = True) -> Iterator[bytes]:
+        yield from self.chunks
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
+def test_watch_lines_are_decoded_whatever_the_chunk_boundaries() -> None:
+    lines = [
+        {"type": "ADDED", "object": {"metadata": {"name": f"cm-{i}", "resourceVersion": str(i)}, "data": {"x": BIG}}}
+        for i in range(5)
+    ]
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines) + b"\n" + b'{"type": "ADDED", "obj'
+    for size in (1, 7, 4096, 64 * 1024):
+        response = ChunkedResponse(data, size)
+        events = list(client.HttpApi._events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
+        assert [e.object["metadata"]["name"] for e in events] == [f"cm-{i}" for i in range(5)], size
+        assert all(e.type is WatchEventType.ADDED for e in events)
+        assert response.released
+
+
+def test_an_error_line_in_a_watch_is_the_port_error_for_its_code() -> None:
+    data = b'{"type": "ERROR", "object": {"code": 410, "message": "too old resource version: 1 (5)"}}\n'
+    response = ChunkedResponse(data, 10)
+    with pytest.raises(retry.Gone, match="too old resource version: 1"):
+        list(client.HttpApi._events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
+    assert response.released
