@@ -199,9 +199,9 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
 
 def confirm(args: argparse.Namespace) -> int:
     """Annotate cluster-operator with the waiting step's token (a metadata write; the spec is untouched)."""
-    from metax_k8s import client
+    from metax_k8s import client, connect
 
-    api = client.HttpApi(client.api_client(args.kubeconfig), user_agent="metax-operator-cli")
+    api = client.HttpApi(connect.connect(args.kubeconfig), user_agent="metax-operator-cli")
     cr = api.get(CR_API, spec.KIND, spec.OBJECT_NAME)
     step = ((cr.get("status") or {}).get("upgradeStatus") or {}).get("status") or {}
     token = step.get("confirmToken")

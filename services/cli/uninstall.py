@@ -17,7 +17,7 @@ from typing import Any
 
 from metax_core.errors import MetaxError, NotFound
 from metax_core.spec import model as spec
-from metax_k8s import client
+from metax_k8s import client, connect
 from metax_k8s.api import Api
 
 API_VERSION = f"{spec.API_GROUP}/{spec.API_VERSION}"
@@ -56,7 +56,7 @@ def delete_and_wait(
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    api = client.HttpApi(client.api_client(args.kubeconfig))
+    api = client.HttpApi(connect.connect(args.kubeconfig))
     print(delete_and_wait(api, args.timeout))
     return 0
 

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from metax_core.ports.cluster import RawObject
-from metax_k8s import client, events, lease, nodes, objects
+from metax_k8s import client, connect, events, lease, nodes, objects
 from metax_k8s.api import Api
 from services.operator import informers, leader, reconciler, run, settings
 from services.operator.workqueue import WorkQueue
@@ -26,9 +26,7 @@ smaller page than the client's default keeps the peak of a restart at 1,000 node
 
 
 def production_api(s: settings.Settings) -> Api:
-    return client.HttpApi(
-        client.api_client(s.kubeconfig), user_agent="metax-operator-controller", list_chunk=LIST_CHUNK
-    )
+    return client.HttpApi(connect.connect(s.kubeconfig), user_agent="metax-operator-controller", list_chunk=LIST_CHUNK)
 
 
 def bootstrap(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from metax_core.errors import MetaxError
-from metax_k8s import client
+from metax_k8s import client, connect
 from services.operator import bootstrap
 from services.webhook import server
 
@@ -53,6 +53,6 @@ def _start_webhook(env: Mapping[str, str]) -> server.WebhookServer | None:
     """
     if "METAX_WEBHOOK_PORT" not in env:
         return None
-    running = server.serve(server.settings_from_env(env), client.HttpApi(client.api_client(env.get("KUBECONFIG"))))
+    running = server.serve(server.settings_from_env(env), client.HttpApi(connect.connect(env.get("KUBECONFIG"))))
     log.info("validating webhook serving on port %d", running.port)
     return running

@@ -21,7 +21,7 @@ import sys
 import threading
 
 from metax_core.errors import ClusterError, InvalidSpec
-from metax_k8s import client
+from metax_k8s import client, connect
 from services.webhook import server
 
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = server.settings_from_env(os.environ)
-        api = client.HttpApi(client.api_client(args.kubeconfig))
+        api = client.HttpApi(connect.connect(args.kubeconfig))
         running = server.serve(settings, api)
     except (InvalidSpec, ClusterError) as exc:
         print(f"metax-operator-webhook: {exc}", file=sys.stderr)
