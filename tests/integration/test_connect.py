@@ -149,8 +149,8 @@ def test_missing_context_and_in_cluster_without_port(tmp_path: pathlib.Path) -> 
         connect.connect(environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, service_account=tmp_path)
 
 
-def test_agents_never_import_the_kubernetes_package(tmp_path: pathlib.Path) -> None:
-    """Building every node agent's cluster ports loads no module of the `kubernetes` package (P8)."""
+def test_agents_and_operator_never_import_the_kubernetes_package(tmp_path: pathlib.Path) -> None:
+    """Building every node agent's and the operator's cluster ports loads no module of `kubernetes` (P8, P3)."""
     (tmp_path / "token").write_text("abc")
     path = kubeconfig(
         tmp_path, {"tokenFile": "token"}, {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}
@@ -161,6 +161,8 @@ def test_agents_never_import_the_kubernetes_package(tmp_path: pathlib.Path) -> N
         "from services.gpu_device import bootstrap, config\n"
         "cluster.production('gpu-label', 'n')\n"
         "bootstrap.production_nodes(None)\n"
+        "from services.operator import bootstrap as operator, settings\n"
+        "operator.production_api(settings.from_env())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
     )
     done = subprocess.run(
