@@ -70,6 +70,22 @@ WIDGET_CRD: dict[str, Any] = {
 """A namespaced test-only CRD with a status subresource: status tests need not touch cluster-operator."""
 
 
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, interval: float = 0.2) -> Any:
+    """Poll ``check`` until it returns something truthy (API errors count as not yet); that value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except ClusterError as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
 class FakeClock:
     """Wall time and monotonic time that move together, only when told to.
 

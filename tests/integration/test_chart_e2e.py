@@ -40,6 +40,7 @@ from chart_helpers import (
     present,
     uninstall_command,
 )
+from cluster_helpers import wait_for
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
@@ -53,20 +54,6 @@ CR_API = "gpu.metax-tech.com/v1alpha1"
 VERSION = "2.18.0"
 DENIED = 'admission webhook "clusteroperators.gpu.metax-tech.com" denied the request'
 _TIMES: dict[str, float] = {}
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ClusterError as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 class Kubectl:
@@ -176,7 +163,11 @@ def test_cluster_operator_becomes_ready_and_kubectl_shows_it(
     gpu_nodes: list[str],
     record_timing: Callable[[str, float], None],
 ) -> None:
-    wait_for("cluster-operator Ready=True", lambda: _ready(api.get(CR_API, "ClusterOperator", "cluster-operator")))
+    wait_for(
+        "cluster-operator Ready=True",
+        lambda: _ready(api.get(CR_API, "ClusterOperator", "cluster-operator")),
+        timeout=180,
+    )
     record_timing(
         "e2e: helm install --wait (operator pod Ready on the process node)", _TIMES["installed"] - _TIMES["install"]
     )

@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from cluster_helpers import wait_for
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
@@ -18,21 +20,6 @@ from metax_k8s import client
 NS = "metax-operator"
 CR_API = "gpu.metax-tech.com/v1alpha1"
 OPERATOR = "metax-operator"
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except ClusterError as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-        time.sleep(interval)
 
 
 class OperatorProcess:

@@ -17,14 +17,15 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import wait_for
 from kubernetes import client as kube_client
 
-from metax_core.errors import ClusterError, NotFound
+from metax_core.errors import NotFound
 from metax_dev.controlplane import cluster, network
 from metax_dev.processnode import address
 from metax_dev.processnode import node as processnode
@@ -33,20 +34,6 @@ from metax_k8s import client
 pytestmark = pytest.mark.integration
 
 PYTHON = Path(sys.executable).name  # found in the virtualenv's bin dir, like the product's console scripts
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ClusterError as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")
