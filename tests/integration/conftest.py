@@ -24,6 +24,10 @@ Fixtures:
   ``[inmemory]`` (always) and ``[real]`` (marked ``integration``): the contract suite
   (``test_cluster_contract_*.py``) runs every test against both.
 
+Tests that restart the session's kube-apiserver are marked ``restarts_apiserver`` and run at the end of the
+session: kube-controller-manager takes minutes to see changes again after a restart (docs/controlplane.md), and
+no later test should inherit that. A test that restarts it without the marker fails.
+
 The binaries are built (or found in the cache) right after collection, outside any test
 timeout. Without Go the tests that need the control plane fail with the reason; they are
 never skipped.
@@ -65,6 +69,9 @@ SESSION_NODES = 3
 
 _build_error: errors.ControlPlaneError | None = None
 _timings: list[tuple[str, float]] = []
+_session_plane: list[controlplane.ControlPlane] = []  # the started session control plane, once there is one
+
+RESTARTS_APISERVER = "restarts_apiserver"
 
 
 def _needs_control_plane(item: pytest.Item) -> bool:
@@ -82,6 +89,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _build_error = exc
         return
     _timings.append((f"control-plane binaries ({'cached' if result.cached else 'built'})", result.seconds))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests that restart the session's kube-apiserver to the end, keeping the order within each part."""
+    items.sort(key=lambda item: item.get_closest_marker(RESTARTS_APISERVER) is not None)
+
+
+@pytest.fixture(autouse=True)
+def _restarts_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that restarted the session's kube-apiserver without saying so (it would not run last)."""
+    before = _restart_count()
+    yield
+    if _restart_count() > before and request.node.get_closest_marker(RESTARTS_APISERVER) is None:
+        pytest.fail(f"this test restarts the session's kube-apiserver: mark it @pytest.mark.{RESTARTS_APISERVER}")
+
+
+def _restart_count() -> int:
+    return sum(len(plane.timings.apiserver_restarts) for plane in _session_plane)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -107,6 +132,7 @@ def control_plane() -> Iterator[controlplane.ControlPlane]:
             _timings.append(("session control plane: first usable API", plane.timings.first_api))
         if plane.timings.total is not None:
             _timings.append((f"session control plane: ready with {SESSION_NODES} kwok nodes", plane.timings.total))
+        _session_plane.append(plane)
         yield plane
     finally:
         plane.stop()

@@ -57,6 +57,7 @@ def test_a_selective_watch_sees_objects_move_in_and_out(cluster: Cluster) -> Non
     watch.wait_for(named("DELETED", "cm"))
 
 
+@pytest.mark.restarts_apiserver
 def test_a_watch_from_an_expired_version_relists_and_goes_on(cluster: Cluster) -> None:
     objects = cluster.objects(policy=retry.RetryPolicy(attempts=30, base_delay=0.2, max_delay=1.0))
     objects.apply(cluster.configmap("old", {}), field_manager="t")
@@ -78,6 +79,7 @@ def test_a_watch_from_an_expired_version_relists_and_goes_on(cluster: Cluster) -
     watch.wait_for(named("ADDED", "new"))
 
 
+@pytest.mark.restarts_apiserver
 def test_a_watch_survives_an_api_server_restart(cluster: Cluster) -> None:
     objects = cluster.objects(policy=retry.RetryPolicy(attempts=30, base_delay=0.2, max_delay=1.0))
     objects.apply(cluster.configmap("stays", {}), field_manager="t")

@@ -208,6 +208,7 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
     _eventually(available, timeout=60)
 
 
+@pytest.mark.restarts_apiserver
 def test_restart_apiserver_keeps_data_and_address(
     control_plane: cluster.ControlPlane,
     kube_namespace: str,

@@ -42,6 +42,7 @@ def _operator_log(env: Env) -> str:
     return "".join(p.log_path.read_text(errors="replace") for p in env.processes)
 
 
+@pytest.mark.restarts_apiserver
 def test_a_watch_expired_by_the_api_server_relists_and_an_edit_across_it_is_applied(
     operator_env: Env, control_plane: controlplane.ControlPlane
 ) -> None:

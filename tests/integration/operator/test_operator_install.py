@@ -64,6 +64,7 @@ def test_edits_reach_the_live_daemonsets(operator_env: Env) -> None:
     assert selector == {workloads.GPU_NODE_LABEL: "true", "zone": "a"}  # R-MERGE: maps merge
 
 
+@pytest.mark.restarts_apiserver
 def test_faults_a_deleted_daemonset_a_hand_edit_and_an_apiserver_restart(operator_env: Env, control_plane) -> None:  # type: ignore[no-untyped-def]
     env = operator_env
     env.api.apply(cluster_operator(), field_manager="helm")
