@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from metax_core.cluster import rbac, workloads
 from metax_core.node import devices
+from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
 from services.operator import applier
 
@@ -30,7 +31,6 @@ RBAC_NAMESPACED_KINDS = (("v1", "ServiceAccount"), (_RBAC, "RoleBinding"), (_RBA
 RBAC_CLUSTER_KINDS = ((_RBAC, "ClusterRoleBinding"), (_RBAC, "ClusterRole"))
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
 """Set by the administrator (R-SGPU), not by the product: left on the node."""
-PREFIX = "metax-tech.com/"
 
 
 def product_keys(keys: Iterable[str]) -> list[str]:

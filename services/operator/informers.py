@@ -18,6 +18,7 @@ from typing import Any
 
 from metax_core.cluster import workloads
 from metax_core.errors import MetaxError
+from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,6 @@ class Informer:
         self._stop.set()
 
 
-PRODUCT_PREFIX = "metax-tech.com/"
 #: Pod labels the operator reads or selects by: its component, and the DaemonSet controller's revision.
 POD_LABELS = frozenset({workloads.COMPONENT_LABEL, "controller-revision-hash"})
 _NO_WAITING: tuple[str, ...] = ()
@@ -152,7 +152,7 @@ def _interned(value: Any) -> Any:
 
 
 def _product(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {sys.intern(k): _interned(v) for k, v in (mapping or {}).items() if k.startswith(PRODUCT_PREFIX)}
+    return {sys.intern(k): _interned(v) for k, v in (mapping or {}).items() if k.startswith(PREFIX)}
 
 
 def slim_node(node: RawObject) -> RawObject:
@@ -168,7 +168,7 @@ def slim_node(node: RawObject) -> RawObject:
         "metadata": {
             "name": _interned(metadata.get("name")),
             "labels": _product(metadata.get("labels")),
-            "annotations": {sys.intern(k): "" for k in annotations if k.startswith(PRODUCT_PREFIX)},
+            "annotations": {sys.intern(k): "" for k in annotations if k.startswith(PREFIX)},
         }
     }
 
@@ -217,4 +217,4 @@ def gpu_labels(node: Mapping[str, Any] | None) -> dict[str, str]:
     if node is None:
         return {}
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return {k: v for k, v in labels.items() if k.startswith(PRODUCT_PREFIX)}
+    return {k: v for k, v in labels.items() if k.startswith(PREFIX)}

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from metax_core.cluster import components, configmaps, rbac, workloads
+from metax_core.cluster import components, configmaps, gpu_workloads, rbac, workloads
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
@@ -267,7 +267,7 @@ class Reconciler:
             "Pod",
             label_selector=f"!{workloads.COMPONENT_LABEL}",
             field_selector="status.phase=Running",
-            transform=rollout_driver.workload_node,
+            transform=gpu_workloads.workload_node,
         )
         return {str(item["nodeName"]) for item in listing.items}
 

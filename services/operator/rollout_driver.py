@@ -4,11 +4,11 @@ Why a module of its own: the machine is pure; this is the shell around it. Each 
 `Fleet` from the informer caches — every driver pod with the revision of the template it was created from
 (our annotation ``metax-tech.com/driver-revision``, the hash of the rendered pod template; it works the same
 on every API server, unlike the controller's own hash), Ready or failed (crash-looping, or not Ready within
-``driver_ready_timeout``), and whether GPU workloads run on its node (pods that are not ours and request any
-``metax-tech.com/*`` resource) — calls ``decide`` with the stored ``status.upgradeStatus``, and returns
-the driver DaemonSet to apply (new template, or lastAppliedSpec when rolling back), the pods to delete and
-the status to store. The operator never writes ``spec`` (issue 16): a step that waits for an administrator is
-described in the status and confirmed by the ``metax-tech.com/rollout-confirm`` annotation.
+``driver_ready_timeout``), and whether GPU workloads run on its node (`metax_core.cluster.gpu_workloads`) —
+calls ``decide`` with the stored ``status.upgradeStatus``, and returns the driver DaemonSet to apply (new
+template, or lastAppliedSpec when rolling back), the pods to delete and the status to store. The operator
+never writes ``spec`` (issue 16): a step that waits for an administrator is described in the status and
+confirmed by the ``metax-tech.com/rollout-confirm`` annotation.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 REVISION_ANNOTATION = "metax-tech.com/driver-revision"
 DRIVER_SPEC_ANNOTATION = "metax-tech.com/driver-spec"
-GPU_RESOURCE_PREFIX = "metax-tech.com/"
 
 
 def revision_of(template: Mapping[str, Any]) -> str:
@@ -95,32 +94,6 @@ def pod_failed(pod: RawObject, now: dt.datetime, *, ready_timeout: float, crash_
     ):
         return True
     return _age(pod, now) > ready_timeout
-
-
-def requests_gpu(pod: RawObject) -> bool:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        for section in ("requests", "limits"):
-            if any(str(k).startswith(GPU_RESOURCE_PREFIX) for k in (resources.get(section) or {})):
-                return True
-    return False
-
-
-def workload_node(pod: RawObject) -> RawObject | None:
-    """``{"nodeName": node}`` for a GPU workload (a pod not ours, not finished, requesting any metax-tech.com/*
-    resource, on a node); None for any other pod. The transform of the busy-node list: of thousands of pods
-    listed, only this much of the few that matter is kept."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    node = (pod.get("spec") or {}).get("nodeName")
-    if node and COMPONENT_LABEL not in labels and phase not in ("Succeeded", "Failed") and requests_gpu(pod):
-        return {"nodeName": str(node)}
-    return None
-
-
-def busy_nodes(pods: Iterable[RawObject]) -> set[str]:
-    """Nodes running GPU workloads: pods not ours, not finished, requesting any metax-tech.com/* resource."""
-    return {str(found["nodeName"]) for pod in pods if (found := workload_node(pod)) is not None}
 
 
 @attrs.frozen

@@ -45,9 +45,8 @@ def _node(name: str) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, node: str, *, gpu: bool = False, ours: bool = True, phase: str = "Running") -> dict[str, Any]:
+def _pod(name: str, node: str) -> dict[str, Any]:
     labels = {workloads.COMPONENT_LABEL: "driver", "controller-revision-hash": "abc", "pod-template-generation": "1"}
-    resources = {"limits": {"metax-tech.com/gpu": "1"}} if gpu else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -55,15 +54,15 @@ def _pod(name: str, node: str, *, gpu: bool = False, ours: bool = True, phase: s
             "name": name,
             "namespace": NS,
             "uid": f"uid-{name}",
-            "labels": labels if ours else {"app": "train"},
+            "labels": labels,
             "annotations": {"metax-tech.com/driver-revision": "r1", "kubectl.kubernetes.io/note": BIG},
             "ownerReferences": [{"kind": "DaemonSet", "name": "metax-driver", "controller": True}],
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": BIG}}],
         },
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": BIG, "resources": resources}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": BIG}]},
         "status": {
-            "phase": phase,
+            "phase": "Running",
             "conditions": [{"type": "Ready", "status": "False"}],
             "containerStatuses": [
                 {"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": BIG}}},
@@ -172,20 +171,6 @@ def test_a_deletion_found_by_a_relist_is_reported_with_the_identity_the_watch_ke
     assert gone["metadata"]["name"] == "goes" and gone["metadata"]["namespace"] == NS
     assert gone["metadata"] == {"name": "goes", "namespace": NS, "resourceVersion": last}
     assert "data" not in gone
-
-
-def test_the_busy_list_keeps_one_node_name_per_gpu_workload_and_drops_every_other_pod() -> None:
-    kept = [
-        rollout_driver.workload_node(p)
-        for p in (
-            _pod("train", "gpu-1", gpu=True, ours=False),
-            _pod("web", "gpu-2", gpu=False, ours=False),
-            _pod("driver", "gpu-3", gpu=True, ours=True),
-            _pod("done", "gpu-4", gpu=True, ours=False, phase="Succeeded"),
-        )
-    ]
-    assert kept == [{"nodeName": "gpu-1"}, None, None, None]
-    assert rollout_driver.busy_nodes([_pod("train", "gpu-1", gpu=True, ours=False)]) == {"gpu-1"}
 
 
 class ChunkedResponse:

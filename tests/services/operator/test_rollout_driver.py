@@ -24,11 +24,8 @@ def _pod(
     created: str = "2026-01-01T11:59:00Z",
     rev: str = "",
     labels: dict | None = None,
-    gpu: bool = False,
 ) -> dict:
     container: dict = {"name": "c", "image": "x"}
-    if gpu:
-        container["resources"] = {"limits": {"metax-tech.com/gpu": "1"}}
     raw = {
         "metadata": {
             "name": name,
@@ -58,15 +55,6 @@ def test_a_driver_pod_fails_when_it_crash_loops_or_is_not_ready_in_time() -> Non
     assert failed(_pod("a", "n1", ready=False, created="2026-01-01T11:50:00Z"))  # not ready after 10 minutes
     assert failed(_pod("a", "n1", ready=False, waiting="CrashLoopBackOff"))
     assert failed(_pod("a", "n1", ready=False, restarts=3))
-
-
-def test_busy_nodes_are_those_with_gpu_pods_that_are_not_ours() -> None:
-    pods = [
-        _pod("job", "n1", labels={}, gpu=True),
-        _pod("web", "n2", labels={}),
-        _pod("ours", "n3", gpu=True),  # one of our agents
-    ]
-    assert rollout_driver.busy_nodes(pods) == {"n1"}
 
 
 def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
