@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+from metax_core.cluster import rbac
 from metax_core.ports.cluster import RawObject
 from metax_k8s import client, connect, events, lease, nodes, objects
 from metax_k8s.api import Api
@@ -19,6 +20,8 @@ from services.operator.workqueue import WorkQueue
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
+
+RBAC_API = "rbac.authorization.k8s.io/v1"
 
 LIST_CHUNK = 100
 """Objects per list page for the operator: its informers slim each page before the next (issue 11, P3), so a
@@ -51,6 +54,32 @@ def bootstrap(
 
     ns = s.namespace
     owned = "app.kubernetes.io/managed-by=metax-operator"
+
+    def owned_informer(api_version: str, kind: str, namespace: str | None) -> informers.Informer:
+        return informers.Informer(
+            objs,
+            api_version,
+            kind,
+            namespace=namespace,
+            label_selector=owned,
+            on_change=wake,
+            watch_seconds=watch_seconds,
+        )
+
+    # The components' RBAC (metax_core.cluster.rbac): in the operator's namespace, in the events namespace, and
+    # cluster-wide; watched so that one deleted or edited by hand is put back at once, not at the next resync.
+    rbac_scopes: list[tuple[str, str, str | None]] = [
+        ("v1", "ServiceAccount", ns),
+        (RBAC_API, "Role", ns),
+        (RBAC_API, "RoleBinding", ns),
+    ]
+    if ns != rbac.EVENTS_NAMESPACE:
+        rbac_scopes += [(RBAC_API, "Role", rbac.EVENTS_NAMESPACE), (RBAC_API, "RoleBinding", rbac.EVENTS_NAMESPACE)]
+    rbac_scopes += [(RBAC_API, "ClusterRole", None), (RBAC_API, "ClusterRoleBinding", None)]
+    rbac_informers = {
+        f"rbac:{kind}:{namespace or ''}": owned_informer(api_version, kind, namespace)
+        for api_version, kind, namespace in rbac_scopes
+    }
     caches = reconciler.Caches(
         cluster_operator=informers.Informer(
             objs, reconciler.CR_API, "ClusterOperator", on_change=wake, watch_seconds=watch_seconds
@@ -61,27 +90,9 @@ def bootstrap(
         nodes=informers.Informer(
             objs, "v1", "Node", slim=informers.slim_node, on_change=node_changed, watch_seconds=watch_seconds
         ),
-        daemonsets=informers.Informer(
-            objs,
-            "apps/v1",
-            "DaemonSet",
-            namespace=ns,
-            label_selector=owned,
-            on_change=wake,
-            watch_seconds=watch_seconds,
-        ),
-        deployments=informers.Informer(
-            objs,
-            "apps/v1",
-            "Deployment",
-            namespace=ns,
-            label_selector=owned,
-            on_change=wake,
-            watch_seconds=watch_seconds,
-        ),
-        services=informers.Informer(
-            objs, "v1", "Service", namespace=ns, label_selector=owned, on_change=wake, watch_seconds=watch_seconds
-        ),
+        daemonsets=owned_informer("apps/v1", "DaemonSet", ns),
+        deployments=owned_informer("apps/v1", "Deployment", ns),
+        services=owned_informer("v1", "Service", ns),
         pods=informers.Informer(
             objs,
             "v1",
@@ -92,6 +103,7 @@ def bootstrap(
             on_change=wake,
             watch_seconds=watch_seconds,
         ),
+        **rbac_informers,
     )
     ev = events.K8sEvents(api, reporting_controller="metax-operator", reporting_instance=s.identity, clock=clock)
     rec = reconciler.Reconciler(

@@ -43,7 +43,13 @@ CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
 
 
 class Caches:
-    """The informers the reconciler reads (built and started by `run`)."""
+    """The informers the reconciler reads (built and started by `run`).
+
+    Besides the named ones, every informer of a kind the operator applies is found by `lookup`: the workloads,
+    Services and ConfigMaps in the operator's namespace and the components' RBAC objects (`metax_core.cluster.rbac`)
+    wherever they live, so that an owned object deleted or edited by hand wakes the reconciler at once and a
+    steady-state reconcile reads none of them from the API server.
+    """
 
     def __init__(self, **informers: Informer) -> None:
         self.cluster_operator = informers["cluster_operator"]
@@ -54,6 +60,15 @@ class Caches:
         self.services = informers["services"]
         self.pods = informers["pods"]
         self.all: tuple[Informer, ...] = tuple(informers.values())
+        self._by_scope = {(i.kind, i.namespace or ""): i for i in self.all}
+
+    def lookup(self, kind: str, name: str, namespace: str | None) -> RawObject | None:
+        """The cached ``kind`` ``namespace/name`` with its apiVersion and kind, or None (not cached, or absent)."""
+        informer = self._by_scope.get((kind, namespace or ""))
+        if informer is None:
+            return None
+        found = informer.get(name, namespace)
+        return None if found is None else {"apiVersion": informer.api_version, "kind": kind, **found}
 
 
 class Reconciler:
@@ -86,17 +101,8 @@ class Reconciler:
         return ObjectRef(CR_API, spec.KIND, spec.OBJECT_NAME, None, (cr.get("metadata") or {}).get("uid"))
 
     def _lookup(self, kind: str, name: str) -> RawObject | None:
-        cache = {"DaemonSet": self.caches.daemonsets, "Deployment": self.caches.deployments}.get(kind)
-        if kind == "Service":
-            cache = self.caches.services
-        if kind == "ConfigMap":
-            cache = self.caches.configmaps
-        if cache is None:
-            return None
-        found = cache.get(name, self.settings.namespace)
-        if found is None:
-            return None
-        return {"apiVersion": "v1" if kind in ("Service", "ConfigMap") else "apps/v1", "kind": kind, **found}
+        """An object of the operator's namespace from the cache."""
+        return self.caches.lookup(kind, name, self.settings.namespace)
 
     def _gpu_nodes(self) -> list[str]:
         return sorted(
@@ -150,7 +156,7 @@ class Reconciler:
 
         results: list[cluster_status.ComponentResult] = []
         for component in rendered.plan.deploy:
-            results.append(states.ComponentState(component).sync(objects, self.applier, self._lookup))
+            results.append(states.ComponentState(component).sync(objects, self.applier, self.caches.lookup))
         results.extend(cluster_status.blocked(b) for b in rendered.plan.blocked)
         results.extend(cluster_status.disabled(c) for c in rendered.plan.disabled)
         self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan, objects)

@@ -22,8 +22,8 @@ from services.operator import applier
 
 log = logging.getLogger(__name__)
 
-Lookup = Callable[[str, str], RawObject | None]
-"""(kind, name) → the live object from the cache, or None."""
+Lookup = Callable[[str, str, str | None], RawObject | None]
+"""(kind, name, namespace) → the live object from the cache, or None."""
 
 
 @attrs.frozen
@@ -44,7 +44,8 @@ class ComponentState:
         live: list[RawObject | None] = []
         try:
             for manifest in mine:
-                cached = lookup(str(manifest["kind"]), str(manifest["metadata"]["name"]))
+                metadata = manifest["metadata"]
+                cached = lookup(str(manifest["kind"]), str(metadata["name"]), metadata.get("namespace"))
                 result = apply.apply(manifest, cached)
                 if manifest["kind"] in ("DaemonSet", "Deployment"):
                     live.append(result)

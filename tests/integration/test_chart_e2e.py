@@ -51,6 +51,7 @@ from metax_k8s import client
 pytestmark = pytest.mark.integration
 
 CR_API = "gpu.metax-tech.com/v1alpha1"
+RBAC = "rbac.authorization.k8s.io/v1"
 VERSION = "2.18.0"
 DENIED = 'admission webhook "clusteroperators.gpu.metax-tech.com" denied the request'
 _TIMES: dict[str, float] = {}
@@ -238,6 +239,31 @@ def test_helm_upgrade_reaches_the_cluster_operator_and_the_daemonsets(release: H
         lambda: _env(api.get("apps/v1", "DaemonSet", "metax-gpu-device", NAMESPACE), "METAX_HEALTHY_INTERVAL") == "9",
         timeout=60,
     )
+
+
+def test_a_components_service_account_deleted_by_hand_is_put_back_at_once(release: Helm, api: client.HttpApi) -> None:
+    """The operator watches the RBAC it renders, under its own least-privilege ServiceAccount (docs/operator.md)."""
+    api.delete("v1", "ServiceAccount", "metax-gpu-device", NAMESPACE)
+    api.delete(RBAC, "RoleBinding", "metax-gpu-device-events", "default")
+    wait_for(
+        "ServiceAccount metax-gpu-device back",
+        lambda: _labels_of(api, "v1", "ServiceAccount", "metax-gpu-device", NAMESPACE),
+        timeout=30,  # well below the 10-minute resync: the watch, not the resync
+    )
+    wait_for(
+        "RoleBinding default/metax-gpu-device-events back",
+        lambda: _labels_of(api, RBAC, "RoleBinding", "metax-gpu-device-events", "default"),
+        timeout=30,
+    )
+    labels = _labels_of(api, "v1", "ServiceAccount", "metax-gpu-device", NAMESPACE)
+    assert labels[workloads.MANAGED_BY_LABEL] == workloads.MANAGED_BY
+
+
+def _labels_of(api: client.HttpApi, api_version: str, kind: str, name: str, namespace: str) -> dict[str, str]:
+    try:
+        return dict(api.get(api_version, kind, name, namespace)["metadata"].get("labels") or {})
+    except ClusterError:
+        return {}
 
 
 def test_helm_uninstall_runs_the_cleanup_job_for_real_and_leaves_nothing(

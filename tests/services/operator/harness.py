@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from metax_core.cluster import workloads
+from metax_k8s.api import Api
 from metax_k8s.inmemory import InMemoryCluster
 from services.operator import bootstrap, run, settings
 
@@ -35,8 +36,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 
 class Harness:
     def __init__(
-        self, *, identity: str = "op-a", leader_election: bool = False, cluster: InMemoryCluster | None = None
+        self,
+        *,
+        identity: str = "op-a",
+        leader_election: bool = False,
+        cluster: InMemoryCluster | None = None,
+        api: Callable[[Api], Api] | None = None,
     ):
+        """``api`` wraps the cluster's API for the operator (to count its requests)."""
         self.cluster = cluster or InMemoryCluster()
         if cluster is None:
             self.cluster.install_crd()
@@ -45,7 +52,8 @@ class Harness:
             self.cluster.add_node("gpu-2", labels={workloads.GPU_NODE_LABEL: "true"})
             self.cluster.add_node("cpu-1")
         self.settings = settings.Settings(identity=identity, leader_election=leader_election, backoff_base=0.05)
-        self.op: run.Operator = bootstrap.bootstrap(self.settings, api=self.cluster.api, watch_seconds=5)
+        self.api = self.cluster.api if api is None else api(self.cluster.api)
+        self.op: run.Operator = bootstrap.bootstrap(self.settings, api=self.api, watch_seconds=5)
 
     def start(self) -> Harness:
         self.op.start()

@@ -8,12 +8,15 @@ changes nothing and reports field paths, a VF change recreates one node's gpu-de
 
 from __future__ import annotations
 
+import collections
 import logging
+from typing import Any
 
 from harness import NS, Harness, cluster_operator, iter_events, wait_for
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
+from metax_k8s.api import Api
 
 
 def _install(h: Harness, spec: dict | None = None) -> None:
@@ -89,12 +92,13 @@ def test_disabled_prerequisite_prunes_dependents_and_enabling_brings_them_back(h
 
 
 OURS = "app.kubernetes.io/managed-by=metax-operator"
+RBAC = "rbac.authorization.k8s.io/v1"
 RBAC_KINDS = (
     ("v1", "ServiceAccount", NS),
-    ("rbac.authorization.k8s.io/v1", "Role", "default"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", "default"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None),
+    (RBAC, "Role", "default"),
+    (RBAC, "RoleBinding", "default"),
+    (RBAC, "ClusterRole", None),
+    (RBAC, "ClusterRoleBinding", None),
 )
 
 
@@ -130,6 +134,52 @@ def test_rbac_of_a_disabled_component_and_of_its_dependents_is_pruned_and_comes_
     harness.objects.apply(cluster_operator(), field_manager="helm")
     wait_for("the RBAC back", lambda: _rbac_of(harness, "gpuDevice") == installed["gpuDevice"])
     assert _rbac_of(harness, "runtime") == installed["runtime"]
+
+
+class ReadCountingApi:
+    """The in-memory API, counting single-object reads by kind."""
+
+    def __init__(self, inner: Api) -> None:
+        self.inner = inner
+        self.gets: collections.Counter[str] = collections.Counter()
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        self.gets[kind] += 1
+        return self.inner.get(api_version, kind, name, namespace)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+RBAC_KIND_NAMES = {kind for _, kind, _ in RBAC_KINDS}
+
+
+def test_owned_rbac_is_watched_put_back_at_once_and_never_read_in_steady_state() -> None:
+    h = Harness(api=ReadCountingApi)
+    counting = h.api
+    assert isinstance(counting, ReadCountingApi)
+    try:
+        _install(h)
+        h.settle()
+        installed = {c: _rbac_of(h, c) for c in ("gpuDevice", "gpuLabel")}
+        reads = sum(counting.gets[k] for k in RBAC_KIND_NAMES)
+        for _ in range(3):
+            h.settle()
+        assert sum(counting.gets[k] for k in RBAC_KIND_NAMES) == reads  # read from the watches' caches
+        assert h.op.settings.resync_seconds >= 600  # so what follows is the watches' doing, not the resync
+        h.objects.delete("v1", "ServiceAccount", "metax-gpu-device", NS)
+        h.objects.delete(RBAC, "ClusterRoleBinding", "metax-operator:metax-gpu-device")
+        h.objects.delete(RBAC, "RoleBinding", "metax-gpu-device-events", "default")
+        wait_for("gpu-device's RBAC put back", lambda: _rbac_of(h, "gpuDevice") == installed["gpuDevice"])
+        role = h.objects.get(RBAC, "ClusterRole", "metax-operator:metax-gpu-label")
+        assert role is not None and role["rules"]
+        h.objects.apply({**role, "rules": []}, field_manager="someone", force=True)
+        wait_for(
+            "gpu-label's ClusterRole rules put back",
+            lambda: h.objects.get(RBAC, "ClusterRole", "metax-operator:metax-gpu-label")["rules"] == role["rules"],  # type: ignore[index]
+        )
+    finally:
+        h.stop()
 
 
 def test_the_rbac_prune_never_touches_an_object_that_is_not_ours(harness: Harness) -> None:
