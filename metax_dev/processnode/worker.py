@@ -14,30 +14,23 @@ import base64
 import contextlib
 import datetime as dt
 import logging
-import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import attrs
 
 from metax_core.errors import ClusterError, NotFound
 from metax_dev.controlplane import network
-from metax_dev.processnode import podspec, probes, status, tokens
+from metax_dev.processnode import container, podspec, probes, status, tokens
 from metax_k8s import client
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "metax-processnode"
-#: Restart back-off: first delay and cap, in seconds (the kubelet: 10 s and 300 s; shorter for tests).
-BACKOFF_FIRST = 1.0
-BACKOFF_MAX = 30.0
-#: A container that ran this long has its back-off reset.
-BACKOFF_RESET = 60.0
 TICK = 0.2
 
 
@@ -57,45 +50,6 @@ class NodeContext:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-class _Container:
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.spec = spec
-        self.name: str = spec["name"]
-        self.image = str(spec.get("image", ""))
-        self.plan: podspec.ContainerPlan | None = None
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.log: BinaryIO | None = None
-        self.state = status.State.WAITING
-        self.reason = "ContainerCreating"
-        self.message = ""
-        self.started_at = ""
-        self.started_mono = 0.0
-        self.terminated: status.Terminated | None = None
-        self.restart_count = 0
-        self.ready = False
-        self.will_restart = True
-        self.next_start = 0.0
-        self.backoff = BACKOFF_FIRST
-        self.probe_next: dict[str, float] = {}
-        self.probe_ok: dict[str, int] = {}
-        self.probe_bad: dict[str, int] = {}
-
-    def snapshot(self) -> status.Container:
-        return status.Container(
-            name=self.name,
-            image=self.image,
-            state=self.state,
-            restart_count=self.restart_count,
-            ready=self.ready,
-            reason=self.reason,
-            message=self.message,
-            started_at=self.started_at,
-            terminated=self.terminated,
-            pid=self.popen.pid if self.popen is not None else None,
-            will_restart=self.will_restart,
-        )
 
 
 class PodWorker:
@@ -118,7 +72,7 @@ class PodWorker:
         self._conditions: dict[str, bool] = {}
         self._transitions: dict[str, str] = {}
         self._start_time = status.timestamp(_now())
-        self.containers = [_Container(c) for c in (pod.get("spec") or {}).get("containers") or []]
+        self.containers = [container.Container(c) for c in (pod.get("spec") or {}).get("containers") or []]
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
 
     # -- what the node calls ---------------------------------------------------------------------------
@@ -228,8 +182,8 @@ class PodWorker:
         spec = self._pod.get("spec") or {}
         empty = {v["name"] for v in spec.get("volumes") or [] if "emptyDir" in v}
         found = {}
-        for container in spec.get("containers") or []:
-            for mount in container.get("volumeMounts") or []:
+        for entry in spec.get("containers") or []:
+            for mount in entry.get("volumeMounts") or []:
                 if mount["name"] in empty:
                     found[mount["mountPath"]] = self.directory / "volumes" / mount["name"]
         return found
@@ -252,7 +206,7 @@ class PodWorker:
 
     # -- one container -----------------------------------------------------------------------------------
 
-    def _step(self, c: _Container) -> None:
+    def _step(self, c: container.Container) -> None:
         now = time.monotonic()
         if c.popen is not None:
             code = c.popen.poll()
@@ -269,7 +223,7 @@ class PodWorker:
             return  # the first TokenRequest has not answered yet
         self._start(c)
 
-    def _start(self, c: _Container) -> None:
+    def _start(self, c: container.Container) -> None:
         facts = podspec.PodFacts(self.context.name, self.context.address, self.context.address)
         try:
             c.plan = podspec.plan(c.spec, self._pod, facts, self.context.bin_dirs, self._lookup)
@@ -289,15 +243,7 @@ class PodWorker:
         c.log.flush()
         env = {**self._base_env(), **c.plan.env}
         try:
-            c.popen = subprocess.Popen(
-                ["setpriv", "--pdeathsig", "KILL", "--", *c.plan.argv],
-                stdin=subprocess.DEVNULL,
-                stdout=c.log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                env=env,
-                start_new_session=True,
-            )
+            c.popen = container.start_process(c.plan.argv, c.log, self.directory, env)
         except OSError as exc:
             self._mark_started(c)
             self._exited(c, 128, "StartError", f"{c.plan.argv[0]}: {exc}")
@@ -310,21 +256,21 @@ class PodWorker:
         c.probe_ok, c.probe_bad = {}, {}
         log.info("pod %s: container %s started (pid %d)", self.key, c.name, c.popen.pid)
 
-    def _mark_started(self, c: _Container) -> None:
+    def _mark_started(self, c: container.Container) -> None:
         c.started_at = status.timestamp(_now())
         c.started_mono = time.monotonic()
 
-    def _exited(self, c: _Container, code: int, reason: str, message: str) -> None:
+    def _exited(self, c: container.Container, code: int, reason: str, message: str) -> None:
         c.terminated = status.Terminated(code, reason, message, c.started_at, status.timestamp(_now()))
         c.ready = False
         c.popen = None
         policy = self._restart_policy
         c.will_restart = policy == "Always" or (policy == "OnFailure" and code != 0)
         if c.will_restart:
-            if time.monotonic() - c.started_mono > BACKOFF_RESET:
-                c.backoff = BACKOFF_FIRST
+            if time.monotonic() - c.started_mono > container.BACKOFF_RESET:
+                c.backoff = container.BACKOFF_FIRST
             c.next_start = time.monotonic() + c.backoff
-            c.backoff = min(c.backoff * 2, BACKOFF_MAX)
+            c.backoff = min(c.backoff * 2, container.BACKOFF_MAX)
             c.restart_count += 1
             c.state, c.reason = status.State.WAITING, "CrashLoopBackOff"
             c.message = f"back-off {c.next_start - time.monotonic():.0f}s restarting failed container {c.name}"
@@ -332,7 +278,7 @@ class PodWorker:
             c.state, c.reason, c.message = status.State.TERMINATED, "", ""
         log.info("pod %s: container %s exited %d (%s)", self.key, c.name, code, reason)
 
-    def _probe(self, c: _Container, now: float) -> None:
+    def _probe(self, c: container.Container, now: float) -> None:
         assert c.plan is not None
         for kind, probe in (("readiness", c.plan.readiness), ("liveness", c.plan.liveness)):
             if probe is None or now < c.probe_next[kind]:
@@ -350,7 +296,8 @@ class PodWorker:
                     c.ready = False
             elif c.probe_bad[kind] >= probe.failure_threshold:
                 log.info("pod %s: container %s failed liveness (%s): restarting", self.key, c.name, result.detail)
-                code = self._kill(c, self._grace())
+                assert c.popen is not None  # probed: it runs
+                code = container.stop_process(c.popen, self._grace())
                 self._exited(c, code, "Error", f"liveness probe failed: {result.detail}")
                 return
 
@@ -362,32 +309,15 @@ class PodWorker:
             return float(meta["deletionGracePeriodSeconds"])
         return float((self._pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
 
-    def _kill(self, c: _Container, grace: float) -> int:
-        """SIGTERM the container's process group, SIGKILL after ``grace``; returns the exit code."""
-        popen = c.popen
-        if popen is None:
-            return 0
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, signal.SIGTERM)
-        try:
-            code = popen.wait(timeout=grace if grace > 0 else 0.1)
-        except subprocess.TimeoutExpired:
-            code = None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, signal.SIGKILL)  # whatever else is left in the group goes too
-        if code is None:
-            code = popen.wait(timeout=30)
-        return 128 - code if code < 0 else code  # -15 -> 143 as the runtimes report a signal
-
     def _kill_all(self, grace: float) -> None:
         running = [c for c in self.containers if c.popen is not None]
         for c in running:
             assert c.popen is not None
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(c.popen.pid, signal.SIGTERM)
+            container.signal_group(c.popen, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for c in running:
-            code = self._kill(c, max(0.0, deadline - time.monotonic()))
+            assert c.popen is not None
+            code = container.stop_process(c.popen, max(0.0, deadline - time.monotonic()))
             c.terminated = status.Terminated(
                 code, "Error" if code else "Completed", "", c.started_at, status.timestamp(_now())
             )
