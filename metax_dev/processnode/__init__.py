@@ -10,5 +10,6 @@ restart policies and graceful deletion. No isolation, no image, host network: se
 Modules (import them whole): ``podspec`` (a container's command, env and probes from the pod spec),
 ``probes`` (httpGet, exec, tcpSocket), ``status`` (the pod status document), ``tokens`` (TokenRequest and the
 in-cluster files), ``address`` (the node's own address on the loopback interface), ``container`` (one
-container's state and process group), ``worker`` (one pod's processes), ``node`` (`ProcessNode`: registration, heartbeat, the pod watch).
+container's state and process group), ``worker`` (one pod's processes), ``node`` (`ProcessNode`:
+registration, heartbeat, the pod watch).
 """

@@ -54,9 +54,10 @@ def _delete_cluster_operator(env: Env) -> None:
 def _collect_orphaned_pods(env: Env) -> None:
     """Wait for the garbage collector to remove the deleted DaemonSets' pods; delete those it leaves.
 
-    Seen here: after a kube-apiserver restart, kube-controller-manager v1.36.3's garbage collector can leave pods
-    whose owning DaemonSet is gone for minutes (docs/controlplane.md). The next tests of the session share the
-    namespace and check that nothing of ours remains, so the harness does what the collector did not.
+    After kube-apiserver restarts, kube-controller-manager's garbage collector learns of a deleted DaemonSet only
+    when its shared informer is back from client-go's reconnect back-off, which can take minutes after several
+    restarts (docs/controlplane.md). The next tests of the session share the namespace and check that nothing of
+    ours remains, so the harness does what the collector has not done yet.
     """
     with contextlib.suppress(AssertionError):
         wait_for("the deleted DaemonSets' pods collected", lambda: not _orphans(env), timeout=30)
