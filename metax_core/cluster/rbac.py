@@ -33,6 +33,7 @@ PART_OF_LABEL = "app.kubernetes.io/part-of"
 MANAGED_BY = "metax-operator"
 PART_OF = "metax-gpu-operator"
 EVENTS_NAMESPACE = "default"
+RBAC_API = "rbac.authorization.k8s.io/v1"
 """Events about cluster-scoped objects (nodes, the ClusterOperator) go here (kubectl looks for them here)."""
 OPERATOR_ACCOUNT = "metax-operator"
 WEBHOOK_NAME = "metax-operator-webhook"
@@ -165,13 +166,13 @@ def _role_objects(
     kind = "ClusterRole" if scope is Scope.CLUSTER else "Role"
     where = {} if scope is Scope.CLUSTER else {"namespace": EVENTS_NAMESPACE if scope is Scope.EVENTS else namespace}
     role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "apiVersion": RBAC_API,
         "kind": kind,
         "metadata": {"name": name, **where, "labels": dict(labels)},
         "rules": [r.manifest() for r in rules],
     }
     binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "apiVersion": RBAC_API,
         "kind": f"{kind}Binding",
         "metadata": {"name": name, **where, "labels": dict(labels)},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
@@ -194,6 +195,21 @@ def account_objects(account: str, namespace: str, component: Component | None = 
         if rules:
             objects += _role_objects(account, scope, rules, namespace, labels)
     return objects
+
+
+def locations(namespace: str) -> list[tuple[str, str, str | None]]:
+    """Where the components' RBAC objects live, as (apiVersion, kind, namespace; None: cluster-wide), bindings
+    before roles: ServiceAccounts, RoleBindings and Roles in the operator's ``namespace``, the events
+    RoleBindings and Roles in `EVENTS_NAMESPACE`, ClusterRoleBindings and ClusterRoles. What the operator
+    watches, and where its cleanup looks (its own role allows no more)."""
+    found: list[tuple[str, str, str | None]] = [
+        ("v1", "ServiceAccount", namespace),
+        (RBAC_API, "RoleBinding", namespace),
+        (RBAC_API, "Role", namespace),
+    ]
+    if namespace != EVENTS_NAMESPACE:
+        found += [(RBAC_API, "RoleBinding", EVENTS_NAMESPACE), (RBAC_API, "Role", EVENTS_NAMESPACE)]
+    return [*found, (RBAC_API, "ClusterRoleBinding", None), (RBAC_API, "ClusterRole", None)]
 
 
 def objects(component: Component, namespace: str = spec.NAMESPACE) -> list[dict[str, Any]]:

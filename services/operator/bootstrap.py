@@ -21,8 +21,6 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-RBAC_API = "rbac.authorization.k8s.io/v1"
-
 LIST_CHUNK = 100
 """Objects per list page for the operator: its informers slim each page before the next (issue 11, P3), so a
 smaller page than the client's default keeps the peak of a restart at 1,000 nodes (7,000 pods) low."""
@@ -68,17 +66,9 @@ def bootstrap(
 
     # The components' RBAC (metax_core.cluster.rbac): in the operator's namespace, in the events namespace, and
     # cluster-wide; watched so that one deleted or edited by hand is put back at once, not at the next resync.
-    rbac_scopes: list[tuple[str, str, str | None]] = [
-        ("v1", "ServiceAccount", ns),
-        (RBAC_API, "Role", ns),
-        (RBAC_API, "RoleBinding", ns),
-    ]
-    if ns != rbac.EVENTS_NAMESPACE:
-        rbac_scopes += [(RBAC_API, "Role", rbac.EVENTS_NAMESPACE), (RBAC_API, "RoleBinding", rbac.EVENTS_NAMESPACE)]
-    rbac_scopes += [(RBAC_API, "ClusterRole", None), (RBAC_API, "ClusterRoleBinding", None)]
     rbac_informers = {
         f"rbac:{kind}:{namespace or ''}": owned_informer(api_version, kind, namespace)
-        for api_version, kind, namespace in rbac_scopes
+        for api_version, kind, namespace in rbac.locations(ns)
     }
     caches = reconciler.Caches(
         cluster_operator=informers.Informer(

@@ -24,11 +24,6 @@ log = logging.getLogger(__name__)
 
 FINALIZER = "metax-tech.com/cleanup"
 OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
-_RBAC = "rbac.authorization.k8s.io/v1"
-#: The per-component RBAC objects (`metax_core.cluster.rbac`), namespaced ones in the operator's namespace and
-#: in the events namespace; removed after the workloads that use them.
-RBAC_NAMESPACED_KINDS = (("v1", "ServiceAccount"), (_RBAC, "RoleBinding"), (_RBAC, "Role"))
-RBAC_CLUSTER_KINDS = ((_RBAC, "ClusterRoleBinding"), (_RBAC, "ClusterRole"))
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
 """Set by the administrator (R-SGPU), not by the product: left on the node."""
 
@@ -43,13 +38,10 @@ def remove_everything(
     """Delete our objects and node keys; returns how many writes it made."""
     writes = 0
     selector = f"{workloads.MANAGED_BY_LABEL}={workloads.MANAGED_BY}"
-    where: list[tuple[tuple[str, str], str | None]] = [(k, namespace) for k in OWNED_KINDS]
-    where += [(k, namespace) for k in RBAC_NAMESPACED_KINDS]
-    # Only the events Roles and RoleBindings live in the events namespace (and the operator's RBAC allows no more).
-    if namespace != rbac.EVENTS_NAMESPACE:
-        where += [(k, rbac.EVENTS_NAMESPACE) for k in RBAC_NAMESPACED_KINDS if k[1] != "ServiceAccount"]
-    where += [(k, None) for k in RBAC_CLUSTER_KINDS]
-    for (api_version, kind), scope in where:
+    # The workloads first, then the RBAC that they use.
+    where: list[tuple[str, str, str | None]] = [(v, k, namespace) for v, k in OWNED_KINDS]
+    where += rbac.locations(namespace)
+    for api_version, kind, scope in where:
         for obj in objects.list(api_version, kind, namespace=scope, label_selector=selector).items:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
             writes += 1

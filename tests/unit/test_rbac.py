@@ -150,3 +150,18 @@ def test_the_rbac_of_components_not_deployed_is_removed_bindings_first_and_what_
         (o["kind"], o["metadata"]["name"]) for o in rbac.to_remove([Component.MACA], "metax-operator", kept)
     ]
     assert rbac.to_remove([Component.EXPORTER], "metax-operator") == []  # the data-exporter has no account
+
+
+@pytest.mark.parametrize("namespace", ["metax-operator", rbac.EVENTS_NAMESPACE])
+def test_every_rendered_rbac_object_lives_where_the_operator_watches_and_cleans_up(namespace: str) -> None:
+    where = rbac.locations(namespace)
+    assert len(where) == len(set(where))  # the events namespace is not listed twice when it is the operator's
+    rendered = {
+        (o["apiVersion"], o["kind"], o["metadata"].get("namespace"))
+        for component in Component
+        for o in rbac.objects(component, namespace)
+    }
+    assert rendered <= set(where)
+    for api_version, kind, scope in where:  # a binding is removed before the role it names
+        if kind in ("Role", "ClusterRole"):
+            assert where.index((api_version, f"{kind}Binding", scope)) < where.index((api_version, kind, scope))
