@@ -321,7 +321,10 @@ kubectl get clusteroperators.gpu.metax-tech.com cluster-operator
 
 `helm upgrade metax-operator charts/metax-operator -n metax-operator --reuse-values --set ...` changes the
 `cluster-operator` object; the operator re-renders the components. `kubectl edit clusteroperator
-cluster-operator` changes the same fields (the next `helm upgrade` writes the chart's values again).
+cluster-operator` changes the same fields, and Helm does not see it: for a custom resource Helm 3 sends a
+JSON merge patch computed from the previous release's manifest to the new one (two-way, not from the live
+object), so a `kubectl` edit of a field survives every later `helm upgrade` that leaves that field's rendered
+value unchanged, and `helm get values` does not show it. Change values one way: prefer `helm upgrade`.
 
 ## Uninstall
 
