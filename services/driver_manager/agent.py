@@ -113,7 +113,7 @@ class DriverManager:
             self.publisher.signal(False, str(exc))
             self.probe.not_ready()
             raise
-        self.probe.ready(self.outcome.ready.reason)
+        self.probe.report(self.outcome.ready.ready, self.outcome.ready.reason)
 
     def shutdown(self) -> None:
         """The driver stays loaded (workloads use it); the readiness signal stays as it is."""
