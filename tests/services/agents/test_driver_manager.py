@@ -15,6 +15,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+import attrs
 import pytest
 
 from metax_core.node import driver_plan, readiness
@@ -386,15 +387,22 @@ def test_a_new_driver_the_kernel_refuses_brings_the_previous_one_back(tmp_path: 
 def test_killed_between_the_unload_and_the_refused_load_then_restarted_restores(tmp_path: pathlib.Path) -> None:
     n = make_node(tmp_path, host(loaded=False))
     _running_ours(n, tmp_path)
-    m = manager(n, payload_version=NEW_VERSION)
+    real = agent.Hardware.of(n.fake.hw)
 
     class Killed(BaseException):
         pass
 
-    def killed(path: str, params: object) -> None:
-        raise Killed  # the agent dies after the unload, before insmod returns
+    class DiesInInsmod:
+        """The host's modules, but the agent is killed after the unload, before insmod returns."""
 
-    object.__setattr__(m.hw.modules, "load_file", killed)
+        def __getattr__(self, name: str) -> object:
+            return getattr(real.modules, name)
+
+        def load_file(self, path: str, params: object) -> None:
+            raise Killed
+
+    dying = attrs.evolve(real, modules=DiesInInsmod())
+    m = bootstrap.bootstrap(settings(n, payload_version=NEW_VERSION), hw=dying, ports=n.ports("driver"), clock=n.clock)
     with pytest.raises(Killed):
         m.tick()
     assert n.fake.modules.state("metax") is None  # driverless while no driver-manager runs
