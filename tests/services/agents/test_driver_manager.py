@@ -348,8 +348,9 @@ def _running_ours(n: Node, tmp_path: pathlib.Path) -> None:
         "driver-config",
         {"module-params": "xcore_page_size: 11\n", "node-vfnums": f"nodes:\n  {NODE}:\n    vfnum: 2\n"},
     )
-    manager(n).tick()
+    manager(n, probe_file=str(tmp_path / "ready")).tick()
     assert driver_signal(n).ready and n.fake.module_version("metax") == PAYLOAD_VERSION
+    assert (tmp_path / "ready").read_text().strip() == driver_signal(n).reason  # the readinessProbe passes
     shutil.rmtree(n.payload)
     write_payload(n.payload, NEW_VERSION, built_for=OTHER_KERNEL)  # the new driver image, for another kernel
 
