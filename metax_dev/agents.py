@@ -86,13 +86,26 @@ FAST: Mapping[str, Mapping[str, str]] = {
 }
 
 
-def write_payload(directory: pathlib.Path, version: str = PAYLOAD_VERSION) -> pathlib.Path:
+BROKEN_KERNEL = "6.99.0-0-broken"
+"""A kernel release no fake host runs: a payload built for it is refused with ``Invalid module format``."""
+
+
+def write_payload(
+    directory: pathlib.Path, version: str = PAYLOAD_VERSION, *, built_for: str | None = None
+) -> pathlib.Path:
     """A driver image's payload (``driver/metax.ko`` of ``version``) under ``directory``, driver-manager's
-    ``METAX_PAYLOAD_DIR``; returns ``directory``."""
+    ``METAX_PAYLOAD_DIR``; returns ``directory``. ``built_for`` another kernel release (`BROKEN_KERNEL`):
+    the fake host's kernel refuses the module, as a real one refuses a module built for another kernel."""
     from metax_hw_fake import builder, kmods  # not in the agents' processes (benchmarks/agents.py measures them)
 
     kmods.write_module_file(
-        directory / "driver" / "metax.ko", "metax", version, "metax", [(0x9999, -1)], dict(builder.METAX_PARAMS)
+        directory / "driver" / "metax.ko",
+        "metax",
+        version,
+        "metax",
+        [(0x9999, -1)],
+        dict(builder.METAX_PARAMS),
+        vermagic=kmods.vermagic(built_for) if built_for else None,
     )
     return directory
 

@@ -70,7 +70,7 @@ class FakeHostBuilder:
         self._host_driver: str | None = "2.18.0"
         self._loaded = True
         self._params: dict[str, str] = {}
-        self._payloads: dict[str, str] = {}
+        self._payloads: dict[str, tuple[str, str | None]] = {}
         self._vbios = "1.13.0.0"
         self._images: list[tuple[str, bool]] = []
         self._nics: list[NicSpec] = []
@@ -113,9 +113,11 @@ class FakeHostBuilder:
         self._host_driver, self._loaded, self._params = version, loaded and version is not None, dict(params or {})
         return self
 
-    def payload_driver(self, version: str, path: str | None = None) -> Self:
-        """A driver module file shipped by a payload (for `KernelModules.load_file`), host-absolute ``path``."""
-        self._payloads[path or f"/var/lib/metax/drivers/{version}/metax.ko"] = version
+    def payload_driver(self, version: str, path: str | None = None, *, built_for: str | None = None) -> Self:
+        """A driver module file shipped by a payload (for `KernelModules.load_file`), host-absolute ``path``;
+        ``built_for`` another kernel release than the host's: the kernel refuses it (Invalid module format)."""
+        magic = kmods.vermagic(built_for) if built_for else None
+        self._payloads[path or f"/var/lib/metax/drivers/{version}/metax.ko"] = (version, magic)
         return self
 
     def vbios(self, version: str) -> Self:
@@ -254,9 +256,15 @@ class FakeHostBuilder:
             )
             dep.append("updates/dkms/metax.ko:")
         layout.put(tree / "modules.dep", "\n".join(dep))
-        for path, version in self._payloads.items():
+        for path, (version, magic) in self._payloads.items():
             kmods.write_module_file(
-                base / path.lstrip("/"), "metax", version, "metax", [(METAX_VENDOR, -1)], dict(METAX_PARAMS)
+                base / path.lstrip("/"),
+                "metax",
+                version,
+                "metax",
+                [(METAX_VENDOR, -1)],
+                dict(METAX_PARAMS),
+                vermagic=magic,
             )
 
     def _load(self, base: Path, st: state.State, name: str, params: dict[str, str]) -> None:

@@ -3,11 +3,14 @@
 Why: R-DRIVER and R-MODPARAM are judged by what ``/sys/module/<name>`` shows after a load, so the fake
 must behave like the kernel where it matters: a loaded module is EEXIST for insmod (and a silent success
 for modprobe, which the tool handles), unknown parameters are ignored with a log line, parameters not given
-take the module's defaults, a module in use cannot be removed (EBUSY), and a driver module binds every
-unbound device it claims when it arrives and releases them when it goes. Standard library only.
+take the module's defaults, a module in use cannot be removed (EBUSY), a module built for another kernel
+is refused as the kernel refuses it (ENOEXEC, ``Invalid module format``, and a ``version magic`` line in
+dmesg), and a driver module binds every unbound device it claims when it arrives and releases them when it
+goes. Standard library only.
 
 A fake module file is text: ``name=``, ``version=``, ``driver=``, ``ids=<vendor>:<device>`` (``ffff`` for
-any device) and ``parm=<name>:<type>:<default>:<description>`` lines.
+any device), ``parm=<name>:<type>:<default>:<description>`` lines and an optional ``vermagic=`` (the kernel
+it was built for; absent: built for the running kernel).
 """
 
 from __future__ import annotations
@@ -38,11 +41,16 @@ def write_module_file(
     driver: str | None,
     ids: list[tuple[int, int]],
     params: dict[str, tuple[str, str, str]],
+    *,
+    vermagic: str | None = None,
 ) -> None:
-    """``params``: name -> (type, default, description)."""
+    """``params``: name -> (type, default, description); ``vermagic``: the kernel the module was built for,
+    as ``modinfo -F vermagic`` shows it (None: the running kernel, whatever it is)."""
     lines = [MAGIC, f"name={name}"]
     if version:
         lines.append(f"version={version}")
+    if vermagic:
+        lines.append(f"vermagic={vermagic}")
     if driver:
         lines.append(f"driver={driver}")
     lines += [f"ids={vendor:04x}:{device & 0xFFFF:04x}" for vendor, device in ids]
@@ -106,11 +114,20 @@ def is_loaded(root: Path, name: str) -> bool:
     return (layout.module_dir(root, name) / "initstate").exists()
 
 
+def vermagic(release: str) -> str:
+    """The version magic of modules built for kernel ``release`` (what ``modinfo -F vermagic`` prints)."""
+    return f"{release} SMP mod_unload modversions"
+
+
 def load(root: Path, st: State, info: dict[str, Any], params: dict[str, str]) -> list[str]:
     """Insert a module; returns the kernel log lines (unknown parameters)."""
     mod = str(info["name"]).replace("-", "_")
     if is_loaded(root, mod):
         raise KmodError(errno.EEXIST, f"could not insert module {info['path']}: File exists")
+    built_for, running = info.get("vermagic"), vermagic(st["kernel_release"])
+    if built_for is not None and built_for != running:
+        st["dmesg"].append(f"{mod}: version magic '{built_for}' should be '{running}'")
+        raise KmodError(errno.ENOEXEC, f"could not insert module {info['path']}: Invalid module format")
     failure = st["faults"]["load_fails"].get(mod)
     if failure is not None:
         raise KmodError(errno.EINVAL, failure)

@@ -119,7 +119,8 @@ def modinfo(root: Path, args: list[str], out: TextIO, err: TextIO) -> int:
     fields += [
         ("alias", f"pci:v0000{v:04X}d{'*' if d == -1 else f'0000{d:04X}'}sv*sd*bc*sc*i*") for v, d in info["ids"]
     ]
-    fields += [("depends", ""), ("name", str(info["name"])), ("vermagic", f"{release} SMP mod_unload modversions")]
+    built_for = str(info.get("vermagic") or kmods.vermagic(release))
+    fields += [("depends", ""), ("name", str(info["name"])), ("vermagic", built_for)]
     fields += [("parm", f"{p}:{spec['description']} ({spec['type']})") for p, spec in info["params"].items()]
     for key, value in fields:
         if field is None:

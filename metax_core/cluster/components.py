@@ -48,11 +48,32 @@ class Workload:
 
 
 @attrs.frozen
+class ReadinessProbe:
+    """How the kubelet asks a component's pod whether the component works on its node (R-READY).
+
+    The agent keeps ``file`` exactly while it does its job (`services._agent.probe`); the pod's
+    readinessProbe is ``exec: [test, -f, file]`` and the agent learns the path from ``METAX_PROBE_FILE``
+    (`metax_core.cluster.workloads`). Declared once per component here, so a new component gets both by
+    declaring it.
+    """
+
+    file: str = "/tmp/metax-agent-ready"
+    period_seconds: int = 5
+    failure_threshold: int = 1
+    """One failed look is enough: the file is removed only when the agent decided it is not ready."""
+
+
+AGENT_PROBE = ReadinessProbe()
+
+
+@attrs.frozen
 class ComponentInfo:
     component: Component
     title: str
     prerequisites: tuple[Component, ...]
     workloads: tuple[Workload, ...]
+    probe: ReadinessProbe | None = None
+    """The readinessProbe of its DaemonSet's pods; None: none yet (the component has no agent code)."""
 
     @property
     def signal(self) -> str:
@@ -70,15 +91,19 @@ def _deploy(name: str) -> Workload:
 
 C = Component
 CATALOGUE: tuple[ComponentInfo, ...] = (
-    ComponentInfo(C.GPU_LABEL, "gpu-label", (), (_ds("metax-gpu-label"),)),
+    ComponentInfo(C.GPU_LABEL, "gpu-label", (), (_ds("metax-gpu-label"),), AGENT_PROBE),
     ComponentInfo(C.RUNTIME, "container-runtime", (C.GPU_LABEL,), (_ds("metax-container-runtime", host_pid=True),)),
-    ComponentInfo(C.DRIVER, "driver", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),)),
+    ComponentInfo(C.DRIVER, "driver", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),), AGENT_PROBE),
     ComponentInfo(C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True),)),
     ComponentInfo(
-        C.GPU_DEVICE, "gpu-device", (C.GPU_LABEL, C.RUNTIME, C.MACA), (_ds("metax-gpu-device", host_pid=True),)
+        C.GPU_DEVICE,
+        "gpu-device",
+        (C.GPU_LABEL, C.RUNTIME, C.MACA),
+        (_ds("metax-gpu-device", host_pid=True),),
+        AGENT_PROBE,
     ),
     ComponentInfo(C.EXPORTER, "data-exporter", (C.GPU_LABEL, C.DRIVER), (_ds("metax-data-exporter", own_sa=False),)),
-    ComponentInfo(C.VFIO_MANAGER, "vfio-manager", (C.GPU_LABEL,), (_ds("metax-vfio-manager"),)),
+    ComponentInfo(C.VFIO_MANAGER, "vfio-manager", (C.GPU_LABEL,), (_ds("metax-vfio-manager"),), AGENT_PROBE),
     ComponentInfo(C.TOPO, "topo", (C.GPU_LABEL,), (_deploy("metax-topo-master"), _ds("metax-topo-worker"))),
     ComponentInfo(C.GPU_SCHEDULER, "gpu-scheduler", (C.GPU_LABEL, C.TOPO), (_deploy("metax-gpu-scheduler"),)),
 )

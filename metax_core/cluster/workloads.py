@@ -127,7 +127,9 @@ def default_pod_spec(component: Component, workload: Workload) -> dict[str, Any]
     return pod
 
 
-def _env(s: spec.ClusterOperatorSpec, component: Component, deployed: Sequence[Component]) -> list[dict[str, Any]]:
+def _env(
+    s: spec.ClusterOperatorSpec, component: Component, workload: Workload, deployed: Sequence[Component]
+) -> list[dict[str, Any]]:
     section = components.component_spec(s, component)
     env: list[dict[str, Any]] = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -148,23 +150,43 @@ def _env(s: spec.ClusterOperatorSpec, component: Component, deployed: Sequence[C
         env.append({"name": "METAX_DRIVER_CONFIG", "value": DRIVER_CONFIG_MAP})
     if component is Component.VFIO_MANAGER:
         env.append({"name": "METAX_VFIO_CONFIG", "value": VFIO_CONFIG_MAP})
-    return env + node_agent_env(s, component)
+    return env + node_agent_env(s, component) + probe_env(declared_probe(component, workload))
 
 
-PROBE_FILE = "/tmp/metax-agent-ready"
-"""The readiness probe file every node agent keeps while its last round succeeded (services._agent.probe)."""
+PROBE_FILE = components.AGENT_PROBE.file
+"""The readiness probe file a node agent keeps exactly while it works on its node (services._agent.probe)."""
+
+
+def declared_probe(component: Component, workload: Workload) -> components.ReadinessProbe | None:
+    """The probe a component declares (`components.ComponentInfo.probe`), for its node agents' pods only."""
+    if workload.kind is not WorkloadKind.DAEMON_SET:
+        return None
+    return components.BY_COMPONENT[component].probe
+
+
+def readiness_probe(declared: components.ReadinessProbe) -> dict[str, Any]:
+    """The container's readinessProbe for a declared `components.ReadinessProbe` (R-READY)."""
+    return {
+        "exec": {"command": ["test", "-f", declared.file]},
+        "periodSeconds": declared.period_seconds,
+        "failureThreshold": declared.failure_threshold,
+    }
+
+
+def probe_env(declared: components.ReadinessProbe | None) -> list[dict[str, Any]]:
+    """Where the agent keeps the file the probe tests (``METAX_PROBE_FILE``)."""
+    return [] if declared is None else [{"name": "METAX_PROBE_FILE", "value": declared.file}]
 
 
 def node_agent_env(s: spec.ClusterOperatorSpec, component: Component) -> list[dict[str, Any]]:
     """What the node agents (gpu-label, driver-manager, vfio-manager) read besides the common variables:
-    the namespace of their ConfigMaps (downward API), their probe file, and the payload driver version."""
+    the namespace of their ConfigMaps (downward API) and the payload driver version (the probe file comes
+    from the component's declared probe, `probe_env`)."""
     if component not in (Component.GPU_LABEL, Component.DRIVER, Component.VFIO_MANAGER, Component.GPU_DEVICE):
         return []
     env: list[dict[str, Any]] = [
         {"name": "METAX_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
-    if component is not Component.GPU_DEVICE:
-        env.append({"name": "METAX_PROBE_FILE", "value": PROBE_FILE})
     if component is Component.DRIVER and s.driver.payload.version:
         env.append({"name": "METAX_DRIVER_VERSION", "value": s.driver.payload.version})
     if component is Component.GPU_LABEL:
@@ -216,12 +238,15 @@ def workload_manifest(
         "name": workload.name.removeprefix("metax-"),
         "image": image(s, workload, settings),
         "imagePullPolicy": settings.image_pull_policy,
-        "env": _env(s, component, deployed),
+        "env": _env(s, component, workload, deployed),
         "securityContext": _security_context(workload),
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
     }
     if mounts:
         container["volumeMounts"] = mounts
+    declared = declared_probe(component, workload)
+    if declared is not None:
+        container["readinessProbe"] = readiness_probe(declared)
     if component is Component.EXPORTER:
         container["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
     pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))

@@ -36,6 +36,10 @@ HOST_DRIVER_IN_USE = "HostDriverInUse"
 """Event reason: the loaded driver cannot be unloaded (processes use the GPUs, or it is built in)."""
 DRIVER_LOAD_FAILED = "DriverLoadFailed"
 DRIVER_READY = "DriverReady"
+PREVIOUS_DRIVER_RESTORED = "PreviousDriverRestored"
+"""Event reason: the new driver did not load after the old one was unloaded; the old one is back."""
+DRIVER_RESTORE_FAILED = "DriverRestoreFailed"
+"""Event reason: neither the new driver nor the previous one loads: the node has no driver."""
 FIRMWARE_REFUSED = "FirmwareUpgradeRefused"
 FIRMWARE_FAILED = "FirmwareUpgradeFailed"
 
@@ -169,6 +173,73 @@ def driver_readiness(
     if silent:
         return DriverReadiness(False, f"GPUs not answering: {', '.join(silent)}", version)
     return DriverReadiness(True, f"metax {version} loaded, {len(gpus)} GPU(s) answer", version)
+
+
+@attrs.frozen
+class RunningDriver:
+    """A loaded driver as driver-manager can load it again: recorded before it unloads it for a reload."""
+
+    version: str | None
+    params: Mapping[str, str]
+    """The parameters to load it with again."""
+    module_file: str | None
+    """Host-absolute module file driver-manager loaded it from; None: the host's own, through modprobe."""
+    vf_counts: Mapping[str, int] = attrs.field(factory=dict)
+    """PF address → sriov_numvfs before the unload (only PFs that had VFs)."""
+
+    def describe(self) -> str:
+        vfs = sum(self.vf_counts.values())
+        params = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items())) or "no parameters"
+        return f"metax {self.version or '(unknown version)'} with {params} and {vfs} VF(s)"
+
+
+def running_driver(
+    loaded: ModuleState,
+    functions: Sequence[PciFunction],
+    *,
+    our_params: Mapping[str, str] | None,
+    our_file: str | None,
+    our_version: str | None,
+    staged_file: str | None = None,
+) -> RunningDriver:
+    """What to restore if the driver about to be unloaded cannot be replaced.
+
+    When driver-manager loaded it itself (``our_version`` is its version), the same file and the parameters
+    it gave. Otherwise the parameters sysfs shows (those a module prints as ``(null)`` were not set and are
+    left out), from ``staged_file`` (a payload copy of that version already on the host) or else the host's
+    own module through modprobe.
+    """
+    ours = our_version is not None and same_version(loaded.version, our_version)
+    if ours and our_params is not None:
+        params: Mapping[str, str] = dict(our_params)
+    else:
+        params = {k: v for k, v in loaded.params.items() if v.strip() not in ("", "(null)")}
+    vfs = {str(f.address): f.sriov_numvfs for f in functions if f.kind is FunctionKind.PF and f.sriov_numvfs > 0}
+    version = str(loaded.version) if loaded.version else None
+    return RunningDriver(version, params, our_file if ours else staged_file, vfs)
+
+
+class AfterFailedLoad(enum.Enum):
+    KEEP = "keep"
+    """The running driver was never unloaded: the node keeps it."""
+    RESTORE = "restore"
+    """The old driver was unloaded and the new one refused: load the recorded previous driver again."""
+    NOTHING = "nothing"
+    """Nothing was loaded before (or nothing is known of it): the node stays without a driver."""
+
+
+def after_failed_load(loaded_now: ModuleState | None, previous: RunningDriver | None) -> AfterFailedLoad:
+    """What driver-manager does when loading the chosen driver failed: never leave the node driverless."""
+    if loaded_now is not None:
+        return AfterFailedLoad.KEEP
+    if previous is None:
+        return AfterFailedLoad.NOTHING
+    return AfterFailedLoad.RESTORE
+
+
+def restored_readiness(wanted: str | None, failure: str, previous: RunningDriver) -> str:
+    """The readiness reason while the previous driver runs because the wanted one does not load."""
+    return f"metax {wanted} failed to load ({failure}); restored the previous {previous.describe()}"
 
 
 def firmware_pending(flashed: Mapping[str, str], running: Mapping[PciAddress, str]) -> tuple[PciAddress, ...]:

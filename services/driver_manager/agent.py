@@ -113,7 +113,7 @@ class DriverManager:
             self.publisher.signal(False, str(exc))
             self.probe.not_ready()
             raise
-        self.probe.ready(self.outcome.ready.reason)
+        self.probe.report(self.outcome.ready.ready, self.outcome.ready.reason)
 
     def shutdown(self) -> None:
         """The driver stays loaded (workloads use it); the readiness signal stays as it is."""
@@ -181,7 +181,7 @@ class DriverManager:
     def _load(
         self, plan: driver_plan.DriverPlan, loaded: ModuleState | None, remembered: state.HostState
     ) -> str | None:
-        """Carry out LOAD/RELOAD; returns why it could not (the node keeps its current driver), else None."""
+        """Carry out LOAD/RELOAD; returns why it could not (the node keeps or gets back a driver), else None."""
         if self.failures and not self.chores.due("load", 0):
             return self.say_blocked  # backing off: the node keeps its current driver meanwhile
         modules = self.hw.modules
@@ -190,9 +190,13 @@ class DriverManager:
             if path is not None:
                 payload.install_driver(self.payload_dir, self.settings.host_root, str(plan.choice.version))
             if plan.step is driver_plan.Step.RELOAD and loaded is not None:
+                remembered.previous = self._running(loaded, remembered)
+                self.state.write(remembered)  # before the unload: a restart in between still knows it
                 try:
                     modules.unload(METAX_MODULE)
                 except HardwareError as exc:
+                    remembered.previous = None
+                    self.state.write(remembered)
                     return self._blocked(
                         driver_plan.HOST_DRIVER_IN_USE,
                         f"cannot unload metax {loaded.version or ''} to load {plan.choice.version} "
@@ -205,15 +209,69 @@ class DriverManager:
             else:
                 modules.load_file(path, plan.params)
             remembered.params = dict(plan.params)
+            remembered.version, remembered.module_file = str(plan.choice.version), path
+            remembered.previous = None
             self.state.write(remembered)
         except (HardwareError, OSError) as exc:
-            return self._blocked(driver_plan.DRIVER_LOAD_FAILED, f"cannot load metax {plan.choice.version}: {exc}")
+            return self._failed_load(plan, exc, remembered)
         self.failures = 0
         self.say("blocked", f"loaded metax {plan.choice.version} ({plan.choice.source.value})")
         self.publisher.event(
             driver_plan.DRIVER_READY, f"loaded metax {plan.choice.version} with {dict(plan.params) or 'no parameters'}"
         )
         return None
+
+    def _running(self, loaded: ModuleState, remembered: state.HostState) -> driver_plan.RunningDriver:
+        staged = driver_plan.payload_module_path(str(loaded.version)) if loaded.version else None
+        if staged is not None and not (self.settings.host_root / staged.lstrip("/")).is_file():
+            staged = None
+        return driver_plan.running_driver(
+            loaded,
+            self.hw.devices.functions(),
+            our_params=remembered.params,
+            our_file=remembered.module_file,
+            our_version=remembered.version,
+            staged_file=staged,
+        )
+
+    def _failed_load(self, plan: driver_plan.DriverPlan, exc: Exception, remembered: state.HostState) -> str:
+        """The chosen driver did not load: never leave the node driverless (load the previous one again)."""
+        failure = exc.detail if isinstance(exc, HardwareError) else str(exc)
+        message = f"cannot load metax {plan.choice.version}: {failure}"
+        try:
+            now = self.hw.modules.state(METAX_MODULE)
+        except HardwareError:
+            now = None
+        previous = remembered.previous
+        action = driver_plan.after_failed_load(now, previous)
+        if action is not driver_plan.AfterFailedLoad.RESTORE or previous is None:
+            return self._blocked(driver_plan.DRIVER_LOAD_FAILED, message)
+        try:
+            if previous.module_file is None:
+                self.hw.modules.load(METAX_MODULE, previous.params)
+            else:
+                self.hw.modules.load_file(previous.module_file, previous.params)
+            for pf, count in sorted(previous.vf_counts.items()):
+                self.hw.binder.set_vf_count(PciAddress(pf), count)
+        except (HardwareError, OSError) as again:
+            self.publisher.event(
+                driver_plan.DRIVER_RESTORE_FAILED,
+                f"{message}; the previous {previous.describe()} did not load again either: {again}",
+                warning=True,
+            )
+            return self._blocked(
+                driver_plan.DRIVER_LOAD_FAILED,
+                f"{message}; restoring the previous {previous.describe()} failed: {again}",
+            )
+        remembered.params, remembered.version = dict(previous.params), previous.version
+        remembered.module_file, remembered.previous = previous.module_file, None
+        self.state.write(remembered)
+        restored = driver_plan.restored_readiness(str(plan.choice.version), failure, previous)
+        self.say("restored", restored, logging.WARNING)
+        self.publisher.event(driver_plan.PREVIOUS_DRIVER_RESTORED, restored, warning=True)
+        return self._blocked(
+            driver_plan.DRIVER_LOAD_FAILED, f"{restored}; retrying {plan.choice.version} with back-off"
+        )
 
     def _blocked(self, reason: str, message: str) -> str:
         self.failures += 1

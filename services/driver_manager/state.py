@@ -3,7 +3,9 @@
 Why on the host: the container restarts on every upgrade and crash, but the kernel keeps the module and the
 GPUs keep flashed firmware. Knowing the parameters it applied lets a parameter removed from driver-config
 trigger a reload (`driver_config.module_params_decision`); knowing what it flashed stops a second flash of
-the same image before the reboot that activates it. The file is replaced atomically; an unreadable one is
+the same image before the reboot that activates it; knowing the driver it unloaded for a reload (version,
+file, parameters, VF counts: `driver_plan.RunningDriver`) lets it load that driver again when the new one
+is refused, also after a restart between the unload and the load. The file is replaced atomically; an unreadable one is
 treated as empty (the worst case is one extra reload or one repeated flash of the same image).
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.node import driver_plan
 from metax_k8s.deviceplugin import hostfiles
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,13 @@ class HostState:
     """Module parameters of the last load we did (None: we never loaded)."""
     flashed: dict[str, str] = attrs.field(factory=dict)
     """PCI address → VBIOS version we flashed and that waits for a reboot."""
+    version: str | None = None
+    """The driver version of the last load we did."""
+    module_file: str | None = None
+    """The host-absolute file of the last load we did (None: modprobe, the host's own module)."""
+    previous: driver_plan.RunningDriver | None = None
+    """The driver we unloaded for a reload that has not succeeded yet: what to load again if the new one
+    does not (recorded before the unload, so a restart between unload and load still knows it)."""
 
 
 class StateFile:
@@ -43,13 +53,53 @@ class StateFile:
         except (OSError, ValueError) as exc:
             log.warning("ignoring unreadable %s: %s", self.path, exc)
             return HostState()
-        params = doc.get("params") if isinstance(doc, dict) else None
-        flashed = doc.get("flashed") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return HostState()
+        params, flashed = doc.get("params"), doc.get("flashed")
         return HostState(
-            params={str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else None,
-            flashed={str(k): str(v) for k, v in flashed.items()} if isinstance(flashed, dict) else {},
+            params=_strings(params) if isinstance(params, dict) else None,
+            flashed=_strings(flashed) if isinstance(flashed, dict) else {},
+            version=_text(doc.get("version")),
+            module_file=_text(doc.get("moduleFile")),
+            previous=_previous(doc.get("previous")),
         )
 
     def write(self, state: HostState) -> None:
-        doc = {"params": state.params, "flashed": state.flashed}
+        doc: dict[str, Any] = {"params": state.params, "flashed": state.flashed}
+        if state.version is not None:
+            doc["version"] = state.version
+        if state.module_file is not None:
+            doc["moduleFile"] = state.module_file
+        if state.previous is not None:
+            p = state.previous
+            doc["previous"] = {
+                "version": p.version,
+                "params": dict(p.params),
+                "moduleFile": p.module_file,
+                "vfCounts": dict(p.vf_counts),
+            }
         hostfiles.atomic_write(self.path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _strings(value: dict[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _text(value: object) -> str | None:
+    return str(value) if isinstance(value, str) and value else None
+
+
+def _previous(value: object) -> driver_plan.RunningDriver | None:
+    if not isinstance(value, dict):
+        return None
+    params, vfs = value.get("params"), value.get("vfCounts")
+    counts: dict[str, int] = {}
+    for pf, n in vfs.items() if isinstance(vfs, dict) else ():
+        if isinstance(n, int) and n > 0:
+            counts[str(pf)] = n
+    return driver_plan.RunningDriver(
+        _text(value.get("version")),
+        _strings(params) if isinstance(params, dict) else {},
+        _text(value.get("moduleFile")),
+        counts,
+    )

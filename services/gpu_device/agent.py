@@ -28,7 +28,7 @@ from metax_core.node import cdi, devices, readiness
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
-from services._agent import loop
+from services._agent import loop, probe
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Agent:
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
         self._said = loop.Say(log)
+        self._probe = probe.ProbeFile(settings.probe_file)
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -140,12 +141,22 @@ class Agent:
             not_ready_reason=self._decision.reason,
         )
         self._apply(plan, now)
+        self._probe.report(*self._registration(plan))
+
+    def _registration(self, plan: devices.Plan) -> tuple[bool, str]:
+        """Ready (the pod's readinessProbe, R-READY): every resource offered is registered with the kubelet."""
+        active = plan.active()
+        missing = sorted(r.value for r in active if r not in self._registered)
+        if not self._advertising or not active or missing:
+            return False, ""
+        return True, "registered with the kubelet: " + ", ".join(sorted(r.value for r in active))
 
     def shutdown(self) -> None:
         """Stop every plugin server (kubelet sees the streams end) and remove the CDI spec."""
         for resource in list(self.plugins):
             self.plugins.pop(resource).stop()
         self._registered.clear()
+        self._probe.not_ready()
         if self._cdi_file is not None:
             try:
                 self._cdi_file.remove()

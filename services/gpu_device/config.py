@@ -73,6 +73,9 @@ class Settings:
     )
     """Seconds after which a "ready" signal counts as stale; unset or 0: never."""
     probe_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_PROBE_INTERVAL"))
+    """Seconds between checks that each plugin server still answers (not the pod's readinessProbe)."""
+    probe_file: str | None = attrs.field(default=None, metadata=env("METAX_PROBE_FILE"))
+    """The readinessProbe's file: present while every resource offered is registered with the kubelet."""
     tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
     """How often the loop wakes to look at kubelet's socket and at what has come due."""
     health_failure_threshold: int = 3

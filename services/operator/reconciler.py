@@ -28,6 +28,7 @@ from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
 from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
+from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
@@ -245,7 +246,7 @@ class Reconciler:
         live_ds = self._lookup("DaemonSet", "metax-driver")
         busy: set[str] = set()
         prev = rollout_driver.previous_status(cr.get("status"))
-        if (prev is not None and prev.upgrading) or rollout_driver.behind(desired, driver_pods):
+        if (prev is not None and prev.upgrading) or fleet.behind(desired, driver_pods):
             busy = self._busy_nodes()  # only when a driver pod may be restarted: a cluster-wide list
         return rollout_driver.drive(
             s=s,

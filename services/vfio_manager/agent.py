@@ -83,7 +83,7 @@ class VfioManager:
             self.probe.not_ready()
             return
         self.publisher.signal(ready, reason)
-        self.probe.ready(reason)
+        self.probe.report(ready, reason)  # the selection applied, or no file (R-READY)
 
     def shutdown(self) -> None:
         """Bound GPUs stay bound (virtual machines use them); only a config change gives them back."""

@@ -5,6 +5,7 @@
 - kubelet down for a while: the plugin registers as soon as it is back;
 - the plugin's own gRPC server dies or its socket disappears: it is restarted and re-registered;
 - stop (SIGTERM): streams end, sockets and the CDI spec are removed;
+- the pod's readinessProbe file exists exactly while the offered resources are registered with the kubelet;
 - R-READY: nothing is registered until every required component says ready; a component that stops
   being ready turns every device Unhealthy, and its recovery makes them Healthy again;
 - SIGTERM delivered to the process stops `run_until_signalled` cleanly.
@@ -57,6 +58,20 @@ def test_registers_when_kubelet_comes_back(node: Node) -> None:
     node.kubelet.wait_for(lambda: agent.decision.may_advertise)  # the loop runs, without a kubelet
     node.kubelet = Kubelet(node.plugin_dir).start()
     node.kubelet.wait_for(lambda: node.kubelet.healthy(GPU) == ALL, what="registration once kubelet is up")
+
+
+def test_the_readiness_probe_file_means_registered_with_the_kubelet(node: Node) -> None:
+    probe_file = node.root / "ready"
+    node.kubelet.stop()
+    agent = node.start(probe_file=str(probe_file))
+    node.kubelet.wait_for(lambda: agent.decision.may_advertise)  # ready to advertise, but no kubelet to tell
+    assert not probe_file.exists()
+    node.kubelet = Kubelet(node.plugin_dir).start()
+    node.kubelet.wait_for(probe_file.exists, what="the probe file once registered")
+    assert node.kubelet.registered(GPU) == 1
+    assert probe_file.read_text() == f"registered with the kubelet: {GPU}\n"
+    node.stop_agent()
+    assert not probe_file.exists()
 
 
 def test_restarts_its_own_server_when_it_dies(node: Node) -> None:

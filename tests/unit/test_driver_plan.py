@@ -90,3 +90,41 @@ def test_firmware_pending_until_the_flashed_version_runs() -> None:
     a, b = PciAddress("0000:01:00.0"), PciAddress("0000:02:00.0")
     flashed = {a: "1.14.0.0", b: "1.14.0.0"}
     assert driver_plan.firmware_pending(flashed, {a: "1.13.0.0", b: "1.14"}) == (a,)
+
+
+def test_the_running_driver_is_recorded_as_it_was_loaded() -> None:
+    with_vfs = [
+        PciFunction(PciAddress("0000:01:00.0"), 0x9999, 0x4000, driver="metax", sriov_totalvfs=16, sriov_numvfs=2),
+        PciFunction(PciAddress("0000:02:00.0"), 0x9999, 0x4000, driver="metax", sriov_totalvfs=16),
+    ]
+    module = loaded("2.20.0", xcore_page_size="11", gpu_model="(null)")
+    ours = driver_plan.running_driver(
+        module, with_vfs, our_params={"xcore_page_size": "11"}, our_file="/f/2.20.0/metax.ko", our_version="2.20"
+    )
+    assert ours == driver_plan.RunningDriver(
+        "2.20.0", {"xcore_page_size": "11"}, "/f/2.20.0/metax.ko", {"0000:01:00.0": 2}
+    )
+    assert ours.describe() == "metax 2.20.0 with xcore_page_size=11 and 2 VF(s)"
+    host = driver_plan.running_driver(module, with_vfs, our_params={"a": "1"}, our_file="/x", our_version="2.18.0")
+    assert (host.params, host.module_file) == ({"xcore_page_size": "11"}, None)  # not ours: sysfs, modprobe
+    staged = driver_plan.running_driver(
+        module,
+        (),
+        our_params=None,
+        our_file=None,
+        our_version=None,
+        staged_file="/var/lib/metax/drivers/2.20.0/metax.ko",
+    )
+    assert staged.module_file == "/var/lib/metax/drivers/2.20.0/metax.ko" and staged.vf_counts == {}
+
+
+def test_a_failed_load_never_leaves_the_node_driverless_when_it_can_help_it() -> None:
+    previous = driver_plan.RunningDriver("2.20.0", {}, None)
+    assert driver_plan.after_failed_load(loaded("2.20.0"), previous) is driver_plan.AfterFailedLoad.KEEP
+    assert driver_plan.after_failed_load(None, previous) is driver_plan.AfterFailedLoad.RESTORE
+    assert driver_plan.after_failed_load(None, None) is driver_plan.AfterFailedLoad.NOTHING
+    reason = driver_plan.restored_readiness("2.21.0", "Invalid module format", previous)
+    assert (
+        reason == "metax 2.21.0 failed to load (Invalid module format); "
+        "restored the previous metax 2.20.0 with no parameters and 0 VF(s)"
+    )

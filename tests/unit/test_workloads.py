@@ -156,3 +156,38 @@ def test_no_payload_when_the_driver_manages_neither_driver_nor_firmware() -> Non
     objs = _render({**BASE, "driver": {"deployPolicy": "Never"}})
     assert "initContainers" not in _pod(objs["DaemonSet/metax-driver"])
     assert "initContainers" not in _pod(objs["DaemonSet/metax-maca"])
+
+
+def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_component() -> None:
+    objs = _render({**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}})
+    probed = set()
+    for info in components.CATALOGUE:
+        for workload in info.workloads:
+            obj = objs.get(f"{workload.kind.value}/{workload.name}")
+            assert obj is not None, workload.name
+            container = _pod(obj)["containers"][0]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            if info.probe is None or workload.kind is components.WorkloadKind.DEPLOYMENT:
+                assert "readinessProbe" not in container and "METAX_PROBE_FILE" not in env, workload.name
+                continue
+            probed.add(info.component)
+            assert container["readinessProbe"] == {
+                "exec": {"command": ["test", "-f", info.probe.file]},
+                "periodSeconds": info.probe.period_seconds,
+                "failureThreshold": info.probe.failure_threshold,
+            }
+            assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
+    C = components.Component
+    assert probed == {C.GPU_LABEL, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER}
+
+
+def test_a_component_gets_its_probe_by_declaring_it() -> None:
+    assert components.BY_COMPONENT[components.Component.MACA].probe is None  # no agent code yet: no probe
+    declared = components.ReadinessProbe(file="/tmp/maca-ready", period_seconds=7)
+    assert workloads.readiness_probe(declared) == {
+        "exec": {"command": ["test", "-f", "/tmp/maca-ready"]},
+        "periodSeconds": 7,
+        "failureThreshold": 1,
+    }
+    assert workloads.probe_env(declared) == [{"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"}]
+    assert workloads.probe_env(None) == []

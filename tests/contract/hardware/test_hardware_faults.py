@@ -1,7 +1,8 @@
 """Injected hardware faults: each one gives a clear HardwareError and leaves a consistent host.
 
 Aspects covered: GPU fallen off the bus (still enumerated, or removed), bind refused by the driver (EBUSY)
-with roll back, module load failure, module in use (flag or GPU processes), mx-smi hanging (bounded by the
+with roll back, module load failure, a module built for another kernel (Invalid module format),
+module in use (flag or GPU processes), mx-smi hanging (bounded by the
 timeout), printing garbage or failing, firmware flash failure, IOMMU off, a foreign device in the GPU's IOMMU
 group. After every fault the fake host's invariants hold (fixture) and the state is asserted here.
 """
@@ -77,6 +78,34 @@ def test_module_load_failure(fake: FakeHost) -> None:
     assert fake.modules.state("metax") is None
     assert all(fake.driver_of(g) is None for g in fake.gpu_addresses())
     assert "/dev/mxcd" not in fake.dev_nodes()
+
+
+def test_a_module_built_for_another_kernel_is_refused_as_the_kernel_refuses_it(tmp_path: Path) -> None:
+    release = "5.15.0-91-generic"
+    fake = (
+        builder.FakeHostBuilder()
+        .gpus(2)
+        .kernel_release(release)
+        .payload_driver("2.21.0", built_for="6.8.0-31-generic")
+        .build(tmp_path / "host", timeout=2.0)
+    )
+    path = "/var/lib/metax/drivers/2.21.0/metax.ko"
+    assert fake.modules.modinfo(path)["vermagic"] == ["6.8.0-31-generic SMP mod_unload modversions"]
+    before = fake.modules.state("metax")
+    with pytest.raises(errors.HardwareError, match="already loaded"):
+        fake.modules.load_file(path, {})  # EEXIST first, as insmod says it, whatever the file
+    fake.modules.unload("metax")
+    with pytest.raises(errors.HardwareError, match="Invalid module format"):
+        fake.modules.load_file(path, {"xcore_page_size": "11"})
+    assert fake.modules.state("metax") is None
+    assert all(fake.driver_of(g) is None for g in fake.gpu_addresses())
+    assert (
+        f"metax: version magic '6.8.0-31-generic SMP mod_unload modversions' should be "
+        f"'{release} SMP mod_unload modversions'"
+    ) in fake.dmesg()
+    fake.modules.load("metax", dict(before.params) if before else {})  # the host's own driver still loads
+    assert fake.modules.state("metax") == before
+    assert fake.audit() == []
 
 
 def test_module_in_use(fake: FakeHost) -> None:

@@ -69,7 +69,10 @@ class Node:
         return int(self.k8s.objects.list("v1", "Node").resource_version)
 
 
-def write_payload(payload: pathlib.Path, version: str = PAYLOAD_VERSION, *, firmware: str | None = None) -> None:
+def write_payload(
+    payload: pathlib.Path, version: str = PAYLOAD_VERSION, *, firmware: str | None = None, built_for: str | None = None
+) -> None:
+    """The driver image's payload; ``built_for`` another kernel release: the fake kernel refuses its module."""
     kmods.write_module_file(
         payload / "driver" / "metax.ko",
         "metax",
@@ -77,6 +80,7 @@ def write_payload(payload: pathlib.Path, version: str = PAYLOAD_VERSION, *, firm
         "metax",
         [(0x9999, -1)],
         dict(builder.METAX_PARAMS),
+        vermagic=kmods.vermagic(built_for) if built_for else None,
     )
     if firmware is not None:
         for build, virt in (("non-virt", 0), ("virt", 1)):

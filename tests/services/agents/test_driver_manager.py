@@ -4,9 +4,10 @@ Covers: every deploy policy row on a node with and without a host driver; the pa
 versioned; module parameters from driver-config (cluster and node entry) read back from sysfs, and a reload
 when they change; VF counts set and verified, refused above sriov_totalvfs; readiness only when loaded and
 every GPU answers; the host driver in use (Event, clear reason, back-off, no exception, current driver kept);
-a load the kernel refuses; mx-smi hanging; a GPU off the bus; Never leaves the kernel alone; firmware per
-R-FW with NodeNeedReboot and no second flash before the reboot; killed mid-action then restarted; a steady
-state that writes nothing.
+a load the kernel refuses; a new driver refused after the old one was unloaded (Invalid module format): the
+previous driver back with its parameters and VFs, not ready, an Event, also after a restart in between;
+mx-smi hanging; a GPU off the bus; Never leaves the kernel alone; firmware per R-FW with NodeNeedReboot and
+no second flash before the reboot; killed mid-action then restarted; a steady state that writes nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+import attrs
 import pytest
 
 from metax_core.node import driver_plan, readiness
@@ -332,3 +334,90 @@ def test_a_failed_flash_is_an_event_and_nothing_is_recorded(tmp_path: pathlib.Pa
     manager(n, fw_upgrade_policy=spec.FirmwarePolicy.PREFER_CLOUD).tick()
     assert driver_plan.FIRMWARE_FAILED in n.reasons()
     assert "NodeNeedReboot" not in n.reasons()
+
+
+# --- a new driver the kernel refuses: the previous one comes back ------------------------------------------
+
+NEW_VERSION = "2.21.0"
+OTHER_KERNEL = "6.8.0-31-generic"
+
+
+def _running_ours(n: Node, tmp_path: pathlib.Path) -> None:
+    """The node runs our payload driver 2.20.0 with xcore_page_size=11 and 2 VFs per GPU, ready."""
+    n.config_map(
+        "driver-config",
+        {"module-params": "xcore_page_size: 11\n", "node-vfnums": f"nodes:\n  {NODE}:\n    vfnum: 2\n"},
+    )
+    manager(n, probe_file=str(tmp_path / "ready")).tick()
+    assert driver_signal(n).ready and n.fake.module_version("metax") == PAYLOAD_VERSION
+    assert (tmp_path / "ready").read_text().strip() == driver_signal(n).reason  # the readinessProbe passes
+    shutil.rmtree(n.payload)
+    write_payload(n.payload, NEW_VERSION, built_for=OTHER_KERNEL)  # the new driver image, for another kernel
+
+
+def _on_the_previous_driver(n: Node) -> None:
+    assert n.fake.module_version("metax") == PAYLOAD_VERSION
+    assert n.fake.module_params("metax")["xcore_page_size"] == "11"
+    assert [len(n.fake.vfs_of(pf)) for pf in n.fake.gpu_addresses()] == [2, 2]
+    assert all(n.fake.driver_of(pf) == "metax" for pf in n.fake.gpu_addresses())
+
+
+def test_a_new_driver_the_kernel_refuses_brings_the_previous_one_back(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, host(loaded=False))
+    _running_ours(n, tmp_path)
+    probe_file = tmp_path / "ready"
+    m = manager(n, payload_version=NEW_VERSION, probe_file=str(probe_file))
+    m.tick()
+    assert any("Invalid module format" in line or "version magic" in line for line in n.fake.dmesg())
+    _on_the_previous_driver(n)
+    signal = driver_signal(n)
+    assert not signal.ready
+    assert f"metax {NEW_VERSION} failed to load" in signal.reason and "Invalid module format" in signal.reason
+    assert f"restored the previous metax {PAYLOAD_VERSION} with xcore_page_size=11 and 4 VF(s)" in signal.reason
+    assert not probe_file.exists()  # the pod is not Ready: the rollout sees the canary fail
+    assert driver_plan.PREVIOUS_DRIVER_RESTORED in n.reasons() and driver_plan.DRIVER_LOAD_FAILED in n.reasons()
+    assert n.labels().get(agent.DRIVER_VERSION_LABEL) is None
+    assert n.fake.audit() == []
+    n.clock.advance(600)  # the retry after the back-off fails the same way and restores again
+    m.wake()
+    m.tick()
+    _on_the_previous_driver(n)
+    assert not driver_signal(n).ready and not probe_file.exists()
+
+
+def test_killed_between_the_unload_and_the_refused_load_then_restarted_restores(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, host(loaded=False))
+    _running_ours(n, tmp_path)
+    real = agent.Hardware.of(n.fake.hw)
+
+    class Killed(BaseException):
+        pass
+
+    class DiesInInsmod:
+        """The host's modules, but the agent is killed after the unload, before insmod returns."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real.modules, name)
+
+        def load_file(self, path: str, params: object) -> None:
+            raise Killed
+
+    dying = attrs.evolve(real, modules=DiesInInsmod())
+    m = bootstrap.bootstrap(settings(n, payload_version=NEW_VERSION), hw=dying, ports=n.ports("driver"), clock=n.clock)
+    with pytest.raises(Killed):
+        m.tick()
+    assert n.fake.modules.state("metax") is None  # driverless while no driver-manager runs
+    manager(n, payload_version=NEW_VERSION).tick()  # the restarted container
+    _on_the_previous_driver(n)
+    assert "restored the previous" in driver_signal(n).reason
+
+
+def test_a_host_driver_the_new_one_replaces_comes_back_through_modprobe(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, host(version="2.18.0", loaded=True))
+    shutil.rmtree(n.payload)
+    write_payload(n.payload, NEW_VERSION, built_for=OTHER_KERNEL)
+    before = n.fake.module_params("metax")
+    manager(n, payload_version=NEW_VERSION).tick()
+    assert n.fake.module_version("metax") == "2.18.0"
+    assert n.fake.module_params("metax") == before
+    assert "restored the previous metax 2.18.0" in driver_signal(n).reason

@@ -107,3 +107,19 @@ def test_restarted_labeller_writes_nothing_new(tmp_path: pathlib.Path) -> None:
     again = labeller(n)
     again.tick()
     assert n.writes() == writes and again.publisher.patches == 0
+
+
+def test_the_probe_file_exists_only_while_the_labels_are_published(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, builder.FakeHostBuilder().gpus(2))
+    probe_file = tmp_path / "ready"
+    s = config.Settings(node_name=NODE, host_root=n.root, namespace=NAMESPACE, probe_file=str(probe_file))
+    m = bootstrap.bootstrap(s, hw=agent.Hardware.of(n.fake.hw), ports=n.ports("gpu-label"), clock=n.clock)
+    m.tick()
+    assert n.labels()[labels.GPU_COUNT] == "2"
+    assert probe_file.read_text() == "labels published\n"
+    n.k8s.api.delete("v1", "Node", NODE)  # nothing to label: not doing its job
+    m.wake()
+    m.tick()
+    assert not probe_file.exists()
+    m.shutdown()
+    assert not probe_file.exists()

@@ -95,11 +95,29 @@ def test_sh_logs_no_process_start_at_info() -> None:
 
 def test_probe_file_exists_only_while_ready(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "ready"
+    path.write_text("left by the previous container\n")
     p = probe.ProbeFile(path)
-    p.ready("ok")
-    assert path.read_text() == "ok\n"
+    p.report(False, "metax 2.18.0 is loaded, 2.20.0 is wanted")
+    assert not path.exists() and not p.present  # not ready means no file, whatever the agent's round did
+    p.report(True, "ok")
+    assert path.read_text() == "ok\n" and p.present
     p.not_ready()
     assert not path.exists()
+
+
+def test_probe_file_is_quiet_in_steady_state(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "ready"
+    p = probe.ProbeFile(path)
+    p.report(True, "ok")
+    written = path.stat().st_mtime_ns, path.stat().st_ino
+    p.report(True, "ok")
+    assert (path.stat().st_mtime_ns, path.stat().st_ino) == written  # not rewritten
+    p.report(False, "broken")
+    path.write_text("someone else's file\n")  # removed once; later rounds do not touch the path again
+    p.report(False, "broken")
+    assert path.exists()
+    p.report(True, "ok again")
+    assert path.read_text() == "ok again\n"
 
 
 class Counting:

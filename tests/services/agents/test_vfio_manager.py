@@ -2,7 +2,8 @@
 
 Covers: selection by node regex and index (PFs, VFs when virtualisation is on), ``all``; the annotation;
 unselected GPUs returned to metax; an IOMMU group shared with an unselected GPU; a bind that fails is
-retried with back-off; IOMMU off says IOMMUDisabled; an invalid ConfigMap keeps the last selection;
+retried with back-off; the readinessProbe file only while the selection is applied;
+IOMMU off says IOMMUDisabled; an invalid ConfigMap keeps the last selection;
 vfio-pci loaded when needed; killed mid-bind then restarted; a steady state that writes nothing.
 """
 
@@ -18,8 +19,10 @@ from services.vfio_manager import agent, bootstrap, config
 from .conftest import NAMESPACE, NODE, Node, make_node
 
 
-def manager(n: Node) -> agent.VfioManager:
-    s = config.Settings(node_name=NODE, host_root=n.root, namespace=NAMESPACE)
+def manager(n: Node, probe_file: pathlib.Path | None = None) -> agent.VfioManager:
+    s = config.Settings(
+        node_name=NODE, host_root=n.root, namespace=NAMESPACE, probe_file=probe_file and str(probe_file)
+    )
     return bootstrap.bootstrap(s, hw=agent.Hardware.of(n.fake.hw), ports=n.ports("vfio-manager"), clock=n.clock)
 
 
@@ -71,6 +74,26 @@ def test_iommu_off_says_iommu_disabled(tmp_path: pathlib.Path) -> None:
     signal = n.board.read_all()["vfio-manager"]
     assert not signal.ready and signal.reason.startswith("IOMMUDisabled")
     assert "IOMMUDisabled" in n.reasons()
+
+
+def test_the_probe_file_exists_only_while_the_selection_is_applied(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, builder.FakeHostBuilder().gpus(2))
+    probe_file = tmp_path / "ready"
+    first = n.fake.gpu_addresses()[0]
+    n.fake.refuse_bind(first, "vfio-pci")
+    select(n, ("gpu-node-1", "all"))
+    m = manager(n, probe_file)
+    m.tick()
+    assert not n.board.read_all()["vfio-manager"].ready
+    assert not probe_file.exists()  # the agent runs, but the selection is not applied: the pod is not Ready
+    n.fake.clear_faults()
+    n.clock.advance(60)
+    m.wake()
+    m.tick()
+    assert n.board.read_all()["vfio-manager"].ready
+    assert probe_file.read_text().strip() == n.board.read_all()["vfio-manager"].reason
+    m.shutdown()
+    assert not probe_file.exists()
 
 
 def test_a_failed_bind_is_retried_with_back_off(tmp_path: pathlib.Path) -> None:

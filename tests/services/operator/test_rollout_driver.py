@@ -1,5 +1,6 @@
-"""The rollout shell's gathering rules (services.operator.rollout_driver): failed pods, busy nodes, revisions,
-and one decision from a fleet built out of pods (R-ROLLOUT)."""
+"""The rollout shell (services.operator.rollout_driver) on real pod shapes: the core's failure rule reads pods
+as the informers slim them, one decision from a fleet built out of pods, busy nodes wait, a pod not Ready
+yet makes the operator look again when it would turn failed (R-ROLLOUT)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime as dt
 import json
 
 from metax_core.cluster import workloads
+from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import validation
 from services.operator import informers, rollout_driver
@@ -31,7 +33,7 @@ def _pod(
             "name": name,
             "namespace": "metax-operator",
             "labels": labels if labels is not None else {workloads.COMPONENT_LABEL: "driver"},
-            "annotations": {rollout_driver.REVISION_ANNOTATION: rev} if rev else {},
+            "annotations": {fleet.REVISION_ANNOTATION: rev} if rev else {},
             "creationTimestamp": created,
         },
         "spec": {"nodeName": node, "containers": [container]},
@@ -46,9 +48,9 @@ def _pod(
     return raw
 
 
-def test_a_driver_pod_fails_when_it_crash_loops_or_is_not_ready_in_time() -> None:
+def test_the_failure_rule_reads_pods_as_the_informers_slim_them() -> None:
     def failed(pod: dict) -> bool:
-        return rollout_driver.pod_failed(informers.slim_pod(pod), NOW, ready_timeout=120, crash_restarts=3)
+        return fleet.pod_failed(informers.slim_pod(pod), NOW, ready_timeout=120, crash_restarts=3)
 
     assert not failed(_pod("a", "n1"))
     assert not failed(_pod("a", "n1", ready=False))  # one minute old: still starting
@@ -75,8 +77,8 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
     )
     old_template = json.loads(json.dumps(desired["spec"]["template"]))
     old_template["spec"]["containers"][0]["image"] = "old:1"
-    old_ds = rollout_driver.stamped({**desired, "spec": {**desired["spec"], "template": old_template}}, None)
-    old_rev = old_ds["spec"]["template"]["metadata"]["annotations"][rollout_driver.REVISION_ANNOTATION]
+    old_ds = fleet.stamped({**desired, "spec": {**desired["spec"], "template": old_template}}, None)
+    old_rev = old_ds["spec"]["template"]["metadata"]["annotations"][fleet.REVISION_ANNOTATION]
     pods = [informers.slim_pod(_pod(f"d{i}", f"n{i}", rev=old_rev)) for i in (1, 2)]
     first = rollout_driver.drive(
         s=s,
@@ -112,8 +114,59 @@ def test_behind_says_whether_a_driver_pod_runs_another_revision() -> None:
     desired = next(
         o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
     )
-    rev = rollout_driver.stamped(desired, None)["spec"]["template"]["metadata"]["annotations"][
-        rollout_driver.REVISION_ANNOTATION
-    ]
-    assert not rollout_driver.behind(desired, [informers.slim_pod(_pod("d", "n", rev=rev))])
-    assert rollout_driver.behind(desired, [informers.slim_pod(_pod("d", "n", rev="other"))])
+    rev = fleet.stamped(desired, None)["spec"]["template"]["metadata"]["annotations"][fleet.REVISION_ANNOTATION]
+    assert not fleet.behind(desired, [informers.slim_pod(_pod("d", "n", rev=rev))])
+    assert fleet.behind(desired, [informers.slim_pod(_pod("d", "n", rev="other"))])
+
+
+def test_a_new_driver_pod_not_ready_in_time_fails_the_step_and_is_looked_at_again_at_its_deadline() -> None:
+    s = validation.parse(
+        {
+            "driver": {
+                "payload": {"version": "2.14.6"},
+                "upgradePolicy": {
+                    "enableRollout": True,
+                    "upgradeSteps": [{"replicas": 1, "pause": False}, {"replicas": "100%", "pause": False}],
+                    "maxParallel": 1,
+                },
+            }
+        }
+    )
+    desired = next(
+        o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
+    )
+    old_template = json.loads(json.dumps(desired["spec"]["template"]))
+    old_template["spec"]["containers"][0]["image"] = "old:1"
+    old_ds = fleet.stamped({**desired, "spec": {**desired["spec"], "template": old_template}}, None)
+    old_rev = old_ds["spec"]["template"]["metadata"]["annotations"][fleet.REVISION_ANNOTATION]
+
+    def drive(pods: list[dict], live: dict, cr_status: dict | None) -> rollout_driver.Outcome:
+        return rollout_driver.drive(
+            s=s,
+            desired=desired,
+            live_ds=live,
+            driver_pods=[informers.slim_pod(p) for p in pods],
+            gpu_nodes=["n1", "n2"],
+            busy=set(),
+            cr_status=cr_status,
+            now=NOW,
+            ready_timeout=600,
+            crash_restarts=3,
+        )
+
+    old_pods = [_pod(f"d{i}", f"n{i}", rev=old_rev) for i in (1, 2)]
+    started = drive(old_pods, old_ds, None)
+    canary = drive(old_pods, started.manifest, {"upgradeStatus": rollout_status.to_document(started.status)})
+    assert canary.delete_pods == ("d1",)
+    new_rev = fleet.template_revision(canary.manifest)
+    state = {"upgradeStatus": rollout_status.to_document(canary.status)}
+    starting = [_pod("d1b", "n1", ready=False, rev=str(new_rev)), old_pods[1]]  # one minute old, Running
+    waiting = drive(starting, canary.manifest, state)
+    assert waiting.delete_pods == () and waiting.status.upgrading
+    assert waiting.requeue_after is not None and waiting.requeue_after <= dt.timedelta(seconds=540)
+    stuck = [_pod("d1b", "n1", ready=False, rev=str(new_rev), created="2026-01-01T11:49:00Z"), old_pods[1]]
+    failed = drive(stuck, canary.manifest, state)
+    assert failed.delete_pods == ()  # the second node is never started: fallback pause (the default)
+    condition = failed.status.condition(rollout_status.ConditionType.FAILED)
+    assert condition is not None and condition.status.value == "True", failed.status
+    assert failed.status.status.current_step_state is rollout_status.StepState.STEP_PAUSED, failed.status

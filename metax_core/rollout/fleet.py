@@ -1,0 +1,187 @@
+"""The rollout's view of the driver pods (R-ROLLOUT, R-READY): revisions, the failure rule, the fleet snapshot.
+
+Why here and not in the operator: whether a driver pod has failed decides whether the canary stops the
+rollout, so it is a rule of the rollout, not a detail of gathering. Pure: pods arrive as the operator's slim
+dicts (`services.operator.informers.slim_pod`: ``status.phase``, ``status.ready``, ``status.restarts``,
+``status.waiting``, ``metadata.creationTimestamp`` / ``deletionTimestamp`` and the revision annotation), the
+clock is the ``now`` argument.
+
+The failure rule: a driver pod that is not Ready has failed when its container crash-loops (``restarts`` at
+least ``crash_restarts``, or waiting in CrashLoopBackOff / an image or create error), when its phase is
+Failed, or when it has existed longer than ``ready_timeout`` without being Ready. The last one is what sees
+a driver that does not load: driver-manager keeps running (it must, to keep the node's previous driver),
+but its readinessProbe stays false (docs/agents.md), so the pod stays Running and not Ready until the
+timeout turns it into a failure.
+
+The revision of a driver pod is ours (``metax-tech.com/driver-revision``, the hash of the rendered pod
+template), the same on every API server, unlike the DaemonSet controller's own hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from metax_core.rollout import model
+from metax_core.rollout import status as rollout_status
+from metax_core.spec import converter
+from metax_core.spec import model as spec
+
+REVISION_ANNOTATION = "metax-tech.com/driver-revision"
+DRIVER_SPEC_ANNOTATION = "metax-tech.com/driver-spec"
+
+STUCK_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerError"})
+"""Container waiting reasons from which a driver pod does not recover by itself."""
+
+Pod = Mapping[str, Any]
+
+
+def revision_of(template: Mapping[str, Any]) -> str:
+    """The hash of a pod template without our own revision annotation."""
+    bare = copy.deepcopy(dict(template))
+    (bare.get("metadata") or {}).get("annotations", {}).pop(REVISION_ANNOTATION, None)
+    return hashlib.sha256(json.dumps(bare, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:10]
+
+
+def stamped(manifest: Mapping[str, Any], driver: spec.Driver | None) -> dict[str, Any]:
+    """The driver DaemonSet with its template's revision (and the spec.driver it came from) annotated."""
+    result = copy.deepcopy(dict(manifest))
+    template = result["spec"]["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})
+    rev = revision_of(template)
+    template["metadata"]["annotations"][REVISION_ANNOTATION] = rev
+    if driver is not None:
+        text = json.dumps(converter.unstructure(driver), sort_keys=True)
+        result["metadata"].setdefault("annotations", {})[DRIVER_SPEC_ANNOTATION] = text
+    return result
+
+
+def template_revision(ds: Mapping[str, Any] | None) -> str | None:
+    """The revision annotated on a DaemonSet's pod template (None: no DaemonSet or not stamped)."""
+    if ds is None:
+        return None
+    template = (ds.get("spec") or {}).get("template") or {}
+    return ((template.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+
+
+def pod_revision(pod: Pod) -> str | None:
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+
+
+def _created(pod: Pod) -> dt.datetime | None:
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return None
+    try:
+        return rollout_status.parse_time(str(created))
+    except ValueError:
+        return None
+
+
+def pod_ready(pod: Pod) -> bool:
+    return bool((pod.get("status") or {}).get("ready"))
+
+
+def pod_failed(pod: Pod, now: dt.datetime, *, ready_timeout: float, crash_restarts: int) -> bool:
+    """The driver pod will not become Ready without help (the module docstring's rule)."""
+    st = pod.get("status") or {}
+    if st.get("ready"):
+        return False
+    if st.get("phase") == "Failed" or int(st.get("restarts") or 0) >= crash_restarts:
+        return True
+    if any(w in STUCK_REASONS for w in st.get("waiting") or ()):
+        return True
+    created = _created(pod)
+    return created is not None and (now - created).total_seconds() > ready_timeout
+
+
+def fails_at(pod: Pod, *, ready_timeout: float) -> dt.datetime | None:
+    """When a pod that is neither Ready nor failed yet turns failed by the timeout alone (None: it cannot)."""
+    created = _created(pod)
+    if created is None or pod_ready(pod):
+        return None
+    return created + dt.timedelta(seconds=ready_timeout)
+
+
+@attrs.frozen
+class Snapshot:
+    """The fleet for `machine.decide`, the driver pod chosen on each node, and when to look again."""
+
+    fleet: model.Fleet
+    pods_by_node: Mapping[str, Pod]
+    recheck_at: dt.datetime | None = None
+    """The earliest moment a driver pod that is not Ready yet turns failed by the timeout: nothing
+    changes on the API then, so the operator must look again by itself."""
+
+
+def _live_template_text(live_ds: Mapping[str, Any] | None, new_manifest: Mapping[str, Any]) -> str:
+    live_template = (live_ds or {}).get("spec", {}).get("template") if live_ds else None
+    return json.dumps(live_template or new_manifest["spec"]["template"], sort_keys=True)
+
+
+def pick_pods(driver_pods: Sequence[Pod]) -> dict[str, Pod]:
+    """One driver pod per node: a pod that is not terminating wins over one that is."""
+    by_node: dict[str, Pod] = {}
+    for candidate in driver_pods:
+        node = (candidate.get("spec") or {}).get("nodeName")
+        if node:
+            older = by_node.get(str(node))
+            if older is None or (older.get("metadata") or {}).get("deletionTimestamp"):
+                by_node[str(node)] = candidate
+    return by_node
+
+
+def snapshot(
+    *,
+    new_manifest: Mapping[str, Any],
+    live_ds: Mapping[str, Any] | None,
+    driver_pods: Sequence[Pod],
+    gpu_nodes: Sequence[str],
+    busy: set[str],
+    now: dt.datetime,
+    ready_timeout: float,
+    crash_restarts: int,
+) -> Snapshot:
+    """Every node in scope (GPU nodes and nodes with a driver pod) with its revision, readiness and failure.
+
+    ``new_manifest`` is the desired DaemonSet already `stamped`. A node whose pod is terminating or missing
+    is in flight on the DaemonSet's current revision (the `model` contract).
+    """
+    new_rev = template_revision(new_manifest) or ""
+    live_rev = template_revision(live_ds) or new_rev
+    old_driver = ((live_ds or {}).get("metadata") or {}).get("annotations", {}).get(DRIVER_SPEC_ANNOTATION, "")
+    pods_by_node = pick_pods(driver_pods)
+    nodes: list[model.Node] = []
+    deadlines: list[dt.datetime] = []
+    for name in sorted(set(gpu_nodes) | set(pods_by_node)):
+        pod = pods_by_node.get(name)
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            rev = model.Revision.NEW if live_rev == new_rev else model.Revision.OLD
+            nodes.append(model.Node(name, rev, ready=False, failed=False, busy=name in busy))
+            continue
+        revision = model.Revision.NEW if pod_revision(pod) == new_rev else model.Revision.OLD
+        ready = pod_ready(pod)
+        failed = pod_failed(pod, now, ready_timeout=ready_timeout, crash_restarts=crash_restarts)
+        if not ready and not failed and (at := fails_at(pod, ready_timeout=ready_timeout)) is not None:
+            deadlines.append(at)
+        nodes.append(model.Node(name, revision, ready=ready, failed=failed, busy=name in busy))
+    fleet = model.Fleet(
+        nodes,
+        old_revision=live_rev,
+        new_revision=new_rev,
+        old_spec=_live_template_text(live_ds, new_manifest),
+        old_driver_spec=old_driver,
+    )
+    return Snapshot(fleet, pods_by_node, min(deadlines) if deadlines else None)
+
+
+def behind(desired: Mapping[str, Any], driver_pods: Sequence[Pod]) -> bool:
+    """Some driver pod runs another revision than the desired template's: a rollout may act."""
+    want = template_revision(stamped(desired, None))
+    return any(pod_revision(p) != want for p in driver_pods)

@@ -1,0 +1,132 @@
+"""The rollout's view of driver pods (metax_core.rollout.fleet, R-ROLLOUT, R-READY).
+
+Aspects: the failure rule (crash loop, stuck waiting reasons, phase Failed, and Running but not Ready past
+the timeout, which is how a driver that does not load is seen); the moment a pod not Ready yet turns failed
+(so the operator looks again then); revisions (stamping, a pod behind the desired template); the snapshot
+(one pod per node, a terminating pod is in flight, new vs old revision, busy nodes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from metax_core.rollout import fleet, model
+
+NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+TEMPLATE: dict[str, Any] = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def pod(
+    name: str = "d1",
+    node: str = "n1",
+    *,
+    ready: bool = True,
+    phase: str = "Running",
+    restarts: int = 0,
+    waiting: tuple[str, ...] = (),
+    created: str | None = "2026-01-01T11:59:00Z",
+    rev: str = "",
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """A pod as `services.operator.informers.slim_pod` makes it."""
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {fleet.REVISION_ANNOTATION: rev} if rev else {},
+            "creationTimestamp": created,
+            "deletionTimestamp": "2026-01-01T11:59:30Z" if deleting else None,
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase, "ready": ready, "restarts": restarts, "waiting": waiting},
+    }
+
+
+def failed(p: dict[str, Any], now: dt.datetime = NOW) -> bool:
+    return fleet.pod_failed(p, now, ready_timeout=120, crash_restarts=3)
+
+
+def test_a_ready_pod_never_fails() -> None:
+    assert not failed(pod(restarts=9, created="2026-01-01T10:00:00Z"))
+
+
+def test_a_crash_loop_or_stuck_container_fails_at_once() -> None:
+    assert failed(pod(ready=False, waiting=("CrashLoopBackOff",)))
+    assert failed(pod(ready=False, waiting=("ImagePullBackOff",)))
+    assert failed(pod(ready=False, restarts=3))
+    assert failed(pod(ready=False, phase="Failed"))
+    assert not failed(pod(ready=False, restarts=2, waiting=("ContainerCreating",)))
+
+
+def test_running_but_not_ready_fails_only_past_the_timeout() -> None:
+    running = pod(ready=False, created="2026-01-01T11:58:00Z")  # exactly 120 s old
+    assert not failed(running)
+    assert failed(running, NOW + dt.timedelta(seconds=1))
+    assert fleet.fails_at(running, ready_timeout=120) == NOW
+    assert fleet.fails_at(pod(ready=True), ready_timeout=120) is None
+
+
+def test_a_pod_without_a_creation_time_is_not_failed_by_the_clock() -> None:
+    assert not failed(pod(ready=False, created=None), NOW + dt.timedelta(days=1))
+    assert not failed(pod(ready=False, created="not a time"), NOW + dt.timedelta(days=1))
+
+
+def test_stamping_adds_the_template_hash_and_behind_compares_it() -> None:
+    ds = {"metadata": {"name": "metax-driver"}, "spec": {"template": TEMPLATE}}
+    stamped = fleet.stamped(ds, None)
+    rev = fleet.template_revision(stamped)
+    assert rev == fleet.revision_of(stamped["spec"]["template"])  # the annotation itself is not hashed
+    assert "annotations" not in TEMPLATE["metadata"]  # the input is left alone
+    assert not fleet.behind(ds, [pod(rev=str(rev))])
+    assert fleet.behind(ds, [pod(rev=str(rev)), pod("d2", "n2", rev="other")])
+    changed = {**ds, "spec": {"template": {**TEMPLATE, "spec": {"containers": [{"name": "c", "image": "y"}]}}}}
+    assert fleet.template_revision(fleet.stamped(changed, None)) != rev
+
+
+NEW_REV = str(fleet.template_revision(fleet.stamped({"metadata": {}, "spec": {"template": TEMPLATE}}, None)))
+
+
+def _snapshot(pods: list[dict[str, Any]], *, live_rev: str = "old", busy: set[str] | None = None) -> fleet.Snapshot:
+    new = fleet.stamped({"metadata": {"name": "metax-driver"}, "spec": {"template": TEMPLATE}}, None)
+    live = {"metadata": {}, "spec": {"template": {"metadata": {"annotations": {fleet.REVISION_ANNOTATION: live_rev}}}}}
+    return fleet.snapshot(
+        new_manifest=new,
+        live_ds=live,
+        driver_pods=pods,
+        gpu_nodes=["n1", "n2", "n3"],
+        busy=busy or set(),
+        now=NOW,
+        ready_timeout=120,
+        crash_restarts=3,
+    )
+
+
+def test_the_snapshot_sees_a_new_driver_that_does_not_become_ready_as_failed() -> None:
+    new_rev = NEW_REV
+    pods = [
+        pod("d1", "n1", ready=False, rev=new_rev, created="2026-01-01T11:50:00Z"),  # the canary, 10 min not Ready
+        pod("d2", "n2", ready=False, rev=new_rev),  # one minute old: still starting
+        pod("d3", "n3", rev="old"),
+    ]
+    snap = _snapshot(pods, busy={"n3"})
+    nodes = {n.name: n for n in snap.fleet.nodes}
+    assert nodes["n1"] == model.Node("n1", model.Revision.NEW, ready=False, failed=True)
+    assert nodes["n2"] == model.Node("n2", model.Revision.NEW, ready=False, failed=False)
+    assert nodes["n3"] == model.Node("n3", model.Revision.OLD, ready=True, busy=True)
+    assert snap.recheck_at == NOW + dt.timedelta(seconds=60)  # when d2 turns failed if still not Ready
+    assert snap.fleet.new_revision == new_rev and snap.fleet.old_revision == "old"
+
+
+def test_a_terminating_or_missing_pod_is_in_flight_on_the_daemonsets_revision() -> None:
+    snap = _snapshot([pod("d1", "n1", rev="old", deleting=True)])
+    for node in snap.fleet.nodes:
+        assert node.in_flight and node.revision is model.Revision.OLD
+    assert snap.recheck_at is None
+
+
+def test_a_live_pod_wins_over_a_terminating_one_on_the_same_node() -> None:
+    new_rev = NEW_REV
+    chosen = fleet.pick_pods([pod("old", "n1", rev="old", deleting=True), pod("new", "n1", rev=new_rev)])
+    assert chosen["n1"]["metadata"]["name"] == "new"
+    chosen = fleet.pick_pods([pod("new", "n1", rev=new_rev), pod("old", "n1", rev="old", deleting=True)])
+    assert chosen["n1"]["metadata"]["name"] == "new"
