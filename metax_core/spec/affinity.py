@@ -3,12 +3,15 @@
 Why: the spec keeps an affinity as a raw mapping (the operator passes it through to the workloads), and the
 CRD cannot describe it in full, so without this check an unknown field, a wrong type or a key that is not a
 label key would be accepted here and refused by the API server when the operator applies the DaemonSet.
+The same goes for a requirement whose ``values`` do not fit its operator (``In`` with none, ``Exists`` with
+some, ``Gt`` without one integer) and for ``matchFields``, which only knows ``metadata.name``.
 The walk follows the schema below, never the input, so however deep the input nests the walk stays
 shallow; unknown fields are reported and not entered. Every problem comes back with its path.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -97,20 +100,70 @@ def _label_map(value: object, path: str, errors: list[FieldError]) -> None:
             errors.append(FieldError(f"{path}.{key}", problem))
 
 
-def _requirement(operators: tuple[str, ...], key: Callable[[str], str | None] | None) -> Check:
-    return _record(
-        {"key": _string(key), "operator": _string(choices=operators), "values": _list(_string())},
-        required=("key", "operator"),
-    )
+_INTEGER = re.compile(r"[0-9]{1,18}")
+_NODE_NAME_FIELD = "metadata.name"
 
 
-_LABEL_SELECTOR = _record(
-    {"matchLabels": _label_map, "matchExpressions": _list(_requirement(_LABEL_OPERATORS, names.label_key_problem))}
-)
+def _values_rule(operator: object, values: object, *, field_selector: bool) -> str | None:
+    """What the API server requires of ``values`` for ``operator`` (apimachinery ``ValidateLabelSelectorRequirement``,
+    core ``ValidateNodeSelectorRequirement`` and ``ValidateNodeFieldSelectorRequirement``), or None when it holds.
+
+    Gt/Lt compare the node label as an integer (the scheduler parses it), so their one value must be one.
+    """
+    items = values if isinstance(values, list) else []
+    count = len(items)
+    if field_selector:
+        if operator in ("In", "NotIn") and count != 1:
+            return f"must list exactly one node name when operator is {operator} (matchFields), got {count} values"
+        return None
+    if operator in ("In", "NotIn") and count == 0:
+        return f"must list at least one value when operator is {operator}"
+    if operator in ("Exists", "DoesNotExist") and count:
+        return f"must be empty or left out when operator is {operator}, got {count} values"
+    integer = count == 1 and isinstance(items[0], str) and _INTEGER.fullmatch(items[0]) is not None
+    if operator in ("Gt", "Lt") and not integer:
+        return f'must be exactly one integer value like ["5"] when operator is {operator}'
+    return None
+
+
+def _requirement(operators: tuple[str, ...], *, field_selector: bool = False) -> Check:
+    """One matchExpressions (or matchFields) entry: the record's shape, then its values against its operator."""
+    if field_selector:
+        shape = _record(
+            {
+                "key": _string(choices=(_NODE_NAME_FIELD,)),
+                "operator": _string(choices=("In", "NotIn")),
+                "values": _list(_string(names.dns_subdomain_problem)),
+            },
+            required=("key", "operator"),
+        )
+    else:
+        shape = _record(
+            {
+                "key": _string(names.label_key_problem),
+                "operator": _string(choices=operators),
+                "values": _list(_string(names.label_value_problem)),
+            },
+            required=("key", "operator"),
+        )
+
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        before = len(errors)
+        shape(value, path, errors)
+        if len(errors) > before or not isinstance(value, Mapping):
+            return
+        problem = _values_rule(value.get("operator"), value.get("values"), field_selector=field_selector)
+        if problem:
+            errors.append(FieldError(f"{path}.values", problem))
+
+    return check
+
+
+_LABEL_SELECTOR = _record({"matchLabels": _label_map, "matchExpressions": _list(_requirement(_LABEL_OPERATORS))})
 _NODE_SELECTOR_TERM = _record(
     {
-        "matchExpressions": _list(_requirement(_NODE_OPERATORS, names.label_key_problem)),
-        "matchFields": _list(_requirement(_NODE_OPERATORS, None)),
+        "matchExpressions": _list(_requirement(_NODE_OPERATORS)),
+        "matchFields": _list(_requirement(("In", "NotIn"), field_selector=True)),
     }
 )
 _POD_AFFINITY_TERM = _record(

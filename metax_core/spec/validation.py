@@ -67,9 +67,15 @@ def spec_document(document: object) -> Mapping[str, Any]:
     return typing.cast(Mapping[str, Any], body)
 
 
+_NAME_REQUIRED = FieldError(
+    "metadata.name", f"is required and must be {spec.OBJECT_NAME!r}: the operator reconciles only that object"
+)
+
+
 def _metadata_errors(metadata: object) -> list[FieldError]:
+    """ObjectMeta as the API server checks it, and the one name (a ``generateName`` alone would make another)."""
     if metadata is None:
-        return []
+        return [_NAME_REQUIRED]
     if not isinstance(metadata, Mapping):
         return [FieldError("metadata", f"must be a mapping, got {converter.describe(metadata)}")]
     errors = []
@@ -87,7 +93,9 @@ def _metadata_errors(metadata: object) -> list[FieldError]:
                     if problem:
                         errors.append(FieldError(f"metadata.labels.{k}", problem))
     name = metadata.get("name")
-    if name is not None and name != spec.OBJECT_NAME:
+    if name is None or name == "":
+        errors.append(_NAME_REQUIRED)
+    elif name != spec.OBJECT_NAME:
         errors.append(
             FieldError("metadata.name", f"must be {spec.OBJECT_NAME!r}: the operator reconciles only that object")
         )
@@ -341,21 +349,15 @@ def _maca_errors(m: spec.Maca) -> list[FieldError]:
     return errors
 
 
-NODE_PORT_RANGE = (30000, 32767)
-"""The API server's default --service-node-port-range."""
-
-
 def _exporter_errors(e: spec.Exporter) -> list[FieldError]:
+    """The Service's options. A NodePort is any port 1–65535 (the bounds table): which of them are node ports
+    is the cluster's ``--service-node-port-range`` (30000–32767 by default), so the API server decides."""
     errors = []
-    port = e.service.port
-    if port is not None:
-        if e.service.type not in (spec.ServiceType.NODE_PORT, spec.ServiceType.LOAD_BALANCER):
-            errors.append(FieldError("exporter.service.port", "is only used when type is NodePort or LoadBalancer"))
-        elif e.service.type is spec.ServiceType.NODE_PORT and not NODE_PORT_RANGE[0] <= port <= NODE_PORT_RANGE[1]:
-            low, high = NODE_PORT_RANGE
-            errors.append(
-                FieldError("exporter.service.port", f"must be a node port from {low} to {high} with NodePort")
-            )
+    if e.service.port is not None and e.service.type not in (
+        spec.ServiceType.NODE_PORT,
+        spec.ServiceType.LOAD_BALANCER,
+    ):
+        errors.append(FieldError("exporter.service.port", "is only used when type is NodePort or LoadBalancer"))
     is_external = e.service.type is spec.ServiceType.EXTERNAL_NAME
     if is_external and not e.service.external_name:
         errors.append(FieldError("exporter.service.externalName", "is required when type is ExternalName"))

@@ -351,8 +351,23 @@ def test_a_cluster_operator_object_is_checked() -> None:
 
 
 def test_an_object_without_spec_gets_the_defaults() -> None:
-    obj = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator", "spec": None}
-    assert errors_of(obj)[0].startswith("driver.payload.version: is required")
+    obj = {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1",
+        "kind": "ClusterOperator",
+        "metadata": {"name": "cluster-operator"},
+    }
+    assert errors_of({**obj, "spec": None})[0].startswith("driver.payload.version: is required")
+
+
+@pytest.mark.parametrize("metadata", [None, {}, {"generateName": "cluster-operator-"}, {"name": ""}, {"labels": {}}])
+def test_an_object_must_be_named_cluster_operator(metadata: object) -> None:
+    """The API server refuses an object without a name, and a generateName makes one that is not ours."""
+    obj: dict[str, object] = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator", "spec": VERSION}
+    if metadata is not None:
+        obj["metadata"] = metadata
+    assert errors_of(obj) == [
+        "metadata.name: is required and must be 'cluster-operator': the operator reconciles only that object"
+    ]
 
 
 # --- round trip -----------------------------------------------------------------------------------------
