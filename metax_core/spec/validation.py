@@ -16,7 +16,7 @@ import attrs
 
 from metax_core import versions
 from metax_core.errors import FieldError, InvalidSpec
-from metax_core.spec import affinity, converter, names, text, vfio_config
+from metax_core.spec import affinity, chart_values, converter, names, text, vfio_config
 from metax_core.spec import model as spec
 
 _ENVELOPE = ("apiVersion", "kind", "metadata", "spec", "status")
@@ -33,7 +33,8 @@ def spec_document(document: object) -> Mapping[str, Any]:
 
     The object's envelope is checked as the API server would: known top-level fields only, ``metadata`` a
     mapping of ObjectMeta fields with string labels and annotations, the one name the operator reconciles.
-    In the values form, ``tolerations`` may be the YAML/JSON text of the list (``--set-file tolerations=…``).
+    In the values form, ``tolerations`` may be the YAML/JSON text of the list (``--set-file tolerations=…``),
+    and a boolean or integer field may be the string Helm's ``--set-string`` makes of it (`chart_values`).
     """
     if not isinstance(document, Mapping):
         raise InvalidSpec([FieldError("", "the document must be a mapping (a ClusterOperator or a spec)")])
@@ -103,16 +104,18 @@ def _metadata_errors(metadata: object) -> list[FieldError]:
 
 
 def _values_document(document: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Chart values: a ``tolerations`` string (Helm's ``--set-file``, §3.2.4) is read as the YAML/JSON list."""
+    """Chart values: a ``tolerations`` string (Helm's ``--set-file``, §3.2.4) is read as the YAML/JSON list,
+    and strings read as Helm's ``--set`` reads them where the field is a boolean or an integer (`chart_values`)."""
     raw = document.get(TOLERATIONS_KEY)
-    if not isinstance(raw, str):
-        return document
-    try:
-        tolerations = text.load_value(raw, TOLERATIONS_KEY)
-    except text.TextError as exc:
-        message = exc.message if exc.line is None else f"line {exc.line}, column {exc.column}: {exc.message}"
-        raise InvalidSpec([FieldError(TOLERATIONS_KEY, f"is a string but not a YAML/JSON list: {message}")]) from exc
-    return {**document, TOLERATIONS_KEY: tolerations}
+    if isinstance(raw, str):
+        try:
+            tolerations = text.load_value(raw, TOLERATIONS_KEY)
+        except text.TextError as exc:
+            message = exc.message if exc.line is None else f"line {exc.line}, column {exc.column}: {exc.message}"
+            problem = f"is a string but not a YAML/JSON list: {message}"
+            raise InvalidSpec([FieldError(TOLERATIONS_KEY, problem)]) from exc
+        document = {**document, TOLERATIONS_KEY: tolerations}
+    return chart_values.canonical(document)
 
 
 def parse(document: object) -> spec.ClusterOperatorSpec:
