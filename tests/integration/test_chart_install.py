@@ -226,17 +226,20 @@ def test_set_and_set_string_mean_the_same_and_the_api_server_stores_it(
         return co
 
     typed, strings = cluster_operator("--set"), cluster_operator("--set-string")
-    assert (
-        typed["spec"]["gpuDevice"]["healthyInterval"] == 9
-        and typed["spec"]["vfioManager"]["vfioConfig"][0]["gpus"] == 1
-    )
-    # The chart's template made booleans and integers of the strings (gpus keeps its own forms: "1" and 1).
-    assert strings["spec"]["vfioManager"]["vfioConfig"][0].pop("gpus") == "1"
-    typed["spec"]["vfioManager"]["vfioConfig"][0].pop("gpus")
+    assert typed["spec"]["gpuDevice"]["healthyInterval"] == 9 and strings["spec"]["gpuDevice"]["deploy"] is False
+    # The chart's template made booleans and integers of the strings; gpus and pauseDuration keep their own
+    # forms ("1" and 1, "10000" and 10000), which the converter reads alike in the object too.
+    own_forms = [(typed, 1, 10000), (strings, "1", "10000")]
+    for co, gpus, pause_duration in own_forms:
+        assert co["spec"]["vfioManager"]["vfioConfig"][0].pop("gpus") == gpus
+        assert co["spec"]["driver"]["upgradePolicy"]["upgradeSteps"][1].pop("pauseDuration") == pause_duration
     assert strings == typed
     assert strings["spec"]["gpuDevice"]["deploy"] is False and strings["spec"]["exporter"]["service"]["port"] == 40000
     # The same meaning as the validator reads the values (metax-operator validate -f values.yaml) and the object.
     parsed = validation.parse(_values_document(ASSIGNMENTS))
+    for co, gpus, pause_duration in own_forms:
+        co["spec"]["vfioManager"]["vfioConfig"][0]["gpus"] = gpus
+        co["spec"]["driver"]["upgradePolicy"]["upgradeSteps"][1]["pauseDuration"] = pause_duration
     assert validation.parse(typed) == validation.parse(strings) == parsed
     assert parsed.vfio_manager.vfio_config[0].gpus == "1" and parsed.exporter.service.port == 40000
     assert parsed.driver.upgrade_policy.upgrade_steps[0].pause is False and parsed.driver.fw_enable_virt is True
@@ -344,6 +347,11 @@ def test_readme_install_upgrade_and_uninstall(helm: Helm, api: client.HttpApi) -
     co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
     assert co["spec"]["registry"] == "mirror.example/metax"
     assert co["spec"]["gpuDevice"]["healthyInterval"] == 9
+    strings = ("gpuDevice.healthyInterval=7", "exporter.deploy=true", "driver.upgradePolicy.maxParallel=3")
+    helm.run(*upgrade, *(a for s in strings for a in ("--set-string", s)))  # issue 20: as --set would
+    co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    assert co["spec"]["gpuDevice"]["healthyInterval"] == 7 and co["spec"]["exporter"]["deploy"] is True
+    assert co["spec"]["driver"]["upgradePolicy"]["maxParallel"] == 3
     assert co["spec"]["driver"]["payload"]["version"] == "2.18.0"  # reused
     image = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
     assert image["image"] == "mirror.example/metax/metax-operator:0.1.0"
