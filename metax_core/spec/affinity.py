@@ -4,7 +4,8 @@ Why: the spec keeps an affinity as a raw mapping (the operator passes it through
 CRD cannot describe it in full, so without this check an unknown field, a wrong type or a key that is not a
 label key would be accepted here and refused by the API server when the operator applies the DaemonSet.
 The same goes for a requirement whose ``values`` do not fit its operator (``In`` with none, ``Exists`` with
-some, ``Gt`` without one integer) and for ``matchFields``, which only knows ``metadata.name``.
+some, ``Gt`` without one integer), for ``matchFields``, which only knows ``metadata.name``, and for a pod
+affinity term's namespaces (DNS labels) and ``matchLabelKeys``/``mismatchLabelKeys``.
 The walk follows the schema below, never the input, so however deep the input nests the walk stays
 shallow; unknown fields are reported and not entered. Every problem comes back with its path.
 """
@@ -166,17 +167,54 @@ _NODE_SELECTOR_TERM = _record(
         "matchFields": _list(_requirement(("In", "NotIn"), field_selector=True)),
     }
 )
-_POD_AFFINITY_TERM = _record(
-    {
-        "labelSelector": _LABEL_SELECTOR,
-        "namespaceSelector": _LABEL_SELECTOR,
-        "namespaces": _list(_string(names.dns_subdomain_problem)),
-        "topologyKey": _string(names.label_key_problem),
-        "matchLabelKeys": _list(_string(names.label_key_problem)),
-        "mismatchLabelKeys": _list(_string(names.label_key_problem)),
-    },
-    required=("topologyKey",),
-)
+
+
+def _label_keys_errors(term: Mapping[str, Any], path: str) -> list[FieldError]:
+    """core ``ValidateMatchLabelKeysAndMismatchLabelKeys``: the keys need a labelSelector, a matchLabelKeys key
+    may not also be selected twice by it, and no key is in both lists."""
+    match, mismatch = term.get("matchLabelKeys") or [], term.get("mismatchLabelKeys") or []
+    selector = term.get("labelSelector")
+    errors = []
+    for name, keys in (("matchLabelKeys", match), ("mismatchLabelKeys", mismatch)):
+        if keys and selector is None:
+            errors.append(FieldError(f"{path}.{name}", "must not be set without a labelSelector"))
+    if isinstance(selector, Mapping):
+        seen = set(selector.get("matchLabels") or {})
+        for expression in selector.get("matchExpressions") or []:
+            key = expression.get("key")
+            if key in match and key in seen:
+                index = match.index(key)
+                errors.append(FieldError(f"{path}.matchLabelKeys[{index}]", "is also in the labelSelector"))
+            seen.add(key)
+    for index, key in enumerate(match):
+        if key in mismatch:
+            errors.append(FieldError(f"{path}.matchLabelKeys[{index}]", "is also in mismatchLabelKeys"))
+    return errors
+
+
+def _pod_affinity_term() -> Check:
+    shape = _record(
+        {
+            "labelSelector": _LABEL_SELECTOR,
+            "namespaceSelector": _LABEL_SELECTOR,
+            "namespaces": _list(_string(names.dns_label_problem)),
+            "topologyKey": _string(names.label_key_problem),
+            "matchLabelKeys": _list(_string(names.label_key_problem)),
+            "mismatchLabelKeys": _list(_string(names.label_key_problem)),
+        },
+        required=("topologyKey",),
+    )
+
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        before = len(errors)
+        shape(value, path, errors)
+        if len(errors) == before and isinstance(value, Mapping):
+            errors.extend(_label_keys_errors(value, path))
+
+    return check
+
+
+_POD_AFFINITY_TERM = _pod_affinity_term()
 _POD_AFFINITY = _record(
     {
         "requiredDuringSchedulingIgnoredDuringExecution": _list(_POD_AFFINITY_TERM),

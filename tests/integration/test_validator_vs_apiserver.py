@@ -61,6 +61,11 @@ def pod_anti_affinity(*requirements: dict[str, Any]) -> dict[str, Any]:
     return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
+def pod_term(**fields: Any) -> dict[str, Any]:
+    term = {"topologyKey": "kubernetes.io/hostname", **fields}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 VALID_AFFINITY = node_affinity({"key": "zone", "operator": "In", "values": ["a"]})
 # Requirement values against their operator: (affinity, refused).
 REQUIREMENTS: list[tuple[dict[str, Any], bool]] = [
@@ -85,6 +90,11 @@ REQUIREMENTS: list[tuple[dict[str, Any], bool]] = [
     (node_affinity({"key": "gpus", "operator": "Gt", "values": ["3"]}), False),
     (node_affinity({"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}, fields=True), False),
     (pod_anti_affinity({"key": "app", "operator": "NotIn", "values": ["x"]}), False),
+    # The rest of a pod affinity term: namespaces are DNS labels; matchLabelKeys need a labelSelector.
+    (pod_term(namespaces=["a.b"]), True),
+    (pod_term(matchLabelKeys=["app"]), True),
+    (pod_term(labelSelector={"matchLabels": {"a": "x"}}, matchLabelKeys=["v"], mismatchLabelKeys=["v"]), True),
+    (pod_term(namespaces=["gpu-jobs"], labelSelector={"matchLabels": {"a": "x"}}, matchLabelKeys=["v"]), False),
 ]
 CANDIDATES: dict[tuple[str, ...], list[Any]] = {
     ("registry",): ["", "reg.example.com/metax", "reg.example.com:5000", "REG.example.com", "reg.io/", "https://r"],

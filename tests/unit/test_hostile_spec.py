@@ -179,6 +179,48 @@ NODE_TERM = "podTemplateSpec.spec.affinity.nodeAffinity.requiredDuringScheduling
 POD_TERM = "podTemplateSpec.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
 
 
+def _pod_term(**fields: Any) -> dict[str, Any]:
+    term = {"topologyKey": "kubernetes.io/hostname", **fields}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+POD_AFFINITY_TERM = "podTemplateSpec.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+APP_SELECTOR = {"matchLabels": {"app": "x"}}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "error"),
+    [
+        (
+            _pod_term(namespaces=["a.b"]),
+            f"{POD_AFFINITY_TERM}.namespaces[0]: must be a DNS label: lowercase letters, digits and '-', at most 63 "
+            "characters (a namespace name)",
+        ),
+        (
+            _pod_term(matchLabelKeys=["app"]),
+            f"{POD_AFFINITY_TERM}.matchLabelKeys: must not be set without a labelSelector",
+        ),
+        (
+            _pod_term(mismatchLabelKeys=["app"]),
+            f"{POD_AFFINITY_TERM}.mismatchLabelKeys: must not be set without a labelSelector",
+        ),
+        (
+            _pod_term(labelSelector=APP_SELECTOR, matchLabelKeys=["v"], mismatchLabelKeys=["v"]),
+            f"{POD_AFFINITY_TERM}.matchLabelKeys[0]: is also in mismatchLabelKeys",
+        ),
+        (
+            _pod_term(
+                labelSelector={**APP_SELECTOR, "matchExpressions": [{"key": "app", "operator": "Exists"}]},
+                matchLabelKeys=["app"],
+            ),
+            f"{POD_AFFINITY_TERM}.matchLabelKeys[0]: is also in the labelSelector",
+        ),
+    ],
+)
+def test_a_pod_affinity_term_is_checked_as_the_api_server_checks_it(affinity: dict[str, Any], error: str) -> None:
+    assert errors_of(with_(podTemplateSpec={"spec": {"affinity": affinity}})) == [error]
+
+
 @pytest.mark.parametrize(
     ("affinity", "error"),
     [
@@ -258,6 +300,7 @@ def test_a_requirement_s_values_must_fit_its_operator(affinity: dict[str, Any], 
         _node_affinity({"key": "gpu", "operator": "Exists", "values": []}),
         _node_affinity({"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}, fields=True),
         _pod_affinity({"key": "app", "operator": "NotIn", "values": ["x", "y"]}, {"key": "b", "operator": "Exists"}),
+        _pod_term(namespaces=["gpu-jobs"], labelSelector=APP_SELECTOR, matchLabelKeys=["v"], mismatchLabelKeys=["w"]),
     ],
 )
 def test_requirements_the_api_server_accepts_are_accepted(affinity: dict[str, Any]) -> None:
