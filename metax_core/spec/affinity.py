@@ -118,9 +118,9 @@ def _values_rule(operator: object, values: object, *, field_selector: bool) -> s
             return f"must list exactly one node name when operator is {operator} (matchFields), got {count} values"
         return None
     if operator in ("In", "NotIn") and count == 0:
-        return f"must list at least one value when operator is {operator}"
+        return f"must list at least one value when operator is {operator} (use Exists to match any value)"
     if operator in ("Exists", "DoesNotExist") and count:
-        return f"must be empty or left out when operator is {operator}, got {count} values"
+        return f"must be empty or left out when operator is {operator}, got {count} values (use In to match values)"
     integer = count == 1 and isinstance(items[0], str) and _INTEGER.fullmatch(items[0]) is not None
     if operator in ("Gt", "Lt") and not integer:
         return f'must be exactly one integer value like ["5"] when operator is {operator}'

@@ -227,17 +227,17 @@ def test_a_pod_affinity_term_is_checked_as_the_api_server_checks_it(affinity: di
         (
             _node_affinity({"key": "zone", "operator": "In"}),
             f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must list at least one value when "
-            "operator is In",
+            "operator is In (use Exists to match any value)",
         ),
         (
             _node_affinity({"key": "zone", "operator": "NotIn", "values": []}),
             f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must list at least one value when "
-            "operator is NotIn",
+            "operator is NotIn (use Exists to match any value)",
         ),
         (
             _node_affinity({"key": "zone", "operator": "Exists", "values": ["a"]}),
             f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must be empty or left out when "
-            "operator is Exists, got 1 values",
+            "operator is Exists, got 1 values (use In to match values)",
         ),
         (
             _node_affinity({"key": "gpus", "operator": "Gt"}),
@@ -274,12 +274,13 @@ def test_a_pod_affinity_term_is_checked_as_the_api_server_checks_it(affinity: di
         ),
         (
             _pod_affinity({"key": "app", "operator": "In"}),
-            f"{POD_TERM}.labelSelector.matchExpressions[0].values: must list at least one value when operator is In",
+            f"{POD_TERM}.labelSelector.matchExpressions[0].values: must list at least one value when operator is In "
+            "(use Exists to match any value)",
         ),
         (
             _pod_affinity({"key": "app", "operator": "DoesNotExist", "values": ["x"]}),
             f"{POD_TERM}.labelSelector.matchExpressions[0].values: must be empty or left out when operator is "
-            "DoesNotExist, got 1 values",
+            "DoesNotExist, got 1 values (use In to match values)",
         ),
         (
             _pod_affinity({"key": "app", "operator": "Gt", "values": ["1"]}),
