@@ -1,4 +1,5 @@
-"""The generated parts of the Helm chart: values.yaml, values.schema.json, README.md, the operator's RBAC.
+"""The generated parts of the Helm chart: values.yaml, values.schema.json, README.md, the operator's RBAC and
+templates/_values.tpl (chart values as Helm users write them, `metax_core.spec.chart_values`).
 
 Why generated: the spec model (`metax_core.spec.model`) is the one definition of every chart option, its type,
 default and meaning, and `metax_core.cluster.rbac` the one definition of what the operator may do. Hand-written
@@ -25,7 +26,7 @@ from typing import Any, Final
 import yaml
 
 from metax_core.cluster import rbac
-from metax_core.spec import converter
+from metax_core.spec import chart_values, converter
 from metax_core.spec import model as spec
 from metax_k8s import crd
 
@@ -137,8 +138,46 @@ def _json_schema(node: Any) -> Any:
     return out
 
 
+def _leaf(schema: Schema, keys: list[str]) -> Schema:
+    """The node of a ``chart_values.paths`` path (``a.b[].c``) in the values schema."""
+    node = schema
+    for key in keys:
+        node = node["properties"][key.removesuffix("[]")]
+        if key.endswith("[]"):
+            if "anyOf" in node:  # the global tolerations: a list or the text of a file
+                node = next(branch for branch in node["anyOf"] if "array" in branch.get("type", ()))
+            node = node["items"]
+    return node
+
+
+def _as_helm_writes_it(node: Schema, kind: chart_values.Kind) -> Schema:
+    """``node`` widened to the strings that stand for its value in chart values (`chart_values`)."""
+    integer = f"^({chart_values.INTEGER_PATTERN})$"
+    branches: list[Schema]
+    if kind is chart_values.Kind.BOOLEAN:
+        branches = [{"type": "boolean"}, {"type": "string", "enum": list(chart_values.BOOLEANS)}]
+    elif "anyOf" in node:  # int-or-percent: an integer, a percentage, or the integer as a string
+        number, text = node["anyOf"]
+        pattern = text["pattern"].removeprefix("^(").removesuffix(")$")
+        branches = [number, {"type": "string", "pattern": f"^({pattern}|{chart_values.INTEGER_PATTERN})$"}]
+    else:
+        bounds: Schema = {k: node[k] for k in ("minimum", "maximum") if k in node}
+        branches = [{"type": "integer", **bounds}, {"type": "string", "pattern": integer}]
+    kinds = node.get("type", ())
+    if "null" in kinds:
+        branches.append({"type": "null"})
+    widened: Schema = {"anyOf": branches}
+    if "description" in node:
+        widened = {"description": node["description"], **widened}
+    return widened
+
+
 def values_schema() -> Schema:
     schema = _json_schema(crd.record_schema(spec.ClusterOperatorSpec))
+    for path, kind in chart_values.paths():
+        *parents, last = path.split(".")
+        parent = _leaf(schema, parents) if parents else schema
+        parent["properties"][last] = _as_helm_writes_it(parent["properties"][last], kind)
     tolerations = schema["properties"]["tolerations"]
     # §3.2.4's deprecated `--set-file tolerations=<file>` passes the file's text: a YAML string.
     schema["properties"]["tolerations"] = {
@@ -439,6 +478,60 @@ def render_operator_rbac() -> str:
     return f"# {GENERATED}\n# Source: metax_core/cluster/rbac.py operator_rules().\n" + "---\n".join(docs)
 
 
+# --- templates/_values.tpl --------------------------------------------------------------------------------
+
+VALUES_TEMPLATE_HEAD: Final = """\
+{{- /* %s
+     Chart values as Helm users write them (metax_core/spec/chart_values.py, docs/configuration.md): where
+     a boolean or integer field holds the string `--set-string` (or a quoted values file) makes of it, the
+     ClusterOperator gets the boolean or integer `--set` would have made, so the object the CRD types is
+     what `metax-operator validate -f values.yaml` reads. "metax-operator.canonical" changes its argument
+     (a copy of the values) in place. */ -}}
+{{- define "metax-operator.canonical" -}}
+"""
+
+VALUES_TEMPLATE_TAIL: Final = """\
+{{- end -}}
+
+{{- /* One field: .node (a map) at .keys ("name[]" = every item of that list), read as .kind (bool|int). */ -}}
+{{- define "metax-operator.canonicalAt" -}}
+{{- $key := first .keys -}}
+{{- $rest := rest .keys -}}
+{{- $each := hasSuffix "[]" $key -}}
+{{- $key = trimSuffix "[]" $key -}}
+{{- if and (kindIs "map" .node) (hasKey .node $key) -}}
+{{- $value := get .node $key -}}
+{{- if $each -}}
+{{- if kindIs "slice" $value -}}
+{{- range $item := $value -}}
+{{- include "metax-operator.canonicalAt" (dict "node" $item "keys" $rest "kind" $.kind) -}}
+{{- end -}}
+{{- end -}}
+{{- else if $rest -}}
+{{- include "metax-operator.canonicalAt" (dict "node" $value "keys" $rest "kind" .kind) -}}
+{{- else if kindIs "string" $value -}}
+{{- if and (eq .kind "bool") (has $value (list "true" "false")) -}}
+{{- $_ := set .node $key (eq $value "true") -}}
+{{- else if and (eq .kind "int") (regexMatch "^(%s)$" $value) -}}
+{{- $_ := set .node $key (atoi $value) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+"""
+
+
+def render_values_template() -> str:
+    """templates/_values.tpl: the chart's copy of `chart_values.canonical`, one line per field it reads."""
+    lines = []
+    for path, kind in chart_values.paths():
+        keys = " ".join(f'"{key}"' for key in path.split("."))
+        arguments = f'(dict "node" . "keys" (list {keys}) "kind" "{kind.value}")'
+        lines.append(f'{{{{- include "metax-operator.canonicalAt" {arguments} -}}}}')
+    head = VALUES_TEMPLATE_HEAD % GENERATED
+    return head + "\n".join(lines) + "\n" + VALUES_TEMPLATE_TAIL % chart_values.INTEGER_PATTERN
+
+
 # --- files ------------------------------------------------------------------------------------------------
 
 
@@ -449,6 +542,7 @@ def generated_files(chart_dir: Path = CHART_DIR) -> dict[Path, str]:
         chart_dir / "values.schema.json": render_schema(),
         chart_dir / "README.md": render_readme(docs_dir),
         chart_dir / "templates" / "operator-rbac.yaml": render_operator_rbac(),
+        chart_dir / "templates" / "_values.tpl": render_values_template(),
     }
 
 

@@ -3,12 +3,16 @@
 Why: the spec keeps an affinity as a raw mapping (the operator passes it through to the workloads), and the
 CRD cannot describe it in full, so without this check an unknown field, a wrong type or a key that is not a
 label key would be accepted here and refused by the API server when the operator applies the DaemonSet.
+The same goes for a requirement whose ``values`` do not fit its operator (``In`` with none, ``Exists`` with
+some, ``Gt`` without one integer), for ``matchFields``, which only knows ``metadata.name``, and for a pod
+affinity term's namespaces (DNS labels) and ``matchLabelKeys``/``mismatchLabelKeys``.
 The walk follows the schema below, never the input, so however deep the input nests the walk stays
 shallow; unknown fields are reported and not entered. Every problem comes back with its path.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -97,33 +101,120 @@ def _label_map(value: object, path: str, errors: list[FieldError]) -> None:
             errors.append(FieldError(f"{path}.{key}", problem))
 
 
-def _requirement(operators: tuple[str, ...], key: Callable[[str], str | None] | None) -> Check:
-    return _record(
-        {"key": _string(key), "operator": _string(choices=operators), "values": _list(_string())},
-        required=("key", "operator"),
-    )
+_INTEGER = re.compile(r"[0-9]{1,18}")
+_NODE_NAME_FIELD = "metadata.name"
 
 
-_LABEL_SELECTOR = _record(
-    {"matchLabels": _label_map, "matchExpressions": _list(_requirement(_LABEL_OPERATORS, names.label_key_problem))}
-)
+def _values_rule(operator: object, values: object, *, field_selector: bool) -> str | None:
+    """What the API server requires of ``values`` for ``operator`` (apimachinery ``ValidateLabelSelectorRequirement``,
+    core ``ValidateNodeSelectorRequirement`` and ``ValidateNodeFieldSelectorRequirement``), or None when it holds.
+
+    Gt/Lt compare the node label as an integer (the scheduler parses it), so their one value must be one.
+    """
+    items = values if isinstance(values, list) else []
+    count = len(items)
+    if field_selector:
+        if operator in ("In", "NotIn") and count != 1:
+            return f"must list exactly one node name when operator is {operator} (matchFields), got {count} values"
+        return None
+    if operator in ("In", "NotIn") and count == 0:
+        return f"must list at least one value when operator is {operator} (use Exists to match any value)"
+    if operator in ("Exists", "DoesNotExist") and count:
+        return f"must be empty or left out when operator is {operator}, got {count} values (use In to match values)"
+    integer = count == 1 and isinstance(items[0], str) and _INTEGER.fullmatch(items[0]) is not None
+    if operator in ("Gt", "Lt") and not integer:
+        return f'must be exactly one integer value like ["5"] when operator is {operator}'
+    return None
+
+
+def _requirement(operators: tuple[str, ...], *, field_selector: bool = False) -> Check:
+    """One matchExpressions (or matchFields) entry: the record's shape, then its values against its operator."""
+    if field_selector:
+        shape = _record(
+            {
+                "key": _string(choices=(_NODE_NAME_FIELD,)),
+                "operator": _string(choices=("In", "NotIn")),
+                "values": _list(_string(names.dns_subdomain_problem)),
+            },
+            required=("key", "operator"),
+        )
+    else:
+        shape = _record(
+            {
+                "key": _string(names.label_key_problem),
+                "operator": _string(choices=operators),
+                "values": _list(_string(names.label_value_problem)),
+            },
+            required=("key", "operator"),
+        )
+
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        before = len(errors)
+        shape(value, path, errors)
+        if len(errors) > before or not isinstance(value, Mapping):
+            return
+        problem = _values_rule(value.get("operator"), value.get("values"), field_selector=field_selector)
+        if problem:
+            errors.append(FieldError(f"{path}.values", problem))
+
+    return check
+
+
+_LABEL_SELECTOR = _record({"matchLabels": _label_map, "matchExpressions": _list(_requirement(_LABEL_OPERATORS))})
 _NODE_SELECTOR_TERM = _record(
     {
-        "matchExpressions": _list(_requirement(_NODE_OPERATORS, names.label_key_problem)),
-        "matchFields": _list(_requirement(_NODE_OPERATORS, None)),
+        "matchExpressions": _list(_requirement(_NODE_OPERATORS)),
+        "matchFields": _list(_requirement(("In", "NotIn"), field_selector=True)),
     }
 )
-_POD_AFFINITY_TERM = _record(
-    {
-        "labelSelector": _LABEL_SELECTOR,
-        "namespaceSelector": _LABEL_SELECTOR,
-        "namespaces": _list(_string(names.dns_subdomain_problem)),
-        "topologyKey": _string(names.label_key_problem),
-        "matchLabelKeys": _list(_string(names.label_key_problem)),
-        "mismatchLabelKeys": _list(_string(names.label_key_problem)),
-    },
-    required=("topologyKey",),
-)
+
+
+def _label_keys_errors(term: Mapping[str, Any], path: str) -> list[FieldError]:
+    """core ``ValidateMatchLabelKeysAndMismatchLabelKeys``: the keys need a labelSelector, a matchLabelKeys key
+    may not also be selected twice by it, and no key is in both lists."""
+    match, mismatch = term.get("matchLabelKeys") or [], term.get("mismatchLabelKeys") or []
+    selector = term.get("labelSelector")
+    errors = []
+    for name, keys in (("matchLabelKeys", match), ("mismatchLabelKeys", mismatch)):
+        if keys and selector is None:
+            errors.append(FieldError(f"{path}.{name}", "must not be set without a labelSelector"))
+    if isinstance(selector, Mapping):
+        seen = set(selector.get("matchLabels") or {})
+        for expression in selector.get("matchExpressions") or []:
+            key = expression.get("key")
+            if key in match and key in seen:
+                index = match.index(key)
+                errors.append(FieldError(f"{path}.matchLabelKeys[{index}]", "is also in the labelSelector"))
+            seen.add(key)
+    for index, key in enumerate(match):
+        if key in mismatch:
+            errors.append(FieldError(f"{path}.matchLabelKeys[{index}]", "is also in mismatchLabelKeys"))
+    return errors
+
+
+def _pod_affinity_term() -> Check:
+    shape = _record(
+        {
+            "labelSelector": _LABEL_SELECTOR,
+            "namespaceSelector": _LABEL_SELECTOR,
+            "namespaces": _list(_string(names.dns_label_problem)),
+            "topologyKey": _string(names.label_key_problem),
+            "matchLabelKeys": _list(_string(names.label_key_problem)),
+            "mismatchLabelKeys": _list(_string(names.label_key_problem)),
+        },
+        required=("topologyKey",),
+    )
+
+    def check(value: object, path: str, errors: list[FieldError]) -> None:
+        before = len(errors)
+        shape(value, path, errors)
+        if len(errors) == before and isinstance(value, Mapping):
+            errors.extend(_label_keys_errors(value, path))
+
+    return check
+
+
+_POD_AFFINITY_TERM = _pod_affinity_term()
 _POD_AFFINITY = _record(
     {
         "requiredDuringSchedulingIgnoredDuringExecution": _list(_POD_AFFINITY_TERM),

@@ -2,7 +2,8 @@
 
 The CLI, the webhook, the operator and the CRD generator all use `CONVERTER` through `structure` and
 `unstructure`, so a value means the same everywhere. Conversion is strict: a string is not a number, "false"
-is not a boolean, unknown keys are errors. Every problem in a document is reported at once as a
+is not a boolean, unknown keys are errors (chart values are first read as Helm users write them:
+`metax_core.spec.chart_values`). Every problem in a document is reported at once as a
 `FieldError` whose path uses the document's own keys (``driver.upgradePolicy.maxParallel``).
 """
 
@@ -130,18 +131,22 @@ _GPUS = re.compile(limits.GPUS_PATTERN)
 
 
 def gpus_text(value: object) -> str:
-    """vfioConfig ``gpus``: the documented comma string ("0,1,2" or "all") or a YAML list ([0, 1], ["all"]).
+    """vfioConfig ``gpus``: the documented comma string ("0,1,2" or "all"), a YAML list ([0, 1], ["all"]) or
+    one index as an integer (``--set vfioManager.vfioConfig[0].gpus=1`` gives Helm's integer 1).
 
-    Both become the comma string, so the rest of the operator sees one form."""
+    All become the comma string, so the rest of the operator sees one form."""
     if isinstance(value, str) and _GPUS.fullmatch(value):
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 9999:
+        return str(value)
     if isinstance(value, (list, tuple)) and value:
         parts = [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
         joined = ",".join(p if isinstance(p, str) else "?" for p in parts)
         if len(joined) <= 1024 and _GPUS.fullmatch(joined) and ("all" not in parts or len(parts) == 1):
             return joined
     raise FieldValueError(
-        f'must be "all", comma-separated GPU indexes like "0,1,2", or a list like [0, 1, 2], got {describe(value)}'
+        f'must be "all", comma-separated GPU indexes like "0,1,2", one index like 1 or a list like [0, 1, 2], '
+        f"got {describe(value)}"
     )
 
 

@@ -218,7 +218,9 @@ class VfioConfigEntry:
             DESCRIPTION: "An RE2 regular expression matched against the WHOLE node name (at most 1024 characters)."
         }
     )
-    gpus: str = attrs.field(metadata={DESCRIPTION: 'Comma-separated GPU indexes ("0,1,2") or "all".'})
+    gpus: str = attrs.field(
+        metadata={DESCRIPTION: 'Comma-separated GPU indexes ("0,1,2") or "all"; also one index (1) or a list ([0, 1]).'}
+    )
 
 
 @attrs.frozen

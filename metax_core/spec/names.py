@@ -15,6 +15,7 @@ import re
 _NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_DNS_LABEL_RE = re.compile(_DNS_LABEL)
 _LABEL_NAME = re.compile(_NAME_PART)
 
 # The distribution reference grammar (domain/path:tag@digest), without the digest-only short forms.
@@ -36,6 +37,13 @@ def dns_subdomain_problem(value: str) -> str | None:
     """None when ``value`` is a DNS-1123 subdomain (lowercase, at most 253 characters), else what is wrong."""
     if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
         return "must be a DNS name: lowercase letters, digits, '-' and '.', at most 253 characters"
+    return None
+
+
+def dns_label_problem(value: str) -> str | None:
+    """None when ``value`` is a DNS-1123 label (a namespace name: lowercase, at most 63 characters, no dots)."""
+    if len(value) > 63 or not _DNS_LABEL_RE.fullmatch(value):
+        return "must be a DNS label: lowercase letters, digits and '-', at most 63 characters (a namespace name)"
     return None
 
 

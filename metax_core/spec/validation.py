@@ -16,7 +16,7 @@ import attrs
 
 from metax_core import versions
 from metax_core.errors import FieldError, InvalidSpec
-from metax_core.spec import affinity, converter, names, text, vfio_config
+from metax_core.spec import affinity, chart_values, converter, names, text, vfio_config
 from metax_core.spec import model as spec
 
 _ENVELOPE = ("apiVersion", "kind", "metadata", "spec", "status")
@@ -33,7 +33,8 @@ def spec_document(document: object) -> Mapping[str, Any]:
 
     The object's envelope is checked as the API server would: known top-level fields only, ``metadata`` a
     mapping of ObjectMeta fields with string labels and annotations, the one name the operator reconciles.
-    In the values form, ``tolerations`` may be the YAML/JSON text of the list (``--set-file tolerations=…``).
+    In the values form, ``tolerations`` may be the YAML/JSON text of the list (``--set-file tolerations=…``),
+    and a boolean or integer field may be the string Helm's ``--set-string`` makes of it (`chart_values`).
     """
     if not isinstance(document, Mapping):
         raise InvalidSpec([FieldError("", "the document must be a mapping (a ClusterOperator or a spec)")])
@@ -67,9 +68,15 @@ def spec_document(document: object) -> Mapping[str, Any]:
     return typing.cast(Mapping[str, Any], body)
 
 
+_NAME_REQUIRED = FieldError(
+    "metadata.name", f"is required and must be {spec.OBJECT_NAME!r}: the operator reconciles only that object"
+)
+
+
 def _metadata_errors(metadata: object) -> list[FieldError]:
+    """ObjectMeta as the API server checks it, and the one name (a ``generateName`` alone would make another)."""
     if metadata is None:
-        return []
+        return [_NAME_REQUIRED]
     if not isinstance(metadata, Mapping):
         return [FieldError("metadata", f"must be a mapping, got {converter.describe(metadata)}")]
     errors = []
@@ -87,7 +94,9 @@ def _metadata_errors(metadata: object) -> list[FieldError]:
                     if problem:
                         errors.append(FieldError(f"metadata.labels.{k}", problem))
     name = metadata.get("name")
-    if name is not None and name != spec.OBJECT_NAME:
+    if name is None or name == "":
+        errors.append(_NAME_REQUIRED)
+    elif name != spec.OBJECT_NAME:
         errors.append(
             FieldError("metadata.name", f"must be {spec.OBJECT_NAME!r}: the operator reconciles only that object")
         )
@@ -95,16 +104,18 @@ def _metadata_errors(metadata: object) -> list[FieldError]:
 
 
 def _values_document(document: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Chart values: a ``tolerations`` string (Helm's ``--set-file``, §3.2.4) is read as the YAML/JSON list."""
+    """Chart values: a ``tolerations`` string (Helm's ``--set-file``, §3.2.4) is read as the YAML/JSON list,
+    and strings read as Helm's ``--set`` reads them where the field is a boolean or an integer (`chart_values`)."""
     raw = document.get(TOLERATIONS_KEY)
-    if not isinstance(raw, str):
-        return document
-    try:
-        tolerations = text.load_value(raw, TOLERATIONS_KEY)
-    except text.TextError as exc:
-        message = exc.message if exc.line is None else f"line {exc.line}, column {exc.column}: {exc.message}"
-        raise InvalidSpec([FieldError(TOLERATIONS_KEY, f"is a string but not a YAML/JSON list: {message}")]) from exc
-    return {**document, TOLERATIONS_KEY: tolerations}
+    if isinstance(raw, str):
+        try:
+            tolerations = text.load_value(raw, TOLERATIONS_KEY)
+        except text.TextError as exc:
+            message = exc.message if exc.line is None else f"line {exc.line}, column {exc.column}: {exc.message}"
+            problem = f"is a string but not a YAML/JSON list: {message}"
+            raise InvalidSpec([FieldError(TOLERATIONS_KEY, problem)]) from exc
+        document = {**document, TOLERATIONS_KEY: tolerations}
+    return chart_values.canonical(document)
 
 
 def parse(document: object) -> spec.ClusterOperatorSpec:
@@ -341,21 +352,15 @@ def _maca_errors(m: spec.Maca) -> list[FieldError]:
     return errors
 
 
-NODE_PORT_RANGE = (30000, 32767)
-"""The API server's default --service-node-port-range."""
-
-
 def _exporter_errors(e: spec.Exporter) -> list[FieldError]:
+    """The Service's options. A NodePort is any port 1–65535 (the bounds table): which of them are node ports
+    is the cluster's ``--service-node-port-range`` (30000–32767 by default), so the API server decides."""
     errors = []
-    port = e.service.port
-    if port is not None:
-        if e.service.type not in (spec.ServiceType.NODE_PORT, spec.ServiceType.LOAD_BALANCER):
-            errors.append(FieldError("exporter.service.port", "is only used when type is NodePort or LoadBalancer"))
-        elif e.service.type is spec.ServiceType.NODE_PORT and not NODE_PORT_RANGE[0] <= port <= NODE_PORT_RANGE[1]:
-            low, high = NODE_PORT_RANGE
-            errors.append(
-                FieldError("exporter.service.port", f"must be a node port from {low} to {high} with NodePort")
-            )
+    if e.service.port is not None and e.service.type not in (
+        spec.ServiceType.NODE_PORT,
+        spec.ServiceType.LOAD_BALANCER,
+    ):
+        errors.append(FieldError("exporter.service.port", "is only used when type is NodePort or LoadBalancer"))
     is_external = e.service.type is spec.ServiceType.EXTERNAL_NAME
     if is_external and not e.service.external_name:
         errors.append(FieldError("exporter.service.externalName", "is required when type is ExternalName"))

@@ -6,6 +6,9 @@ privileged and hostPID only where the table says, host paths only those of §1.3
 defaults (the issue's command) and with the README's command (``--set registry=...``): every chart object
 present, the operator Deployment available (kwok runs its pod), the ``cluster-operator`` spec = the values;
 ``helm upgrade`` with changed values reaches the CR; the ``--set-file tolerations=<file>`` path of §3.2.4;
+the values Helm users write (issue 20): ``--set`` and ``--set-string`` of the same assignments make the same
+``cluster-operator`` (booleans and integers, stored by the API server with the CRD) and mean what the validator
+reads from the values, and strings Helm keeps as strings are refused by the schema with their path;
 ``helm uninstall --wait`` runs the pre-delete cleanup Job before it deletes the operator, then leaves nothing
 of ours (the CRD stays, by Helm convention, as the README says).
 
@@ -16,6 +19,7 @@ cleanup Job really running on a process node (docs/processnode.md).
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -35,13 +39,15 @@ from chart_helpers import (
     present,
     uninstall_command,
 )
+from cluster_helpers import wait_served
 
 from metax_core.cluster import components, workloads
-from metax_core.errors import NotFound
+from metax_core.errors import InvalidSpec, NotFound
 from metax_core.ports.cluster import WatchEventType
+from metax_core.spec import model as spec_model
 from metax_core.spec import validation
 from metax_dev.controlplane import cluster
-from metax_k8s import client
+from metax_k8s import client, crd
 
 pytestmark = pytest.mark.integration
 
@@ -154,6 +160,112 @@ def test_set_file_tolerations_reaches_the_cluster_operator(helm: Helm, tmp_path:
     assert validation.parse(co).tolerations is not None
 
 
+# Issue 20: values as Helm users write them. Each assignment once with --set (Helm makes booleans and
+# integers) and once with --set-string (strings): the values schema takes both, and they mean the same.
+ASSIGNMENTS = (
+    "driver.payload.version=2.18.0",
+    "gpuDevice.deploy=false",
+    "gpuDevice.healthyInterval=9",
+    "gpuDevice.sgpuShares=32",
+    "driver.fwEnableVirt=true",
+    "driver.upgradePolicy.enableRollout=true",
+    "driver.upgradePolicy.maxParallel=2",
+    "driver.upgradePolicy.maxFailureThreshold=1",
+    "driver.upgradePolicy.upgradeSteps[0].replicas=1",
+    "driver.upgradePolicy.upgradeSteps[0].pause=false",
+    "driver.upgradePolicy.upgradeSteps[0].toleration=0",
+    "driver.upgradePolicy.upgradeSteps[1].replicas=100%",
+    "driver.upgradePolicy.upgradeSteps[1].pauseDuration=10000",
+    "exporter.deploy=true",
+    "exporter.service.type=NodePort",
+    "exporter.service.port=40000",
+    "vfioManager.vfioConfig[0].nodeName=gpu-.*",
+    "vfioManager.vfioConfig[0].gpus=1",
+    "tolerations[0].key=k",
+    "tolerations[0].operator=Exists",
+    "tolerations[0].effect=NoExecute",
+    "tolerations[0].tolerationSeconds=60",
+)
+
+
+def _values_document(assignments: tuple[str, ...]) -> dict[str, Any]:
+    """The --set-string assignments as a values file would hold them: every value a string."""
+    document: dict[str, Any] = {}
+    for assignment in assignments:
+        path, _, value = assignment.partition("=")
+        node: Any = document
+        keys = [k for part in path.split(".") for k in part.replace("]", "").split("[")]
+        for key, following in zip(keys, [*keys[1:], None], strict=True):
+            index: Any = int(key) if key.isdigit() else key
+            if following is None:
+                node[index] = value
+                break
+            child: Any = [] if following.isdigit() else {}
+            if isinstance(node, list):
+                while len(node) <= index:
+                    node.append(copy.deepcopy(child))
+            else:
+                node.setdefault(index, child)
+            node = node[index]
+    return document
+
+
+@pytest.fixture(scope="module")
+def crd_installed(api: client.HttpApi) -> client.HttpApi:
+    api.apply(crd.crd(), field_manager="chart-tests", force=True)
+    wait_served(api, f"{spec_model.API_GROUP}/{spec_model.API_VERSION}", spec_model.KIND)
+    return api
+
+
+def test_set_and_set_string_mean_the_same_and_the_api_server_stores_it(
+    helm: Helm, crd_installed: client.HttpApi
+) -> None:
+    def cluster_operator(flag: str) -> dict[str, Any]:
+        args = [a for assignment in ASSIGNMENTS for a in (flag, assignment)]
+        (co,) = [d for d in _template(helm, *args) if d["kind"] == "ClusterOperator"]
+        return co
+
+    typed, strings = cluster_operator("--set"), cluster_operator("--set-string")
+    assert typed["spec"]["gpuDevice"]["healthyInterval"] == 9 and strings["spec"]["gpuDevice"]["deploy"] is False
+    # The chart's template made booleans and integers of the strings; gpus and pauseDuration keep their own
+    # forms ("1" and 1, "10000" and 10000), which the converter reads alike in the object too.
+    own_forms = [(typed, 1, 10000), (strings, "1", "10000")]
+    for co, gpus, pause_duration in own_forms:
+        assert co["spec"]["vfioManager"]["vfioConfig"][0].pop("gpus") == gpus
+        assert co["spec"]["driver"]["upgradePolicy"]["upgradeSteps"][1].pop("pauseDuration") == pause_duration
+    assert strings == typed
+    assert strings["spec"]["gpuDevice"]["deploy"] is False and strings["spec"]["exporter"]["service"]["port"] == 40000
+    # The same meaning as the validator reads the values (metax-operator validate -f values.yaml) and the object.
+    parsed = validation.parse(_values_document(ASSIGNMENTS))
+    for co, gpus, pause_duration in own_forms:
+        co["spec"]["vfioManager"]["vfioConfig"][0]["gpus"] = gpus
+        co["spec"]["driver"]["upgradePolicy"]["upgradeSteps"][1]["pauseDuration"] = pause_duration
+    assert validation.parse(typed) == validation.parse(strings) == parsed
+    assert parsed.vfio_manager.vfio_config[0].gpus == "1" and parsed.exporter.service.port == 40000
+    assert parsed.driver.upgrade_policy.upgrade_steps[0].pause is False and parsed.driver.fw_enable_virt is True
+    # And the API server stores what Helm creates (the CRD's types, ranges and CEL rules).
+    stored = crd_installed.apply(strings, field_manager="chart-tests", force=True, dry_run=True)
+    assert stored["spec"]["gpuDevice"]["healthyInterval"] == 9
+
+
+@pytest.mark.parametrize(
+    ("assignment", "path"),
+    [
+        ("gpuDevice.healthyInterval=09", "/gpuDevice/healthyInterval"),
+        ("gpuDevice.deploy=yes", "/gpuDevice/deploy"),
+        ("driver.upgradePolicy.maxParallel=2.5", "/driver/upgradePolicy/maxParallel"),
+    ],
+)
+def test_strings_helm_keeps_as_strings_are_refused_by_the_schema_with_their_path(
+    helm: Helm, assignment: str, path: str
+) -> None:
+    for flag in ("--set", "--set-string"):
+        bad = helm.run("template", RELEASE, str(CHART_DIR), flag, assignment, check=False)
+        assert bad.returncode != 0 and path in bad.stderr, (flag, bad.stderr)
+        with pytest.raises(InvalidSpec, match=path.lstrip("/").replace("/", r"\.")):
+            validation.parse(_values_document((assignment,)))
+
+
 def _wait_available(api: client.HttpApi, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -235,6 +347,11 @@ def test_readme_install_upgrade_and_uninstall(helm: Helm, api: client.HttpApi) -
     co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
     assert co["spec"]["registry"] == "mirror.example/metax"
     assert co["spec"]["gpuDevice"]["healthyInterval"] == 9
+    strings = ("gpuDevice.healthyInterval=7", "exporter.deploy=true", "driver.upgradePolicy.maxParallel=3")
+    helm.run(*upgrade, *(a for s in strings for a in ("--set-string", s)))  # issue 20: as --set would
+    co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    assert co["spec"]["gpuDevice"]["healthyInterval"] == 7 and co["spec"]["exporter"]["deploy"] is True
+    assert co["spec"]["driver"]["upgradePolicy"]["maxParallel"] == 3
     assert co["spec"]["driver"]["payload"]["version"] == "2.18.0"  # reused
     image = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
     assert image["image"] == "mirror.example/metax/metax-operator:0.1.0"

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from cluster_helpers import wait_served
 
-from metax_core.errors import ClusterError
+from metax_core.errors import ClusterError, InvalidSpec
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
+from metax_core.spec import validation
 from metax_dev.controlplane import cluster
 from metax_k8s import client, crd, objects
 
@@ -71,6 +73,31 @@ def test_exporter_port_only_with_node_port_or_load_balancer(api: client.HttpApi)
     assert accepted["spec"]["exporter"]["service"] == {"type": "NodePort", "port": 30400}
     with pytest.raises(ClusterError, match=r"spec\.exporter\.service\.port.*less than or equal to 65535"):
         dry_apply(api, co({"exporter": {"service": {"type": "NodePort", "port": 70000}}}))
+
+
+def test_any_port_is_a_node_port_for_the_crd_and_gpus_takes_one_integer(api: client.HttpApi) -> None:
+    """Issue 20: the cluster's --service-node-port-range decides node ports; ``--set …gpus=1`` gives 1."""
+    accepted = dry_apply(api, co({"exporter": {"service": {"type": "NodePort", "port": 80}}}))
+    assert accepted["spec"]["exporter"]["service"]["port"] == 80
+    entry = {"nodeName": "gpu-.*", "gpus": 1}
+    assert dry_apply(api, co({"vfioManager": {"vfioConfig": [entry]}}))["spec"]["vfioManager"]["vfioConfig"] == [entry]
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"gpuDevice": {"deploy": "false"}}, "spec.gpuDevice.deploy"),
+        ({"gpuDevice": {"healthyInterval": "9"}}, "spec.gpuDevice.healthyInterval"),
+        ({"driver": {"upgradePolicy": {"maxParallel": "2"}}}, "spec.driver.upgradePolicy.maxParallel"),
+    ],
+)
+def test_the_object_stays_strict_where_chart_values_are_lenient(api: client.HttpApi, body: Any, path: str) -> None:
+    """Chart values' strings become booleans and integers in the chart (templates/_values.tpl); the object itself
+    keeps its types, so the API server refuses a string there, as the validator does (docs/configuration.md)."""
+    with pytest.raises(ClusterError, match=re.escape(path)):
+        dry_apply(api, co(body))
+    with pytest.raises(InvalidSpec, match=re.escape(path.removeprefix("spec."))):
+        validation.parse(co({"driver": {"payload": {"version": "1.0.0"}}, **body}))
 
 
 def test_an_enabled_rollout_needs_steps_ending_at_100_percent(api: client.HttpApi) -> None:

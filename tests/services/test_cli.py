@@ -42,7 +42,7 @@ def test_validate_prints_every_error_with_its_path(capsys: pytest.CaptureFixture
     code, out, err = run(capsys, "validate", "-f", str(EXAMPLES / "invalid.yaml"))
     assert code == 2 and out == ""
     lines = err.splitlines()
-    assert "gpuDevice.healthyInterval: must be an integer, got string '5'" in lines
+    assert "gpuDevice.healthyInterval: must be an integer, got string '5s'" in lines
     assert any(
         line.startswith("driver.deployPolicy: must be one of PreferCloud, PreferHost, PreferNewer, Never")
         for line in lines

@@ -3,9 +3,10 @@ and the in-process crashes found by mutating specs: each is now refused with a f
 and storable.
 
 Aspects: integers beyond int64 and beyond each field's bound, lenient int-or-percent strings, ``$`` letting
-a trailing newline through, gpus forms, list lengths, the object envelope, non-string keys and deep values
-in-process, what rendered objects carry (label syntax, affinity shape, NodePort range, externalName,
-image references), RE2 patterns, and version ordering.
+a trailing newline through, gpus forms, list lengths, the object envelope (the one name required), non-string
+keys and deep values in-process, what rendered objects carry (label syntax, affinity shape and each
+requirement's values against its operator, externalName, image references), any NodePort (the cluster decides
+its range), RE2 patterns, and version ordering.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def with_(**sections: Any) -> dict[str, Any]:
         (with_(gpuDevice={"healthyInterval": 2**63}), "gpuDevice.healthyInterval", "fit in 64 bits"),
         (with_(gpuDevice={"healthyInterval": 86401}), "gpuDevice.healthyInterval", "between 0 and 86400"),
         (with_(gpuDevice={"sgpuShares": 0}), "gpuDevice.sgpuShares", "between 1 and 1024"),
-        (with_(exporter={"service": {"type": "NodePort", "port": 80}}), "exporter.service.port", "30000 to 32767"),
+        (with_(exporter={"service": {"type": "NodePort", "port": 65536}}), "exporter.service.port", "1 and 65535"),
         (with_(driver={**BASE["driver"], "upgradePolicy": {"maxParallel": 10**12}}), "maxParallel", "0 to 100000"),
     ],
 )
@@ -129,8 +130,9 @@ def test_a_deep_kind_does_not_crash_the_message() -> None:
     deep: object = "x"
     for _ in range(5000):
         deep = [deep]
-    (kind, api) = errors_of({"kind": deep, "apiVersion": deep})
+    (kind, api, name) = errors_of({"kind": deep, "apiVersion": deep})
     assert kind == "kind: must be ClusterOperator, got a list" and api.startswith("apiVersion: must be")
+    assert name.startswith("metadata.name: is required")
 
 
 def test_a_deep_affinity_is_refused_at_the_first_unknown_level() -> None:
@@ -161,6 +163,156 @@ def test_a_deep_affinity_is_refused_at_the_first_unknown_level() -> None:
 def test_what_the_workloads_carry_is_valid_for_the_api_server(template: dict[str, Any], path: str) -> None:
     errors = errors_of(with_(podTemplateSpec={"spec": template}))
     assert any(e.startswith(f"{path}: ") for e in errors), errors
+
+
+def _node_affinity(*requirements: dict[str, Any], fields: bool = False) -> dict[str, Any]:
+    term = {"matchFields" if fields else "matchExpressions": list(requirements)}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def _pod_affinity(*requirements: dict[str, Any]) -> dict[str, Any]:
+    term = {"labelSelector": {"matchExpressions": list(requirements)}, "topologyKey": "kubernetes.io/hostname"}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+NODE_TERM = "podTemplateSpec.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+POD_TERM = "podTemplateSpec.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+
+
+def _pod_term(**fields: Any) -> dict[str, Any]:
+    term = {"topologyKey": "kubernetes.io/hostname", **fields}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+POD_AFFINITY_TERM = "podTemplateSpec.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+APP_SELECTOR = {"matchLabels": {"app": "x"}}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "error"),
+    [
+        (
+            _pod_term(namespaces=["a.b"]),
+            f"{POD_AFFINITY_TERM}.namespaces[0]: must be a DNS label: lowercase letters, digits and '-', at most 63 "
+            "characters (a namespace name)",
+        ),
+        (
+            _pod_term(matchLabelKeys=["app"]),
+            f"{POD_AFFINITY_TERM}.matchLabelKeys: must not be set without a labelSelector",
+        ),
+        (
+            _pod_term(mismatchLabelKeys=["app"]),
+            f"{POD_AFFINITY_TERM}.mismatchLabelKeys: must not be set without a labelSelector",
+        ),
+        (
+            _pod_term(labelSelector=APP_SELECTOR, matchLabelKeys=["v"], mismatchLabelKeys=["v"]),
+            f"{POD_AFFINITY_TERM}.matchLabelKeys[0]: is also in mismatchLabelKeys",
+        ),
+        (
+            _pod_term(
+                labelSelector={**APP_SELECTOR, "matchExpressions": [{"key": "app", "operator": "Exists"}]},
+                matchLabelKeys=["app"],
+            ),
+            f"{POD_AFFINITY_TERM}.matchLabelKeys[0]: is also in the labelSelector",
+        ),
+    ],
+)
+def test_a_pod_affinity_term_is_checked_as_the_api_server_checks_it(affinity: dict[str, Any], error: str) -> None:
+    assert errors_of(with_(podTemplateSpec={"spec": {"affinity": affinity}})) == [error]
+
+
+@pytest.mark.parametrize(
+    ("affinity", "error"),
+    [
+        (
+            _node_affinity({"key": "zone", "operator": "In"}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must list at least one value when "
+            "operator is In (use Exists to match any value)",
+        ),
+        (
+            _node_affinity({"key": "zone", "operator": "NotIn", "values": []}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must list at least one value when "
+            "operator is NotIn (use Exists to match any value)",
+        ),
+        (
+            _node_affinity({"key": "zone", "operator": "Exists", "values": ["a"]}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must be empty or left out when "
+            "operator is Exists, got 1 values (use In to match values)",
+        ),
+        (
+            _node_affinity({"key": "gpus", "operator": "Gt"}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must be exactly one integer value "
+            'like ["5"] when operator is Gt',
+        ),
+        (
+            _node_affinity({"key": "gpus", "operator": "Lt", "values": ["1", "2"]}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must be exactly one integer value "
+            'like ["5"] when operator is Lt',
+        ),
+        (
+            _node_affinity({"key": "gpus", "operator": "Gt", "values": ["many"]}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values: must be exactly one integer value "
+            'like ["5"] when operator is Gt',
+        ),
+        (
+            _node_affinity({"key": "zone", "operator": "In", "values": ["a b"]}),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchExpressions[0].values[0]: must be a label value: empty, or at "
+            "most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+        ),
+        (
+            _node_affinity({"key": "zone", "operator": "In", "values": ["a"]}, fields=True),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchFields[0].key: must be one of metadata.name",
+        ),
+        (
+            _node_affinity({"key": "metadata.name", "operator": "In", "values": ["a", "b"]}, fields=True),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchFields[0].values: must list exactly one node name when "
+            "operator is In (matchFields), got 2 values",
+        ),
+        (
+            _node_affinity({"key": "metadata.name", "operator": "Exists"}, fields=True),
+            f"{NODE_TERM}.nodeSelectorTerms[0].matchFields[0].operator: must be one of In, NotIn",
+        ),
+        (
+            _pod_affinity({"key": "app", "operator": "In"}),
+            f"{POD_TERM}.labelSelector.matchExpressions[0].values: must list at least one value when operator is In "
+            "(use Exists to match any value)",
+        ),
+        (
+            _pod_affinity({"key": "app", "operator": "DoesNotExist", "values": ["x"]}),
+            f"{POD_TERM}.labelSelector.matchExpressions[0].values: must be empty or left out when operator is "
+            "DoesNotExist, got 1 values (use In to match values)",
+        ),
+        (
+            _pod_affinity({"key": "app", "operator": "Gt", "values": ["1"]}),
+            f"{POD_TERM}.labelSelector.matchExpressions[0].operator: must be one of In, NotIn, Exists, DoesNotExist",
+        ),
+    ],
+)
+def test_a_requirement_s_values_must_fit_its_operator(affinity: dict[str, Any], error: str) -> None:
+    """Issue 20: `In` without values (and the like) was accepted and rendered DaemonSets the API server refused."""
+    assert errors_of(with_(podTemplateSpec={"spec": {"affinity": affinity}})) == [error]
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        _node_affinity({"key": "zone", "operator": "In", "values": ["a"]}, {"key": "gpu", "operator": "Exists"}),
+        _node_affinity({"key": "gpus", "operator": "Gt", "values": ["3"]}, {"key": "x", "operator": "DoesNotExist"}),
+        _node_affinity({"key": "gpu", "operator": "Exists", "values": []}),
+        _node_affinity({"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}, fields=True),
+        _pod_affinity({"key": "app", "operator": "NotIn", "values": ["x", "y"]}, {"key": "b", "operator": "Exists"}),
+        _pod_term(namespaces=["gpu-jobs"], labelSelector=APP_SELECTOR, matchLabelKeys=["v"], mismatchLabelKeys=["w"]),
+    ],
+)
+def test_requirements_the_api_server_accepts_are_accepted(affinity: dict[str, Any]) -> None:
+    assert validation.parse(with_(podTemplateSpec={"spec": {"affinity": affinity}})).pod_template_spec is not None
+
+
+@pytest.mark.parametrize("port", [1, 80, 9400, 30000, 32767, 40000, 65535])
+def test_a_node_port_is_any_port_the_cluster_s_range_decides(port: int) -> None:
+    """Issue 20: clusters set --service-node-port-range, so 30000–32767 is not ours to enforce."""
+    parsed = validation.parse(with_(exporter={"deploy": True, "service": {"type": "NodePort", "port": port}}))
+    assert parsed.exporter.service.port == port
 
 
 def test_external_name_must_be_a_dns_name() -> None:

@@ -2,7 +2,8 @@
 
 Covered: every documented default of Tables 3.1–3.18; every error of a document at once, with field paths
 in the document's own camelCase keys; unknown keys with a did-you-mean (including the seed's
-``vfio-manager`` mistake); strict bool / int / str (no "false" strings, no numbers for strings); lists are
+``vfio-manager`` mistake); strict bool / int / str in objects (no "false" strings, no numbers for strings; how
+chart values' strings are read is tests/unit/test_chart_values.py); lists are
 lists (a string is not a list of characters); int-or-percent; pauseDuration in milliseconds or "10s"; the
 §3.2.8 upgradePolicy example; a ClusterOperator object versus bare values; cross-field rules; and, with
 hypothesis over generated specs, unstructure → structure round trips.
@@ -134,32 +135,32 @@ def test_payload_version_is_required_unless_never() -> None:
 def test_every_error_at_once_with_field_paths() -> None:
     document = {
         "gpuDevic": {},
-        "gpuDevice": {"healthyInterval": "5", "deploy": "false"},
+        "gpuDevice": {"healthyInterval": "5s", "deploy": "False"},
         "driver": {
             "deployPolicy": "Cloud",
             "fwEnableVirt": 1,
             "payload": {"version": 2.18},
-            "upgradePolicy": {"maxParalel": "50%", "upgradeSteps": [{"replicas": "50"}, {"pause": "yes"}]},
+            "upgradePolicy": {"maxParalel": "50%", "upgradeSteps": [{"replicas": "half"}, {"pause": "yes"}]},
         },
-        "exporter": {"service": {"type": "clusterip", "port": "9400"}},
+        "exporter": {"service": {"type": "clusterip", "port": "09400"}},
         "maca": {"payload": {"images": ["maca-c500:2.18.0.3", 7]}},
     }
     assert sorted(errors_of(document)) == sorted(
         [
             "gpuDevic: unknown field; did you mean 'gpuDevice'?",
-            "gpuDevice.healthyInterval: must be an integer, got string '5'",
-            "gpuDevice.deploy: must be true or false, got string 'false'",
+            "gpuDevice.healthyInterval: must be an integer, got string '5s'",
+            "gpuDevice.deploy: must be true or false, got string 'False'",
             "driver.deployPolicy: must be one of PreferCloud, PreferHost, PreferNewer, Never; got string 'Cloud'",
             "driver.fwEnableVirt: must be true or false, got number 1",
             "driver.payload.version: must be a string, got number 2.18 (quote it in YAML)",
             "driver.upgradePolicy.maxParalel: unknown field; did you mean 'maxParallel'?",
             "driver.upgradePolicy.upgradeSteps[0].replicas: must be an integer from 0 to 100000 or a percentage from "
-            '"0%" to "100%", got string \'50\'',
+            '"0%" to "100%", got string \'half\'',
             "driver.upgradePolicy.upgradeSteps[1].replicas: required field is missing",
             "driver.upgradePolicy.upgradeSteps[1].pause: must be true or false, got string 'yes'",
             "exporter.service.type: must be one of ClusterIP, NodePort, LoadBalancer, ExternalName; "
             "got string 'clusterip'",
-            "exporter.service.port: must be an integer, got string '9400'",
+            "exporter.service.port: must be an integer, got string '09400'",
             "maca.payload.images[1]: must be a string, got number 7 (quote it in YAML)",
         ]
     )
@@ -351,8 +352,23 @@ def test_a_cluster_operator_object_is_checked() -> None:
 
 
 def test_an_object_without_spec_gets_the_defaults() -> None:
-    obj = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator", "spec": None}
-    assert errors_of(obj)[0].startswith("driver.payload.version: is required")
+    obj = {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1",
+        "kind": "ClusterOperator",
+        "metadata": {"name": "cluster-operator"},
+    }
+    assert errors_of({**obj, "spec": None})[0].startswith("driver.payload.version: is required")
+
+
+@pytest.mark.parametrize("metadata", [None, {}, {"generateName": "cluster-operator-"}, {"name": ""}, {"labels": {}}])
+def test_an_object_must_be_named_cluster_operator(metadata: object) -> None:
+    """The API server refuses an object without a name, and a generateName makes one that is not ours."""
+    obj: dict[str, object] = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator", "spec": VERSION}
+    if metadata is not None:
+        obj["metadata"] = metadata
+    assert errors_of(obj) == [
+        "metadata.name: is required and must be 'cluster-operator': the operator reconciles only that object"
+    ]
 
 
 # --- round trip -----------------------------------------------------------------------------------------

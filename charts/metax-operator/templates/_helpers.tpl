@@ -17,9 +17,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/* The ClusterOperator spec: the values without the chart-only `operator` section. The deprecated
-     `--set-file tolerations=<file>` (§3.2.4) passes the file's text; it holds `tolerations: [...]` or a list. */}}
+     `--set-file tolerations=<file>` (§3.2.4) passes the file's text; it holds `tolerations: [...]` or a list.
+     Strings that stand for a boolean or an integer become one (_values.tpl, generated). */}}
 {{- define "metax-operator.spec" -}}
-{{- $spec := omit .Values "operator" -}}
+{{- $spec := omit (deepCopy .Values) "operator" -}}
 {{- if kindIs "string" .Values.tolerations -}}
 {{- $doc := fromYaml .Values.tolerations -}}
 {{- if hasKey $doc "tolerations" -}}
@@ -28,6 +29,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $spec "tolerations" (fromYamlArray .Values.tolerations) -}}
 {{- end -}}
 {{- end -}}
+{{- $_ := include "metax-operator.canonical" $spec -}}
 {{- toYaml $spec -}}
 {{- end -}}
 
