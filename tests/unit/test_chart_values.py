@@ -6,7 +6,7 @@ lists; the strings Helm itself keeps as strings (leading zeros, signs, spaces, e
 are refused with the field's path; the ClusterOperator object stays strict (its CRD types these fields);
 ``gpus`` takes one index as an integer everywhere; the list of fields is exactly the spec's boolean and
 integer fields, and the generated values schema and chart template cover each of them. The real helm
-(``--set`` against ``--set-string``) is tests/integration/test_chart_install.py.
+(``--set`` against ``--set-string``) is tests/integration/chart/test_chart_install.py.
 """
 
 from __future__ import annotations

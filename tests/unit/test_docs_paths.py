@@ -1,6 +1,7 @@
-"""The docs name today's paths: every repository path a doc quotes exists (issue 20, item 8).
+"""The docs name today's paths: every repository path a doc names exists (issue 20, item 8).
 
-Aspects: a path in backticks (``metax_core/node/cdi.py``, ``services/_agent/``) or a dotted module
+Aspects: a path in backticks (``metax_core/node/cdi.py``, ``services/_agent/``), a file path in the text
+(tests/integration/chart/test_chart_e2e.py), or a dotted module
 (``metax_core.node.devices.settings_from_labels``) in the README, docs/ or the chart README names a file,
 a directory or a module of this checkout. Seven docs still named modules from before the restructure
 (``metax_core/spec.py``, ``metax_core/labels.py``, ...) when this test was written.
@@ -21,6 +22,7 @@ OUR_ROOTS = ("metax_core", "metax_hw", "metax_hw_fake", "metax_k8s", "services",
 _ROOTS = "|".join(OUR_ROOTS)
 _MODULE_ROOTS = "|".join(r for r in OUR_ROOTS if r != "tests")
 QUOTED_PATH = re.compile(rf"`((?:{_ROOTS})/[A-Za-z0-9_./*-]*)`")
+FILE_PATH = re.compile(rf"(?<![\w/.-])((?:{_ROOTS})/[A-Za-z0-9_./-]*\.(?:py|md|yaml|json|proto|sh|c|toml))\b")
 DOTTED = re.compile(rf"`((?:{_MODULE_ROOTS})(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
@@ -31,6 +33,7 @@ def _paths(text: str) -> set[str]:
         if "*" in path or "XXXX" in path:
             continue
         found.add(path)
+    found.update(m.group(1) for m in FILE_PATH.finditer(text))
     return found
 
 
@@ -65,6 +68,7 @@ def test_every_quoted_module_exists(doc: Path) -> None:
 
 def test_the_check_sees_a_stale_path() -> None:
     assert _paths("see `metax_core/spec.py` and `services/_agent/`") == {"metax_core/spec.py", "services/_agent/"}
+    assert _paths("(tests/integration/test_chart_e2e.py) runs") == {"tests/integration/test_chart_e2e.py"}
     assert not (ROOT / "metax_core/spec.py").exists()
     assert not _module_exists("metax_core.rollout_status")
     assert _module_exists("metax_core.node.devices.settings_from_labels")

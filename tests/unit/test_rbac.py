@@ -4,7 +4,7 @@ Covers: every ServiceAccount of Table 1.3.1 and only those (the data-exporter ha
 in deploy order before the workloads; no ``*`` anywhere; nothing dangerous for anyone (Secrets cluster-wide,
 pods/exec, nodes delete, escalate); the operator holds whatever it grants, in the same scope (so it never
 needs ``escalate``). The real API server checks the same with SubjectAccessReviews in
-tests/integration/test_chart_rbac.py.
+tests/integration/chart/test_chart_rbac.py.
 """
 
 from __future__ import annotations

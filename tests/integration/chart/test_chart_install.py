@@ -13,7 +13,7 @@ reads from the values, and strings Helm keeps as strings are refused by the sche
 of ours (the CRD stays, by Helm convention, as the README says).
 
 Here kwok "runs" the operator's pod and the cleanup Job (nothing executes): nothing in this module depends on
-the operator running. tests/integration/test_chart_e2e.py runs the same chart with the operator's pod and the
+the operator running. tests/integration/chart/test_chart_e2e.py runs the same chart with the operator's pod and the
 cleanup Job really running on a process node (docs/processnode.md).
 """
 
