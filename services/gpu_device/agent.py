@@ -10,6 +10,11 @@ or after its own server failed, and keep the CDI spec in step.
 The agent also answers the plugin servers' Allocate and GetPreferredAllocation calls
 (`ports.node.AllocationBackend`) from the last plan, which it swaps atomically, so gRPC threads never see a
 half-applied state.
+
+CDI spec and device list stay in step (`metax_core.node.cdi_sync`, docs/device-plugin.md "Orderings"):
+each round writes the spec first (durably), then offers only the devices whose entry is on disk; entries
+of withdrawn devices stay while a pod holds them (the kubelet's PodResources), and Allocate refuses a
+device whose entry is not in the spec on disk.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import attrs
 
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
-from metax_core.node import cdi, devices, readiness
+from metax_core.node import cdi, cdi_sync, devices, readiness
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
@@ -35,6 +40,9 @@ log = logging.getLogger(__name__)
 
 
 PluginFactory = Callable[[devices.Resource, "Agent"], node_ports.ResourcePlugin]
+HeldDevices = Callable[[], Mapping[str, Sequence[str]]]
+"""The devices pods hold on this node (the kubelet's PodResources List): resource name → device IDs.
+Raises PortError when the kubelet cannot be asked."""
 KubeletWatch = Callable[[], object]
 """Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
 
@@ -46,6 +54,8 @@ class Snapshot:
     plan: devices.Plan = devices.Plan(devices={})
     device_nodes: Mapping[PciAddress, tuple[str, ...]] = attrs.field(factory=dict)
     node: devices.NodeSettings = devices.NodeSettings()
+    resolvable: frozenset[str] | None = None
+    """CDI device names in the spec on disk (None: CDI off)."""
 
 
 class Agent:
@@ -64,6 +74,7 @@ class Agent:
         cdi_file: node_ports.CdiSink | None,
         plugin_factory: PluginFactory,
         kubelet: KubeletWatch,
+        held: HeldDevices | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
@@ -77,6 +88,16 @@ class Agent:
         self._wall = wall
         self._factory = plugin_factory
         self._kubelet_watch = kubelet
+        self._held = held
+        self._entries: Mapping[str, cdi_sync.Entry] | None = None
+        """The CDI entries the spec holds (None until the spec on disk was read at start)."""
+        self._on_disk: frozenset[str] = frozenset()
+        """CDI device names in the spec on disk, as of the last write (or read)."""
+        self._allocated: dict[str, float] = {}
+        """CDI name → when Allocate last handed it out (written by the gRPC threads, under the lock)."""
+        self._allocated_lock = threading.Lock()
+        self._holders: frozenset[str] | None = None
+        """CDI names pods held at the last PodResources read (re-read every readiness_interval)."""
         self.snapshot = Snapshot()
         self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
         self._registered: dict[devices.Resource, object] = {}
@@ -103,7 +124,7 @@ class Agent:
 
     def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
         snap = self.snapshot
-        return devices.plan_allocation(
+        allocation = devices.plan_allocation(
             resource,
             ids,
             plan=snap.plan,
@@ -111,7 +132,15 @@ class Agent:
             qos=snap.node.qos,
             shares=self.settings.sgpu_shares,
             with_cdi=self.settings.cdi_enabled,
+            resolvable=snap.resolvable,
         )
+        now = self._clock()
+        with self._allocated_lock:
+            for device_id in ids:
+                name = devices.cdi_name(resource, device_id)
+                if name is not None:
+                    self._allocated[name] = now
+        return allocation
 
     def preferred(
         self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
@@ -142,16 +171,28 @@ class Agent:
         self._apply(plan, now)
 
     def shutdown(self) -> None:
-        """Stop every plugin server (kubelet sees the streams end) and remove the CDI spec."""
+        """Stop every plugin server (kubelet sees the streams end), then remove the CDI spec, except the
+        entries pods still hold (their containers may be created again: a restart, a crash-looping one)."""
         for resource in list(self.plugins):
             self.plugins.pop(resource).stop()
         self._registered.clear()
         if self._cdi_file is not None:
-            try:
-                self._cdi_file.remove()
-            except HardwareError as exc:
-                log.error("%s", exc)
+            self._retire_cdi()
         log.info("gpu-device stopped")
+
+    def _retire_cdi(self) -> None:
+        assert self._cdi_file is not None
+        held = self._read_held()
+        entries = self._entries or {}
+        keep = {n: e for n, e in entries.items() if held is None or n in held}
+        try:
+            self._cdi_file.write(cdi.build_spec(tuple(keep[n].device for n in sorted(keep))))
+        except (HardwareError, InvalidSpec) as exc:
+            log.error("%s", exc)
+            return
+        if keep:
+            why = "the kubelet's PodResources cannot be read" if held is None else "pods hold them"
+            log.info("kept the CDI entries of %s in the spec: %s", ", ".join(sorted(keep)), why)
 
     # --- gather --------------------------------------------------------------------------------------------
 
@@ -254,9 +295,20 @@ class Agent:
             self._say("problems", "; ".join(plan.problems), logging.WARNING)
         else:
             self._said.forget("problems")
-        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node)
+        resolvable: frozenset[str] | None = None
         if self.settings.cdi_enabled and self._cdi_file is not None:
-            self._write_cdi(plan)
+            resolvable = self._sync_cdi(plan, now)
+            offer = cdi_sync.advertisable(plan, resolvable)
+            if offer.withheld:
+                self._say(
+                    "withheld",
+                    f"not advertising {', '.join(offer.withheld)}: no CDI entry on disk for them",
+                    logging.WARNING,
+                )
+            else:
+                self._said.forget("withheld")
+            plan = offer.plan
+        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node, resolvable)
         if not self._advertising:
             if not self._decision.may_advertise:
                 self._say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)
@@ -274,12 +326,73 @@ class Agent:
         for resource in sorted(plan.active(), key=lambda r: r.value):
             self._apply_resource(resource, plan.devices[resource], probe)
 
-    def _write_cdi(self, plan: devices.Plan) -> None:
+    def _sync_cdi(self, plan: devices.Plan, now: float) -> frozenset[str]:
+        """Write the spec for ``plan`` plus the withdrawn entries still needed; return the names on disk."""
         assert self._cdi_file is not None
+        if self._entries is None:
+            self._entries = self._seed_cdi(now)
+        wanted = devices.cdi_devices(plan, self._device_nodes)
+        withdrawn = set(self._entries) - {d.name for d in wanted}
+        if not withdrawn:
+            self._holders = frozenset()
+        elif self._holders is None or self._due("held", self.settings.readiness_interval, now):
+            self._holders = self._read_held()
+        held = self._holders if withdrawn else frozenset()
+        with self._allocated_lock:
+            allocated = dict(self._allocated)
+        decision = cdi_sync.decide_entries(
+            wanted, self._entries, held=held, now=now, grace=self.settings.cdi_grace, allocated=allocated
+        )
+        for name in decision.dropped:
+            with self._allocated_lock:
+                self._allocated.pop(name, None)
+            log.info("dropped the CDI entry of %s: no pod holds it", name)
+        for name, why in sorted(decision.kept.items()):
+            self._say(f"kept:{name}", f"keeping the CDI entry of withdrawn {name}: {why.value}")
+        for name in decision.dropped:
+            self._said.forget(f"kept:{name}")
+        self._entries = decision.entries
         try:
-            self._cdi_file.write(cdi.build_spec(devices.cdi_devices(plan, self._device_nodes)))
+            self._cdi_file.write(cdi.build_spec(decision.devices()))
         except (HardwareError, InvalidSpec) as exc:
             self._say("cdi", f"cannot write the CDI spec: {exc}", logging.ERROR)
+            self._on_disk = self._read_on_disk()
+            return self._on_disk
+        self._said.forget("cdi")
+        self._on_disk = frozenset(decision.entries)
+        return self._on_disk
+
+    def _seed_cdi(self, now: float) -> dict[str, cdi_sync.Entry]:
+        """The spec a previous run left (pods may hold its devices): its entries are kept like withdrawn ones."""
+        assert self._cdi_file is not None
+        try:
+            found = cdi_sync.seed(self._cdi_file.read(), now)
+        except HardwareError as exc:
+            log.warning("ignoring the CDI spec found at start: %s", exc)
+            return {}
+        if found:
+            log.info("found a CDI spec with %d entries at start: keeping them while needed", len(found))
+        return found
+
+    def _read_on_disk(self) -> frozenset[str]:
+        assert self._cdi_file is not None
+        try:
+            return cdi_sync.names_in(self._cdi_file.read())
+        except HardwareError as exc:
+            self._say("cdi-read", f"cannot read the CDI spec: {exc}", logging.ERROR)
+            return frozenset()
+
+    def _read_held(self) -> frozenset[str] | None:
+        """CDI names of the devices pods hold (PodResources); None when that cannot be known."""
+        if self._held is None:
+            return None
+        try:
+            held = cdi_sync.held_names(self._held())
+        except PortError as exc:
+            self._say("held", f"cannot ask the kubelet which devices pods hold: {exc}", logging.WARNING)
+            return None
+        self._said.forget("held")
+        return held
 
     def _watch_kubelet(self) -> None:
         """Notice a new kubelet; re-register only what registered with an older one.
