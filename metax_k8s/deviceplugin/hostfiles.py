@@ -90,8 +90,8 @@ class CdiSpecFile:
             pass  # something unreadable sits there: replace it (or fail below)
         try:
             atomic_write(self.path, text)
-        except OSError as exc:
-            raise HardwareError("write CDI spec", str(self.path), str(exc)) from exc
+        except OSError as exc:  # strerror: the message names no random temporary file (logged once)
+            raise HardwareError("write CDI spec", str(self.path), str(exc.strerror or exc)) from exc
         log.info("wrote CDI spec %s (%d devices)", self.path, len(spec.get("devices", ())))
         return True
 
