@@ -97,7 +97,9 @@ class Agent:
         """CDI name → when Allocate last handed it out (written by the gRPC threads, under the lock)."""
         self._allocated_lock = threading.Lock()
         self._holders: frozenset[str] | None = None
-        """CDI names pods held at the last PodResources read (re-read every readiness_interval)."""
+        """CDI names pods held at the last PodResources read (None: unknown), re-read every readiness_interval
+        while withdrawn entries exist."""
+        self._holders_read = False
         self.snapshot = Snapshot()
         self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
         self._registered: dict[devices.Resource, object] = {}
@@ -183,7 +185,9 @@ class Agent:
     def _retire_cdi(self) -> None:
         assert self._cdi_file is not None
         held = self._read_held()
-        entries = self._entries or {}
+        if self._entries is None:
+            self._entries = self._seed_cdi(self._clock())
+        entries = self._entries
         keep = {n: e for n, e in entries.items() if held is None or n in held}
         try:
             self._cdi_file.write(cdi.build_spec(tuple(keep[n].device for n in sorted(keep))))
@@ -333,11 +337,13 @@ class Agent:
             self._entries = self._seed_cdi(now)
         wanted = devices.cdi_devices(plan, self._device_nodes)
         withdrawn = set(self._entries) - {d.name for d in wanted}
+        held: frozenset[str] | None = frozenset()
         if not withdrawn:
-            self._holders = frozenset()
-        elif self._holders is None or self._due("held", self.settings.readiness_interval, now):
-            self._holders = self._read_held()
-        held = self._holders if withdrawn else frozenset()
+            self._holders, self._holders_read = None, False  # the next withdrawal reads PodResources at once
+        else:
+            if not self._holders_read or self._due("held", self.settings.readiness_interval, now):
+                self._holders, self._holders_read = self._read_held(), True
+            held = self._holders
         with self._allocated_lock:
             allocated = dict(self._allocated)
         decision = cdi_sync.decide_entries(
