@@ -27,22 +27,21 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
+from metax_core.errors import ClusterError, HardwareError, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
-from metax_core.node import cdi, cdi_sync, devices, readiness
+from metax_core.node import cdi_sync, devices, readiness
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services._agent import loop
+from services.gpu_device import cdi_keeper
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
 
 
 PluginFactory = Callable[[devices.Resource, "Agent"], node_ports.ResourcePlugin]
-HeldDevices = Callable[[], Mapping[str, Sequence[str]]]
-"""The devices pods hold on this node (the kubelet's PodResources List): resource name → device IDs.
-Raises PortError when the kubelet cannot be asked."""
+HeldDevices = cdi_keeper.HeldDevices
 KubeletWatch = Callable[[], object]
 """Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
 
@@ -83,23 +82,10 @@ class Agent:
         self._monitor = monitor
         self._nodes = nodes
         self._board = board
-        self._cdi_file = cdi_file
         self._clock = clock
         self._wall = wall
         self._factory = plugin_factory
         self._kubelet_watch = kubelet
-        self._held = held
-        self._entries: Mapping[str, cdi_sync.Entry] | None = None
-        """The CDI entries the spec holds (None until the spec on disk was read at start)."""
-        self._on_disk: frozenset[str] = frozenset()
-        """CDI device names in the spec on disk, as of the last write (or read)."""
-        self._allocated: dict[str, float] = {}
-        """CDI name → when Allocate last handed it out (written by the gRPC threads, under the lock)."""
-        self._allocated_lock = threading.Lock()
-        self._holders: frozenset[str] | None = None
-        """CDI names pods held at the last PodResources read (None: unknown), re-read every readiness_interval
-        while withdrawn entries exist."""
-        self._holders_read = False
         self.snapshot = Snapshot()
         self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
         self._registered: dict[devices.Resource, object] = {}
@@ -116,6 +102,18 @@ class Agent:
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
         self._said = loop.Say(log)
+        self._cdi = (
+            cdi_keeper.CdiKeeper(
+                cdi_file,
+                held=held,
+                grace=settings.cdi_grace,
+                held_interval=settings.readiness_interval,
+                clock=clock,
+                say=self._said,
+            )
+            if cdi_file is not None and settings.cdi_enabled
+            else None
+        )
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -136,12 +134,8 @@ class Agent:
             with_cdi=self.settings.cdi_enabled,
             resolvable=snap.resolvable,
         )
-        now = self._clock()
-        with self._allocated_lock:
-            for device_id in ids:
-                name = devices.cdi_name(resource, device_id)
-                if name is not None:
-                    self._allocated[name] = now
+        if self._cdi is not None:
+            self._cdi.allocated(resource, ids)
         return allocation
 
     def preferred(
@@ -178,25 +172,9 @@ class Agent:
         for resource in list(self.plugins):
             self.plugins.pop(resource).stop()
         self._registered.clear()
-        if self._cdi_file is not None:
-            self._retire_cdi()
+        if self._cdi is not None:
+            self._cdi.retire()
         log.info("gpu-device stopped")
-
-    def _retire_cdi(self) -> None:
-        assert self._cdi_file is not None
-        held = self._read_held()
-        if self._entries is None:
-            self._entries = self._seed_cdi(self._clock())
-        entries = self._entries
-        keep = {n: e for n, e in entries.items() if held is None or n in held}
-        try:
-            self._cdi_file.write(cdi.build_spec(tuple(keep[n].device for n in sorted(keep))))
-        except (HardwareError, InvalidSpec) as exc:
-            log.error("%s", exc)
-            return
-        if keep:
-            why = "the kubelet's PodResources cannot be read" if held is None else "pods hold them"
-            log.info("kept the CDI entries of %s in the spec: %s", ", ".join(sorted(keep)), why)
 
     # --- gather --------------------------------------------------------------------------------------------
 
@@ -300,8 +278,8 @@ class Agent:
         else:
             self._said.forget("problems")
         resolvable: frozenset[str] | None = None
-        if self.settings.cdi_enabled and self._cdi_file is not None:
-            resolvable = self._sync_cdi(plan, now)
+        if self._cdi is not None:
+            resolvable = self._cdi.sync(plan, self._device_nodes, now)
             offer = cdi_sync.advertisable(plan, resolvable)
             if offer.withheld:
                 self._say(
@@ -329,76 +307,6 @@ class Agent:
             log.info("%s is no longer offered on this node", resource.value)
         for resource in sorted(plan.active(), key=lambda r: r.value):
             self._apply_resource(resource, plan.devices[resource], probe)
-
-    def _sync_cdi(self, plan: devices.Plan, now: float) -> frozenset[str]:
-        """Write the spec for ``plan`` plus the withdrawn entries still needed; return the names on disk."""
-        assert self._cdi_file is not None
-        if self._entries is None:
-            self._entries = self._seed_cdi(now)
-        wanted = devices.cdi_devices(plan, self._device_nodes)
-        withdrawn = set(self._entries) - {d.name for d in wanted}
-        held: frozenset[str] | None = frozenset()
-        if not withdrawn:
-            self._holders, self._holders_read = None, False  # the next withdrawal reads PodResources at once
-        else:
-            if not self._holders_read or self._due("held", self.settings.readiness_interval, now):
-                self._holders, self._holders_read = self._read_held(), True
-            held = self._holders
-        with self._allocated_lock:
-            allocated = dict(self._allocated)
-        decision = cdi_sync.decide_entries(
-            wanted, self._entries, held=held, now=now, grace=self.settings.cdi_grace, allocated=allocated
-        )
-        for name in decision.dropped:
-            with self._allocated_lock:
-                self._allocated.pop(name, None)
-            log.info("dropped the CDI entry of %s: no pod holds it", name)
-        for name, why in sorted(decision.kept.items()):
-            self._say(f"kept:{name}", f"keeping the CDI entry of withdrawn {name}: {why.value}")
-        for name in decision.dropped:
-            self._said.forget(f"kept:{name}")
-        self._entries = decision.entries
-        try:
-            self._cdi_file.write(cdi.build_spec(decision.devices()))
-        except (HardwareError, InvalidSpec) as exc:
-            self._say("cdi", f"cannot write the CDI spec: {exc}", logging.ERROR)
-            self._on_disk = self._read_on_disk()
-            return self._on_disk
-        self._said.forget("cdi")
-        self._on_disk = frozenset(decision.entries)
-        return self._on_disk
-
-    def _seed_cdi(self, now: float) -> dict[str, cdi_sync.Entry]:
-        """The spec a previous run left (pods may hold its devices): its entries are kept like withdrawn ones."""
-        assert self._cdi_file is not None
-        try:
-            found = cdi_sync.seed(self._cdi_file.read(), now)
-        except HardwareError as exc:
-            log.warning("ignoring the CDI spec found at start: %s", exc)
-            return {}
-        if found:
-            log.info("found a CDI spec with %d entries at start: keeping them while needed", len(found))
-        return found
-
-    def _read_on_disk(self) -> frozenset[str]:
-        assert self._cdi_file is not None
-        try:
-            return cdi_sync.names_in(self._cdi_file.read())
-        except HardwareError as exc:
-            self._say("cdi-read", f"cannot read the CDI spec: {exc}", logging.ERROR)
-            return frozenset()
-
-    def _read_held(self) -> frozenset[str] | None:
-        """CDI names of the devices pods hold (PodResources); None when that cannot be known."""
-        if self._held is None:
-            return None
-        try:
-            held = cdi_sync.held_names(self._held())
-        except PortError as exc:
-            self._say("held", f"cannot ask the kubelet which devices pods hold: {exc}", logging.WARNING)
-            return None
-        self._said.forget("held")
-        return held
 
     def _watch_kubelet(self) -> None:
         """Notice a new kubelet; re-register only what registered with an older one.
