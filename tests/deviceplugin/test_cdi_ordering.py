@@ -2,6 +2,7 @@
 
 - no device ID is in a ListAndWatch response before its CDI entry is in the spec on disk: checked by the
   test kubelet as each response arrives, while GPUs come and go and PFs trade places with their VFs;
+  meanwhile a reader that reads the spec in a loop never finds it missing or partly written;
 - while the spec cannot be written, new devices are not advertised, and devices whose entry is no longer on
   disk are withdrawn (and refused by Allocate); once it can be written, they come back;
 - a withdrawn device that a pod holds (PodResources) keeps its entry, and loses it once no pod holds it and
@@ -63,12 +64,31 @@ class Checker:
                 self.violations.append(f"listed {missing} with no CDI entry on disk")
 
 
+class Reader(threading.Thread):
+    """Reads the spec in a loop, as a runtime's CDI cache does on every event: whole, or a failure."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(name="cdi-reader", daemon=True)
+        self.node, self.reads, self.failures = node, 0, []  # type: list[str]
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                json.loads(self.node.cdi_path.read_text())
+            except (OSError, ValueError) as exc:
+                self.failures.append(repr(exc))
+            self.reads += 1
+
+
 def test_no_id_is_listed_before_its_entry_is_on_disk(node: Node) -> None:
     checker = Checker(node)
     node.kubelet.on_list = checker
     pfs = list(node.inventory.present)
     node.start(cdi_grace=0.0)
     node.kubelet.wait_for(lambda: len(node.kubelet.healthy(GPU)) == 4)
+    reader = Reader(node)
+    reader.start()
 
     a, b = pfs[0], pfs[2]
     steps = [
@@ -84,8 +104,11 @@ def test_no_id_is_listed_before_its_entry_is_on_disk(node: Node) -> None:
             node.inventory.set(functions)
             expected = {str(f.address) for f in functions if not f.vfs}
             node.kubelet.wait_for(lambda e=expected: node.kubelet.healthy(GPU) == e, what=f"{sorted(expected)}")
+    reader.done.set()
+    reader.join()
     assert checker.lists >= 3 * len(steps)
     assert checker.violations == []
+    assert reader.reads > 100 and reader.failures == []
 
 
 def test_devices_wait_for_a_spec_that_cannot_be_written(node: Node, caplog: pytest.LogCaptureFixture) -> None:
