@@ -69,7 +69,9 @@ class Reader(threading.Thread):
 
     def __init__(self, node: Node) -> None:
         super().__init__(name="cdi-reader", daemon=True)
-        self.node, self.reads, self.failures = node, 0, []  # type: list[str]
+        self.node = node
+        self.reads = 0
+        self.failures: list[str] = []
         self.done = threading.Event()
 
     def run(self) -> None:
