@@ -94,7 +94,8 @@ def decide_entries(
 
 def seed(spec: Mapping[str, object] | None, now: float) -> dict[str, Entry]:
     """The entries of a spec found on disk at start (a previous run's), as kept entries offered ``now``:
-    a restarted gpu-device keeps what the pods of the previous run may still need."""
+    a restarted gpu-device keeps what the pods of the previous run may still need. Whatever a valid spec
+    could not hold (a bad name, a relative device path) is left out."""
     if not spec:
         return {}
     found: dict[str, Entry] = {}
@@ -102,10 +103,16 @@ def seed(spec: Mapping[str, object] | None, now: float) -> dict[str, Entry]:
     for item in items if isinstance(items, list) else ():
         if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
             continue
+        if cdi.name_errors(item["name"], "name"):
+            continue  # not ours to keep: it would make every later spec invalid
         edits = item.get("containerEdits")
         nodes = edits.get("deviceNodes") if isinstance(edits, Mapping) else None
         paths = (
-            tuple(str(n["path"]) for n in nodes if isinstance(n, Mapping) and isinstance(n.get("path"), str))
+            tuple(
+                str(n["path"])
+                for n in nodes
+                if isinstance(n, Mapping) and isinstance(n.get("path"), str) and n["path"].startswith("/")
+            )
             if isinstance(nodes, list)
             else ()
         )

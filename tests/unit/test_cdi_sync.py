@@ -84,6 +84,10 @@ def test_seed_reads_a_previous_spec_and_ignores_what_it_cannot_read() -> None:
     }
     assert cdi_sync.seed(odd, 0.0) == entries(cdi.CdiDevice("ok", ("/d",)))
     assert cdi_sync.seed({"devices": "none"}, 0.0) == {}
+    bad = {"devices": [{"name": "x y"}, {"name": "z", "containerEdits": {"deviceNodes": [{"path": "dev/a"}]}}]}
+    seeded = cdi_sync.seed(bad, 0.0)
+    assert seeded == entries(cdi.CdiDevice("z"))
+    assert cdi.build_spec(tuple(e.device for e in seeded.values())) is not None  # still a valid spec
 
 
 def test_held_names_map_device_ids_to_cdi_names() -> None:
