@@ -171,6 +171,16 @@ def share_id(address: PciAddress, share: int) -> str:
     return f"{address}-{share:02d}"
 
 
+def cdi_name(resource: Resource, device_id: str) -> str | None:
+    """The CDI device name that Allocate returns for one device ID (an sGPU share names its GPU); None for
+    ``vfio-gpu``, which needs no CDI entry."""
+    if resource is Resource.GPU:
+        return cdi.device_name(device_id)
+    if resource is Resource.SGPU:
+        return cdi.device_name(device_id.rpartition("-")[0] or device_id)
+    return None
+
+
 def is_native(function: PciFunction) -> bool:
     """Bound to the MetaX driver (sysfs may spell it ``metax`` or ``METAX``)."""
     return function.driver is not None and function.driver.lower() == METAX_MODULE
@@ -356,8 +366,11 @@ def plan_allocation(
     qos: QosPolicy,
     shares: int,
     with_cdi: bool = True,
+    resolvable: Collection[str] | None = None,
 ) -> ContainerAllocation:
-    """The response for one container's devices; refuses unknown and unhealthy devices."""
+    """The response for one container's devices; refuses unknown and unhealthy devices, and (with
+    ``resolvable``, the CDI device names in the spec on disk) devices whose CDI entry is not there: a
+    container could not be created with them."""
     known = plan.by_id(resource)
     unknown = [i for i in ids if i not in known]
     if unknown:
@@ -366,6 +379,14 @@ def plan_allocation(
     sick = [d.id for d in chosen if not d.healthy]
     if sick:
         raise AllocationRefused(resource, sick, "unhealthy: " + "; ".join({known[i].reason for i in sick}))
+    if with_cdi and resolvable is not None:
+        missing = [d.id for d in chosen if (n := cdi_name(resource, d.id)) is not None and n not in resolvable]
+        if missing:
+            raise AllocationRefused(
+                resource,
+                missing,
+                f"no entry in the CDI spec on disk (kind {cdi.KIND}): the runtime could not inject it",
+            )
     addresses = sorted({d.function.address for d in chosen})
     joined = ",".join(addresses)
     if resource is Resource.VFIO_GPU:

@@ -47,7 +47,13 @@ class ResourcePlugin(Protocol):
 class CdiSink(Protocol):
     """Where the CDI spec goes (`metax_k8s.deviceplugin.hostfiles.CdiSpecFile`); failures are HardwareErrors."""
 
-    def write(self, spec: Mapping[str, Any] | None) -> bool: ...
+    def write(self, spec: Mapping[str, Any] | None) -> bool:
+        """Make the spec on disk ``spec`` (None: no spec), durably, before returning."""
+        ...
+
+    def read(self) -> Mapping[str, Any] | None:
+        """The spec on disk now; None when there is none."""
+        ...
 
     def remove(self) -> bool: ...
 

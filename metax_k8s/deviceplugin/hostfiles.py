@@ -48,29 +48,54 @@ def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644) -> None:
 
 
 class CdiSpecFile:
-    """The one CDI spec file of kind ``metax-tech.com/gpu`` in the host's CDI directory."""
+    """The one CDI spec file of kind ``metax-tech.com/gpu`` in the host's CDI directory.
+
+    `write` compares with what is on disk, not with what it wrote last: a file removed or replaced behind
+    the agent's back is written again (or the write fails, loudly), so "written" always means "on disk".
+    """
 
     def __init__(self, cdi_dir: pathlib.Path, kind: str = cdi.KIND) -> None:
         self.path = cdi_dir / cdi.spec_file_name(kind)
-        self._written: str | None = None
+
+    def _on_disk(self) -> str | None:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HardwareError("read CDI spec", str(self.path), str(exc)) from exc
+
+    def read(self) -> dict[str, Any] | None:
+        """The spec on disk, None when there is none; HardwareError when something unreadable is there."""
+        text = self._on_disk()
+        if text is None:
+            return None
+        try:
+            spec = json.loads(text)
+        except ValueError as exc:
+            raise HardwareError("read CDI spec", str(self.path), f"not JSON: {exc}") from exc
+        if not isinstance(spec, dict):
+            raise HardwareError("read CDI spec", str(self.path), "not a JSON object")
+        return spec
 
     def write(self, spec: Mapping[str, Any] | None) -> bool:
-        """Make the file hold ``spec`` (remove it for None); True when the file changed."""
+        """Make the file hold ``spec`` (remove it for None), durably; True when the file changed."""
         if spec is None:
             return self.remove()
         text = cdi.render(spec)
-        if text == self._written and self.path.exists():
-            return False
+        try:
+            if self._on_disk() == text:
+                return False
+        except HardwareError:
+            pass  # something unreadable sits there: replace it (or fail below)
         try:
             atomic_write(self.path, text)
-        except OSError as exc:
-            raise HardwareError("write CDI spec", str(self.path), str(exc)) from exc
-        self._written = text
+        except OSError as exc:  # strerror: the message names no random temporary file (logged once)
+            raise HardwareError("write CDI spec", str(self.path), str(exc.strerror or exc)) from exc
         log.info("wrote CDI spec %s (%d devices)", self.path, len(spec.get("devices", ())))
         return True
 
     def remove(self) -> bool:
-        self._written = None
         try:
             self.path.unlink()
         except FileNotFoundError:

@@ -10,6 +10,11 @@ or after its own server failed, and keep the CDI spec in step.
 The agent also answers the plugin servers' Allocate and GetPreferredAllocation calls
 (`ports.node.AllocationBackend`) from the last plan, which it swaps atomically, so gRPC threads never see a
 half-applied state.
+
+CDI spec and device list stay in step (`metax_core.node.cdi_sync`, docs/device-plugin.md "Orderings"):
+each round writes the spec first (durably), then offers only the devices whose entry is on disk; entries
+of withdrawn devices stay while a pod holds them (the kubelet's PodResources), and Allocate refuses a
+device whose entry is not in the spec on disk.
 """
 
 from __future__ import annotations
@@ -22,19 +27,21 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
+from metax_core.errors import ClusterError, HardwareError, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
-from metax_core.node import cdi, devices, readiness
+from metax_core.node import cdi_sync, devices, readiness
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services._agent import loop, probe
+from services.gpu_device import cdi_keeper
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
 
 
 PluginFactory = Callable[[devices.Resource, "Agent"], node_ports.ResourcePlugin]
+HeldDevices = cdi_keeper.HeldDevices
 KubeletWatch = Callable[[], object]
 """Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
 
@@ -46,6 +53,8 @@ class Snapshot:
     plan: devices.Plan = devices.Plan(devices={})
     device_nodes: Mapping[PciAddress, tuple[str, ...]] = attrs.field(factory=dict)
     node: devices.NodeSettings = devices.NodeSettings()
+    resolvable: frozenset[str] | None = None
+    """CDI device names in the spec on disk (None: CDI off)."""
 
 
 class Agent:
@@ -64,6 +73,7 @@ class Agent:
         cdi_file: node_ports.CdiSink | None,
         plugin_factory: PluginFactory,
         kubelet: KubeletWatch,
+        held: HeldDevices | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
@@ -72,7 +82,6 @@ class Agent:
         self._monitor = monitor
         self._nodes = nodes
         self._board = board
-        self._cdi_file = cdi_file
         self._clock = clock
         self._wall = wall
         self._factory = plugin_factory
@@ -94,6 +103,18 @@ class Agent:
         self._advertising = False
         self._said = loop.Say(log)
         self._probe = probe.ProbeFile(settings.probe_file)
+        self._cdi = (
+            cdi_keeper.CdiKeeper(
+                cdi_file,
+                held=held,
+                grace=settings.cdi_grace,
+                held_interval=settings.readiness_interval,
+                clock=clock,
+                say=self._said,
+            )
+            if cdi_file is not None and settings.cdi_enabled
+            else None
+        )
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -104,7 +125,7 @@ class Agent:
 
     def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
         snap = self.snapshot
-        return devices.plan_allocation(
+        allocation = devices.plan_allocation(
             resource,
             ids,
             plan=snap.plan,
@@ -112,7 +133,11 @@ class Agent:
             qos=snap.node.qos,
             shares=self.settings.sgpu_shares,
             with_cdi=self.settings.cdi_enabled,
+            resolvable=snap.resolvable,
         )
+        if self._cdi is not None:
+            self._cdi.allocated(resource, ids)
+        return allocation
 
     def preferred(
         self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
@@ -152,16 +177,14 @@ class Agent:
         return True, "registered with the kubelet: " + ", ".join(sorted(r.value for r in active))
 
     def shutdown(self) -> None:
-        """Stop every plugin server (kubelet sees the streams end) and remove the CDI spec."""
+        """Stop every plugin server (kubelet sees the streams end), then remove the CDI spec, except the
+        entries pods still hold (their containers may be created again: a restart, a crash-looping one)."""
         for resource in list(self.plugins):
             self.plugins.pop(resource).stop()
         self._registered.clear()
         self._probe.not_ready()
-        if self._cdi_file is not None:
-            try:
-                self._cdi_file.remove()
-            except HardwareError as exc:
-                log.error("%s", exc)
+        if self._cdi is not None:
+            self._cdi.retire()
         log.info("gpu-device stopped")
 
     # --- gather --------------------------------------------------------------------------------------------
@@ -265,9 +288,20 @@ class Agent:
             self._say("problems", "; ".join(plan.problems), logging.WARNING)
         else:
             self._said.forget("problems")
-        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node)
-        if self.settings.cdi_enabled and self._cdi_file is not None:
-            self._write_cdi(plan)
+        resolvable: frozenset[str] | None = None
+        if self._cdi is not None:
+            resolvable = self._cdi.sync(plan, self._device_nodes, now)
+            offer = cdi_sync.advertisable(plan, resolvable)
+            if offer.withheld:
+                self._say(
+                    "withheld",
+                    f"not advertising {', '.join(offer.withheld)}: no CDI entry on disk for them",
+                    logging.WARNING,
+                )
+            else:
+                self._said.forget("withheld")
+            plan = offer.plan
+        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node, resolvable)
         if not self._advertising:
             if not self._decision.may_advertise:
                 self._say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)
@@ -284,13 +318,6 @@ class Agent:
             log.info("%s is no longer offered on this node", resource.value)
         for resource in sorted(plan.active(), key=lambda r: r.value):
             self._apply_resource(resource, plan.devices[resource], probe)
-
-    def _write_cdi(self, plan: devices.Plan) -> None:
-        assert self._cdi_file is not None
-        try:
-            self._cdi_file.write(cdi.build_spec(devices.cdi_devices(plan, self._device_nodes)))
-        except (HardwareError, InvalidSpec) as exc:
-            self._say("cdi", f"cannot write the CDI spec: {exc}", logging.ERROR)
 
     def _watch_kubelet(self) -> None:
         """Notice a new kubelet; re-register only what registered with an older one.

@@ -19,6 +19,7 @@ from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from metax_k8s.deviceplugin import hostfiles, server
+from metax_k8s.podresources import client as podresources
 from services.gpu_device import agent, config
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,23 @@ def production_nodes(settings: config.Settings) -> NodeMetadata:
     return nodes.K8sNodeMetadata(api, field_manager="metax-gpu-device")
 
 
+def pod_resources_holders(settings: config.Settings) -> agent.HeldDevices:
+    """Which devices pods hold, from the kubelet's PodResources API (read-only socket, 000 §1.3.2)."""
+    socket = settings.pod_resources()
+
+    def held() -> dict[str, list[str]]:
+        with podresources.PodResourcesClient(socket, timeout=2.0) as api:
+            pods = api.list()
+        found: dict[str, list[str]] = {}
+        for pod in pods:
+            for container in pod.containers:
+                for listed in container.devices:
+                    found.setdefault(listed.resource, []).extend(listed.ids)
+        return found
+
+    return held
+
+
 def bootstrap(
     settings: config.Settings | None = None,
     *,
@@ -63,6 +81,7 @@ def bootstrap(
     clock: Callable[[], float] | None = None,
     wall: Callable[[], datetime.datetime] | None = None,
     plugin_factory: agent.PluginFactory | None = None,
+    held: agent.HeldDevices | None = None,
 ) -> agent.Agent:
     """An Agent for ``settings`` (read from ``env``, by default the process environment)."""
     settings = settings or config.from_env(os.environ if env is None else env)
@@ -89,5 +108,6 @@ def bootstrap(
         cdi_file=hostfiles.CdiSpecFile(settings.host_path(settings.cdi_dir)) if settings.cdi_enabled else None,
         plugin_factory=plugin_factory or plugin,
         kubelet=lambda: server.socket_fingerprint(kubelet_socket),
+        held=held or pod_resources_holders(settings),
         **extra,
     )

@@ -64,6 +64,12 @@ class Settings:
     """Seconds between health checks (chart gpuDevice.healthyInterval); 0 disables them."""
     sgpu_shares: Shares = attrs.field(default=Shares(devices.DEFAULT_SHARES), metadata=env("METAX_SGPU_SHARES"))
     cdi_enabled: bool = attrs.field(default=True, metadata=env("METAX_CDI"))
+    cdi_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_CDI_GRACE"))
+    """Seconds a withdrawn device's CDI entry stays after it was last advertised or allocated, when no pod
+    holds it (`metax_core.node.cdi_sync`)."""
+    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
+    """The kubelet's PodResources socket as this process sees it; default ``<host root>/var/lib/kubelet/
+    pod-resources/kubelet.sock``. Tells which withdrawn devices pods still hold."""
     required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
     label_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env("METAX_LABEL_INTERVAL"))
     readiness_interval: Seconds = attrs.field(default=Seconds(2.0), metadata=env("METAX_READINESS_INTERVAL"))
@@ -84,6 +90,11 @@ class Settings:
 
     def host_path(self, path: str) -> pathlib.Path:
         return self.host_root / path.lstrip("/")
+
+    def pod_resources(self) -> pathlib.Path:
+        if self.pod_resources_socket is not None:
+            return self.pod_resources_socket
+        return self.host_path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:

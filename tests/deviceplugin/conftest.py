@@ -30,6 +30,7 @@ FAST = {
     "readiness_interval": 0.05,
     "inventory_interval": 0.05,
     "probe_interval": 0.2,
+    "cdi_grace": 0.2,
 }
 
 
@@ -52,6 +53,8 @@ class Node:
     board: hostfiles.FileReadinessBoard
     kubelet: Kubelet
     agent: agent_module.Agent | None = None
+    held: dict[str, list[str]] = attrs.field(factory=dict)
+    """What the kubelet's PodResources says pods hold (resource → device IDs); tests set it."""
     _thread: threading.Thread | None = None
     _stop: threading.Event = attrs.field(factory=threading.Event)
     _error: list[BaseException] = attrs.field(factory=list)
@@ -74,6 +77,7 @@ class Node:
             monitor=self.monitor,
             nodes=self.labels,
             board=self.board,
+            held=lambda: self.held,
         )
         self._stop.clear()
 

@@ -58,6 +58,8 @@ class Kubelet:
         self.updates: dict[str, list[tuple[float, dict[str, str]]]] = {}
         """Every list received per resource: (monotonic time, {id: health})."""
         self.endpoints: dict[str, Endpoint] = {}
+        self.on_list: Callable[[str, dict[str, api_pb2.Device]], None] | None = None
+        """Called with every list as it is received, before it is recorded (tests check the host then)."""
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
 
@@ -120,6 +122,8 @@ class Kubelet:
         try:
             for response in endpoint.stub.ListAndWatch(api_pb2.Empty()):
                 listed = {d.ID: d for d in response.devices}
+                if self.on_list is not None:
+                    self.on_list(endpoint.resource, listed)
                 with self._cond:
                     if self.endpoints.get(endpoint.resource) is not endpoint:
                         return

@@ -179,6 +179,7 @@ def gpu_agent(
         **AGENT_ENV,
         "NODE_NAME": gpu_node.name,
         "METAX_HOST_ROOT": str(gpu_host.root),
+        "METAX_POD_RESOURCES_SOCKET": str(gpu_node.pod_resources_socket),
         "KUBECONFIG": str(realnode_plane.kubeconfig_path),
         "PATH": gpu_host.env()["PATH"],
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),

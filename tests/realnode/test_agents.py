@@ -117,6 +117,7 @@ def agents_node(realnode_plane: controlplane.ControlPlane) -> Iterator[AgentsNod
                 namespace=namespace,
                 payload=agents.write_payload(work / "payload"),
             )
+            env["METAX_POD_RESOURCES_SOCKET"] = str(real.pod_resources_socket)  # which devices pods hold
             member = AgentsNode(real, fake, env)
             yield member
     except errors.ControlPlaneError as exc:

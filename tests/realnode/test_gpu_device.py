@@ -15,18 +15,30 @@ Covered, on a fake MetaX host whose device nodes are real character devices:
   group's node and the PCI address in the variable KubeVirt reads;
 * the kubelet's PodResources API (read with ``metax_k8s.podresources.client``) lists the GPU pod's
   devices, the same ones the container sees, and the node's allocatable GPUs;
-* while the CDI spec cannot be read, a GPU pod fails to start with containerd's ``unresolvable CDI
-  devices``; once the agent can write it again, the same pod starts (kubelet retries);
+* a pod waiting for capacity while the VF count changes (issue 20, item 3): it fits once the first GPU
+  has its VFs and the others not yet (driver-manager's round writes ``sriov_numvfs`` GPU by GPU), the
+  kubelet allocates it the PFs that are about to get VFs, the round completes while an init container
+  holds the pod back; the spec on disk still has the entries of the PFs the pod holds, and the pod starts
+  with exactly the devices it was allocated (before the fix: ``unresolvable CDI devices
+  metax-tech.com/gpu=<PF>``, the CI failure of ``test_agents.py``);
+* while the CDI spec cannot be written, the agent withdraws the GPUs (a new pod waits Unschedulable
+  instead of failing in containerd); once it can write it again, the GPUs come back and the pod starts;
 * restarting the real kubelet makes the agent register again, and allocatable comes back.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
 import pytest
 from kubernetes import client
 
+from metax_core.node import cdi
 from metax_dev.controlplane import processes
-from metax_dev.realnode import node
+from metax_dev.realnode import images, node
 from metax_hw_fake import host
 from metax_k8s.podresources import client as podresources
 
@@ -144,6 +156,97 @@ def test_gpu_falling_off_the_bus_lowers_allocatable(
     pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU} again")
 
 
+def cdi_spec_path(fake: host.FakeHost) -> Path:
+    return fake.root / "var/run/cdi" / cdi.spec_file_name()
+
+
+def cdi_names_on_disk(fake: host.FakeHost) -> set[str]:
+    return {d["name"] for d in json.loads(cdi_spec_path(fake).read_text())["devices"]}
+
+
+def held_by(member: node.RealNode, namespace: str, name: str) -> list[str]:
+    """The pod's devices as the kubelet's PodResources API lists them (allocated at admission)."""
+    with podresources.PodResourcesClient(member.pod_resources_socket) as api:
+        for pod in api.list():
+            if (pod.namespace, pod.name) == (namespace, name):
+                return list(pod.device_ids(GPU))
+    return []
+
+
+def gated_pod(name: str, member: node.RealNode, script: str, gpus_wanted: int, gate: Path) -> dict[str, Any]:
+    """A pod placed by the scheduler whose GPU container is created only once ``gate/open`` exists: an init
+    container (no GPU) waits for it. The kubelet allocates every container's devices at admission, so the
+    pod holds its GPUs while it waits."""
+    pod = pods.scheduled_pod(name, member.name, script, {GPU: str(gpus_wanted)})
+    pod["spec"]["initContainers"] = [
+        {
+            "name": "gate",
+            "image": images.BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "until [ -e /gate/open ]; do sleep 0.1; done"],
+            "volumeMounts": [{"name": "gate", "mountPath": "/gate"}],
+        }
+    ]
+    pod["spec"]["volumes"] = [{"name": "gate", "hostPath": {"path": str(gate), "type": "Directory"}}]
+    return pod
+
+
+def test_pod_allocated_during_a_vf_change_starts_with_its_devices(
+    kube: client.CoreV1Api,
+    namespace: str,
+    gpu_node: node.RealNode,
+    gpu_host: host.FakeHost,
+    gpu_agent: processes.Process,
+) -> None:
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
+    pfs = [f for f in gpus.functions(gpu_host) if f.physfn is None]
+    assert len(pfs) == GPUS
+    vfnum = 2
+    wanted = GPUS + 1  # more than the PFs; fits once the first GPU has its VFs and the others not yet
+    gate = gpu_host.root.parent / f"gate-{namespace}"
+    gate.mkdir()
+    script = 'echo "VISIBLE=$METAX_VISIBLE_DEVICES"; ' + LIST_DEVICES + "echo DONE; sleep 3600"
+    kube.create_namespaced_pod(namespace, gated_pod("during-vf-change", gpu_node, script, wanted, gate))
+    try:
+        message = pods.wait(lambda: gpus.unschedulable(kube, namespace, "during-vf-change"), "pod Unschedulable")
+        assert f"Insufficient {GPU}" in message
+
+        # driver-manager's round, first write: the first GPU gets its VFs, the others have none yet
+        gpu_host.binder.set_vf_count(pfs[0].address, vfnum)
+        make_device_nodes_real(gpu_host.root)
+        held = pods.wait(
+            lambda: held_by(gpu_node, namespace, "during-vf-change"),
+            "the kubelet to allocate the pod's GPUs",
+            explain=lambda: pods.describe(kube, namespace) + "\n" + gpu_agent.log_path.read_text()[-3000:],
+        )
+        assert len(held) == wanted
+        about_to_go = {str(f.address) for f in pfs[1:]}
+        assert about_to_go <= set(held)  # the pod holds the PFs that are about to get VFs
+
+        # the rest of the round: every other GPU gets its VFs; their PFs are withdrawn
+        for pf in pfs[1:]:
+            gpu_host.binder.set_vf_count(pf.address, vfnum)
+        make_device_nodes_real(gpu_host.root)
+        pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS * vfnum, f"{GPUS * vfnum} allocatable VFs")
+        vfs = {str(f.address) for f in gpus.functions(gpu_host) if f.physfn is not None}
+        pods.wait(lambda: {cdi.device_name(v) for v in vfs} <= cdi_names_on_disk(gpu_host), "the VFs' CDI entries")
+        assert {cdi.device_name(a) for a in held} <= cdi_names_on_disk(gpu_host)  # what the pod holds resolves
+        assert "keeping the CDI entry of withdrawn" in gpu_agent.log_path.read_text()
+
+        (gate / "open").touch()  # now containerd creates the GPU container
+        text = pods.wait_logs(kube, namespace, "during-vf-change", "DONE")
+        visible = env_value(text, "VISIBLE").split(",")
+        assert sorted(visible) == sorted(held)
+        assert set(device_lines(text)) == gpus.expected_nodes(gpu_host, visible), text
+    finally:
+        kube.delete_namespaced_pod("during-vf-change", namespace, grace_period_seconds=0)
+        pods.wait(lambda: not held_by(gpu_node, namespace, "during-vf-change"), "the pod's GPUs released")
+        for pf in pfs:
+            gpu_host.binder.set_vf_count(pf.address, 0)
+        shutil.rmtree(gate, ignore_errors=True)
+    pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU} without VFs")
+
+
 def test_sgpu_mode_advertises_shares(
     kube: client.CoreV1Api,
     namespace: str,
@@ -215,7 +318,7 @@ def test_vfio_bound_gpu_is_offered_as_vfio_gpu(
     )
 
 
-def test_pod_waits_for_an_unreadable_cdi_spec_and_then_starts(
+def test_pod_waits_for_an_unwritable_cdi_spec_and_then_starts(
     kube: client.CoreV1Api,
     namespace: str,
     gpu_node: node.RealNode,
@@ -223,24 +326,18 @@ def test_pod_waits_for_an_unreadable_cdi_spec_and_then_starts(
     gpu_agent: processes.Process,
 ) -> None:
     pods.wait(lambda: allocatable(kube, gpu_node.name) == GPUS, f"{GPUS} allocatable {GPU}")
-    spec = gpu_host.root / "var/run/cdi/metax-tech.com-gpu.json"
+    spec = cdi_spec_path(gpu_host)
     assert spec.is_file()
     spec.unlink()
     spec.mkdir()  # something that is no spec sits where the spec belongs: the agent cannot write it
     try:
+        pods.wait(lambda: allocatable(kube, gpu_node.name) == 0, f"the agent to withdraw every {GPU}")
         kube.create_namespaced_pod(
-            namespace, pods.busybox_pod("patient", gpu_node.name, "echo STARTED; sleep 3600", resources={GPU: "1"})
+            namespace, pods.scheduled_pod("patient", gpu_node.name, "echo STARTED; sleep 3600", {GPU: "1"})
         )
-
-        def create_error() -> str:
-            for status in kube.read_namespaced_pod("patient", namespace).status.container_statuses or []:
-                waiting = status.state.waiting
-                if waiting is not None and waiting.reason == "CreateContainerError":
-                    return str(waiting.message)
-            return ""
-
-        message = pods.wait(create_error, "CreateContainerError", explain=lambda: pods.describe(kube, namespace))
-        assert "unresolvable CDI devices metax-tech.com/gpu=" in message
+        message = pods.wait(lambda: gpus.unschedulable(kube, namespace, "patient"), "pod patient Unschedulable")
+        assert f"Insufficient {GPU}" in message
+        assert "cannot write the CDI spec" in gpu_agent.log_path.read_text()
     finally:
         spec.rmdir()
     pods.wait(spec.is_file, "the agent to write the CDI spec again")
