@@ -41,6 +41,9 @@ class ComponentReadiness:
     observed_generation: int | None = None
     version: str | None = None
     updated_at: datetime.datetime | None = None
+    sequence: int | None = None
+    """Changes with every write of the signal, so a reader can tell two writes of the same words apart
+    (gpu-device's inventory read is consistent only when the signals before and after it are the same write)."""
 
 
 @attrs.frozen
@@ -117,10 +120,12 @@ def to_document(signal: ComponentReadiness) -> dict[str, Any]:
         doc["version"] = signal.version
     if signal.updated_at is not None:
         doc["updatedAt"] = signal.updated_at.isoformat()
+    if signal.sequence is not None:
+        doc["sequence"] = signal.sequence
     return doc
 
 
-_FIELDS = {"component", "ready", "reason", "observedGeneration", "version", "updatedAt"}
+_FIELDS = {"component", "ready", "reason", "observedGeneration", "version", "updatedAt", "sequence"}
 
 
 def from_document(doc: Any, *, path: str = "$") -> ComponentReadiness:
@@ -147,6 +152,7 @@ def from_document(doc: Any, *, path: str = "$") -> ComponentReadiness:
     reason = typed("reason", (str,)) or ""
     generation = typed("observedGeneration", (int,))
     version = typed("version", (str,))
+    sequence = typed("sequence", (int,))
     stamp_text = typed("updatedAt", (str,))
     stamp = None
     if stamp_text is not None:
@@ -160,4 +166,4 @@ def from_document(doc: Any, *, path: str = "$") -> ComponentReadiness:
                 stamp = None
     if errors:
         raise InvalidSpec(errors)
-    return ComponentReadiness(component, bool(ready), reason, generation, version, stamp)
+    return ComponentReadiness(component, bool(ready), reason, generation, version, stamp, sequence)

@@ -9,8 +9,11 @@ content changes. It counts its writes so tests and benchmarks can show the stead
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from metax_core.errors import ClusterError, HardwareError
 from metax_core.node import publish, readiness
@@ -39,6 +42,7 @@ class Publisher:
         self.events_sent = 0
         self.signal_writes = 0
         self._signal: readiness.ComponentReadiness | None = None
+        self._sequence = 0
 
     def node(self) -> Mapping[str, Any] | None:
         """The agent's own Node (None when it does not exist); ClusterError when unreadable."""
@@ -83,8 +87,11 @@ class Publisher:
         if self.board is None:
             return
         wanted = readiness.ComponentReadiness(self.component, ready, reason, version=version)
-        if wanted == self._signal:
+        if self._signal is not None and wanted == attrs.evolve(self._signal, sequence=None):
             return
+        # A fresh sequence for each write (nanoseconds: it also grows across a restart of the agent).
+        self._sequence = max(self._sequence + 1, time.time_ns())
+        wanted = attrs.evolve(wanted, sequence=self._sequence)
         try:
             self.board.publish(wanted)
         except HardwareError as exc:

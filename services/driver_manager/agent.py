@@ -290,6 +290,10 @@ class DriverManager:
             if self.say("vfs", "VF count refused: " + "; ".join(plan.problems), logging.ERROR):
                 self.publisher.event("VfCountRefused", "; ".join(plan.problems), warning=True)
             return plan
+        if plan.writes:
+            # Not ready while the counts change: gpu-device must never offer the half-changed inventory (one
+            # GPU's VFs next to another's PF that is about to get VFs) to the kubelet (docs/device-plugin.md, O1).
+            self.publisher.signal(False, f"setting {vfnum} VF(s) per GPU on {len(plan.writes)} GPU(s)")
         for write in plan.writes:
             try:
                 self.hw.binder.set_vf_count(write.pf, write.target)

@@ -207,15 +207,27 @@ class Agent:
             self._read_readiness()
 
     def _read_inventory(self) -> None:
+        """Read the PCI functions, consistently: the readiness signals read before and after must be the same
+        writes. driver-manager withdraws its signal before it changes VF counts, so a read that overlaps a
+        change is thrown away (and read again at the next tick) instead of offering a half-changed inventory."""
         try:
+            before = self._board.read_all() if self.settings.required_components else None
             functions = self._inventory.functions()
             nodes = {
                 f.address: tuple(self._inventory.device_nodes(f.address)) for f in functions if devices.is_native(f)
             }
             iommu = self._inventory.iommu_enabled()
+            after = self._board.read_all() if self.settings.required_components else None
         except HardwareError as exc:
             self._say("inventory", f"cannot read the GPU inventory, keeping the last one: {exc}", logging.WARNING)
             return
+        if before != after:
+            self._say("inventory", "readiness changed while reading the GPU inventory: reading it again")
+            self._chores.soon("inventory")
+            self._chores.soon("readiness")
+            return
+        if after is not None:
+            self._decide(after)  # the inventory goes with the readiness it was read under
         self._say("inventory", f"{len(functions)} MetaX PCI function(s)")
         self._functions, self._device_nodes, self._iommu = functions, nodes, iommu
 
@@ -267,6 +279,9 @@ class Agent:
         except HardwareError as exc:
             self._say("readiness", f"cannot read readiness signals, keeping the last decision: {exc}", logging.WARNING)
             return
+        self._decide(signals)
+
+    def _decide(self, signals: Mapping[str, readiness.ComponentReadiness]) -> None:
         max_age = self.settings.readiness_max_age
         self._decision = readiness.decide(
             self.settings.required_components,

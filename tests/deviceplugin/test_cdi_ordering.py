@@ -9,7 +9,9 @@
   the grace has passed;
 - an Allocate answered for a device just before it was withdrawn keeps its entry for the grace, even when
   PodResources does not show the allocation yet;
-- on stop the spec keeps only the entries pods hold, and a restarted agent keeps them while they are held.
+- on stop the spec keeps only the entries pods hold, and a restarted agent keeps them while they are held;
+- an inventory read that overlaps driver-manager's VF change (its signal withdrawn and written again) is
+  thrown away, never offered.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Sequence
 
 import attrs
 import grpc
@@ -25,6 +28,7 @@ import pytest
 from metax_core.inventory import PciFunction
 from metax_core.node import cdi
 from metax_k8s.deviceplugin.v1beta1 import api_pb2
+from services._agent import publish
 
 from .conftest import Node
 from .fakes import vf
@@ -199,3 +203,37 @@ def test_stop_keeps_held_entries_and_a_restart_keeps_them_while_held(node: Node)
     node.kubelet.wait_for(lambda: on_disk(node) == {cdi.device_name(str(pfs[0].address))}, what="released")
     node.stop_agent()
     assert not node.cdi_path.exists()
+
+
+def test_an_inventory_read_that_overlaps_a_vf_change_is_never_offered(node: Node) -> None:
+    """driver-manager withdraws its signal while it changes VF counts; gpu-device throws away an inventory read
+    whose signals before and after are not the same writes, even when the words are the same again (O1)."""
+    driver = publish.Publisher("n", "driver", nodes=node.labels, events=None, board=node.board)
+    driver.signal(True, "metax 2.18.0 loaded")
+    pfs = list(node.inventory.present)
+    final = [f for pf in pfs for f in with_vfs(pf, 2)]
+    half = [*with_vfs(pfs[0], 2), *pfs[1:]]
+    real_functions = node.inventory.functions
+    armed = threading.Event()
+
+    def functions() -> Sequence[PciFunction]:
+        if not armed.is_set():
+            return real_functions()
+        armed.clear()
+        # driver-manager's whole round runs while gpu-device reads: withdraw, write the counts, ready again
+        driver.signal(False, "setting 2 VF(s) per GPU on 4 GPU(s)")
+        node.inventory.set(final)
+        driver.signal(True, "metax 2.18.0 loaded")
+        return half  # what a read in the middle of the writes saw
+
+    node.inventory.functions = functions  # type: ignore[method-assign]
+    node.start()
+    node.kubelet.wait_for(lambda: node.kubelet.healthy(GPU) == {str(pf.address) for pf in pfs})
+    armed.set()
+    expected = {str(f.address) for f in final if not f.vfs}
+    node.kubelet.wait_for(lambda: node.kubelet.healthy(GPU) == expected, what="the VFs after the change")
+    assert not armed.is_set(), "the overlapping read never happened"
+    half_ids = {str(f.address) for f in half if not f.vfs}
+    offered = [set(listed) for _, listed in node.kubelet.updates[GPU]]
+    assert half_ids not in offered
+    assert not any(str(pfs[1].address) in ids and str(final[1].address) in ids for ids in offered)

@@ -67,7 +67,7 @@ def test_parse_required() -> None:
 
 
 def test_document_round_trip() -> None:
-    signal = R("driver", True, "loaded", 7, "2.18.0", T0)
+    signal = R("driver", True, "loaded", 7, "2.18.0", T0, 1733000000123456789)
     doc = readiness.to_document(signal)
     assert doc == {
         "component": "driver",
@@ -76,6 +76,7 @@ def test_document_round_trip() -> None:
         "observedGeneration": 7,
         "version": "2.18.0",
         "updatedAt": "2024-05-01T10:00:00+00:00",
+        "sequence": 1733000000123456789,
     }
     assert readiness.from_document(doc) == signal
     assert readiness.from_document({"component": "maca", "ready": False}) == R("maca", False)
@@ -84,13 +85,21 @@ def test_document_round_trip() -> None:
 def test_bad_documents_report_every_problem() -> None:
     with pytest.raises(InvalidSpec) as caught:
         readiness.from_document(
-            {"component": "Driver", "ready": 1, "observedGeneration": True, "updatedAt": "yesterday", "extra": 0}
+            {
+                "component": "Driver",
+                "ready": 1,
+                "observedGeneration": True,
+                "updatedAt": "yesterday",
+                "sequence": "7",
+                "extra": 0,
+            }
         )
     assert [e.path for e in caught.value.errors] == [
         "$.extra",
         "$.component",
         "$.ready",
         "$.observedGeneration",
+        "$.sequence",
         "$.updatedAt",
     ]
     with pytest.raises(InvalidSpec, match=r"\$.updatedAt: must carry a UTC offset"):

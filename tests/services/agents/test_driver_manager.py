@@ -18,6 +18,7 @@ import shutil
 import attrs
 import pytest
 
+from metax_core.inventory import PciAddress
 from metax_core.node import driver_plan, readiness
 from metax_core.spec import model as spec
 from metax_hw_fake import builder
@@ -147,6 +148,32 @@ def test_vf_count_is_set_verified_and_changed_through_the_adapter(tmp_path: path
     assert [len(n.fake.vfs_of(pf)) for pf in n.fake.gpu_addresses()] == [2, 2]
     assert driver_signal(n).ready
     assert n.fake.audit() == []
+
+
+def test_the_driver_signal_is_withdrawn_while_vf_counts_change(tmp_path: pathlib.Path) -> None:
+    """gpu-device must never offer a half-changed inventory (docs/device-plugin.md, O1): at every VF-count write
+    the driver's signal on the board says not ready; after the round it is ready again, as a new write."""
+    n = make_node(tmp_path, host(loaded=False))
+    m = manager(n)
+    m.tick()
+    ready_before = driver_signal(n)
+    assert ready_before.ready and ready_before.sequence is not None
+    seen: list[readiness.ComponentReadiness] = []
+    binder = m.hw.binder
+    real_set = binder.set_vf_count
+
+    def set_vf_count(pf: PciAddress, count: int) -> None:
+        seen.append(driver_signal(n))
+        real_set(pf, count)
+
+    binder.set_vf_count = set_vf_count  # type: ignore[method-assign]
+    n.config_map("driver-config", {"node-vfnums": f"nodes:\n  {NODE}:\n    vfnum: 2\n"})
+    m.wake()
+    m.tick()
+    assert len(seen) >= 2
+    assert all(not s.ready and "setting 2 VF(s) per GPU" in s.reason for s in seen)
+    after = driver_signal(n)
+    assert after.ready and after.sequence is not None and after.sequence > ready_before.sequence
 
 
 def test_vf_count_above_what_the_gpu_supports_is_refused_and_not_ready(tmp_path: pathlib.Path) -> None:
