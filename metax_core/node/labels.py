@@ -1,4 +1,6 @@
-"""Node labels and annotations published by gpu-label from a node's inventory (R-LABELS, §3.3.2).
+"""Node labels and annotations published by gpu-label from a node's inventory (R-LABELS, §3.3.2), and the
+one definition of every other node label key the product writes or reads (driver-manager's ``driver.*``,
+the administrator's ``gpu-device.*``): writers and readers import them from here (issue 20).
 
 Pods select GPU nodes with these labels (``metax-tech.com/gpu.product: C500``, ``gpu.vfnum: "0"`` in §3.3.2),
 MetaX's own DaemonSets gate on ``gpu.installed``, and HAMi schedules sGPU from the
@@ -33,8 +35,9 @@ from metax_core.inventory import (
     PciFunction,
 )
 from metax_core.node import devices
+from metax_core.wire import meta
 
-PREFIX = "metax-tech.com/"
+PREFIX = meta.PREFIX
 
 GPU_INSTALLED = PREFIX + "gpu.installed"
 GPU_PRODUCT = PREFIX + "gpu.product"
@@ -61,6 +64,13 @@ OWNED_LABELS = (
     GPU_MACA_VERSION,
 )
 """Every label gpu-label writes (and removes at uninstall)."""
+
+DRIVER_READY = PREFIX + "driver.ready"
+"""Written by driver-manager: ``"true"`` while the wanted driver is loaded (MetaX's operator gates on it)."""
+DRIVER_VERSION = PREFIX + "driver.version"
+"""Written by driver-manager: the loaded driver's version, while ready."""
+DRIVER_LABELS = (DRIVER_READY, DRIVER_VERSION)
+"""Every label driver-manager writes (and removes at uninstall)."""
 
 NODE_GPU_DEVICES = PREFIX + "node-gpu-devices"
 """HAMi's sGPU device list (JSON)."""

@@ -37,8 +37,9 @@ from metax_core.rollout.status import (
     format_time,
 )
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 
-CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
 """The annotation on cluster-operator whose value confirms a waiting step (its ``confirmToken``)."""
 
 IN_FLIGHT_RECHECK = dt.timedelta(seconds=10)

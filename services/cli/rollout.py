@@ -31,12 +31,13 @@ from metax_core.rollout import sim as rollout_sim
 from metax_core.rollout.status import ConditionType
 from metax_core.spec import model as spec
 from metax_core.spec import validation
+from metax_core.wire import meta
 from services.cli import documents
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
-CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 NAMES_PER_LOOP = 6
 LOOPS_PER_STEP = 12

@@ -23,9 +23,11 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError
 from metax_core.inventory import METAX_MODULE, GpuHealth, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, driver_plan
+from metax_core.node import labels as node_labels
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
@@ -35,10 +37,10 @@ from services.driver_manager.config import Settings
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "driver"
-DRIVER_READY_LABEL = "metax-tech.com/driver.ready"
-DRIVER_VERSION_LABEL = "metax-tech.com/driver.version"
-OWNED_LABELS = (DRIVER_READY_LABEL, DRIVER_VERSION_LABEL)
+COMPONENT = components.signal(components.Component.DRIVER)
+DRIVER_READY_LABEL = node_labels.DRIVER_READY
+DRIVER_VERSION_LABEL = node_labels.DRIVER_VERSION
+OWNED_LABELS = node_labels.DRIVER_LABELS
 
 
 @attrs.frozen

@@ -28,10 +28,11 @@ from typing import Any
 from metax_core.cluster import workloads
 from metax_core.errors import MetaxError
 from metax_core.ports.cluster import Events, EventType, ObjectRef, Objects, RawObject
+from metax_core.wire import meta
 
 log = logging.getLogger(__name__)
 
-HASH_ANNOTATION = "metax-tech.com/desired-hash"
+HASH_ANNOTATION = meta.DESIRED_HASH
 
 
 class NotOurs(MetaxError):

@@ -18,11 +18,12 @@ from metax_core.cluster import rbac, workloads
 from metax_core.node import devices
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
+from metax_core.wire import meta
 from services.operator import applier
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "metax-tech.com/cleanup"
+FINALIZER = meta.CLEANUP_FINALIZER
 OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
 """Set by the administrator (R-SGPU), not by the product: left on the node."""

@@ -32,6 +32,7 @@ from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
+from metax_core.wire import meta
 from metax_k8s.api import Api
 from services.operator import applier, cleanup, rollout_driver, states
 from services.operator.informers import Informer
@@ -40,7 +41,7 @@ from services.operator.settings import Settings
 log = logging.getLogger(__name__)
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
-CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
 
 
 class Caches:

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.inventory import METAX_MODULE, VFIO_DRIVER, PciAddress
 from metax_core.node import vfio, vfio_config_map
@@ -30,7 +31,7 @@ from services.vfio_manager.config import Settings
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "vfio-manager"
+COMPONENT = components.signal(components.Component.VFIO_MANAGER)
 
 
 @attrs.frozen
