@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from metax_core.cluster import workloads
+from metax_core.cluster.components import Component
 from metax_core.errors import InvalidSpec
 from metax_core.node import driver_config
 from metax_core.node import vfio_config_map as vfio_format
@@ -52,6 +53,18 @@ def vfio_config_map(s: spec.ClusterOperatorSpec, namespace: str = spec.NAMESPACE
         "metadata": _metadata(workloads.VFIO_CONFIG_MAP, namespace),
         "data": vfio_format.render(s.vfio_manager.vfio_config),
     }
+
+
+READERS: Mapping[str, Component] = {
+    workloads.DRIVER_CONFIG_MAP: Component.DRIVER,
+    workloads.VFIO_CONFIG_MAP: Component.VFIO_MANAGER,
+}
+"""The component whose agent reads each ConfigMap (``metax-operator render --component`` shows it with it)."""
+
+
+def manifests(s: spec.ClusterOperatorSpec, namespace: str = spec.NAMESPACE) -> tuple[dict[str, Any], ...]:
+    """Both ConfigMaps, in the order the operator applies them (before any workload, which reads them)."""
+    return driver_config_map(namespace), vfio_config_map(s, namespace)
 
 
 def vf_counts(data: Mapping[str, object] | None) -> dict[str, int]:
