@@ -128,7 +128,7 @@ def default_pod_spec(component: Component, workload: Workload) -> dict[str, Any]
         return {}
     pod: dict[str, Any] = {"tolerations": copy.deepcopy(_CONTROL_PLANE_TOLERATIONS)}
     if component is not Component.GPU_LABEL:
-        pod["nodeSelector"] = {GPU_NODE_LABEL: "true"}
+        pod["nodeSelector"] = {GPU_NODE_LABEL: node_labels.TRUE}
     return pod
 
 

@@ -40,6 +40,8 @@ from metax_core.wire import meta
 PREFIX = meta.PREFIX
 
 GPU_INSTALLED = PREFIX + "gpu.installed"
+TRUE = "true"
+"""The value of the yes/no labels (``gpu.installed``, ``driver.ready``), as node selectors match it."""
 GPU_PRODUCT = PREFIX + "gpu.product"
 GPU_FAMILY = PREFIX + "gpu.family"
 GPU_COUNT = PREFIX + "gpu.count"
@@ -66,7 +68,7 @@ OWNED_LABELS = (
 """Every label gpu-label writes (and removes at uninstall)."""
 
 DRIVER_READY = PREFIX + "driver.ready"
-"""Written by driver-manager: ``"true"`` while the wanted driver is loaded (MetaX's operator gates on it)."""
+"""Written by driver-manager: `TRUE` while the wanted driver is loaded (MetaX's operator gates on it)."""
 DRIVER_VERSION = PREFIX + "driver.version"
 """Written by driver-manager: the loaded driver's version, while ready."""
 DRIVER_LABELS = (DRIVER_READY, DRIVER_VERSION)
@@ -199,7 +201,7 @@ def node_labels(inventory: NodeInventory) -> dict[str, str | None]:
         return labels
     first = devices[0]
     product = product_of(first, _name_of(inventory, first.address))
-    labels[GPU_INSTALLED] = "true"
+    labels[GPU_INSTALLED] = TRUE
     labels[GPU_PRODUCT] = product
     family = family_of(first, product)
     labels[GPU_FAMILY] = family

@@ -15,6 +15,6 @@ this package holds the rest:
 | node annotation ``gpu-vfio`` (value rendered and parsed) | `metax_core.node.vfio` |
 | readiness signal names (agents → gpu-device, doctor) | `metax_core.cluster.components.signal` |
 | labels, annotations and finalizer on the objects the operator owns and on cluster-operator | `meta` |
-| Event reasons | `events` |
+| Event reasons | `event_reasons` |
 | the message and commands of a rollout step waiting for an administrator | `metax_core.rollout.confirm` |
 """

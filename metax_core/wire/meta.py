@@ -16,8 +16,9 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 MANAGED_BY = "metax-operator"
 """``managed-by`` value: the operator applies and prunes only objects carrying it."""
-PART_OF = "metax-gpu-operator"
-"""``part-of`` value, the product's name (also the Python distribution's)."""
+PRODUCT = "metax-gpu-operator"
+"""The product's name: the Python distribution's (``metax-operator --version`` reads it) and ``part-of``'s value."""
+PART_OF = PRODUCT
 COMPONENT_LABEL = PREFIX + "component"
 """Which component (the spec's key, e.g. ``gpuDevice``) a workload, its pods or its RBAC belong to."""
 

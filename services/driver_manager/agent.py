@@ -31,6 +31,7 @@ from metax_core.node import labels as node_labels
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
+from metax_core.wire import event_reasons
 from services._agent import cluster, loop, probe, publish
 from services.driver_manager import firmware, payload, state
 from services.driver_manager.config import Settings
@@ -175,7 +176,7 @@ class DriverManager:
         except InvalidSpec as exc:
             message = f"ConfigMap {s.namespace}/{s.driver_config} is invalid, keeping the last valid one: {exc}"
             if self.say("config", message, logging.ERROR):
-                self.publisher.event("InvalidDriverConfig", message, warning=True)
+                self.publisher.event(event_reasons.INVALID_DRIVER_CONFIG, message, warning=True)
             return self.config
         self.say("config", f"driver-config for {s.node_name}: {driver_config.for_node(self.config, s.node_name)}")
         return self.config
@@ -290,7 +291,7 @@ class DriverManager:
         plan = driver_config.vf_count_plan(self.hw.devices.functions(), vfnum)
         if plan.outcome is driver_config.PlanOutcome.REFUSE:
             if self.say("vfs", "VF count refused: " + "; ".join(plan.problems), logging.ERROR):
-                self.publisher.event("VfCountRefused", "; ".join(plan.problems), warning=True)
+                self.publisher.event(event_reasons.VF_COUNT_REFUSED, "; ".join(plan.problems), warning=True)
             return plan
         for write in plan.writes:
             try:
@@ -301,7 +302,7 @@ class DriverManager:
                 return attrs.evolve(plan, outcome=driver_config.PlanOutcome.REFUSE, problems=(problem,))
         if plan.writes:
             self.say("vfs", f"{vfnum} VF(s) per GPU on {len(plan.writes)} GPU(s)")
-            self.publisher.event("VfCountSet", f"{vfnum} VF(s) per GPU")
+            self.publisher.event(event_reasons.VF_COUNT_SET, f"{vfnum} VF(s) per GPU")
         return plan
 
     def _health(self) -> Mapping[PciAddress, GpuHealth] | None:
@@ -314,7 +315,7 @@ class DriverManager:
     def _publish(self, node: Mapping[str, Any] | None, ready: driver_plan.DriverReadiness) -> None:
         self.publisher.signal(ready.ready, ready.reason, version=ready.version if ready.ready else None)
         labels: dict[str, str | None] = {
-            DRIVER_READY_LABEL: "true" if ready.ready else None,
+            DRIVER_READY_LABEL: node_labels.TRUE if ready.ready else None,
             DRIVER_VERSION_LABEL: ready.version if ready.ready and ready.version else None,
         }
         if node is None:
