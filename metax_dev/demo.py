@@ -22,6 +22,7 @@ from rich.table import Table
 from metax_core.cluster import components, configmaps, workloads
 from metax_core.inventory import FunctionKind
 from metax_core.node import devices, vfio
+from metax_core.node import driver_config as driver_config_format
 from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_core.wire import meta
@@ -44,9 +45,9 @@ from services.vfio_manager import config as vfio_settings
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 DRIVER_CONFIG = {
-    "node-vfnums": "nodes:\n  gpu-node-3:\n    vfnum: 4\n",
-    "module-params": "xcore_page_size: 10\n",
-    "node-module-params": "worknode1:\n  xcore_page_size: 12\n",
+    driver_config_format.NODE_VFNUMS: "nodes:\n  gpu-node-3:\n    vfnum: 4\n",
+    driver_config_format.MODULE_PARAMS: "xcore_page_size: 10\n",
+    driver_config_format.NODE_MODULE_PARAMS: "worknode1:\n  xcore_page_size: 12\n",
 }
 PAYLOAD_VERSION = "2.14.6"
 NAMESPACE = "metax-operator"

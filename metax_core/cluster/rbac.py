@@ -26,6 +26,7 @@ import attrs
 
 from metax_core.cluster import components
 from metax_core.cluster.components import Component
+from metax_core.node import driver_config, vfio_config_map
 from metax_core.spec import model as spec
 from metax_core.wire import meta
 
@@ -106,8 +107,8 @@ def _agent(account: str, *cluster: Rule, namespace: tuple[Rule, ...] = ()) -> Ac
     return AccountRules(account, cluster=cluster, namespace=namespace, events=_EVENTS)
 
 
-DRIVER_CONFIG_MAP = "driver-config"
-VFIO_CONFIG_MAP = "metax-vfio-config"
+DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
+VFIO_CONFIG_MAP = vfio_config_map.NAME
 
 COMPONENT_RULES: Mapping[str, AccountRules] = {
     r.account: r

@@ -1,8 +1,8 @@
 """One owner per cross-process format, and what its writer writes its reader reads (issue 20, `metax_core.wire`).
 
 Aspects:
-- every ``metax-tech.com/...`` name and the product's name (``part-of``) is spelled once, in `metax_core` (an
-  AST scan of the product's packages: a second spelling anywhere fails);
+- every ``metax-tech.com/...`` name, the product's name (``part-of``), the two ConfigMaps' names and data keys
+  are spelled once, in `metax_core` (an AST scan of the product's packages: a second spelling anywhere fails);
 - no service emits an Event with a reason written in place (a literal or an f-string);
 - every Event reason is documented;
 - per format, the writer's real code feeds the reader's real code: gpu-label's labels select the GPU
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from metax_core.cluster import components, configmaps, workloads
 from metax_core.cluster.components import Component
 from metax_core.inventory import DriverVersion, ModuleState, PciAddress, PciFunction
-from metax_core.node import driver_config, labels, vfio
+from metax_core.node import driver_config, labels, vfio, vfio_config_map
 from metax_core.spec import validation, vfio_config
 from metax_core.wire import event_reasons, meta
 from services.driver_manager import agent as driver_agent
@@ -79,9 +79,8 @@ def test_every_product_name_is_spelled_once_in_the_core() -> None:
     for package in PRODUCT:
         for path in (ROOT / package).rglob("*.py"):
             names |= {v for v, _ in _strings(path) if v.startswith(meta.PREFIX) and len(v) > len(meta.PREFIX)}
-    names.add(
-        meta.PRODUCT
-    )  # Event reasons: test_no_service_writes_an_event_reason_in_place (a condition may share one)
+    names.add(meta.PRODUCT)  # Event reasons: see test_no_service_writes_an_event_reason_in_place
+    names |= {driver_config.CONFIGMAP_NAME, *driver_config.DATA_KEYS, vfio_config_map.NAME, vfio_config_map.KEY}
     twice = {name: where for name, where in _spellings(names).items() if len(where) > 1}
     assert twice == {}
     outside = {name: where for name, where in _spellings(names).items() if not where[0].startswith("metax_core/")}
