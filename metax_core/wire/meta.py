@@ -19,6 +19,10 @@ MANAGED_BY = "metax-operator"
 PRODUCT = "metax-gpu-operator"
 """The product's name: the Python distribution's (``metax-operator --version`` reads it) and ``part-of``'s value."""
 PART_OF = PRODUCT
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+"""Selects every object the operator applies (its informers and its cleanup list with it)."""
+PART_OF_SELECTOR = f"{PART_OF_LABEL}={PART_OF}"
+"""Selects everything of the product, the components' pods included (the operator's pod informer)."""
 COMPONENT_LABEL = PREFIX + "component"
 """Which component (the spec's key, e.g. ``gpuDevice``) a workload, its pods or its RBAC belong to."""
 

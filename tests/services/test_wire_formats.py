@@ -81,6 +81,14 @@ def test_every_product_name_is_spelled_once_in_the_core() -> None:
             names |= {v for v, _ in _strings(path) if v.startswith(meta.PREFIX) and len(v) > len(meta.PREFIX)}
     names.add(meta.PRODUCT)  # Event reasons: see test_no_service_writes_an_event_reason_in_place
     names |= {driver_config.CONFIGMAP_NAME, *driver_config.DATA_KEYS, vfio_config_map.NAME, vfio_config_map.KEY}
+    selectors = [  # a label selector written in place repeats a label's name and its value
+        f"{path.relative_to(ROOT)}:{line}"
+        for package in PRODUCT
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for value, line in _strings(path)
+        if any(value.startswith(label + "=") for label in (meta.MANAGED_BY_LABEL, meta.PART_OF_LABEL))
+    ]
+    assert selectors == []
     twice = {name: where for name, where in _spellings(names).items() if len(where) > 1}
     assert twice == {}
     outside = {name: where for name, where in _spellings(names).items() if not where[0].startswith("metax_core/")}
