@@ -24,12 +24,12 @@ from metax_core.cluster import components, configmaps, workloads
 from metax_core.cluster.components import Component
 from metax_core.inventory import DriverVersion, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, labels, vfio, vfio_config_map
+from metax_core.rollout import fleet as rollout_fleet
 from metax_core.spec import validation, vfio_config
 from metax_core.wire import event_reasons, meta
 from services.driver_manager import agent as driver_agent
 from services.gpu_device import config as device_config
 from services.gpu_label import agent as label_agent
-from services.operator import rollout_driver
 from services.vfio_manager import agent as vfio_agent
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -170,11 +170,11 @@ def test_a_stamped_driver_daemonset_and_its_pods_agree_on_the_revision() -> None
     ds = next(
         o for o in workloads.render(SPEC).objects if o["kind"] == "DaemonSet" and "driver" in o["metadata"]["name"]
     )
-    stamped = rollout_driver.stamped(ds, SPEC.driver)
+    stamped = rollout_fleet.stamped(ds, SPEC.driver)
     template = stamped["spec"]["template"]
     pod = {"metadata": {"annotations": dict(template["metadata"]["annotations"])}}
-    assert not rollout_driver.behind(stamped, [pod])
-    assert rollout_driver.behind(stamped, [{"metadata": {"annotations": {meta.DRIVER_REVISION: "other"}}}])
+    assert not rollout_fleet.behind(stamped, [pod])
+    assert rollout_fleet.behind(stamped, [{"metadata": {"annotations": {meta.DRIVER_REVISION: "other"}}}])
     assert stamped["metadata"]["annotations"][meta.DRIVER_SPEC]
 
 
