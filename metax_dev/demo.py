@@ -19,11 +19,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from metax_core.cluster import components, workloads
+from metax_core.cluster import components, configmaps, workloads
 from metax_core.inventory import FunctionKind
-from metax_core.node import devices, vfio, vfio_config_map
+from metax_core.node import devices, vfio
+from metax_core.node import driver_config as driver_config_format
 from metax_core.spec import model as spec
 from metax_core.spec import validation
+from metax_core.wire import meta
 from metax_dev import fakehost
 from metax_hw_fake import host as fake_host
 from metax_k8s.inmemory.cluster import InMemoryCluster
@@ -43,9 +45,9 @@ from services.vfio_manager import config as vfio_settings
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 DRIVER_CONFIG = {
-    "node-vfnums": "nodes:\n  gpu-node-3:\n    vfnum: 4\n",
-    "module-params": "xcore_page_size: 10\n",
-    "node-module-params": "worknode1:\n  xcore_page_size: 12\n",
+    driver_config_format.NODE_VFNUMS: "nodes:\n  gpu-node-3:\n    vfnum: 4\n",
+    driver_config_format.MODULE_PARAMS: "xcore_page_size: 10\n",
+    driver_config_format.NODE_MODULE_PARAMS: "worknode1:\n  xcore_page_size: 12\n",
 }
 PAYLOAD_VERSION = "2.14.6"
 NAMESPACE = "metax-operator"
@@ -102,12 +104,14 @@ def show_nodes(console: Console, example: Path, workdir: Path) -> None:
     k8s = InMemoryCluster()
     k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, field_manager="demo")
     k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="demo")
-    for name, data in (
-        (workloads.DRIVER_CONFIG_MAP, DRIVER_CONFIG),
-        (workloads.VFIO_CONFIG_MAP, vfio_config_map.render(wanted.vfio_manager.vfio_config)),
+    # The ConfigMaps exactly as the operator renders them (`configmaps`): what the agents read is what the
+    # operator writes. driver-config is then edited as an administrator would (R-VF, R-MODPARAM).
+    driver_cm = configmaps.driver_config_map(NAMESPACE)
+    for manifest in (
+        {**driver_cm, "data": {**driver_cm["data"], **DRIVER_CONFIG}},
+        configmaps.vfio_config_map(wanted, NAMESPACE),
     ):
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NAMESPACE}}
-        k8s.objects.apply({**body, "data": data}, field_manager="metax-operator")
+        k8s.objects.apply(manifest, field_manager=meta.MANAGED_BY)
     table = Table("node", "GPUs", "driver", "VFs", "module params", "vfio-pci", "advertised")
     for name, gpus, host_driver in NODES:
         k8s.add_node(name)

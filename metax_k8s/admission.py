@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 API_VERSION = "admission.k8s.io/v1"
 CLUSTER_OPERATOR_PATH = "/validate/clusteroperator"
 DRIVER_CONFIG_PATH = "/validate/driver-config"
-DRIVER_CONFIG_MAP = "driver-config"
+DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
 MAX_MESSAGE = 4000
 """The API server shows the message to the user; keep it readable when a document is very wrong."""
 

@@ -39,7 +39,7 @@ from metax_core.spec import model as spec
 
 log = logging.getLogger(__name__)
 
-PLURAL = "clusteroperators"
+PLURAL = spec.PLURAL
 SINGULAR = "clusteroperator"
 SHORT_NAMES = ("mxco",)
 NAME = f"{PLURAL}.{spec.API_GROUP}"

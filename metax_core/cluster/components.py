@@ -218,3 +218,8 @@ def requirements(component: Component, deployed: Iterable[Component]) -> tuple[C
             needed.add(c)
             stack.extend(BY_COMPONENT[c].prerequisites)
     return tuple(c for c in deploy_order(needed) if c in present)
+
+
+def signal(component: Component) -> str:
+    """The name ``component``'s node agent publishes its readiness under, and readers look up (R-READY)."""
+    return BY_COMPONENT[component].signal

@@ -4,23 +4,24 @@ Why a module of its own: they follow opposite rules. ``driver-config`` is the ad
 operator creates it once, with the documented defaults (no VFs, no module parameters), and never writes it
 again, so edits survive upgrades. ``metax-vfio-config`` is rendered from ``vfioManager.vfioConfig`` on every
 reconcile and server-side applied, so the spec is its only source. Both are plain manifests; the operator
-applies them, `metax-operator render` could print them.
+applies them and `metax-operator render` prints them.
+
+Their data formats are not defined here: each has one owner that renders and parses it, and that both the
+operator and the agent reading it call (issue 20): `metax_core.node.driver_config` (read by driver-manager)
+and `metax_core.node.vfio_config_map` (read by vfio-manager). This module only wraps them into manifests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from metax_core.cluster import workloads
+from metax_core.cluster.components import Component
 from metax_core.errors import InvalidSpec
 from metax_core.node import driver_config
+from metax_core.node import vfio_config_map as vfio_format
 from metax_core.spec import model as spec
-
-VFIO_CONFIG_KEY = "vfio-config"
-"""The key of ``metax-vfio-config`` whose value (YAML) lists the entries, in the spec's order."""
 
 
 def _metadata(name: str, namespace: str) -> dict[str, Any]:
@@ -29,7 +30,7 @@ def _metadata(name: str, namespace: str) -> dict[str, Any]:
         "namespace": namespace,
         "labels": {
             workloads.MANAGED_BY_LABEL: workloads.MANAGED_BY,
-            workloads.PART_OF_LABEL: "metax-gpu-operator",
+            workloads.PART_OF_LABEL: workloads.PART_OF,
         },
     }
 
@@ -44,21 +45,26 @@ def driver_config_map(namespace: str = spec.NAMESPACE) -> dict[str, Any]:
     }
 
 
-def vfio_config_document(entries: Sequence[spec.VfioConfigEntry]) -> str:
-    """The entries as YAML (``[{nodeName, gpus}]``): first match wins, so order is kept."""
-    listed = [{"nodeName": e.node_name, "gpus": e.gpus} for e in entries]
-    text: str = yaml.safe_dump(listed, default_flow_style=False, sort_keys=False)
-    return text
-
-
 def vfio_config_map(s: spec.ClusterOperatorSpec, namespace: str = spec.NAMESPACE) -> dict[str, Any]:
     """``metax-vfio-config`` for ``s`` (rendered whether or not vfio-manager is on: it is cheap and harmless)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(workloads.VFIO_CONFIG_MAP, namespace),
-        "data": {VFIO_CONFIG_KEY: vfio_config_document(s.vfio_manager.vfio_config)},
+        "data": vfio_format.render(s.vfio_manager.vfio_config),
     }
+
+
+READERS: Mapping[str, Component] = {
+    workloads.DRIVER_CONFIG_MAP: Component.DRIVER,
+    workloads.VFIO_CONFIG_MAP: Component.VFIO_MANAGER,
+}
+"""The component whose agent reads each ConfigMap (``metax-operator render --component`` shows it with it)."""
+
+
+def manifests(s: spec.ClusterOperatorSpec, namespace: str = spec.NAMESPACE) -> tuple[dict[str, Any], ...]:
+    """Both ConfigMaps, in the order the operator applies them (before any workload, which reads them)."""
+    return driver_config_map(namespace), vfio_config_map(s, namespace)
 
 
 def vf_counts(data: Mapping[str, object] | None) -> dict[str, int]:

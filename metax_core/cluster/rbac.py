@@ -26,12 +26,14 @@ import attrs
 
 from metax_core.cluster import components
 from metax_core.cluster.components import Component
+from metax_core.node import driver_config, vfio_config_map
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-PART_OF_LABEL = "app.kubernetes.io/part-of"
-MANAGED_BY = "metax-operator"
-PART_OF = "metax-gpu-operator"
+MANAGED_BY_LABEL = meta.MANAGED_BY_LABEL
+PART_OF_LABEL = meta.PART_OF_LABEL
+MANAGED_BY = meta.MANAGED_BY
+PART_OF = meta.PART_OF
 EVENTS_NAMESPACE = "default"
 RBAC_API = "rbac.authorization.k8s.io/v1"
 """Events about cluster-scoped objects (nodes, the ClusterOperator) go here (kubectl looks for them here)."""
@@ -105,8 +107,8 @@ def _agent(account: str, *cluster: Rule, namespace: tuple[Rule, ...] = ()) -> Ac
     return AccountRules(account, cluster=cluster, namespace=namespace, events=_EVENTS)
 
 
-DRIVER_CONFIG_MAP = "driver-config"
-VFIO_CONFIG_MAP = "metax-vfio-config"
+DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
+VFIO_CONFIG_MAP = vfio_config_map.NAME
 
 COMPONENT_RULES: Mapping[str, AccountRules] = {
     r.account: r
@@ -149,11 +151,11 @@ def role_name(account: str, scope: Scope) -> str:
     return f"{account}-events" if scope is Scope.EVENTS else account
 
 
-COMPONENT_LABEL = "metax-tech.com/component"
+COMPONENT_LABEL = meta.COMPONENT_LABEL
 
 
 def _labels(account: str, component: Component | None = None) -> dict[str, str]:
-    labels = {"app.kubernetes.io/name": account, MANAGED_BY_LABEL: MANAGED_BY, PART_OF_LABEL: PART_OF}
+    labels = {meta.APP_LABEL: account, MANAGED_BY_LABEL: MANAGED_BY, PART_OF_LABEL: PART_OF}
     if component is not None:
         labels[COMPONENT_LABEL] = component.value
     return labels

@@ -15,19 +15,24 @@ import attrs
 
 from metax_core.cluster import components, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
-from metax_core.node import readiness
+from metax_core.node import driver_config, readiness, vfio_config_map
+from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
 from metax_core.spec import names
+from metax_core.wire import meta
 
-APP_LABEL = "app.kubernetes.io/name"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-PART_OF_LABEL = "app.kubernetes.io/part-of"
-COMPONENT_LABEL = "metax-tech.com/component"
-MANAGED_BY = "metax-operator"
-GPU_NODE_LABEL = "metax-tech.com/gpu.installed"
+# The names other processes read are defined by their owners (issue 20); these are the same objects.
+APP_LABEL = meta.APP_LABEL
+MANAGED_BY_LABEL = meta.MANAGED_BY_LABEL
+PART_OF_LABEL = meta.PART_OF_LABEL
+COMPONENT_LABEL = meta.COMPONENT_LABEL
+MANAGED_BY = meta.MANAGED_BY
+PART_OF = meta.PART_OF
+GPU_NODE_LABEL = node_labels.GPU_INSTALLED
+"""gpu-label writes it (`metax_core.node.labels`); the GPU components' DaemonSets select on it."""
 EXPORTER_PORT = 9400
-DRIVER_CONFIG_MAP = "driver-config"
-VFIO_CONFIG_MAP = "metax-vfio-config"
+DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
+VFIO_CONFIG_MAP = vfio_config_map.NAME
 
 # Host paths of 000 §1.3.2, and which workload mounts which (read-only where the agent only reads).
 HostPath = tuple[str, bool]  # (path, read_only)
@@ -123,7 +128,7 @@ def default_pod_spec(component: Component, workload: Workload) -> dict[str, Any]
         return {}
     pod: dict[str, Any] = {"tolerations": copy.deepcopy(_CONTROL_PLANE_TOLERATIONS)}
     if component is not Component.GPU_LABEL:
-        pod["nodeSelector"] = {GPU_NODE_LABEL: "true"}
+        pod["nodeSelector"] = {GPU_NODE_LABEL: node_labels.TRUE}
     return pod
 
 
@@ -220,7 +225,7 @@ def _labels(component: Component, workload: Workload) -> dict[str, str]:
         APP_LABEL: workload.name,
         COMPONENT_LABEL: component.value,
         MANAGED_BY_LABEL: MANAGED_BY,
-        PART_OF_LABEL: "metax-gpu-operator",
+        PART_OF_LABEL: PART_OF,
     }
 
 

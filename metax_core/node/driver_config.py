@@ -106,8 +106,8 @@ class DriverConfig:
 class ParamSource(enum.Enum):
     """Which part of driver-config a node's module parameters came from."""
 
-    NODE = "node-module-params"
-    CLUSTER = "module-params"
+    NODE = NODE_MODULE_PARAMS
+    CLUSTER = MODULE_PARAMS
     DEFAULT = "default"
 
 

@@ -26,22 +26,21 @@ from metax_core.inventory import (
 )
 from metax_core.node import driver_config, policy
 from metax_core.spec import model as spec
+from metax_core.wire import event_reasons
 
 HOST_DRIVER_DIR = "/var/lib/metax/drivers"
 """Where payload drivers are copied on the host, one directory per version (docs/agents.md)."""
 HOST_FIRMWARE_DIR = "/lib/firmware/metax"
 """Where payload firmware images are copied on the host before flashing."""
 
-HOST_DRIVER_IN_USE = "HostDriverInUse"
+HOST_DRIVER_IN_USE = event_reasons.HOST_DRIVER_IN_USE
 """Event reason: the loaded driver cannot be unloaded (processes use the GPUs, or it is built in)."""
-DRIVER_LOAD_FAILED = "DriverLoadFailed"
-DRIVER_READY = "DriverReady"
-PREVIOUS_DRIVER_RESTORED = "PreviousDriverRestored"
-"""Event reason: the new driver did not load after the old one was unloaded; the old one is back."""
-DRIVER_RESTORE_FAILED = "DriverRestoreFailed"
-"""Event reason: neither the new driver nor the previous one loads: the node has no driver."""
-FIRMWARE_REFUSED = "FirmwareUpgradeRefused"
-FIRMWARE_FAILED = "FirmwareUpgradeFailed"
+DRIVER_LOAD_FAILED = event_reasons.DRIVER_LOAD_FAILED
+DRIVER_READY = event_reasons.DRIVER_READY
+PREVIOUS_DRIVER_RESTORED = event_reasons.PREVIOUS_DRIVER_RESTORED
+DRIVER_RESTORE_FAILED = event_reasons.DRIVER_RESTORE_FAILED
+FIRMWARE_REFUSED = event_reasons.FIRMWARE_UPGRADE_REFUSED
+FIRMWARE_FAILED = event_reasons.FIRMWARE_UPGRADE_FAILED
 
 
 class Step(enum.Enum):

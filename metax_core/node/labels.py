@@ -1,4 +1,6 @@
-"""Node labels and annotations published by gpu-label from a node's inventory (R-LABELS, §3.3.2).
+"""Node labels and annotations published by gpu-label from a node's inventory (R-LABELS, §3.3.2), and the
+one definition of every other node label key the product writes or reads (driver-manager's ``driver.*``,
+the administrator's ``gpu-device.*``): writers and readers import them from here (issue 20).
 
 Pods select GPU nodes with these labels (``metax-tech.com/gpu.product: C500``, ``gpu.vfnum: "0"`` in §3.3.2),
 MetaX's own DaemonSets gate on ``gpu.installed``, and HAMi schedules sGPU from the
@@ -33,10 +35,13 @@ from metax_core.inventory import (
     PciFunction,
 )
 from metax_core.node import devices
+from metax_core.wire import meta
 
-PREFIX = "metax-tech.com/"
+PREFIX = meta.PREFIX
 
 GPU_INSTALLED = PREFIX + "gpu.installed"
+TRUE = "true"
+"""The value of the yes/no labels (``gpu.installed``, ``driver.ready``), as node selectors match it."""
 GPU_PRODUCT = PREFIX + "gpu.product"
 GPU_FAMILY = PREFIX + "gpu.family"
 GPU_COUNT = PREFIX + "gpu.count"
@@ -61,6 +66,13 @@ OWNED_LABELS = (
     GPU_MACA_VERSION,
 )
 """Every label gpu-label writes (and removes at uninstall)."""
+
+DRIVER_READY = PREFIX + "driver.ready"
+"""Written by driver-manager: `TRUE` while the wanted driver is loaded (MetaX's operator gates on it)."""
+DRIVER_VERSION = PREFIX + "driver.version"
+"""Written by driver-manager: the loaded driver's version, while ready."""
+DRIVER_LABELS = (DRIVER_READY, DRIVER_VERSION)
+"""Every label driver-manager writes (and removes at uninstall)."""
 
 NODE_GPU_DEVICES = PREFIX + "node-gpu-devices"
 """HAMi's sGPU device list (JSON)."""
@@ -189,7 +201,7 @@ def node_labels(inventory: NodeInventory) -> dict[str, str | None]:
         return labels
     first = devices[0]
     product = product_of(first, _name_of(inventory, first.address))
-    labels[GPU_INSTALLED] = "true"
+    labels[GPU_INSTALLED] = TRUE
     labels[GPU_PRODUCT] = product
     family = family_of(first, product)
     labels[GPU_FAMILY] = family

@@ -26,8 +26,9 @@ from metax_core.inventory import (
     PciFunction,
 )
 from metax_core.spec import model as spec
+from metax_core.wire import event_reasons
 
-NODE_NEED_REBOOT_REASON = "NodeNeedReboot"
+NODE_NEED_REBOOT_REASON = event_reasons.NODE_NEED_REBOOT
 """Event reason on the Node after a successful firmware flash (§3.2.9)."""
 NODE_NEED_REBOOT_MESSAGE = "firmware upgrade done, need reboot machine to take effect"
 """Event message on the Node after a successful firmware flash, word for word as §3.2.9 prints it."""

@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import VFIO_DRIVER, FunctionKind, PciAddress, PciFunction
 from metax_core.spec import vfio_config
+from metax_core.wire import event_reasons
 
 ANNOTATION = "metax-tech.com/gpu-vfio"
 
@@ -72,7 +74,26 @@ def annotation_value(results: Mapping[int, bool]) -> str:
     return json.dumps({str(i): int(ok) for i, ok in sorted(results.items())}, separators=(",", ":"))
 
 
-IOMMU_DISABLED = "IOMMUDisabled"
+def parse_annotation(value: str | None) -> dict[int, bool]:
+    """The annotation read back (index → bound); InvalidSpec naming the annotation when it is not that shape."""
+    if not value:
+        return {}
+    problem = FieldError(ANNOTATION, 'must be a JSON object of GPU index to 1 (bound) or 0 (failed), like {"0":1}')
+    try:
+        document = json.loads(value)
+    except ValueError:
+        raise InvalidSpec([problem]) from None
+    if not isinstance(document, dict):
+        raise InvalidSpec([problem])
+    parsed: dict[int, bool] = {}
+    for key, bound in document.items():
+        if not (isinstance(key, str) and key.isdigit() and type(bound) is int and bound in (0, 1)):
+            raise InvalidSpec([problem])
+        parsed[int(key)] = bool(bound)
+    return parsed
+
+
+IOMMU_DISABLED = event_reasons.IOMMU_DISABLED
 """Event reason and readiness word when GPUs are selected for vfio-pci on a node without an IOMMU."""
 
 

@@ -2,9 +2,13 @@
 
 The seed names the ConfigMap and says administrators edit it with ``kubectl edit`` but never prints its
 data. We keep the chart's own shape, so what an administrator sees is what they wrote in values.yaml: one
-key, ``vfioConfig``, holding the YAML list ``[{nodeName: <regex>, gpus: "0,1" | all}]``. The operator renders
-it with `render`; vfio-manager reads it with `parse`, which refuses a bad entry naming its path (and the
-agent then keeps the last valid selection).
+key, ``vfioConfig``, holding the YAML list ``[{nodeName: <regex>, gpus: "0,1" | all}]``, in the spec's order
+(the first matching entry wins).
+
+This module is the one owner of that format (issue 20): the operator renders the ConfigMap's data with
+`render` (through `metax_core.cluster.configmaps`), vfio-manager reads it with `parse`, which goes through the
+project's limited YAML loader (`metax_core.spec.text`, like every user input) and refuses a bad entry naming
+its path (the agent then keeps the last valid selection). Nothing else spells the key.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from collections.abc import Mapping, Sequence
 import yaml
 
 from metax_core.errors import FieldError, InvalidSpec
-from metax_core.spec import vfio_config
+from metax_core.spec import text, vfio_config
 from metax_core.spec.model import VfioConfigEntry
 
+NAME = "metax-vfio-config"
+"""The ConfigMap's name, in the operator's namespace."""
 KEY = "vfioConfig"
+"""Its one data key."""
 
 
 def render(entries: Sequence[VfioConfigEntry]) -> dict[str, str]:
@@ -33,9 +40,10 @@ def parse(data: Mapping[str, object] | None) -> tuple[VfioConfigEntry, ...]:
     raw = data.get(KEY)
     if isinstance(raw, str):
         try:
-            raw = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise InvalidSpec([*errors, FieldError(KEY, f"is not valid YAML: {' '.join(str(exc).split())}")]) from None
+            raw = text.load_value(raw, KEY)
+        except text.TextError as exc:
+            where = f"line {exc.line}: " if exc.line is not None else ""
+            raise InvalidSpec([*errors, FieldError(KEY, f"is not valid YAML: {where}{exc.message}")]) from None
     if isinstance(raw, Mapping) and list(raw) == [KEY]:
         raw = raw[KEY]
     if raw is None:

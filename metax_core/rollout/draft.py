@@ -37,8 +37,9 @@ from metax_core.rollout.status import (
     format_time,
 )
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 
-CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
 """The annotation on cluster-operator whose value confirms a waiting step (its ``confirmToken``)."""
 
 IN_FLIGHT_RECHECK = dt.timedelta(seconds=10)
@@ -256,11 +257,3 @@ def awaiting(ctx: Context, d: Draft, reached_now: bool) -> tuple[bool, Draft]:
         return False, attrs.evolve(d, waiting_since=ctx.now, confirm_token=token, requeue=None)
     confirmed = ctx.confirmation == d.confirm_token and not ctx.policy.pause
     return confirmed, attrs.evolve(d, requeue=None)
-
-
-def confirm_hint(token: str) -> str:
-    """How an administrator confirms, as the status message says it."""
-    return (
-        f"confirm with: metax-operator rollout confirm (or kubectl annotate clusteroperator cluster-operator "
-        f"{CONFIRM_ANNOTATION}={token} --overwrite)"
-    )

@@ -32,9 +32,10 @@ from metax_core.rollout import model
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import converter
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 
-REVISION_ANNOTATION = "metax-tech.com/driver-revision"
-DRIVER_SPEC_ANNOTATION = "metax-tech.com/driver-spec"
+REVISION_ANNOTATION = meta.DRIVER_REVISION
+DRIVER_SPEC_ANNOTATION = meta.DRIVER_SPEC
 
 STUCK_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerError"})
 """Container waiting reasons from which a driver pod does not recover by itself."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from metax_core.rollout import confirm as rollout_confirm
 from metax_core.rollout import draft as rollout_draft
 from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout import rollback as rollout_rollback
@@ -264,7 +265,7 @@ def _paused_by_fallback(ctx: Context, d: Draft, why: str, failed: CondSpec | Non
     _, d = rollout_draft.awaiting(ctx, d, reached_now=failed is not None)
     message = (
         f"the rollout is paused after a failure ({why}): confirm to retry the failed nodes, "
-        "or set enableRollout: false to roll back; " + rollout_draft.confirm_hint(d.confirm_token)
+        "or set enableRollout: false to roll back; " + rollout_confirm.hint(d.index + 1, d.confirm_token)
     )
     conds: dict[ConditionType, CondSpec] = {PROGRESSING: (FALSE, Reason.FALLBACK_PAUSED, message)}
     if failed is not None:
@@ -300,8 +301,8 @@ def _step_done(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, label: str) 
 
 def _manual(ctx: Context, d: Draft, done: str, *, reached_now: bool) -> Draft:
     _, d = rollout_draft.awaiting(ctx, d, reached_now)
-    message = f"{done}; waiting for an administrator to confirm this step; " + rollout_draft.confirm_hint(
-        d.confirm_token
+    message = f"{done}; waiting for an administrator to confirm this step; " + rollout_confirm.hint(
+        d.index + 1, d.confirm_token
     )
     if ctx.policy.pause:
         message += "; pause is true: the rollout stays held until it is false"

@@ -35,6 +35,8 @@ Log = fieldtypes.Log
 API_GROUP = "gpu.metax-tech.com"
 API_VERSION = "v1alpha1"
 KIND = "ClusterOperator"
+PLURAL = "clusteroperators"
+"""The CRD's resource name: ``clusteroperators.gpu.metax-tech.com`` (R-INSTALL)."""
 OBJECT_NAME = "cluster-operator"
 """The one ClusterOperator object the chart creates (R-INSTALL)."""
 NAMESPACE = "metax-operator"

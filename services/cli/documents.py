@@ -15,6 +15,7 @@ import yaml
 
 from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.spec import text
+from metax_core.wire import meta
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -36,7 +37,7 @@ def error_line(exc: UsageError) -> str:
 
 def package_version() -> str:
     try:
-        return metadata.version("metax-gpu-operator")
+        return metadata.version(meta.PRODUCT)
     except metadata.PackageNotFoundError:
         return "0.0.0+unknown"
 

@@ -10,12 +10,13 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import yaml
 
 from metax_core import versions
-from metax_core.cluster import workloads
+from metax_core.cluster import configmaps, workloads
 from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
@@ -39,17 +40,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"skipped: {blocked.reason}", file=sys.stderr)
     for component in rendered.plan.disabled:
         print(f"skipped: {component.value} is disabled", file=sys.stderr)
-    objects = list(rendered.objects)
+    everything = [*configmaps.manifests(parsed, args.namespace), *rendered.objects]  # the operator's apply order
+    objects = everything
     if args.component:
         wanted = {args.component, f"metax-{args.component}"}
-        objects = [
-            o
-            for o in objects
-            if o["metadata"]["name"] in wanted
-            or o["metadata"]["labels"].get(workloads.COMPONENT_LABEL) == args.component
-        ]
+        objects = [o for o in everything if o["metadata"]["name"] in wanted or _component_of(o) == args.component]
         if not objects:
-            names = sorted({o["metadata"]["labels"][workloads.COMPONENT_LABEL] for o in rendered.objects})
+            names = sorted({c for o in rendered.objects if (c := _component_of(o))})
             raise documents.UsageError(
                 f"no rendered component {args.component!r}; rendered: {', '.join(names) or 'none'}"
             )
@@ -58,6 +55,15 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         print(yaml.dump_all(objects, Dumper=documents.PlainDumper, sort_keys=False), end="")
     return documents.EXIT_OK
+
+
+def _component_of(manifest: Mapping[str, Any]) -> str | None:
+    """The component an object belongs to: its label, or for a ConfigMap the component that reads it."""
+    metadata = manifest["metadata"]
+    label: str | None = (metadata.get("labels") or {}).get(workloads.COMPONENT_LABEL)
+    if label is None and manifest["kind"] == "ConfigMap" and metadata["name"] in configmaps.READERS:
+        return configmaps.READERS[metadata["name"]].value
+    return label
 
 
 def cmd_maca_resolve(args: argparse.Namespace) -> int:
@@ -89,9 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", required=True, help="YAML or JSON file, - for stdin")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("render", help="print the workloads the operator would apply, in dependency order")
+    p = sub.add_parser(
+        "render",
+        help="print what the operator would apply, in its order: the ConfigMaps, then each component's objects",
+    )
     p.add_argument("-f", "--file", required=True, help="YAML or JSON file, - for stdin")
-    p.add_argument("--component", help="only this component (chart key like maca, or workload name)")
+    p.add_argument(
+        "--component",
+        help="only this component (chart key like maca, or an object name); a ConfigMap goes with the component "
+        "that reads it (driver-config: driver, metax-vfio-config: vfioManager)",
+    )
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     p.add_argument("--namespace", default=workloads.RenderSettings().namespace)
     p.add_argument("--version", default=documents.package_version(), help="component image tag")

@@ -26,17 +26,20 @@ from rich.console import Console
 from rich.table import Table
 
 from metax_core.errors import InvalidSpec
+from metax_core.rollout import confirm as rollout_confirm
 from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout import sim as rollout_sim
 from metax_core.rollout.status import ConditionType
 from metax_core.spec import model as spec
 from metax_core.spec import validation
+from metax_k8s.api import Api
 from services.cli import documents
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
-CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CONFIRM_ANNOTATION = rollout_confirm.ANNOTATION
+FIELD_MANAGER = "metax-operator-cli"
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 NAMES_PER_LOOP = 6
 LOOPS_PER_STEP = 12
@@ -201,23 +204,24 @@ def confirm(args: argparse.Namespace) -> int:
     """Annotate cluster-operator with the waiting step's token (a metadata write; the spec is untouched)."""
     from metax_k8s import client, connect
 
-    api = client.HttpApi(connect.connect(args.kubeconfig), user_agent="metax-operator-cli")
+    return confirm_waiting_step(client.HttpApi(connect.connect(args.kubeconfig), user_agent=FIELD_MANAGER), args.step)
+
+
+def confirm_waiting_step(api: Api, step: int | None) -> int:
+    """What ``rollout confirm [--step N]`` does with ``api``: exactly the patch the waiting step's message names
+    (`metax_core.rollout.confirm`)."""
     cr = api.get(CR_API, spec.KIND, spec.OBJECT_NAME)
-    step = ((cr.get("status") or {}).get("upgradeStatus") or {}).get("status") or {}
-    token = step.get("confirmToken")
+    status = ((cr.get("status") or {}).get("upgradeStatus") or {}).get("status") or {}
+    token = status.get("confirmToken")
     if not token:
         return _fail(
             "no driver rollout step waits for a confirmation (status.upgradeStatus.status has no confirmToken)"
         )
-    waiting = int(step.get("currentStepIndex") or 0) + 1
-    if args.step is not None and args.step != waiting:
-        return _fail(f"step {waiting} waits, not step {args.step}; nothing confirmed")
+    waiting = int(status.get("currentStepIndex") or 0) + 1
+    if step is not None and step != waiting:
+        return _fail(f"step {waiting} waits, not step {step}; nothing confirmed")
     api.merge_patch(
-        CR_API,
-        spec.KIND,
-        spec.OBJECT_NAME,
-        {"metadata": {"annotations": {CONFIRM_ANNOTATION: token}}},
-        field_manager="metax-operator-cli",
+        CR_API, spec.KIND, spec.OBJECT_NAME, rollout_confirm.annotation_patch(token), field_manager=FIELD_MANAGER
     )
     print(f"confirmed step {waiting}: {CONFIRM_ANNOTATION}={token}")
     return EXIT_OK

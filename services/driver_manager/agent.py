@@ -23,22 +23,25 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError
 from metax_core.inventory import METAX_MODULE, GpuHealth, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, driver_plan
+from metax_core.node import labels as node_labels
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
+from metax_core.wire import event_reasons
 from services._agent import cluster, loop, probe, publish
 from services.driver_manager import firmware, payload, state
 from services.driver_manager.config import Settings
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "driver"
-DRIVER_READY_LABEL = "metax-tech.com/driver.ready"
-DRIVER_VERSION_LABEL = "metax-tech.com/driver.version"
-OWNED_LABELS = (DRIVER_READY_LABEL, DRIVER_VERSION_LABEL)
+COMPONENT = components.signal(components.Component.DRIVER)
+DRIVER_READY_LABEL = node_labels.DRIVER_READY
+DRIVER_VERSION_LABEL = node_labels.DRIVER_VERSION
+OWNED_LABELS = node_labels.DRIVER_LABELS
 
 
 @attrs.frozen
@@ -173,7 +176,7 @@ class DriverManager:
         except InvalidSpec as exc:
             message = f"ConfigMap {s.namespace}/{s.driver_config} is invalid, keeping the last valid one: {exc}"
             if self.say("config", message, logging.ERROR):
-                self.publisher.event("InvalidDriverConfig", message, warning=True)
+                self.publisher.event(event_reasons.INVALID_DRIVER_CONFIG, message, warning=True)
             return self.config
         self.say("config", f"driver-config for {s.node_name}: {driver_config.for_node(self.config, s.node_name)}")
         return self.config
@@ -288,7 +291,7 @@ class DriverManager:
         plan = driver_config.vf_count_plan(self.hw.devices.functions(), vfnum)
         if plan.outcome is driver_config.PlanOutcome.REFUSE:
             if self.say("vfs", "VF count refused: " + "; ".join(plan.problems), logging.ERROR):
-                self.publisher.event("VfCountRefused", "; ".join(plan.problems), warning=True)
+                self.publisher.event(event_reasons.VF_COUNT_REFUSED, "; ".join(plan.problems), warning=True)
             return plan
         if plan.writes:
             # Not ready while the counts change: gpu-device must never offer the half-changed inventory (one
@@ -303,7 +306,7 @@ class DriverManager:
                 return attrs.evolve(plan, outcome=driver_config.PlanOutcome.REFUSE, problems=(problem,))
         if plan.writes:
             self.say("vfs", f"{vfnum} VF(s) per GPU on {len(plan.writes)} GPU(s)")
-            self.publisher.event("VfCountSet", f"{vfnum} VF(s) per GPU")
+            self.publisher.event(event_reasons.VF_COUNT_SET, f"{vfnum} VF(s) per GPU")
         return plan
 
     def _health(self) -> Mapping[PciAddress, GpuHealth] | None:
@@ -316,7 +319,7 @@ class DriverManager:
     def _publish(self, node: Mapping[str, Any] | None, ready: driver_plan.DriverReadiness) -> None:
         self.publisher.signal(ready.ready, ready.reason, version=ready.version if ready.ready else None)
         labels: dict[str, str | None] = {
-            DRIVER_READY_LABEL: "true" if ready.ready else None,
+            DRIVER_READY_LABEL: node_labels.TRUE if ready.ready else None,
             DRIVER_VERSION_LABEL: ready.version if ready.ready and ready.version else None,
         }
         if node is None:

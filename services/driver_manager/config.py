@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from metax_core.node import driver_config
 from metax_core.spec import model as spec
 from services._agent import settings as agent_settings
 from services._agent.settings import Seconds, env
@@ -25,7 +26,7 @@ class Settings(agent_settings.NodeAgentSettings):
         default=spec.FirmwarePolicy.NEVER, metadata=env("METAX_FW_UPGRADE_POLICY")
     )
     fw_enable_virt: bool = attrs.field(default=False, metadata=env("METAX_FW_ENABLE_VIRT"))
-    driver_config: str = attrs.field(default="driver-config", metadata=env("METAX_DRIVER_CONFIG"))
+    driver_config: str = attrs.field(default=driver_config.CONFIGMAP_NAME, metadata=env("METAX_DRIVER_CONFIG"))
     interval: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_DRIVER_INTERVAL"))
     """Seconds between full rounds when nothing changed (the ConfigMap watch makes a round due at once)."""
     physical_machine: bool = attrs.field(default=True, metadata=env("METAX_PHYSICAL_MACHINE"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError
 from metax_core.inventory import METAX_MODULE, GpuHealth, GpuLink, GpuMetrics, PciAddress
 from metax_core.node import devices, labels, publish
@@ -27,7 +28,7 @@ from services.gpu_label.config import Settings
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "gpu-label"
+COMPONENT = components.signal(components.Component.GPU_LABEL)
 
 
 @attrs.frozen

@@ -28,10 +28,11 @@ from typing import Any
 from metax_core.cluster import workloads
 from metax_core.errors import MetaxError
 from metax_core.ports.cluster import Events, EventType, ObjectRef, Objects, RawObject
+from metax_core.wire import event_reasons, meta
 
 log = logging.getLogger(__name__)
 
-HASH_ANNOTATION = "metax-tech.com/desired-hash"
+HASH_ANNOTATION = meta.DESIRED_HASH
 
 
 class NotOurs(MetaxError):
@@ -95,7 +96,7 @@ class Applier:
             log.warning("%s", message, extra={"object": f"{key[0]}/{key[2]}"})
             self.events.emit(
                 ref_of({"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], **live}),
-                reason="Refused",
+                reason=event_reasons.REFUSED,
                 message=message,
                 type=EventType.WARNING,
                 action="Apply",
@@ -136,7 +137,9 @@ class Applier:
         if changed:
             what = "created" if live is None else "updated"
             log.info("%s %s/%s %s", key[0], key[1], key[2], what, extra={"object": f"{key[0]}/{key[2]}"})
-            self.events.emit(ref_of(result), reason="Applied", message=f"{key[0]} {key[2]} {what} by the operator")
+            self.events.emit(
+                ref_of(result), reason=event_reasons.APPLIED, message=f"{key[0]} {key[2]} {what} by the operator"
+            )
         return result
 
     def create_once(self, manifest: Mapping[str, Any], live: RawObject | None) -> bool:
@@ -151,7 +154,9 @@ class Applier:
         self.objects.apply(manifest, field_manager=self.field_manager)
         self.writes += 1
         log.info("%s %s/%s created with defaults", manifest["kind"], metadata.get("namespace"), metadata["name"])
-        self.events.emit(ref_of(manifest), reason="Created", message=f"{manifest['kind']} {metadata['name']} created")
+        self.events.emit(
+            ref_of(manifest), reason=event_reasons.CREATED, message=f"{manifest['kind']} {metadata['name']} created"
+        )
         return True
 
     def prune(self, live: RawObject, why: str) -> None:
@@ -165,7 +170,7 @@ class Applier:
             log.info("%s %s/%s deleted: %s", kind, metadata.get("namespace"), metadata.get("name"), why)
             self.events.emit(
                 ref_of(live),
-                reason="Pruned",
+                reason=event_reasons.PRUNED,
                 message=f"{kind} {metadata.get('name')} deleted: {why}",
                 type=EventType.NORMAL,
             )

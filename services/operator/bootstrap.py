@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from metax_core.cluster import rbac
 from metax_core.ports.cluster import RawObject
+from metax_core.wire import meta
 from metax_k8s import client, connect, events, lease, nodes, objects
 from metax_k8s.api import Api
 from services.operator import informers, leader, reconciler, run, settings
@@ -51,7 +52,7 @@ def bootstrap(
             queue.add(key)
 
     ns = s.namespace
-    owned = "app.kubernetes.io/managed-by=metax-operator"
+    owned = meta.MANAGED_SELECTOR
 
     def owned_informer(api_version: str, kind: str, namespace: str | None) -> informers.Informer:
         return informers.Informer(
@@ -88,7 +89,7 @@ def bootstrap(
             "v1",
             "Pod",
             namespace=ns,
-            label_selector="app.kubernetes.io/part-of=metax-gpu-operator",
+            label_selector=meta.PART_OF_SELECTOR,
             slim=informers.slim_pod,
             on_change=wake,
             watch_seconds=watch_seconds,

@@ -14,15 +14,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from metax_core.cluster import rbac, workloads
+from metax_core.cluster import rbac
 from metax_core.node import devices
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
+from metax_core.wire import meta
 from services.operator import applier
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "metax-tech.com/cleanup"
+FINALIZER = meta.CLEANUP_FINALIZER
 OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
 """Set by the administrator (R-SGPU), not by the product: left on the node."""
@@ -37,7 +38,7 @@ def remove_everything(
 ) -> int:
     """Delete our objects and node keys; returns how many writes it made."""
     writes = 0
-    selector = f"{workloads.MANAGED_BY_LABEL}={workloads.MANAGED_BY}"
+    selector = meta.MANAGED_SELECTOR
     # The workloads first, then the RBAC that they use.
     where: list[tuple[str, str, str | None]] = [(v, k, namespace) for v, k in OWNED_KINDS]
     where += rbac.locations(namespace)

@@ -32,6 +32,7 @@ from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
+from metax_core.wire import event_reasons, meta
 from metax_k8s.api import Api
 from services.operator import applier, cleanup, rollout_driver, states
 from services.operator.informers import Informer
@@ -40,7 +41,7 @@ from services.operator.settings import Settings
 log = logging.getLogger(__name__)
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
-CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
+CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
 
 
 class Caches:
@@ -133,7 +134,11 @@ class Reconciler:
             rolled = cluster_status.roll_up(generation=generation, results=(), previous=previous, now=now, invalid=exc)
             if self._write_status(cr, rolled, None, None):
                 self.events.emit(
-                    self._cr_ref(cr), reason="InvalidSpec", message=str(exc), type=EventType.WARNING, action="Validate"
+                    self._cr_ref(cr),
+                    reason=event_reasons.INVALID_SPEC,
+                    message=str(exc),
+                    type=EventType.WARNING,
+                    action="Validate",
                 )
             return None
 
@@ -209,7 +214,7 @@ class Reconciler:
         )
         self.events.emit(
             self._cr_ref(cr),
-            reason="CleanedUp",
+            reason=event_reasons.CLEANED_UP,
             message="every object and node key the operator wrote is removed",
             action="Delete",
         )
@@ -285,7 +290,7 @@ class Reconciler:
             log.warning("%s", outcome.ignored_confirmation)
             self.events.emit(
                 ref,
-                reason="ConfirmationIgnored",
+                reason=event_reasons.CONFIRMATION_IGNORED,
                 message=outcome.ignored_confirmation,
                 type=EventType.WARNING,
                 action="Rollout",
@@ -308,7 +313,7 @@ class Reconciler:
                 log.info("driver rollout: %s", after.message)
                 self.events.emit(
                     ref,
-                    reason=f"DriverRollout{after.status.current_step_state.value}",
+                    reason=event_reasons.driver_rollout(after.status.current_step_state.value),
                     message=after.message,
                     type=EventType.WARNING if warning else EventType.NORMAL,
                     action="Rollout",
@@ -320,7 +325,7 @@ class Reconciler:
             log.info("driver pod %s deleted: its node gets the %s driver", name, which)
             self.events.emit(
                 ObjectRef("v1", "Pod", name, self.settings.namespace),
-                reason="DriverPodDeleted",
+                reason=event_reasons.DRIVER_POD_DELETED,
                 message=f"driver pod {name} deleted: its node gets the {which} driver",
                 action="Rollout",
             )
@@ -349,7 +354,7 @@ class Reconciler:
                     )
                     self.events.emit(
                         ObjectRef("v1", "Node", str(node)),
-                        reason="VfCountChanged",
+                        reason=event_reasons.VF_COUNT_CHANGED,
                         message=f"VF count {recorded[str(node)]} -> {want}: gpu-device pod {name} recreated",
                     )
         return seen

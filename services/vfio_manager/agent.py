@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.inventory import METAX_MODULE, VFIO_DRIVER, PciAddress
 from metax_core.node import vfio, vfio_config_map
@@ -25,12 +26,13 @@ from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import vfio_config
 from metax_core.spec.model import VfioConfigEntry
+from metax_core.wire import event_reasons
 from services._agent import cluster, loop, probe, publish
 from services.vfio_manager.config import Settings
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "vfio-manager"
+COMPONENT = components.signal(components.Component.VFIO_MANAGER)
 
 
 @attrs.frozen
@@ -138,7 +140,7 @@ class VfioManager:
         except InvalidSpec as exc:
             message = f"ConfigMap {s.namespace}/{s.vfio_config} is invalid, keeping the last valid one: {exc}"
             if self.say("config", message, logging.ERROR):
-                self.publisher.event("InvalidVfioConfig", message, warning=True)
+                self.publisher.event(event_reasons.INVALID_VFIO_CONFIG, message, warning=True)
         return self.entries
 
     def _ensure_vfio_module(self) -> None:
@@ -166,7 +168,7 @@ class VfioManager:
             target = driver or "its default driver"
             problems[address] = f"cannot move {address} to {target}: {exc.detail} (retry in {delay:.0f}s)"
             if self.say(chore, problems[address], logging.WARNING):
-                self.publisher.event("VfioBindFailed", problems[address], warning=True)
+                self.publisher.event(event_reasons.VFIO_BIND_FAILED, problems[address], warning=True)
             return
         self.failures.pop(address, None)
         self.say.forget(chore)

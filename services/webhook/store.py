@@ -16,13 +16,14 @@ import logging
 from typing import Any
 
 from metax_core.errors import Conflict, NotFound
+from metax_core.wire import meta
 from metax_k8s.api import Api
 from services.webhook import certs
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "metax-operator-webhook"
-PART_OF = "metax-gpu-operator"
+PART_OF = meta.PART_OF
 
 
 def _b64(data: bytes) -> str:
@@ -67,7 +68,7 @@ def write(api: Api, namespace: str, name: str, material: certs.Material, version
             metadata = {
                 "name": name,
                 "namespace": namespace,
-                "labels": {"app.kubernetes.io/managed-by": "metax-operator", "app.kubernetes.io/part-of": PART_OF},
+                "labels": {meta.MANAGED_BY_LABEL: meta.MANAGED_BY, meta.PART_OF_LABEL: PART_OF},
             }
             api.create(
                 {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata, "data": data},

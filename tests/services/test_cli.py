@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from metax_core.cluster import configmaps
+from metax_core.node import driver_config, vfio_config_map
+from metax_core.spec import validation
+from metax_core.spec.model import VfioConfigEntry
 from services.cli import main as cli
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -93,6 +97,11 @@ def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_
     code, out, err = run(capsys, "render", "-f", str(values), "-o", "json")
     assert code == 0
     items = json.loads(out)["items"]
+    # the ConfigMaps first, as the operator applies them before the workloads that read them
+    assert [(o["kind"], o["metadata"]["name"]) for o in items[:2]] == [
+        ("ConfigMap", "driver-config"),
+        ("ConfigMap", "metax-vfio-config"),
+    ]
     names = [o["metadata"]["name"] for o in items if o["kind"] in ("DaemonSet", "Deployment")]
     assert names == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
     accounts = [o["metadata"]["name"] for o in items if o["kind"] == "ServiceAccount"]
@@ -120,6 +129,29 @@ def test_render_one_component_as_yaml(capsys: pytest.CaptureFixture[str]) -> Non
     tolerations = daemonset["spec"]["template"]["spec"]["tolerations"]
     assert {"key": "node-type", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in tolerations
     assert {"key": "node-type", "operator": "Equal", "value": "general", "effect": "NoSchedule"} not in tolerations
+
+
+def test_render_shows_the_configmaps_as_the_operator_applies_them_and_their_readers_parse_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = tmp_path / "v.yaml"
+    selection = [{"nodeName": "gpu-[0-9]+", "gpus": "0,1"}]
+    values.write_text(
+        yaml.safe_dump({"driver": {"payload": {"version": "1.0.0"}}, "vfioManager": {"vfioConfig": selection}})
+    )
+    code, out, _ = run(capsys, "render", "-f", str(values), "--component", "vfioManager", "--namespace", "gpu-ops")
+    assert code == 0
+    documents = list(yaml.safe_load_all(out))
+    assert documents[0]["kind"] == "ConfigMap" and documents[0]["metadata"]["namespace"] == "gpu-ops"
+    assert documents[0] == configmaps.vfio_config_map(validation.parse(yaml.safe_load(values.read_text())), "gpu-ops")
+    assert vfio_config_map.parse(documents[0]["data"]) == (VfioConfigEntry("gpu-[0-9]+", "0,1"),)
+    assert "DaemonSet" in [d["kind"] for d in documents] and "driver-config" not in out
+    code, out, _ = run(capsys, "render", "-f", str(values), "--component", "driver")
+    (driver_cm,) = [d for d in yaml.safe_load_all(out) if d["kind"] == "ConfigMap"]
+    assert driver_cm["metadata"]["name"] == "driver-config"
+    assert driver_config.parse(driver_cm["data"]) == driver_config.DriverConfig()
+    code, out, _ = run(capsys, "render", "-f", str(values), "--component", "metax-vfio-config")
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == ["metax-vfio-config"]
 
 
 def test_render_unknown_component_names_the_rendered_ones(capsys: pytest.CaptureFixture[str]) -> None:

@@ -104,7 +104,8 @@ def test_vfio_config_keeps_the_entries_in_order() -> None:
         )
     )
     cm = configmaps.vfio_config_map(s)
-    assert yaml.safe_load(cm["data"][configmaps.VFIO_CONFIG_KEY]) == [
+    assert cm["metadata"]["name"] == "metax-vfio-config"
+    assert yaml.safe_load(cm["data"]["vfioConfig"]) == [
         {"nodeName": "gpu-1", "gpus": "all"},
         {"nodeName": "gpu-.*", "gpus": "0,1"},
     ]

@@ -1,14 +1,16 @@
-"""The ``metax-vfio-config`` data form (`metax_core.node.vfio_config_map`) and IOMMU group conflicts (R-VFIO)."""
+"""The ``metax-vfio-config`` data form (`metax_core.node.vfio_config_map`): rendered by the operator, parsed by
+vfio-manager, one owner (issue 20); and IOMMU group conflicts (R-VFIO)."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
+from metax_core.cluster import configmaps
 from metax_core.errors import InvalidSpec
 from metax_core.inventory import PciAddress, PciFunction
 from metax_core.node import vfio, vfio_config_map
-from metax_core.spec import vfio_config
+from metax_core.spec import validation, vfio_config
 from metax_core.spec.model import VfioConfigEntry
 
 
@@ -41,8 +43,45 @@ def test_every_problem_is_named() -> None:
 
 
 def test_not_yaml_is_refused() -> None:
-    with pytest.raises(InvalidSpec, match="vfioConfig: is not valid YAML"):
+    with pytest.raises(InvalidSpec, match="vfioConfig: is not valid YAML: line 1: "):
         vfio_config_map.parse({"vfioConfig": "- [unclosed"})
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- &a {nodeName: n, gpus: all}\n- *a\n", "anchors and aliases"),
+        ("- nodeName: n\n  nodeName: m\n  gpus: all\n", "appears twice"),
+        ("[" * 100 + "]" * 100, "nested deeper than"),
+    ],
+)
+def test_the_limited_loader_reads_it_like_every_user_input(text: str, problem: str) -> None:
+    """The ConfigMap is user input (anyone who can edit it): the project's limits apply (`spec.text`)."""
+    with pytest.raises(InvalidSpec, match=problem):
+        vfio_config_map.parse({"vfioConfig": text})
+
+
+def test_what_the_operator_writes_vfio_manager_reads_and_means_the_same() -> None:
+    """Writer: the operator's own manifest from a CR's vfioManager.vfioConfig; reader: vfio-manager's parse."""
+    cr_spec = validation.parse(
+        {
+            "driver": {"payload": {"version": "2.14.6"}},
+            "vfioManager": {"vfioConfig": [{"nodeName": "gpu-[0-9]+", "gpus": "0,2"}, {"nodeName": ".*", "gpus": [1]}]},
+        }
+    )
+    manifest = configmaps.vfio_config_map(cr_spec, "ns")
+    assert manifest["metadata"] == {**manifest["metadata"], "name": vfio_config_map.NAME, "namespace": "ns"}
+    entries = vfio_config_map.parse(manifest["data"])
+    assert entries == cr_spec.vfio_manager.vfio_config
+    assert vfio_config.selection_for_node(entries, "gpu-7") == vfio_config.GpuSelection(indexes=frozenset({0, 2}))
+    assert vfio_config.selection_for_node(entries, "cpu-1") == vfio_config.GpuSelection(indexes=frozenset({1}))
+    assert (
+        vfio_config_map.parse(configmaps.vfio_config_map(validation.parse({"driver": cr_spec_driver()}))["data"]) == ()
+    )
+
+
+def cr_spec_driver() -> dict[str, object]:
+    return {"payload": {"version": "2.14.6"}}
 
 
 def gpu(n: int, group: int, driver: str = "metax") -> PciFunction:

@@ -32,8 +32,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from metax_core.node import labels, readiness, vfio, vfio_config_map
-from metax_core.spec.model import VfioConfigEntry
+from metax_core.cluster import configmaps
+from metax_core.node import labels, readiness, vfio
+from metax_core.spec import validation
 from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
 from metax_hw_fake import builder
@@ -215,10 +216,16 @@ def test_three_gpu_nodes_from_bare_to_advertised(
     eventually(lambda: (node_meta(core, fleet[0].name).labels or {}).get(labels.GPU_VFNUM) == "2", "gpu.vfnum=2")
     assert fleet[1].advertised(GPU) == 4
 
-    # 5. R-VFIO: metax-vfio-config moves GPUs 0,1 of node 1 to vfio-gpu
-    config_map(
-        core, kube_namespace, "metax-vfio-config", vfio_config_map.render([VfioConfigEntry(fleet[1].name, "0,1")])
+    # 5. R-VFIO: metax-vfio-config, as the operator renders it from the CR's vfioManager.vfioConfig, moves
+    #    GPUs 0,1 of node 1 to vfio-gpu (operator → agent: the test writes no format of its own)
+    wanted = validation.parse(
+        {
+            "driver": {"payload": {"version": PAYLOAD}},
+            "vfioManager": {"vfioConfig": [{"nodeName": fleet[1].name, "gpus": "0,1"}]},
+        }
     )
+    rendered = configmaps.vfio_config_map(wanted, kube_namespace)
+    config_map(core, kube_namespace, rendered["metadata"]["name"], rendered["data"])
     eventually(
         lambda: (node_meta(core, fleet[1].name).annotations or {}).get(vfio.ANNOTATION) == '{"0":1,"1":1}',
         "the gpu-vfio annotation",

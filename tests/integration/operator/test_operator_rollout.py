@@ -1,8 +1,9 @@
 """The driver rollout driven by the running operator on ten kwok nodes (R-ROLLOUT, issue 16).
 
 Aspects: the order and grouping of driver-pod deletions observed on the API equal `metax-operator rollout
-plan` for the same policy and node names; a step that waits is confirmed only by `metax-operator rollout
-confirm` — Helm-style re-applies (pause toggled, an unrelated field changed) do not confirm it; pause holds;
+plan` for the same policy and node names; a step that waits says how to confirm it (the exact commands, in
+the status and in its Event) and is confirmed only by `metax-operator rollout confirm` — Helm-style
+re-applies (pause toggled, an unrelated field changed) do not confirm it; pause holds;
 the operator owns no field of spec (managedFields); a failing new driver pod (kwok's test-only crash-loop
 stage: CrashLoopBackOff, never Ready) pauses the rollout (fallback pause) or rolls every upgraded node back
 to the old revision (fallback rollback: the previous template, the pods' old controller-revision-hash);
@@ -19,6 +20,9 @@ import pytest
 from operator_helpers import NS, Env, cluster_operator, wait_for
 from rollout_helpers import SEED_POLICY, DeletionRecorder, confirm, extra_gpu_nodes, rollout_plan
 
+from metax_core.cluster import rbac
+from metax_core.rollout import confirm as rollout_confirm
+from metax_core.wire import event_reasons
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.controlplane import components as controlplane_components
 
@@ -35,6 +39,16 @@ def upgrade(env: Env) -> dict[str, Any]:
 def waiting_step(env: Env) -> int | None:
     st = upgrade(env).get("status") or {}
     return int(st.get("currentStepIndex", 0)) + 1 if st.get("confirmToken") else None
+
+
+def paused_event_notes(env: Env) -> str:
+    """The messages of the Events on cluster-operator saying a rollout step paused."""
+    reason = event_reasons.driver_rollout("StepPaused")
+    return "\n".join(
+        str(e.get("note") or e.get("message") or "")
+        for e in env.api.list("events.k8s.io/v1", "Event", namespace=rbac.EVENTS_NAMESPACE).items
+        if e.get("reason") == reason and (e.get("regarding") or {}).get("name") == "cluster-operator"
+    )
 
 
 def seen_latest(env: Env) -> bool:
@@ -67,7 +81,11 @@ def test_a_rollout_follows_the_plan_and_waits_for_confirmations_only(
         new_driver(env, spec)
         wait_for("step 1 waits", lambda: waiting_step(env) == 1, timeout=120)
         token = upgrade(env)["status"]["confirmToken"]
-        assert f"metax-tech.com/rollout-confirm={token}" in upgrade(env)["message"]
+        hint = rollout_confirm.hint(1, token)  # the exact commands (issue 20), in the status and in the Event
+        assert hint in upgrade(env)["message"]
+        progressing = next(c for c in upgrade(env)["conditions"] if c["type"] == "Progressing")
+        assert progressing["reason"] == "WaitingForAdmin" and hint in progressing["message"]
+        wait_for("the StepPaused Event naming the commands", lambda: hint in paused_event_notes(env))
         for pause in (True, False):  # what Helm or a GitOps controller re-applies
             spec["driver"]["upgradePolicy"] = {**SEED_POLICY, "pause": pause}
             env.api.apply(cluster_operator(spec), field_manager="helm")

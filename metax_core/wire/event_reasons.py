@@ -1,0 +1,87 @@
+"""Every Kubernetes Event reason the product emits, named once (issue 20).
+
+Why a module of its own: Event reasons are an interface. Administrators filter on them
+(``kubectl get events --field-selector reason=HostDriverInUse``), alerts and tests match them, docs list them
+(docs/operator.md, docs/agents.md), and ``metax-operator doctor`` reads them back; a reason spelled in two places
+drifts. They are plain strings (what the Events API carries), grouped by who emits them on what.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- the operator, on cluster-operator -----------------------------------------------------------------------
+INVALID_SPEC: Final = "InvalidSpec"
+"""The spec was refused (every field path in the message); nothing was changed."""
+CLEANED_UP: Final = "CleanedUp"
+"""cluster-operator is being deleted and everything the operator created is gone."""
+CONFIRMATION_IGNORED: Final = "ConfirmationIgnored"
+"""The rollout-confirm annotation names another step or an older rollout (R-ROLLOUT)."""
+DRIVER_ROLLOUT_PREFIX: Final = "DriverRollout"
+"""``DriverRollout<StepState>`` (`driver_rollout`): the rollout's step moved; the message says what to do."""
+DRIVER_POD_DELETED: Final = "DriverPodDeleted"
+"""On a driver pod the rollout deleted so its node gets the new (or previous) driver."""
+VF_COUNT_CHANGED: Final = "VfCountChanged"
+"""On a gpu-device pod recreated because its node's VF count changed (R-VF)."""
+
+# -- the operator's applier, on the objects it owns -------------------------------------------------------------
+CREATED: Final = "Created"
+APPLIED: Final = "Applied"
+PRUNED: Final = "Pruned"
+REFUSED: Final = "Refused"
+"""An object of the same name exists and is not the operator's: it is left alone."""
+
+# -- driver-manager, on its Node ------------------------------------------------------------------------------
+DRIVER_READY: Final = "DriverReady"
+DRIVER_LOAD_FAILED: Final = "DriverLoadFailed"
+PREVIOUS_DRIVER_RESTORED: Final = "PreviousDriverRestored"
+"""The new driver did not load after the old one was unloaded; the old one is back."""
+DRIVER_RESTORE_FAILED: Final = "DriverRestoreFailed"
+"""Neither the new driver nor the previous one loads: the node has no driver."""
+HOST_DRIVER_IN_USE: Final = "HostDriverInUse"
+"""The loaded driver cannot be unloaded (processes use the GPUs, or it is built in)."""
+INVALID_DRIVER_CONFIG: Final = "InvalidDriverConfig"
+VF_COUNT_SET: Final = "VfCountSet"
+VF_COUNT_REFUSED: Final = "VfCountRefused"
+FIRMWARE_UPGRADE_REFUSED: Final = "FirmwareUpgradeRefused"
+FIRMWARE_UPGRADE_FAILED: Final = "FirmwareUpgradeFailed"
+NODE_NEED_REBOOT: Final = "NodeNeedReboot"
+"""R-FW: the seed's own reason after a firmware upgrade."""
+
+# -- vfio-manager, on its Node ----------------------------------------------------------------------------------
+INVALID_VFIO_CONFIG: Final = "InvalidVfioConfig"
+VFIO_BIND_FAILED: Final = "VfioBindFailed"
+IOMMU_DISABLED: Final = "IOMMUDisabled"
+
+
+def driver_rollout(step_state: str) -> str:
+    """The reason of the Event for a rollout step that entered ``step_state`` (e.g. ``StepPaused``)."""
+    return DRIVER_ROLLOUT_PREFIX + step_state
+
+
+ALL: Final = (
+    INVALID_SPEC,
+    CLEANED_UP,
+    CONFIRMATION_IGNORED,
+    DRIVER_POD_DELETED,
+    VF_COUNT_CHANGED,
+    CREATED,
+    APPLIED,
+    PRUNED,
+    REFUSED,
+    DRIVER_READY,
+    DRIVER_LOAD_FAILED,
+    PREVIOUS_DRIVER_RESTORED,
+    DRIVER_RESTORE_FAILED,
+    HOST_DRIVER_IN_USE,
+    INVALID_DRIVER_CONFIG,
+    VF_COUNT_SET,
+    VF_COUNT_REFUSED,
+    FIRMWARE_UPGRADE_REFUSED,
+    FIRMWARE_UPGRADE_FAILED,
+    NODE_NEED_REBOOT,
+    INVALID_VFIO_CONFIG,
+    VFIO_BIND_FAILED,
+    IOMMU_DISABLED,
+)
+"""Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""

@@ -1,0 +1,41 @@
+"""The labels, annotations and finalizer the operator puts on what it owns, and the annotation an
+administrator (or ``metax-operator rollout confirm``) puts on cluster-operator.
+
+Why a module of its own: each of these is written by one process and read by another (the operator and
+the CLI, the operator and itself after a restart, ``helm uninstall`` and the finalizer), and they were
+spelled in several places before (issue 20). docs/labels.md lists them for administrators.
+"""
+
+from __future__ import annotations
+
+PREFIX = "metax-tech.com/"
+
+# -- labels on every object the operator (or the chart) creates --------------------------------------------
+APP_LABEL = "app.kubernetes.io/name"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+MANAGED_BY = "metax-operator"
+"""``managed-by`` value: the operator applies and prunes only objects carrying it."""
+PRODUCT = "metax-gpu-operator"
+"""The product's name: the Python distribution's (``metax-operator --version`` reads it) and ``part-of``'s value."""
+PART_OF = PRODUCT
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+"""Selects every object the operator applies (its informers and its cleanup list with it)."""
+PART_OF_SELECTOR = f"{PART_OF_LABEL}={PART_OF}"
+"""Selects everything of the product, the components' pods included (the operator's pod informer)."""
+COMPONENT_LABEL = PREFIX + "component"
+"""Which component (the spec's key, e.g. ``gpuDevice``) a workload, its pods or its RBAC belong to."""
+
+# -- annotations on objects the operator owns ---------------------------------------------------------------
+DESIRED_HASH = PREFIX + "desired-hash"
+"""The hash of the manifest the operator last applied (skips unchanged applies)."""
+DRIVER_REVISION = PREFIX + "driver-revision"
+"""On the driver DaemonSet's pod template and so on each driver pod: which template revision it runs."""
+DRIVER_SPEC = PREFIX + "driver-spec"
+"""On the driver DaemonSet: the ``spec.driver`` (JSON) it was rendered from (rollback reads it back)."""
+
+# -- on cluster-operator ------------------------------------------------------------------------------------
+ROLLOUT_CONFIRM = PREFIX + "rollout-confirm"
+"""Its value, a waiting step's ``confirmToken``, confirms that step (R-ROLLOUT, docs/rollout.md)."""
+CLEANUP_FINALIZER = PREFIX + "cleanup"
+"""The operator's finalizer: deleting cluster-operator removes what the operator created first."""
