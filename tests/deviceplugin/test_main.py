@@ -25,6 +25,7 @@ def test_unconfigurable_cluster_access_stops_with_a_message(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: pathlib.Path
 ) -> None:
     monkeypatch.setenv("NODE_NAME", "n1")
+    (tmp_path / "sys").mkdir()  # a host root (without /sys the agent stops before the API: metax_hw.host)
     monkeypatch.setenv("METAX_HOST_ROOT", str(tmp_path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
