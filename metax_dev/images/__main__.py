@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from metax_dev.images import build, lock
+from metax_dev.images import build, buildah, lock
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         built = build.build(args.out, args.registry, force_app=args.rebuild)
-    except build.ImageBuildError as exc:
+    except buildah.ImageBuildError as exc:
         print(f"./run images: {exc}", file=sys.stderr)
         return 1
     for name, archive in built.archives.items():

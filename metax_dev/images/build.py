@@ -29,7 +29,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from metax_dev.images import definitions
+from metax_dev.images import buildah, definitions
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +51,6 @@ RECIPE: Final = "5"
 DEFAULT_OUT: Final = definitions.REPO / "build" / "images"
 PYTHON: Final = "/usr/bin/python3"
 PATH_ENV: Final = "/opt/metax/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_DETERMINISTIC_ENV: Final = ("PYTHONHASHSEED=0",)
-
-
-class ImageBuildError(RuntimeError):
-    """A build step failed; the message names the step and the tool's own output."""
 
 
 @dataclass(frozen=True)
@@ -83,63 +77,6 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:20]
 
 
-def _run(argv: Sequence[str], step: str, *, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
-    logger.debug("%s: %s", step, " ".join(argv))
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, check=False, env=env, cwd=cwd, stdin=subprocess.DEVNULL
-        )
-    except FileNotFoundError as exc:
-        raise ImageBuildError(f"{step}: {argv[0]} not found (./run installs Debian's buildah, mmdebstrap)") from exc
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip()[-3000:]
-        raise ImageBuildError(f"{step}: `{' '.join(argv[:3])} ...` exited with {done.returncode}: {tail}")
-    return done.stdout
-
-
-class Buildah:
-    """Debian's buildah on its own vfs storage under the cache (no daemon, nothing shared with the host)."""
-
-    def __init__(self, storage: Path) -> None:
-        self.prefix = [
-            "buildah",
-            "--root",
-            str(storage / "root"),
-            "--runroot",
-            str(storage / "runroot"),
-            "--storage-driver",
-            "vfs",
-        ]
-
-    def __call__(self, *args: str, step: str) -> str:
-        env = dict(os.environ, BUILDAH_ISOLATION="chroot", TMPDIR=str(Path(self.prefix[2]).parent / "tmp"))
-        Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
-        return _run([*self.prefix, *args], step, env=env).strip()
-
-    def has_image(self, name: str) -> bool:
-        env = dict(os.environ)
-        done = subprocess.run(
-            [*self.prefix, "inspect", "--type", "image", name], capture_output=True, check=False, env=env
-        )
-        return done.returncode == 0
-
-    def run(
-        self, container: str, argv: Sequence[str], *, step: str, volumes: Sequence[str] = (), env: Sequence[str] = ()
-    ) -> str:
-        args = ["run", "--isolation", "chroot"]  # chroot isolation shares the host network; nothing here needs one
-        for v in volumes:
-            args += ["--volume", v]
-        for e in (*_DETERMINISTIC_ENV, *env):
-            args += ["--env", e]
-        return self(*args, container, "--", *argv, step=step)
-
-    def commit(self, container: str, target: str, epoch: int, *, step: str, rm: bool = True) -> str:
-        args = ["commit", "--quiet", "--format", "oci", "--timestamp", str(epoch), "--identity-label=false"]
-        if rm:
-            args.append("--rm")
-        return self(*args, container, target, step=step)
-
-
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
@@ -149,14 +86,16 @@ def _locked(root: Path) -> Iterator[None]:
 
 
 def _mmdebstrap_version() -> str:
-    return _run(["mmdebstrap", "--version"], "mmdebstrap --version").strip()
+    return buildah.run(["mmdebstrap", "--version"], "mmdebstrap --version").strip()
 
 
-def _base(b: Buildah, defs: definitions.Definitions, cache: Path) -> tuple[str, str]:
+def _base(b: buildah.Buildah, defs: definitions.Definitions, cache: Path) -> tuple[str, str]:
     base = defs.base
     sources = definitions.apt_sources(base.suite)
     if not sources:
-        raise ImageBuildError(f"no Debian apt source for {base.suite} (main) in /etc/apt: cannot bootstrap the base")
+        raise buildah.ImageBuildError(
+            f"no Debian apt source for {base.suite} (main) in /etc/apt: cannot bootstrap the base"
+        )
     key = _digest(RECIPE, base, sources, _mmdebstrap_version())
     name = f"localhost/metax-build/base:{key}"
     if b.has_image(name):
@@ -188,11 +127,11 @@ def _base(b: Buildah, defs: definitions.Definitions, cache: Path) -> tuple[str, 
             str(tmp),
             *sources,
         ]
-        _run(argv, "base (mmdebstrap)", env=dict(os.environ, SOURCE_DATE_EPOCH=str(base.epoch)))
+        buildah.run(argv, "base (mmdebstrap)", env=dict(os.environ, SOURCE_DATE_EPOCH=str(base.epoch)))
         tmp.rename(tar)
     container = b("from", "--quiet", "scratch", step="base: buildah from scratch")
     mount = b("mount", container, step="base: buildah mount")
-    _run(["tar", "-xpf", str(tar), "--numeric-owner", "-C", mount], "base: unpack the root filesystem")
+    buildah.run(["tar", "-xpf", str(tar), "--numeric-owner", "-C", mount], "base: unpack the root filesystem")
     # apt is not in the image (variant essential); mmdebstrap leaves its state directories (and lock files) behind.
     for leftover in ("var/cache/apt", "var/lib/apt", "var/log/apt"):
         shutil.rmtree(Path(mount) / leftover, ignore_errors=True)
@@ -202,7 +141,7 @@ def _base(b: Buildah, defs: definitions.Definitions, cache: Path) -> tuple[str, 
     return name, key
 
 
-def _prune(b: Buildah, cache: Path, keep: Sequence[str], keep_keys: Sequence[str]) -> None:
+def _prune(b: buildah.Buildah, cache: Path, keep: Sequence[str], keep_keys: Sequence[str]) -> None:
     """Drop the base and dependency images (and base tarballs) of older inputs: each is a full copy on vfs."""
     names = b("images", "--format", "{{.Name}}:{{.Tag}}", step="buildah images").split()
     for name in names:
@@ -219,17 +158,19 @@ def _wheelhouse(defs: definitions.Definitions, cache: Path) -> Path:
     if house.is_dir():
         return house
     if sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64":
-        raise ImageBuildError("the wheels are downloaded for the image's Python (3.11, amd64): run on such a host")
+        raise buildah.ImageBuildError(
+            "the wheels are downloaded for the image's Python (3.11, amd64): run on such a host"
+        )
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix="wheels."))
     pip = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
-    _run([*pip, "--only-binary=:all:", "-r", str(defs.app.lock), "-d", str(tmp)], "deps: pip download (lock)")
-    _run([*pip, f"pip=={PIP_VERSION}", "-d", str(tmp / "pip")], "deps: pip download (pip)")
+    buildah.run([*pip, "--only-binary=:all:", "-r", str(defs.app.lock), "-d", str(tmp)], "deps: pip download (lock)")
+    buildah.run([*pip, f"pip=={PIP_VERSION}", "-d", str(tmp / "pip")], "deps: pip download (pip)")
     shutil.copy(defs.app.lock, tmp / "requirements.lock")
     tmp.rename(house)
     return house
 
 
-def _deps(b: Buildah, defs: definitions.Definitions, cache: Path, base: str, base_key: str) -> tuple[str, str]:
+def _deps(b: buildah.Buildah, defs: definitions.Definitions, cache: Path, base: str, base_key: str) -> tuple[str, str]:
     key = _digest(RECIPE, base_key, defs.app.lock.read_text(), PIP_VERSION, defs.app.venv)
     name = f"localhost/metax-build/deps:{key}"
     if b.has_image(name):
@@ -258,7 +199,7 @@ def _deps(b: Buildah, defs: definitions.Definitions, cache: Path, base: str, bas
 
 def source_files(repo: Path = definitions.REPO) -> list[str]:
     """The files a wheel is built from: tracked and untracked-but-not-ignored, sorted."""
-    out = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], "git ls-files", cwd=repo)
+    out = buildah.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], "git ls-files", cwd=repo)
     return sorted(f for f in out.split("\0") if f and (repo / f).is_file())
 
 
@@ -271,8 +212,8 @@ def _tree_hash(repo: Path, files: Sequence[str]) -> str:
 
 def _git(repo: Path, *args: str) -> str:
     try:
-        return _run(["git", *args], f"git {args[0]}", cwd=repo).strip()
-    except ImageBuildError:
+        return buildah.run(["git", *args], f"git {args[0]}", cwd=repo).strip()
+    except buildah.ImageBuildError:
         return ""
 
 
@@ -287,14 +228,14 @@ def _wheel(repo: Path, files: Sequence[str], work: Path, epoch: int) -> Path:
         shutil.copy2(repo / f, src / f)
     dist = work / "dist"
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch), PIP_DISABLE_PIP_VERSION_CHECK="1")
-    _run(
+    buildah.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(src)],
         "app: pip wheel (the project)",
         env=env,
     )
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:
-        raise ImageBuildError(f"app: expected one wheel of the project, got {[w.name for w in wheels]}")
+        raise buildah.ImageBuildError(f"app: expected one wheel of the project, got {[w.name for w in wheels]}")
     return wheels[0]
 
 
@@ -314,11 +255,11 @@ def _manifest_digest(archive: Path) -> str:
     with tarfile.open(archive) as tar:
         member = tar.extractfile("index.json")
         if member is None:
-            raise ImageBuildError(f"{archive}: no index.json")
+            raise buildah.ImageBuildError(f"{archive}: no index.json")
         index = json.load(member)
     digests = [m["digest"] for m in index["manifests"]]
     if len(digests) != 1:
-        raise ImageBuildError(f"{archive}: {len(digests)} manifests, expected one")
+        raise buildah.ImageBuildError(f"{archive}: {len(digests)} manifests, expected one")
     return str(digests[0])
 
 
@@ -339,7 +280,7 @@ def build(
     defs = definitions.load(repo / "images" / "images.toml")
     cache = cache or cache_root()
     with _locked(cache):
-        b = Buildah(cache / "storage")
+        b = buildah.Buildah(cache / "storage")
         b("rm", "--all", step="buildah rm --all (containers a failed build left)")
         base, base_key = _base(b, defs, cache)
         deps, deps_key = _deps(b, defs, cache, base, base_key)
@@ -402,7 +343,7 @@ def build(
         return Built(archives, digests, refs, time.monotonic() - started, cached=False)
 
 
-def _app_layer(b: Buildah, container: str, defs: definitions.Definitions, house: Path, wheel: Path) -> None:
+def _app_layer(b: buildah.Buildah, container: str, defs: definitions.Definitions, house: Path, wheel: Path) -> None:
     venv = defs.app.venv
     pip = [f"{venv}/bin/python", f"/wheels/pip/pip-{PIP_VERSION}-py3-none-any.whl/pip", "install", "--no-index"]
     pip += ["--no-compile", "--no-cache-dir", "--disable-pip-version-check", "--no-deps"]

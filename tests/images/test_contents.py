@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components
+from metax_core.cluster import components, workloads
+from metax_core.spec import model as spec
 from metax_dev.images import build, definitions
 from metax_hw import tools
 from tests.images.conftest import read_archive, run_in_image
@@ -122,3 +123,30 @@ def test_the_images_share_every_layer_and_stay_under_the_ceiling(built: build.Bu
     assert len(layers) == 3  # base, dependencies, the project
     total_mb = sum(layer["size"] for layer in layers) / 1e6
     assert total_mb <= CEILING_MB, f"the layers take {total_mb:.1f} MB"
+
+
+def test_each_image_user_is_what_its_rendered_pod_says(configs: dict[str, dict[str, Any]]) -> None:
+    """Privileged agents: root images, ``privileged: true`` pods. Unprivileged: a numeric non-root image user and a
+    pod that says ``runAsNonRoot`` and ``readOnlyRootFilesystem`` (the operator's is the chart's Deployment)."""
+    rendered = {
+        o["metadata"]["name"]: o
+        for o in workloads.render(spec.ClusterOperatorSpec()).objects
+        if "template" in o.get("spec", {})
+    }
+    checked = 0
+    for name, config in configs.items():
+        user = config["config"]["User"]
+        if name not in rendered:
+            continue
+        context = rendered[name]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        if context.get("privileged"):
+            assert user == "0:0", name
+        else:
+            assert context["runAsNonRoot"] is True and context["readOnlyRootFilesystem"] is True, name
+            assert user.split(":")[0] != "0", name
+        checked += 1
+    assert checked >= 4
+    deployment = (definitions.REPO / "charts/metax-operator/templates/deployment.yaml").read_text()
+    uid = configs["metax-operator"]["config"]["User"].split(":")[0]
+    assert f"runAsUser: {uid}" in deployment and "readOnlyRootFilesystem: true" in deployment
+    assert "runAsNonRoot: true" in deployment
