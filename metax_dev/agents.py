@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             f"usage: python -m metax_dev.agents {{{','.join(AGENTS)}}}  (METAX_HOST_ROOT: a fake host)", file=sys.stderr
         )
         return 2
-    return loop.main(args[0], AGENTS[args[0]])
+    return loop.main(args[0], AGENTS[args[0]], [])
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from metax_hw import mxsmi, pci, tools
 
 logger = logging.getLogger(__name__)
 
-MX_SMI = "mx-smi"
+MX_SMI = tools.MX_SMI
 FALLEN_OFF = 0xFFFF
 _BAD_STATE = re.compile(r"unavail|error|fail|lost|fault|abnormal|hang|reset|offline|invalid|n/a", re.IGNORECASE)
 """GPU-State values that mean "do not schedule here" (docs/hardware.md lists the assumption)."""

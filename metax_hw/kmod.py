@@ -95,7 +95,7 @@ class ModprobeKernelModules:
     def load(self, name: str, params: Mapping[str, str]) -> None:
         op = "load module"
         args = format_params(name, params, op)
-        self.runner.run("modprobe", [name, *args], operation=op, device=name, timeout=tools.DEFAULT_TIMEOUT * 6)
+        self.runner.run(tools.MODPROBE, [name, *args], operation=op, device=name, timeout=tools.DEFAULT_TIMEOUT * 6)
         self._verify_loaded(name, params, op)
         logger.info("loaded %s %s", name, " ".join(args))
 
@@ -109,7 +109,7 @@ class ModprobeKernelModules:
                 op, name, f"{name} is already loaded (version {loaded.version or 'unknown'}); unload it first"
             )
         target = path if self.runner.mode is tools.ExecMode.HOST else str(self.tree.path(path))
-        self.runner.run("insmod", [target, *args], operation=op, device=name, timeout=tools.DEFAULT_TIMEOUT * 6)
+        self.runner.run(tools.INSMOD, [target, *args], operation=op, device=name, timeout=tools.DEFAULT_TIMEOUT * 6)
         self._verify_loaded(name, params, op)
         logger.info("inserted %s from %s %s", name, path, " ".join(args))
 
@@ -118,7 +118,7 @@ class ModprobeKernelModules:
         if self.state(name) is None:
             logger.debug("%s is not loaded", name)
             return
-        self.runner.run("rmmod", [sysfs_module_name(name)], operation=op, device=name, timeout=UNLOAD_TIMEOUT)
+        self.runner.run(tools.RMMOD, [sysfs_module_name(name)], operation=op, device=name, timeout=UNLOAD_TIMEOUT)
         if self.state(name) is not None:
             raise errors.HardwareError(op, name, f"rmmod returned but /sys/module/{sysfs_module_name(name)} remains")
         logger.info("unloaded %s", name)
@@ -149,7 +149,7 @@ class ModprobeKernelModules:
         arg = name_or_path
         if "/" in name_or_path and self.runner.mode is not tools.ExecMode.HOST:
             arg = str(self.tree.path(name_or_path))
-        out = self.runner.run("modinfo", [arg], operation="read module info", device=name_or_path)
+        out = self.runner.run(tools.MODINFO, [arg], operation="read module info", device=name_or_path)
         return parse_modinfo(out.stdout, name_or_path)
 
     def installed_version(self, name: str) -> DriverVersion | None:

@@ -38,6 +38,27 @@ DEFAULT_TIMEOUT = 10.0
 
 _MAX_MESSAGE = 2000
 
+MODPROBE = "modprobe"
+INSMOD = "insmod"
+RMMOD = "rmmod"
+MODINFO = "modinfo"
+NSENTER = "nsenter"
+MX_SMI = "mx-smi"
+
+HOST_TOOLS: Mapping[str, str | None] = {
+    MODPROBE: "kmod",
+    INSMOD: "kmod",
+    RMMOD: "kmod",
+    MODINFO: "kmod",
+    NSENTER: "util-linux",
+    MX_SMI: None,
+}
+"""Every program this adapter runs, and the Debian package the agent images take it from (docs/images.md).
+
+The one place that says so: the adapter calls tools only through these names (tests/unit/test_hw_tools_declared.py
+checks every call), and the image tests check each packaged tool is in the image. ``None``: MetaX's own tool,
+not in Debian and not redistributable here; it reaches the agent from the driver/SDK payload, not the image."""
+
 
 class ExecMode(enum.Enum):
     DIRECT = "direct"
@@ -89,7 +110,7 @@ class ToolRunner:
 
     def _argv(self, tool: str, args: Sequence[str], operation: str, device: str | None) -> tuple[str, list[str]]:
         if self.mode is ExecMode.HOST:
-            nsenter = shutil.which("nsenter", path=self._path())
+            nsenter = shutil.which(NSENTER, path=self._path())
             if nsenter is None:
                 raise errors.HardwareError(operation, device, "nsenter not found: cannot reach the host's tools")
             return nsenter, ["--target", "1", "--mount", "--", tool, *args]

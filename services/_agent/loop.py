@@ -3,18 +3,20 @@
 Why here: every agent is the same loop around a different step. `Chores` answers "has this chore come due?"
 on a clock the tests move by hand (no sleeps); `Say` logs a message only when it differs from the last one
 on its topic, so INFO lines say what changed, not what repeats; `serve` runs ticks until a stop event, woken
-early by a watch; `main` is the shared ``__main__``: logging (with the chatty ``sh`` logger turned down),
-settings errors → exit 2, SIGTERM/SIGINT → a clean shutdown.
+early by a watch; `main` is the shared ``__main__``: ``--help``/``--version``, logging (with the chatty ``sh``
+logger turned down), settings errors → exit 2, SIGTERM/SIGINT → a clean shutdown.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Protocol
 
@@ -127,8 +129,24 @@ def setup_logging(environ: Mapping[str, str]) -> None:
     logging.getLogger("sh").setLevel(logging.WARNING)
 
 
-def main(name: str, build: Callable[[Mapping[str, str]], tuple[Agent, Callable[[threading.Event], None]]]) -> int:
+def parse_args(name: str, argv: Sequence[str] | None) -> None:
+    """``metax-<name> --help`` and ``--version``; an agent takes no other argument (it reads its environment)."""
+    parser = argparse.ArgumentParser(
+        prog=f"metax-{name}",
+        description=f"The MetaX GPU operator's {name} node agent, as the operator's DaemonSet runs it.",
+        epilog="Configured by the environment variables of the pod the operator renders (docs/agents.md).",
+    )
+    parser.add_argument("--version", action="version", version=importlib.metadata.version("metax-gpu-operator"))
+    parser.parse_args(argv)
+
+
+def main(
+    name: str,
+    build: Callable[[Mapping[str, str]], tuple[Agent, Callable[[threading.Event], None]]],
+    argv: Sequence[str] | None = None,
+) -> int:
     """The ``__main__`` of an agent: build it from the environment, run it until signalled."""
+    parse_args(name, argv)
     environ = dict(os.environ)
     setup_logging(environ)
     log = logging.getLogger(name)

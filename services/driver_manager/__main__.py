@@ -8,8 +8,8 @@ from services._agent import loop
 from services.driver_manager import bootstrap
 
 
-def main() -> int:
-    return loop.main("driver-manager", bootstrap.build)
+def main(argv: list[str] | None = None) -> int:
+    return loop.main("driver-manager", bootstrap.build, argv)
 
 
 if __name__ == "__main__":

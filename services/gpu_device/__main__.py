@@ -23,7 +23,7 @@ def build(environ: Mapping[str, str]) -> tuple[Agent, Callable[[threading.Event]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return loop.main("gpu-device", build)
+    return loop.main("gpu-device", build, argv)
 
 
 def run_until_signalled(agent: Agent) -> None:

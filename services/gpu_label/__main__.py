@@ -8,8 +8,8 @@ from services._agent import loop
 from services.gpu_label import bootstrap
 
 
-def main() -> int:
-    return loop.main("gpu-label", bootstrap.build)
+def main(argv: list[str] | None = None) -> int:
+    return loop.main("gpu-label", bootstrap.build, argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ above both.
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import logging
 import os
 import signal
@@ -23,6 +25,13 @@ log = logging.getLogger(__name__)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`metax-operator-controller` (and `metax-operator run`): run until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="metax-operator-controller",
+        description="The MetaX GPU operator: reconciles the cluster-operator object and serves its webhook.",
+        epilog="Configured by the environment variables of the chart's Deployment (docs/operator.md).",
+    )
+    parser.add_argument("--version", action="version", version=importlib.metadata.version("metax-gpu-operator"))
+    parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         op = bootstrap.bootstrap()

@@ -95,3 +95,13 @@ def test_host_mode_needs_nsenter(tmp_path: Path) -> None:
         runner.run("modprobe", ["metax"], operation="load module", device="metax")
     _script(tmp_path, "nsenter", 'echo "$*"')
     assert runner.run("modprobe", ["metax"], operation="load").stdout == "--target 1 --mount -- modprobe metax\n"
+
+
+def test_a_host_root_without_sys_is_refused_at_open(tmp_path: Path) -> None:
+    # An agent pod without its hostPath mounts: one clear error at start, not an empty host reported as healthy.
+    from metax_hw import host
+
+    with pytest.raises(errors.HardwareError, match=r"/sys does not exist: the host's /sys is not mounted under"):
+        host.open_host(tmp_path / "host")
+    (tmp_path / "host" / "sys").mkdir(parents=True)
+    assert host.open_host(tmp_path / "host").root == tmp_path / "host"

@@ -1,0 +1,1 @@
+"""The product's container images: definitions (``images/images.toml``) and their build (docs/images.md)."""
