@@ -35,9 +35,9 @@ if str(ROOT) not in sys.path:
 
 from metax_core.node import readiness
 from metax_dev.controlplane import cluster
+from metax_hw import hostfiles
 from metax_hw_fake import builder, kmods
 from metax_k8s import client
-from metax_k8s.deviceplugin import hostfiles
 from tests.deviceplugin.kubelet import Kubelet
 
 GPUS = 16

@@ -32,7 +32,7 @@ from metax_core.node import (
     devices,
     readiness,
 )
-from metax_k8s.deviceplugin import hostfiles
+from metax_hw import hostfiles
 from services.gpu_device import bootstrap, config
 from tests.deviceplugin.fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu
 from tests.deviceplugin.kubelet import Kubelet

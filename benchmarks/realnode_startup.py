@@ -35,8 +35,8 @@ from kubernetes import client
 from metax_core.node import readiness
 from metax_dev.controlplane import build, cluster
 from metax_dev.realnode import images, launcher
+from metax_hw import hostfiles
 from metax_hw_fake import builder
-from metax_k8s.deviceplugin import hostfiles
 from services.gpu_device import config
 
 

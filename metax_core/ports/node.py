@@ -45,7 +45,7 @@ class ResourcePlugin(Protocol):
 
 
 class CdiSink(Protocol):
-    """Where the CDI spec goes (`metax_k8s.deviceplugin.hostfiles.CdiSpecFile`); failures are HardwareErrors."""
+    """Where the CDI spec goes (`metax_hw.hostfiles.CdiSpecFile`); failures are HardwareErrors."""
 
     def write(self, spec: Mapping[str, Any] | None) -> bool:
         """Make the spec on disk ``spec`` (None: no spec), durably, before returning."""

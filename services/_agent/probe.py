@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import pathlib
 
-from metax_k8s.deviceplugin import hostfiles
+from metax_hw import hostfiles
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ def bootstrap(
     board: node_ports.ReadinessBoard | None = None,
     clock: Callable[[], float] | None = None,
 ) -> agent.DriverManager:
-    from metax_k8s.deviceplugin import hostfiles
+    from metax_hw import hostfiles
 
     return agent.DriverManager(
         settings,

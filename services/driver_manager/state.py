@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from metax_core.node import driver_plan
-from metax_k8s.deviceplugin import hostfiles
+from metax_hw import hostfiles
 
 log = logging.getLogger(__name__)
 

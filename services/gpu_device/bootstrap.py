@@ -18,7 +18,8 @@ from metax_core.node import devices
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
-from metax_k8s.deviceplugin import hostfiles, server
+from metax_hw import hostfiles
+from metax_k8s.deviceplugin import server
 from metax_k8s.podresources import client as podresources
 from services.gpu_device import agent, config
 

@@ -24,7 +24,7 @@ def bootstrap(
     board: node_ports.ReadinessBoard | None = None,
     clock: Callable[[], float] | None = None,
 ) -> agent.GpuLabel:
-    from metax_k8s.deviceplugin import hostfiles
+    from metax_hw import hostfiles
 
     return agent.GpuLabel(
         settings,

@@ -15,7 +15,7 @@ import pytest
 
 from metax_core.inventory import PciFunction
 from metax_core.node import readiness
-from metax_k8s.deviceplugin import hostfiles
+from metax_hw import hostfiles
 from services.gpu_device import agent as agent_module
 from services.gpu_device import bootstrap, config
 

@@ -22,9 +22,9 @@ import pytest
 
 from metax_core.inventory import PciAddress
 from metax_core.node import readiness
+from metax_hw import hostfiles
 from metax_hw_fake import builder
 from metax_hw_fake.host import FakeHost
-from metax_k8s.deviceplugin import hostfiles
 from services.gpu_device import bootstrap, config
 
 from .cdi_rules import problems

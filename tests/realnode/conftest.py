@@ -43,8 +43,8 @@ from metax_core.node import readiness
 from metax_dev.controlplane import build, errors, processes
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.realnode import launcher, node
+from metax_hw import hostfiles
 from metax_hw_fake import builder, host
-from metax_k8s.deviceplugin import hostfiles
 from services.gpu_device import config
 
 from . import gpus, pods

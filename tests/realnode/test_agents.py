@@ -37,8 +37,8 @@ from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.controlplane import errors, processes
 from metax_dev.realnode import launcher, node
+from metax_hw import hostfiles
 from metax_hw_fake import builder, host
-from metax_k8s.deviceplugin import hostfiles
 
 from . import gpus, pods
 from .gpus import GPU

@@ -37,9 +37,9 @@ from metax_core.node import labels, readiness, vfio
 from metax_core.spec import validation
 from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
+from metax_hw import hostfiles
 from metax_hw_fake import builder
 from metax_k8s import client as metax_client
-from metax_k8s.deviceplugin import hostfiles
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from deviceplugin.kubelet import Kubelet

@@ -8,9 +8,9 @@ from typing import Any
 
 import attrs
 
+from metax_hw import hostfiles
 from metax_hw_fake import builder, kmods
 from metax_hw_fake import host as fake_host
-from metax_k8s.deviceplugin import hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
 

@@ -1,4 +1,4 @@
-"""Host files of gpu-device (`metax_k8s.deviceplugin.hostfiles`):
+"""Host files of gpu-device (`metax_hw.hostfiles`):
 
 - readiness signals round-trip through ``<root>/run/metax/ready/<component>.json``; withdraw removes one;
 - a malformed or mislabelled signal file is skipped (it counts as missing) with a warning;
@@ -17,7 +17,7 @@ import pytest
 
 from metax_core.errors import InvalidSpec
 from metax_core.node import readiness
-from metax_k8s.deviceplugin import hostfiles
+from metax_hw import hostfiles
 
 SPEC = {"cdiVersion": "0.3.0", "kind": "metax-tech.com/gpu", "devices": [{"name": "a", "containerEdits": {}}]}
 

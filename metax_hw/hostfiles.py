@@ -1,11 +1,13 @@
-"""Files gpu-device shares with the host: the CDI spec, and the readiness signals of the node agents.
+"""Files the node agents share with the host: the CDI spec, the readiness signals, and atomic host writes.
 
 Both are read by other processes while we write them (the container runtime watches the CDI directory;
 gpu-device polls the readiness directory), so every write goes to a temporary file in the same directory
 and is renamed over the target: a reader sees the old file or the new one, never half of one. Temporary
 names end in ``.tmp`` so the CDI cache, which only loads ``*.json``/``*.yaml``, never picks one up.
 
-Other node agents publish their readiness with `FileReadinessBoard(host_root).publish(...)`.
+Other node agents publish their readiness with `FileReadinessBoard(host_root).publish(...)`. Why here, in the
+host adapter: every agent writes host files (probe, state, readiness) and none of that is the kubelet's
+device-plugin protocol, where this module lived before (issue 20, item 8).
 """
 
 from __future__ import annotations
