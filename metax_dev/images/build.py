@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from metax_core.wire import meta
 from metax_dev.images import buildah, definitions
 
 logger = logging.getLogger(__name__)
@@ -305,7 +306,7 @@ def build(
             "org.opencontainers.image.revision": revision,
             "org.opencontainers.image.source": source,
             "org.opencontainers.image.licenses": "Apache-2.0",
-            "org.opencontainers.image.title": "metax-gpu-operator",
+            "org.opencontainers.image.title": meta.PRODUCT,
         }
         with tempfile.TemporaryDirectory(dir=cache, prefix="app.") as tmp:
             wheel = _wheel(repo, files, Path(tmp), epoch)

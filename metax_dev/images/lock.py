@@ -11,9 +11,10 @@ import re
 
 from packaging.requirements import Requirement
 
+from metax_core.wire import meta
 from metax_dev.images import definitions
 
-DISTRIBUTION = "metax-gpu-operator"
+DISTRIBUTION = meta.PRODUCT
 HEADER = (
     "# Every runtime dependency of metax-gpu-operator, pinned: the images install exactly these (metax_dev/images).\n"
     "# Regenerate with `./run images --lock` after changing pyproject.toml's dependencies.\n"

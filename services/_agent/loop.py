@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Protocol
 
 from metax_core.errors import MetaxError
+from metax_core.wire import meta
 
 
 class Agent(Protocol):
@@ -136,7 +137,7 @@ def parse_args(name: str, argv: Sequence[str] | None) -> None:
         description=f"The MetaX GPU operator's {name} node agent, as the operator's DaemonSet runs it.",
         epilog="Configured by the environment variables of the pod the operator renders (docs/agents.md).",
     )
-    parser.add_argument("--version", action="version", version=importlib.metadata.version("metax-gpu-operator"))
+    parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
     parser.parse_args(argv)
 
 

@@ -1,0 +1,83 @@
+"""The one composition root of a node agent: real adapters from its settings, or the fakes tests pass in.
+
+Why one: gpu-label, driver-manager and vfio-manager had three copies of the same ``bootstrap`` (hardware,
+cluster ports, readiness board, clock), ``runner`` (its watches, the shared loop) and ``build`` (settings from
+the environment). A component now says only what differs — its name, its settings loader, its production
+hardware, its agent class and the objects it watches — in a `Recipe`, and gets the three from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import attrs
+
+from metax_core.ports import node as node_ports
+from services._agent import cluster, watch
+from services._agent.settings import NodeAgentSettings
+
+
+class NodeAgent(watch.Wakeable, Protocol):
+    """What the skeleton needs of a built agent: its settings and its cluster ports (for the watches)."""
+
+    @property
+    def settings(self) -> NodeAgentSettings: ...
+
+    @property
+    def ports(self) -> cluster.ClusterPorts: ...
+
+
+S = TypeVar("S", bound=NodeAgentSettings)
+H = TypeVar("H")
+A = TypeVar("A", bound=NodeAgent)
+
+
+@attrs.frozen
+class Recipe(Generic[S, H, A]):
+    component: str
+    """The readiness and Event name (``gpu-label``), also the field manager's suffix (``metax-gpu-label``)."""
+    settings: Callable[[Mapping[str, str]], S]
+    """The settings loader (``config.from_env``)."""
+    hardware: Callable[[S], H]
+    """The production hardware adapters (imported only when called: tests pass fakes)."""
+    agent: Callable[..., A]
+    """The agent class: ``agent(settings, hw=, ports=, board=[, clock=])``."""
+    watches: Callable[[S], Sequence[watch.Target]]
+    """The objects whose change makes a chore due at once (its Node, its ConfigMaps)."""
+
+    def bootstrap(
+        self,
+        settings: S,
+        *,
+        hw: H | None = None,
+        ports: cluster.ClusterPorts | None = None,
+        board: node_ports.ReadinessBoard | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> A:
+        from metax_hw import hostfiles
+
+        extra: dict[str, Any] = {} if clock is None else {"clock": clock}
+        return self.agent(
+            settings,
+            hw=hw if hw is not None else self.hardware(settings),
+            ports=ports or cluster.production(self.component, settings.node_name),
+            board=board or hostfiles.FileReadinessBoard(settings.host_root),
+            **extra,
+        )
+
+    def runner(self, built: A) -> Callable[[threading.Event], None]:
+        """Run ``built`` with its watches until the stop event."""
+        s = built.settings
+        return watch.runner(built, built.ports.objects, tuple(self.watches(s)), resync=s.resync, tick=s.tick)  # type: ignore[arg-type]
+
+    def build(self, environ: Mapping[str, str]) -> tuple[A, Callable[[threading.Event], None]]:
+        """The agent from the environment, and what runs it (``services._agent.loop.main``)."""
+        built = self.bootstrap(self.settings(environ))
+        return built, self.runner(built)
+
+
+def own_node(settings: NodeAgentSettings) -> watch.Target:
+    """The agent's own Node: its labels and annotations drive every agent's round."""
+    return watch.Target("v1", "Node", settings.node_name, None, "sync")
