@@ -24,11 +24,12 @@ import attrs
 
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
-from metax_core.node import cdi, devices, readiness
+from metax_core.node import cdi, devices, readiness, uninstall
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services._agent import loop
+from services.gpu_device import undo
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,8 @@ class Agent:
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
         self._said = loop.Say(log)
+        self._uninstall: tuple[str, Mapping[str, object]] | None = None
+        """The uid of the uninstall the Node asks for, and the Node as read (None: none asked)."""
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -130,6 +133,11 @@ class Agent:
         """One gather → decide → apply round."""
         now = self._clock()
         self._gather(now)
+        if self._uninstall is not None:
+            uid, node = self._uninstall
+            self._registered.clear()
+            undo.answer(self._nodes, self.settings.node_name, node, uid, undo.undo(self.plugins, self._cdi_file))
+            return
         plan = devices.plan_devices(
             self._functions,
             settings=self._node,
@@ -224,6 +232,8 @@ class Agent:
             self._say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)
             return
         labels = (node.get("metadata") or {}).get("labels") or {}
+        uid = uninstall.requested((node.get("metadata") or {}).get("annotations"))
+        self._uninstall = None if uid is None else (uid, node)
         self._node = devices.settings_from_labels(labels)
         self._say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
 

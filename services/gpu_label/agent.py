@@ -23,6 +23,7 @@ from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from services._agent import cluster, loop, probe
 from services._agent import publish as publisher
+from services._agent import uninstall as agent_uninstall
 from services.gpu_label.config import Settings
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class GpuLabel:
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):
             return
+        if self.uninstall():
+            return
         inventory = self.gather()
         if inventory is None:
             self.probe.not_ready()
@@ -97,6 +100,26 @@ class GpuLabel:
         self.say("publish", f"labelled {len(labels.gpus(inventory.functions))} GPU(s)")
         self.publisher.signal(True, f"labelled {len(labels.gpus(inventory.functions))} GPU(s)")
         self.probe.ready("labels published")
+
+    def uninstall(self) -> bool:
+        """When the finalizer asks: remove the annotations, withdraw the signal, answer; nothing else.
+
+        The labels stay until the finalizer removes every product key: the DaemonSets select nodes by
+        ``gpu.installed``, and removing it here would make the DaemonSet controller delete the other agents'
+        pods before they undid their part."""
+        try:
+            node = self.publisher.node()
+        except ClusterError as exc:
+            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
+            return False
+        uid = agent_uninstall.requested(node)
+        if uid is None:
+            return False
+        self.probe.not_ready()
+        if agent_uninstall.answer(self.publisher, node, COMPONENT, uid, annotations=labels.OWNED_ANNOTATIONS):
+            self.say("uninstall", "uninstall: annotations removed, readiness withdrawn")
+        agent_uninstall.remove_ready_dir(self.settings.host_root)
+        return True
 
     def gather(self) -> labels.NodeInventory | None:
         try:
