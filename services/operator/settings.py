@@ -41,6 +41,8 @@ class Settings:
     """METAX_COMPONENT_VERSION: the component images' tag."""
     driver_ready_timeout: float = attrs.field(default=600.0, metadata=env("METAX_DRIVER_READY_TIMEOUT"))
     """METAX_DRIVER_READY_TIMEOUT: seconds a new driver pod may take to become Ready before it counts as failed."""
+    uninstall_timeout: float = attrs.field(default=180.0, metadata=env("METAX_UNINSTALL_TIMEOUT"))
+    """METAX_UNINSTALL_TIMEOUT: seconds the finalizer waits for the nodes' agents to undo their host changes."""
     crash_loop_restarts: int = 3
     """A driver pod whose container restarted this often (or waits in CrashLoopBackOff) has failed."""
     backoff_base: float = 0.5
