@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from harness import CR_API, NS, Harness, cluster_operator, iter_events, wait_for
 
+from metax_core.cluster import rbac
 from metax_core.node import uninstall
 
 
@@ -91,7 +92,7 @@ def test_the_finalizer_waits_for_every_agent_then_cleans_up(slow: Harness) -> No
 
 
 def test_a_node_that_never_answers_holds_the_uninstall_only_for_the_bounded_wait() -> None:
-    h = Harness(uninstall_timeout=2.0)
+    h = Harness(uninstall_timeout=3.0)
     try:
         install(h)
         started = time.monotonic()
@@ -99,11 +100,32 @@ def test_a_node_that_never_answers_holds_the_uninstall_only_for_the_bounded_wait
         wait_for("the request on gpu-1", lambda: uninstall.requested(annotations(h, "gpu-1")))
         assert not gone(h) and "metax-driver" in h.daemonsets()
         wait_for("cluster-operator gone", lambda: gone(h), timeout=30)
-        assert time.monotonic() - started >= 1.5
+        assert time.monotonic() - started >= 2.0  # counted from deletionTimestamp, which has whole seconds
         events = list(iter_events(h, uninstall.INCOMPLETE_REASON))
         assert len(events) == 1 and events[0]["type"] == "Warning"
         assert "gpu-1 (driver, gpu-label)" in events[0]["note"]
         assert h.daemonsets() == set()
         assert [k for k in annotations(h, "gpu-1") if k.startswith("metax-tech.com/")] == []
+    finally:
+        h.stop()
+
+
+def test_the_leader_lease_is_deleted_on_the_way_out_only_after_uninstall() -> None:
+    h = Harness(leader_election=True)
+    try:
+        h.objects.apply(cluster_operator(), field_manager="helm")
+        h.start()
+        lease = ("coordination.k8s.io/v1", "Lease", rbac.OPERATOR_LEASE, NS)
+        wait_for("the Lease", lambda: h.objects.get(*lease))
+        h.stop()
+        assert h.objects.get(*lease) is not None  # released, not deleted: cluster-operator is still there
+        h2 = Harness(leader_election=True, cluster=h.cluster).start()
+        try:
+            wait_for("leading again", h2.op.leadership.is_leader)
+            h.objects.delete(CR_API, "ClusterOperator", "cluster-operator")
+            wait_for("cluster-operator gone", lambda: gone(h2))
+        finally:
+            h2.stop()
+        assert h.objects.get(*lease) is None
     finally:
         h.stop()
