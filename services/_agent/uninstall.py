@@ -29,6 +29,23 @@ def requested(node: Mapping[str, Any] | None) -> str | None:
     return uninstall.requested(publish.node_metadata(node)[1])
 
 
+class Latch:
+    """Once an agent has seen the request, it stays uninstalled until it exits.
+
+    The finalizer removes the request with every other product key at its end, and before that the agents'
+    RBAC (the Node may become unreadable): an agent still running then must not take either for "carry on"
+    and reload a driver from a driver-config that is gone. Its pod is being deleted with its DaemonSet.
+    """
+
+    def __init__(self) -> None:
+        self.uid: str | None = None
+
+    def check(self, node: Mapping[str, Any] | None) -> str | None:
+        """The uninstall this agent is in (seen now or before), or None."""
+        self.uid = requested(node) or self.uid
+        return self.uid
+
+
 def answer(
     pub: publisher.Publisher,
     node: Mapping[str, Any] | None,
@@ -38,8 +55,13 @@ def answer(
     kept: Iterable[str] = (),
     annotations: Iterable[str] = (),
 ) -> bool:
-    """Withdraw the readiness signal, remove ``annotations`` and answer ``uid``; False when the Node is unwritable."""
+    """Withdraw the readiness signal, remove ``annotations`` and answer ``uid``; False when the Node is unwritable.
+
+    Only while the Node (as just read) still carries the request: once the finalizer has removed it, an
+    answer would be a key left behind."""
     pub.withdraw()
+    if requested(node) != uid:
+        return False
     done = uninstall.render_done(agent, uninstall.Done(uid, tuple(kept)))
     try:
         pub.metadata(node, annotations={**dict.fromkeys(annotations), **done})

@@ -91,6 +91,7 @@ class DriverManager:
         self.probe = probe.ProbeFile(settings.probe_file)
         self.state = state.StateFile(settings.host_root)
         self.baseline = undo.BaselineFile(settings.host_root)
+        self.uninstalling = agent_uninstall.Latch()
         self.payload_dir = pathlib.Path(settings.payload_dir)
         self.config = driver_config.DriverConfig()
         self.failures = 0
@@ -134,7 +135,7 @@ class DriverManager:
     def uninstall(self) -> bool:
         """When the finalizer asks (`services._agent.uninstall`): undo, answer, and do nothing else."""
         node = self._node()
-        uid = agent_uninstall.requested(node)
+        uid = self.uninstalling.check(node)
         if uid is None:
             return False
         self.probe.not_ready()

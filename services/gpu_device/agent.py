@@ -233,7 +233,10 @@ class Agent:
             return
         labels = (node.get("metadata") or {}).get("labels") or {}
         uid = uninstall.requested((node.get("metadata") or {}).get("annotations"))
-        self._uninstall = None if uid is None else (uid, node)
+        if uid is not None:
+            self._uninstall = (uid, node)
+        elif self._uninstall is not None:  # once asked, uninstalled until it exits (the request goes last)
+            self._uninstall = (self._uninstall[0], node)
         self._node = devices.settings_from_labels(labels)
         self._say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
 

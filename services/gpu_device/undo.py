@@ -37,6 +37,10 @@ def undo(plugins: dict[Any, node_ports.ResourcePlugin], cdi_file: node_ports.Cdi
 
 
 def answer(nodes: NodeMetadata, node_name: str, node: Mapping[str, Any] | None, uid: str, kept: list[str]) -> None:
+    """Answer ``uid`` while ``node`` (as last read) carries the request: after the finalizer removed it, an
+    answer would be a key left behind."""
+    if uninstall.requested(publish.node_metadata(node)[1]) != uid:
+        return
     wanted = uninstall.render_done(AGENT, uninstall.Done(uid, tuple(kept)))
     patch = publish.changes(publish.node_metadata(node)[1], dict(wanted))
     if not patch:

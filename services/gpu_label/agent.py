@@ -67,6 +67,7 @@ class GpuLabel:
         self._metrics: tuple[GpuMetrics, ...] = ()
         self._health: Mapping[PciAddress, GpuHealth] = {}
         self._links: tuple[GpuLink, ...] = ()
+        self.uninstalling = agent_uninstall.Latch()
 
     def wake(self, chore: str = "sync") -> None:
         self.chores.soon(chore)
@@ -111,8 +112,8 @@ class GpuLabel:
             node = self.publisher.node()
         except ClusterError as exc:
             self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
-            return False
-        uid = agent_uninstall.requested(node)
+            node = None
+        uid = self.uninstalling.check(node)
         if uid is None:
             return False
         self.probe.not_ready()

@@ -71,6 +71,7 @@ class VfioManager:
         self.failures: dict[PciAddress, int] = {}
         self.problems: dict[PciAddress, str] = {}
         self.marker = undo.Marker(settings.host_root)
+        self.uninstalling = agent_uninstall.Latch()
 
     def wake(self, chore: str = "sync") -> None:
         self.chores.soon(chore)
@@ -96,8 +97,8 @@ class VfioManager:
             node = self.publisher.node()
         except ClusterError as exc:
             self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
-            return False
-        uid = agent_uninstall.requested(node)
+            node = None
+        uid = self.uninstalling.check(node)
         if uid is None:
             return False
         self.probe.not_ready()

@@ -6,7 +6,8 @@ driver, with module parameters and VFs from driver-config), vfio-manager (a VF o
 the finalizer's request lands on the Node. Covers: every agent answers (`metax_core.node.uninstall`), its
 own annotations and readiness signal are gone, the host tree is byte-identical to before install (the fake's
 own area aside, `metax_hw_fake.snapshot`) with the host's module and parameters back; agents that keep
-running after they answered write nothing and change nothing; the host that had no driver before install
+running after they answered write nothing and change nothing, also once the finalizer removed the request
+and driver-config; the host that had no driver before install
 gets the payload's module unloaded; a module in use stays, and the answer says so; an undo killed midway
 (after the unload, before the reload) completes on restart from the first-touch record.
 """
@@ -174,6 +175,16 @@ def test_the_host_is_as_found_after_every_agent_answered(short_tmp: pathlib.Path
     agents.rounds(2)  # still running after they answered: quiet, and nothing comes back
     assert n.writes() == writes
     assert snapshot.diff({**before, **STAYS}, snapshot.take(n.root)) == []
+
+    # the finalizer's end: driver-config gone, the request and the answers removed; the agents (their pods
+    # being deleted) must not take that for "carry on" and load the payload driver again
+    n.k8s.objects.delete("v1", "ConfigMap", "driver-config", NAMESPACE)
+    ours = [k for k in n.annotations() if k.startswith(uninstall.PREFIX)]
+    n.k8s.node_metadata.patch_node_metadata(NODE, annotations=dict.fromkeys(ours))
+    agents.rounds(2)
+    assert [k for k in n.annotations() if k.startswith(uninstall.PREFIX)] == []
+    assert snapshot.diff({**before, **STAYS}, snapshot.take(n.root)) == []
+    assert (n.fake.module_version("metax"), n.fake.module_params("metax")) == module_before
 
 
 def test_a_host_without_a_driver_before_install_gets_the_payloads_module_unloaded(tmp_path: pathlib.Path) -> None:
