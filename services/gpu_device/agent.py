@@ -94,7 +94,7 @@ class Agent:
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
         self._said = loop.Say(log)
-        self._uninstall: tuple[str, Mapping[str, object]] | None = None
+        self._uninstall: tuple[str, Mapping[str, object] | None] | None = None
         """The uid of the uninstall the Node asks for, and the Node as read (None: none asked)."""
 
     @property
@@ -136,7 +136,8 @@ class Agent:
         if self._uninstall is not None:
             uid, node = self._uninstall
             self._registered.clear()
-            undo.answer(self._nodes, self.settings.node_name, node, uid, undo.undo(self.plugins, self._cdi_file))
+            kept = undo.undo(self.plugins, self._cdi_file)
+            self._uninstall = (uid, undo.answer(self._nodes, self.settings.node_name, node, uid, kept))
             return
         plan = devices.plan_devices(
             self._functions,

@@ -36,18 +36,23 @@ def undo(plugins: dict[Any, node_ports.ResourcePlugin], cdi_file: node_ports.Cdi
     return kept
 
 
-def answer(nodes: NodeMetadata, node_name: str, node: Mapping[str, Any] | None, uid: str, kept: list[str]) -> None:
+def answer(
+    nodes: NodeMetadata, node_name: str, node: Mapping[str, Any] | None, uid: str, kept: list[str]
+) -> Mapping[str, Any] | None:
     """Answer ``uid`` while ``node`` (as last read) carries the request: after the finalizer removed it, an
-    answer would be a key left behind."""
+    answer would be a key left behind. Returns the node as it is after the answer (for the next tick's diff)."""
     if uninstall.requested(publish.node_metadata(node)[1]) != uid:
-        return
+        return node
     wanted = uninstall.render_done(AGENT, uninstall.Done(uid, tuple(kept)))
     patch = publish.changes(publish.node_metadata(node)[1], dict(wanted))
     if not patch:
-        return
+        return node
     try:
         nodes.patch_node_metadata(node_name, annotations=patch)
     except ClusterError as exc:
         log.warning("cannot answer the uninstall on node %s: %s", node_name, exc)
-        return
+        return node
+    metadata = dict((node or {}).get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **wanted}
     log.info("uninstall: plugin servers stopped, CDI spec removed%s", f", kept: {kept}" if kept else "")
+    return {**(node or {}), "metadata": metadata}
