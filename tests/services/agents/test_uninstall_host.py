@@ -9,7 +9,8 @@ own area aside, `metax_hw_fake.snapshot`) with the host's module and parameters 
 running after they answered write nothing and change nothing, also once the finalizer removed the request
 and driver-config; the host that had no driver before install
 gets the payload's module unloaded; a module in use stays, and the answer says so; an undo killed midway
-(after the unload, before the reload) completes on restart from the first-touch record.
+(after the unload, before the reload) completes on restart from the first-touch record; the firmware
+copies driver-manager staged go while the host's own images stay (the flashed VBIOS stays, documented).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from metax_core.node import labels, readiness, uninstall, vfio, vfio_config_map
+from metax_core.spec import model as spec_model
 from metax_core.spec.model import VfioConfigEntry
 from metax_hw_fake import builder, snapshot
 from services.driver_manager import agent as driver_agent
@@ -37,7 +39,7 @@ from services.vfio_manager import agent as vfio_agent
 from services.vfio_manager import bootstrap as vfio_bootstrap
 from services.vfio_manager import config as vfio_config
 
-from .conftest import NAMESPACE, NODE, PAYLOAD_VERSION, Node, make_node
+from .conftest import NAMESPACE, NODE, PAYLOAD_VERSION, Node, make_node, write_payload
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from deviceplugin.kubelet import Kubelet
@@ -90,7 +92,7 @@ class Agents:
                 a.wake()
 
 
-def driver_manager(n: Node) -> driver_agent.DriverManager:
+def driver_manager(n: Node, **overrides: object) -> driver_agent.DriverManager:
     s = driver_config.Settings(
         node_name=NODE,
         host_root=n.root,
@@ -98,6 +100,7 @@ def driver_manager(n: Node) -> driver_agent.DriverManager:
         payload_version=PAYLOAD_VERSION,
         payload_dir=str(n.payload),
         host_module_tools=False,
+        **overrides,  # type: ignore[arg-type]
     )
     return driver_bootstrap.bootstrap(s, hw=driver_agent.Hardware.of(n.fake.hw), ports=n.ports("driver"), clock=n.clock)
 
@@ -230,3 +233,20 @@ def test_an_undo_killed_after_the_unload_completes_on_restart(tmp_path: pathlib.
     assert n.fake.module_version("metax") == "2.18.0" and n.fake.module_params("metax") == params_before
     assert uninstall.answers(n.annotations())["driver"] == uninstall.Done(UID)
     assert snapshot.diff(before, snapshot.take(n.root)) == []
+
+
+def test_firmware_copies_go_and_the_hosts_own_images_stay(tmp_path: pathlib.Path) -> None:
+    spec = builder.FakeHostBuilder().gpus(2).host_driver("2.18.0").vbios("1.13.0.0").firmware_image("1.13.0.0")
+    n = make_node(tmp_path, spec)
+    write_payload(n.payload, firmware="1.14.0.0")
+    before = snapshot.take(n.root)
+    m = driver_manager(n, fw_upgrade_policy=spec_model.FirmwarePolicy.PREFER_CLOUD)
+    m.tick()
+    copies = sorted(str(p.relative_to(n.root)) for p in (n.root / "lib/firmware/metax").rglob("mxvbios-1.14*"))
+    assert copies and n.fake.vbios(n.fake.gpu_addresses()[0]) == ("1.13.0.0", "1.14.0.0")
+    request(n)
+    m.wake()
+    m.tick()
+    assert uninstall.answers(n.annotations())["driver"] == uninstall.Done(UID)
+    assert snapshot.diff(before, snapshot.take(n.root)) == []  # the copies gone, the host's own image kept
+    assert n.fake.vbios(n.fake.gpu_addresses()[0]) == ("1.13.0.0", "1.14.0.0")  # flashed: stays (documented)
