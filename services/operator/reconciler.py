@@ -2,7 +2,8 @@
 
 Why a module of its own: this is the operator's whole job in one place, in order:
 
-1. the object is gone → nothing to do; being deleted → `cleanup` (the finalizer), then release it;
+1. the object is gone → nothing to do; being deleted → the finalizer: `uninstall_wait` (the nodes' agents undo
+   and answer, bounded), then `cleanup`, then release it;
 2. our finalizer is on it (a metadata write, never ``spec``: the operator owns no spec field, issue 16);
 3. the spec is parsed; an invalid spec changes nothing and reports ``Degraded`` with every field path;
 4. ConfigMaps: ``driver-config`` created once with defaults, ``metax-vfio-config`` rendered from the spec;
@@ -27,13 +28,12 @@ from metax_core.cluster import components, configmaps, gpu_workloads, rbac, work
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
-from metax_core.node import uninstall
 from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_k8s.api import Api
-from services.operator import applier, cleanup, rollout_driver, states
+from services.operator import applier, cleanup, rollout_driver, states, uninstall_wait
 from services.operator.informers import Informer
 from services.operator.settings import Settings
 
@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 CONFIRM_ANNOTATION = "metax-tech.com/rollout-confirm"
-UNINSTALLING = "Uninstalling"
-"""The condition the finalizer reports its wait for the nodes' agents in (`metax_core.node.uninstall`)."""
 
 
 class Caches:
@@ -204,10 +202,23 @@ class Reconciler:
         finalizers = list(cr["metadata"].get("finalizers") or [])
         if cleanup.FINALIZER not in finalizers:
             return None
-        if not self._agents_done(cr):
-            decision = self._await_agents(cr)
-            if not decision.proceed:
-                return max(1.0, self.settings.uninstall_timeout - self._waited(cr))
+        if not uninstall_wait.over(cr):
+            wait = uninstall_wait.await_agents(
+                cr,
+                node_list=self.caches.nodes.items(),
+                pods=self.caches.pods.items(),
+                nodes=self.nodes,
+                objects=self.objects,
+                events=self.events,
+                ref=self._cr_ref(cr),
+                timeout=self.settings.uninstall_timeout,
+                now=self.clock(),
+                field_manager=self.settings.field_manager,
+            )
+            self.applier.writes += wait.writes
+            self.status_writes += wait.status_writes
+            if not wait.decision.proceed:
+                return wait.again_in
             cr = self.objects.get(CR_API, spec.KIND, spec.OBJECT_NAME) or cr  # its status was just written
         log.info("cluster-operator is being deleted: removing everything the operator created")
         self.applier.writes += cleanup.remove_everything(
@@ -222,65 +233,6 @@ class Reconciler:
         self._set_finalizers(cr, [f for f in finalizers if f != cleanup.FINALIZER])
         self.applier.forget()
         return None
-
-    def _waited(self, cr: RawObject) -> float:
-        since = rollout_status.parse_time(str(cr["metadata"]["deletionTimestamp"]))
-        return max(0.0, (self.clock() - since).total_seconds())
-
-    @staticmethod
-    def _agents_done(cr: RawObject) -> bool:
-        """The wait already ended (recorded in the condition): a cleanup interrupted after it removed the
-        nodes' answers with the other product keys does not wait for them again."""
-        for c in (cr.get("status") or {}).get("conditions") or []:
-            if c.get("type") == UNINSTALLING:
-                return c.get("reason") in (uninstall.DONE_REASON, uninstall.INCOMPLETE_REASON)
-        return False
-
-    def _await_agents(self, cr: RawObject) -> uninstall.FinalizeDecision:
-        """Ask every node running our agents to undo (R-INSTALL), and say whether their answers are in."""
-        uid = str(cr["metadata"].get("uid") or "")
-        undos = cleanup.node_undos(self.caches.nodes.items(), self.caches.pods.items())
-        decision = uninstall.finalize(undos, uid, waited=self._waited(cr), timeout=self.settings.uninstall_timeout)
-        for name in decision.to_request:
-            try:
-                self.nodes.patch_node_metadata(name, annotations=dict(uninstall.render_request(uid)))
-            except NotFound:
-                continue
-            self.applier.writes += 1
-            log.info("node %s: asked its agents to undo their host changes", name)
-        if decision.timed_out:
-            log.warning("%s", decision.message)
-            self.events.emit(
-                self._cr_ref(cr),
-                reason=uninstall.INCOMPLETE_REASON,
-                message=decision.message,
-                type=EventType.WARNING,
-                action="Delete",
-            )
-        if undos or decision.proceed:
-            self._write_uninstall_condition(cr, decision)
-        return decision
-
-    def _write_uninstall_condition(self, cr: RawObject, decision: uninstall.FinalizeDecision) -> None:
-        """The ``Uninstalling`` condition: waiting for (or given up on) the named nodes, or every node answered."""
-        if decision.timed_out:
-            reason = uninstall.INCOMPLETE_REASON
-        elif decision.proceed:
-            reason = uninstall.DONE_REASON
-        else:
-            reason = "WaitingForNodes"
-        stored: dict[str, Any] = dict(cr.get("status") or {})
-        conditions = [c for c in stored.get("conditions") or [] if c.get("type") != UNINSTALLING]
-        before = next((c for c in stored.get("conditions") or [] if c.get("type") == UNINSTALLING), None)
-        if before is not None and (before.get("reason"), before.get("message")) == (reason, decision.message):
-            return
-        condition = cluster_status.Condition(
-            UNINSTALLING, "True", reason, decision.message, self.clock(), int(cr["metadata"].get("generation") or 0)
-        )
-        stored["conditions"] = [*conditions, cluster_status.condition_document(condition)]
-        body = {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "status": stored}
-        self.objects.apply_status(body, field_manager=self.settings.field_manager, force=True)
-        self.status_writes += 1
 
     def _prune(
         self, wanted: set[tuple[str, str]], plan: components.DeployPlan, rendered: list[Mapping[str, Any]]
