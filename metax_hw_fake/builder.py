@@ -190,7 +190,6 @@ class FakeHostBuilder:
             "iommu": self._iommu,
             "driver_leaves_vfs": self._leaves_vfs,
             "next_group": 1,
-            "next_card": 0,
             "maca_version": self._maca,
             "smi_version": "2.2.9",
             "driver_ids": {"pcieport": [], NIC_DRIVER: [[NIC_VENDOR, NIC_DEVICE]]},
@@ -223,6 +222,7 @@ class FakeHostBuilder:
             "run/metax",
         ):
             (base / directory).mkdir(parents=True, exist_ok=True)
+        (base / "var/run").symlink_to("../run")  # as on Ubuntu, CentOS and openEuler: /var/run is /run
         layout.put(layout.bus(base) / "drivers_probe", "")
         layout.put(layout.bus(base) / "rescan", "")
         for driver in ("pcieport", NIC_DRIVER):

@@ -14,6 +14,7 @@ one (``pci_device_can_probe``). Standard library only (the fake tools import it)
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -186,8 +187,10 @@ def attach(root: Path, st: State, addr: str, driver: str) -> None:
     layout.relink(path / "driver", driver_dir)
     layout.relink(driver_dir / addr, path)
     if driver == st["native_driver"]:
-        card = int(st["next_card"])
-        st["next_card"] = card + 1
+        # The lowest free minor, as the kernel's DRM core allocates them (drm_minor_alloc: xa_alloc over the
+        # minor range): a driver reloaded after an unload gets card0 again, not card<n+1>.
+        used = {p.name for p in (layout.dev(root) / "dri").glob("card*")}
+        card = next(i for i in itertools.count() if f"card{i}" not in used)
         for node in (f"card{card}", f"renderD{128 + card}"):
             (path / "drm" / node).mkdir(parents=True)
             layout.put(layout.dev(root) / "dri" / node, f"fake char device for {addr}")

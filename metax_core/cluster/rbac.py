@@ -40,6 +40,8 @@ RBAC_API = "rbac.authorization.k8s.io/v1"
 OPERATOR_ACCOUNT = "metax-operator"
 WEBHOOK_NAME = "metax-operator-webhook"
 """The ValidatingWebhookConfiguration, its Service and its certificate Secret share this name."""
+OPERATOR_LEASE = "metax-operator-leader"
+"""The operator replicas' leader Lease in its namespace (`services.operator.leader`)."""
 CLUSTER_ROLE_PREFIX = "metax-operator:"
 """Component ClusterRoles are named ``metax-operator:<account>``, so they sort together and say who made them."""
 
@@ -293,6 +295,8 @@ def operator_rules() -> AccountRules:
         Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, *WRITE)),
         Rule("rbac.authorization.k8s.io", ("roles",), ("bind",), _component_role_names(Scope.NAMESPACE)),
         Rule("coordination.k8s.io", ("leases",), (*READ, "create", "update", "patch")),
+        # Its own Lease only, on its way out once cluster-operator is gone (R-INSTALL: nothing stays).
+        Rule("coordination.k8s.io", ("leases",), ("delete",), (OPERATOR_LEASE,)),
         # The chart creates the (empty) webhook Secret, so the operator needs no "create" on Secrets.
         Rule("", ("secrets",), ("get", "update", "patch"), (WEBHOOK_NAME,)),
         *_EVENTS,

@@ -33,7 +33,8 @@ from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
 from services._agent import cluster, loop, probe, publish
-from services.driver_manager import firmware, payload, state
+from services._agent import uninstall as agent_uninstall
+from services.driver_manager import firmware, payload, state, undo
 from services.driver_manager.config import Settings
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class DriverManager:
         )
         self.probe = probe.ProbeFile(settings.probe_file)
         self.state = state.StateFile(settings.host_root)
+        self.baseline = undo.BaselineFile(settings.host_root)
+        self.uninstalling = agent_uninstall.Latch()
         self.payload_dir = pathlib.Path(settings.payload_dir)
         self.config = driver_config.DriverConfig()
         self.failures = 0
@@ -110,6 +113,12 @@ class DriverManager:
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):
             return
+        if self.uninstall():
+            return
+        try:
+            undo.record_first_touch(self.baseline, self.hw.modules, self.hw.devices)  # before any host change
+        except OSError as exc:
+            raise HardwareError("record the host before install", str(self.baseline.path), str(exc)) from exc
         try:
             self.outcome = self.sync()
         except MetaxError as exc:
@@ -125,6 +134,19 @@ class DriverManager:
 
     def wake(self, chore: str = "sync") -> None:
         self.chores.soon(chore)
+
+    def uninstall(self) -> bool:
+        """When the finalizer asks (`services._agent.uninstall`): undo, answer, and do nothing else."""
+        node = self._node()
+        uid = self.uninstalling.check(node)
+        if uid is None:
+            return False
+        self.probe.not_ready()
+        kept = undo.undo(self.baseline, self.hw.modules, self.hw.binder, self.hw.devices)
+        self.say("uninstall", "uninstall: host restored" + (f", kept: {'; '.join(kept)}" if kept else ""))
+        agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)
+        agent_uninstall.remove_ready_dir(self.settings.host_root)
+        return True
 
     # --- the round ------------------------------------------------------------------------------------
 

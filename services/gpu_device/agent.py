@@ -29,12 +29,12 @@ import attrs
 
 from metax_core.errors import ClusterError, HardwareError, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
-from metax_core.node import cdi_sync, devices, readiness
+from metax_core.node import cdi_sync, devices, readiness, uninstall
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from services._agent import loop, probe
-from services.gpu_device import cdi_keeper
+from services.gpu_device import cdi_keeper, undo
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,8 @@ class Agent:
             if cdi_file is not None and settings.cdi_enabled
             else None
         )
+        self._uninstall: tuple[str, Mapping[str, object] | None] | None = None
+        """The uid of the uninstall the Node asks for, and the Node as read (None: none asked)."""
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -156,6 +158,13 @@ class Agent:
         """One gather → decide → apply round."""
         now = self._clock()
         self._gather(now)
+        if self._uninstall is not None:
+            uid, node = self._uninstall
+            self._registered.clear()
+            kept = undo.undo(self.plugins, self._cdi.sink if self._cdi is not None else None)
+            self._probe.not_ready()
+            self._uninstall = (uid, undo.answer(self._nodes, self.settings.node_name, node, uid, kept))
+            return
         plan = devices.plan_devices(
             self._functions,
             settings=self._node,
@@ -183,7 +192,7 @@ class Agent:
             self.plugins.pop(resource).stop()
         self._registered.clear()
         self._probe.not_ready()
-        if self._cdi is not None:
+        if self._cdi is not None and self._uninstall is None:  # uninstalled: the spec is gone for good
             self._cdi.retire()
         log.info("gpu-device stopped")
 
@@ -270,6 +279,11 @@ class Agent:
             self._say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)
             return
         labels = (node.get("metadata") or {}).get("labels") or {}
+        uid = uninstall.requested((node.get("metadata") or {}).get("annotations"))
+        if uid is not None:
+            self._uninstall = (uid, node)
+        elif self._uninstall is not None:  # once asked, uninstalled until it exits (the request goes last)
+            self._uninstall = (self._uninstall[0], node)
         self._node = devices.settings_from_labels(labels)
         self._say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
 

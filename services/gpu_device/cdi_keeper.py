@@ -55,6 +55,11 @@ class CdiKeeper:
         """CDI names pods held at the last PodResources read (None: unknown)."""
         self._holders_read = False
 
+    @property
+    def sink(self) -> node_ports.CdiSink:
+        """The spec file itself (the uninstall removes it whole, services/gpu_device/undo.py)."""
+        return self._sink
+
     def allocated(self, resource: devices.Resource, ids: Sequence[str]) -> None:
         """Allocate handed out ``ids``: their entries stay at least ``grace`` seconds from now."""
         now = self._clock()

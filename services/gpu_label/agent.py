@@ -24,6 +24,7 @@ from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from services._agent import cluster, loop, probe
 from services._agent import publish as publisher
+from services._agent import uninstall as agent_uninstall
 from services.gpu_label.config import Settings
 
 log = logging.getLogger(__name__)
@@ -67,12 +68,15 @@ class GpuLabel:
         self._metrics: tuple[GpuMetrics, ...] = ()
         self._health: Mapping[PciAddress, GpuHealth] = {}
         self._links: tuple[GpuLink, ...] = ()
+        self.uninstalling = agent_uninstall.Latch()
 
     def wake(self, chore: str = "sync") -> None:
         self.chores.soon(chore)
 
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):
+            return
+        if self.uninstall():
             return
         inventory = self.gather()
         if inventory is None:
@@ -98,6 +102,26 @@ class GpuLabel:
         self.say("publish", f"labelled {len(labels.gpus(inventory.functions))} GPU(s)")
         self.publisher.signal(True, f"labelled {len(labels.gpus(inventory.functions))} GPU(s)")
         self.probe.ready("labels published")
+
+    def uninstall(self) -> bool:
+        """When the finalizer asks: remove the annotations, withdraw the signal, answer; nothing else.
+
+        The labels stay until the finalizer removes every product key: the DaemonSets select nodes by
+        ``gpu.installed``, and removing it here would make the DaemonSet controller delete the other agents'
+        pods before they undid their part."""
+        try:
+            node = self.publisher.node()
+        except ClusterError as exc:
+            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
+            node = None
+        uid = self.uninstalling.check(node)
+        if uid is None:
+            return False
+        self.probe.not_ready()
+        if agent_uninstall.answer(self.publisher, node, COMPONENT, uid, annotations=labels.OWNED_ANNOTATIONS):
+            self.say("uninstall", "uninstall: annotations removed, readiness withdrawn")
+        agent_uninstall.remove_ready_dir(self.settings.host_root)
+        return True
 
     def gather(self) -> labels.NodeInventory | None:
         try:

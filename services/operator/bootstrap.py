@@ -48,7 +48,11 @@ def bootstrap(
         queue.add(key)
 
     def node_changed(old: RawObject | None, new: RawObject | None) -> None:
-        if informers.gpu_labels(old) != informers.gpu_labels(new) or (old is None) != (new is None):
+        if (
+            informers.gpu_labels(old) != informers.gpu_labels(new)
+            or informers.uninstall_keys(old) != informers.uninstall_keys(new)
+            or (old is None) != (new is None)
+        ):
             queue.add(key)
 
     ns = s.namespace

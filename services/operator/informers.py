@@ -18,6 +18,7 @@ from typing import Any
 
 from metax_core.cluster import workloads
 from metax_core.errors import MetaxError
+from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
 
@@ -159,8 +160,10 @@ def slim_node(node: RawObject) -> RawObject:
     """A node as the operator reads it: its name, the product's labels, and the keys of the product's annotations.
 
     Annotation values are dropped (the operator only removes the keys when ``cluster-operator`` is deleted;
-    some are kilobytes of JSON per node), and so is everything else (status and its heartbeats, images, the
-    other labels, taints): at 1,000 nodes the whole objects would be most of the operator's memory (P3).
+    some are kilobytes of JSON per node), except the few bytes of the uninstall protocol's request and answers
+    (`metax_core.node.uninstall`), which the finalizer reads. Everything else is dropped too (status and its
+    heartbeats, images, the other labels, taints): at 1,000 nodes the whole objects would be most of the
+    operator's memory (P3).
     """
     metadata = node.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -168,7 +171,11 @@ def slim_node(node: RawObject) -> RawObject:
         "metadata": {
             "name": _interned(metadata.get("name")),
             "labels": _product(metadata.get("labels")),
-            "annotations": {sys.intern(k): "" for k in annotations if k.startswith(PREFIX)},
+            "annotations": {
+                sys.intern(k): (str(v) if uninstall.is_protocol_key(k) else "")
+                for k, v in annotations.items()
+                if k.startswith(PREFIX)
+            },
         }
     }
 
@@ -218,3 +225,10 @@ def gpu_labels(node: Mapping[str, Any] | None) -> dict[str, str]:
         return {}
     labels = (node.get("metadata") or {}).get("labels") or {}
     return {k: v for k, v in labels.items() if k.startswith(PREFIX)}
+
+
+def uninstall_keys(node: Mapping[str, Any] | None) -> dict[str, str]:
+    """The uninstall request and the agents' answers on a node (`metax_core.node.uninstall`): the finalizer
+    waits for them, so their changes wake the reconciler."""
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in annotations.items() if uninstall.is_protocol_key(k)}

@@ -2,7 +2,8 @@
 
 Why a module of its own: this is the operator's whole job in one place, in order:
 
-1. the object is gone → nothing to do; being deleted → `cleanup` (the finalizer), then release it;
+1. the object is gone → nothing to do; being deleted → the finalizer: `uninstall_wait` (the nodes' agents undo
+   and answer, bounded), then `cleanup`, then release it;
 2. our finalizer is on it (a metadata write, never ``spec``: the operator owns no spec field, issue 16);
 3. the spec is parsed; an invalid spec changes nothing and reports ``Degraded`` with every field path;
 4. ConfigMaps: ``driver-config`` created once with defaults, ``metax-vfio-config`` rendered from the spec;
@@ -34,7 +35,7 @@ from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_core.wire import event_reasons, meta
 from metax_k8s.api import Api
-from services.operator import applier, cleanup, rollout_driver, states
+from services.operator import applier, cleanup, rollout_driver, states, uninstall_wait
 from services.operator.informers import Informer
 from services.operator.settings import Settings
 
@@ -121,8 +122,7 @@ class Reconciler:
             return None
         metadata = cr.get("metadata") or {}
         if metadata.get("deletionTimestamp"):
-            self._finalize(cr)
-            return None
+            return self._finalize(cr)
         if cleanup.FINALIZER not in (metadata.get("finalizers") or []):
             self._set_finalizers(cr, [*(metadata.get("finalizers") or []), cleanup.FINALIZER])
         now = self.clock()
@@ -204,10 +204,28 @@ class Reconciler:
             raise MetaxError(f"cluster-operator changed while setting finalizers ({exc}); reconciling again") from exc
         self.applier.writes += 1
 
-    def _finalize(self, cr: RawObject) -> None:
+    def _finalize(self, cr: RawObject) -> float | None:
         finalizers = list(cr["metadata"].get("finalizers") or [])
         if cleanup.FINALIZER not in finalizers:
-            return
+            return None
+        if not uninstall_wait.over(cr):
+            wait = uninstall_wait.await_agents(
+                cr,
+                node_list=self.caches.nodes.items(),
+                pods=self.caches.pods.items(),
+                nodes=self.nodes,
+                objects=self.objects,
+                events=self.events,
+                ref=self._cr_ref(cr),
+                timeout=self.settings.uninstall_timeout,
+                now=self.clock(),
+                field_manager=self.settings.field_manager,
+            )
+            self.applier.writes += wait.writes
+            self.status_writes += wait.status_writes
+            if not wait.decision.proceed:
+                return wait.again_in
+            cr = self.objects.get(CR_API, spec.KIND, spec.OBJECT_NAME) or cr  # its status was just written
         log.info("cluster-operator is being deleted: removing everything the operator created")
         self.applier.writes += cleanup.remove_everything(
             self.objects, self.nodes, self.applier, self.settings.namespace, self.caches.nodes.items()
@@ -220,6 +238,7 @@ class Reconciler:
         )
         self._set_finalizers(cr, [f for f in finalizers if f != cleanup.FINALIZER])
         self.applier.forget()
+        return None
 
     def _prune(
         self, wanted: set[tuple[str, str]], plan: components.DeployPlan, rendered: list[Mapping[str, Any]]

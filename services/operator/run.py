@@ -3,7 +3,10 @@
 Why a module of its own: the loop's rules are small but easy to get wrong — reconcile only while leading;
 a failure requeues with capped exponential back-off (never a crash loop); a success forgets the failures
 and schedules the next run at the rollout's recheck time or the periodic resync (≥ 10 minutes), whichever
-comes first; SIGTERM stops cleanly and releases the Lease so the other replica takes over at once.
+comes first; SIGTERM stops cleanly and releases the Lease so the other replica takes over at once. When
+``cluster-operator`` is gone (uninstalled: the finalizer has run), the Lease is deleted instead (R-INSTALL:
+nothing the operator created stays). Each replica does so on its way out, so the last one leaves none, even
+if the other renewed (recreated) it in between.
 """
 
 from __future__ import annotations
@@ -88,6 +91,19 @@ class Operator:
         if self._worker is not None:
             self._worker.join(10)
         self.leadership.stop()
+        self._delete_lease_if_uninstalled()
+
+    def _delete_lease_if_uninstalled(self) -> None:
+        if self.leadership.lock is None:
+            return
+        objects, s = self.reconciler.objects, self.settings
+        try:
+            if objects.get(reconciler.CR_API, spec.KIND, spec.OBJECT_NAME) is not None:
+                return
+            if objects.delete("coordination.k8s.io/v1", "Lease", s.lease_name, s.namespace):
+                log.info("cluster-operator is gone: deleted the leader Lease %s/%s", s.namespace, s.lease_name)
+        except MetaxError as exc:
+            log.warning("cannot delete the leader Lease after uninstall: %s", exc)
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from metax_core.cluster import rbac
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.spec import model as spec
 from services._agent import settings as env_settings
@@ -34,13 +35,15 @@ class Settings:
     """METAX_IDENTITY (else POD_NAME, else the host name): this replica's name in the Lease and in Events."""
     leader_election: bool = attrs.field(default=True, metadata=env("METAX_LEADER_ELECTION"))
     """METAX_LEADER_ELECTION: false only for a single replica in development."""
-    lease_name: str = "metax-operator-leader"
+    lease_name: str = rbac.OPERATOR_LEASE
     resync_seconds: float = attrs.field(default=600.0, metadata=env("METAX_RESYNC_SECONDS"))
     """METAX_RESYNC_SECONDS: a full reconcile at least this often even if no watch fires (>= 600)."""
     version: str = attrs.field(default="0.1.0", metadata=env("METAX_COMPONENT_VERSION"))
     """METAX_COMPONENT_VERSION: the component images' tag."""
     driver_ready_timeout: float = attrs.field(default=600.0, metadata=env("METAX_DRIVER_READY_TIMEOUT"))
     """METAX_DRIVER_READY_TIMEOUT: seconds a new driver pod may take to become Ready before it counts as failed."""
+    uninstall_timeout: float = attrs.field(default=180.0, metadata=env("METAX_UNINSTALL_TIMEOUT"))
+    """METAX_UNINSTALL_TIMEOUT: seconds the finalizer waits for the nodes' agents to undo their host changes."""
     crash_loop_restarts: int = 3
     """A driver pod whose container restarted this often (or waits in CrashLoopBackOff) has failed."""
     backoff_base: float = 0.5

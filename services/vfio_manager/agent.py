@@ -28,6 +28,8 @@ from metax_core.spec import vfio_config
 from metax_core.spec.model import VfioConfigEntry
 from metax_core.wire import event_reasons
 from services._agent import cluster, loop, probe, publish
+from services._agent import uninstall as agent_uninstall
+from services.vfio_manager import undo
 from services.vfio_manager.config import Settings
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ class VfioManager:
         self.entries: tuple[VfioConfigEntry, ...] = ()
         self.failures: dict[PciAddress, int] = {}
         self.problems: dict[PciAddress, str] = {}
+        self.marker = undo.Marker(settings.host_root)
+        self.uninstalling = agent_uninstall.Latch()
 
     def wake(self, chore: str = "sync") -> None:
         self.chores.soon(chore)
@@ -78,6 +82,8 @@ class VfioManager:
         if not self.chores.due("sync", self.settings.interval):
             return
         try:
+            if self.uninstall():
+                return
             ready, reason = self.sync()
         except HardwareError as exc:
             self.say("sync", f"cannot read the GPU inventory: {exc}", logging.WARNING)
@@ -86,6 +92,23 @@ class VfioManager:
             return
         self.publisher.signal(ready, reason)
         self.probe.report(ready, reason)  # the selection applied, or no file (R-READY)
+
+    def uninstall(self) -> bool:
+        """When the finalizer asks (`services._agent.uninstall`): undo, answer, and do nothing else."""
+        try:
+            node = self.publisher.node()
+        except ClusterError as exc:
+            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
+            node = None
+        uid = self.uninstalling.check(node)
+        if uid is None:
+            return False
+        self.probe.not_ready()
+        kept = undo.undo(self.marker, self.hw.devices, self.hw.binder, self.hw.modules)
+        self.say("uninstall", "uninstall: GPUs back on their native driver" + (f", kept: {kept}" if kept else ""))
+        agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept, annotations=(vfio.ANNOTATION,))
+        agent_uninstall.remove_ready_dir(self.settings.host_root)
+        return True
 
     def shutdown(self) -> None:
         """Bound GPUs stay bound (virtual machines use them); only a config change gives them back."""
@@ -146,6 +169,7 @@ class VfioManager:
     def _ensure_vfio_module(self) -> None:
         try:
             if self.hw.modules.state(VFIO_DRIVER) is None:
+                self.marker.mark()  # before the load: the uninstall unloads only what we loaded
                 self.hw.modules.load(VFIO_DRIVER, {})
         except HardwareError as exc:
             self.say("module", f"cannot load {VFIO_DRIVER}: {exc}", logging.ERROR)

@@ -32,6 +32,9 @@ class OperatorProcess:
             "METAX_IDENTITY": identity,
             "METAX_NAMESPACE": NS,
             "METAX_DRIVER_READY_TIMEOUT": "20",
+            # kwok runs the agents' pods without the agents: nothing answers the uninstall request, so the
+            # finalizer's bounded wait (R-INSTALL) is what these tests see; 5 s instead of the default 180 s.
+            "METAX_UNINSTALL_TIMEOUT": "5",
             **(env or {}),
         }
         self._log = self.log_path.open("ab")

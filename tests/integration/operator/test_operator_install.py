@@ -14,6 +14,7 @@ import pytest
 from operator_helpers import NS, Env, cluster_operator, wait_daemonset_controller, wait_for
 
 from metax_core.cluster import workloads
+from metax_core.node import uninstall
 
 pytestmark = pytest.mark.integration
 
@@ -154,10 +155,30 @@ def test_deleting_the_cluster_operator_leaves_nothing_behind(operator_env: Env) 
         "v1", "Node", env.gpu_nodes[0], {"metadata": {"labels": {"metax-tech.com/gpu.product": "C500"}}}
     )
     env.api.delete("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
+    # kwok's agent pods never answer: the finalizer asks, waits its bounded 5 s, says which nodes, goes on
+    asked = wait_for("the uninstall request on the GPU nodes", lambda: _requested(env))
+    assert asked == sorted(env.gpu_nodes)
+    assert "metax-driver" in env.daemonsets()  # nothing the agents read is deleted while they may answer
     wait_for("daemonsets gone", lambda: env.daemonsets() == set())
     wait_for("the CR gone", lambda: env.condition("Ready") is None and not _exists(env))
-    labels = env.api.get("v1", "Node", env.gpu_nodes[0])["metadata"]["labels"]
-    assert not [k for k in labels if k.startswith("metax-tech.com/")]
+    events = [
+        e
+        for e in env.api.list("events.k8s.io/v1", "Event", namespace="default").items
+        if e.get("reason") == uninstall.INCOMPLETE_REASON
+    ]
+    assert events and all(n in events[-1]["note"] for n in env.gpu_nodes)
+    for name in env.gpu_nodes:
+        metadata = env.api.get("v1", "Node", name)["metadata"]
+        keys = [*(metadata.get("labels") or {}), *(metadata.get("annotations") or {})]
+        assert not [k for k in keys if k.startswith("metax-tech.com/")]
+
+
+def _requested(env: Env) -> list[str]:
+    return sorted(
+        n
+        for n in env.gpu_nodes
+        if uninstall.requested(env.api.get("v1", "Node", n)["metadata"].get("annotations") or {})
+    )
 
 
 def _exists(env: Env) -> bool:

@@ -42,6 +42,7 @@ class Harness:
         leader_election: bool = False,
         cluster: InMemoryCluster | None = None,
         api: Callable[[Api], Api] | None = None,
+        uninstall_timeout: float = 180.0,
     ):
         """``api`` wraps the cluster's API for the operator (to count its requests)."""
         self.cluster = cluster or InMemoryCluster()
@@ -51,7 +52,9 @@ class Harness:
             self.cluster.add_node("gpu-1", labels={workloads.GPU_NODE_LABEL: "true"})
             self.cluster.add_node("gpu-2", labels={workloads.GPU_NODE_LABEL: "true"})
             self.cluster.add_node("cpu-1")
-        self.settings = settings.Settings(identity=identity, leader_election=leader_election, backoff_base=0.05)
+        self.settings = settings.Settings(
+            identity=identity, leader_election=leader_election, backoff_base=0.05, uninstall_timeout=uninstall_timeout
+        )
         self.api = self.cluster.api if api is None else api(self.cluster.api)
         self.op: run.Operator = bootstrap.bootstrap(self.settings, api=self.api, watch_seconds=5)
 
