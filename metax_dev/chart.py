@@ -54,6 +54,13 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
     ("nodeSelector", {}, {"type": "object"}, "Where the operator Deployment (and its pre-delete cleanup Job) runs."),
     ("tolerations", [], {"type": "array"}, "Tolerations of the operator Deployment and its pre-delete cleanup Job."),
     ("affinity", {}, {"type": "object"}, "Affinity of the operator Deployment and its pre-delete cleanup Job."),
+    (
+        "uninstallTimeoutSeconds",
+        180,
+        {"type": "integer", "minimum": 0},
+        "How long the uninstall waits for every node's agents to undo their host changes before it goes on"
+        " (R-INSTALL; docs/operator.md).",
+    ),
     ("webhook.enabled", True, {"type": "boolean"}, "Install the ValidatingWebhookConfiguration (R-WEBHOOK)."),
     (
         "webhook.failurePolicy",

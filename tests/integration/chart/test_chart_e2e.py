@@ -102,6 +102,10 @@ def release(
         + json.dumps([{"key": processnode.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]),
         "--set",
         f"operator.webhook.port={network.free_port()}",
+        # kwok runs the agents' pods but no agent answers the uninstall: the finalizer's bounded wait (R-INSTALL)
+        # is all that happens on these nodes, so keep it short (the chart's value reaches the operator's env)
+        "--set",
+        "operator.uninstallTimeoutSeconds=10",
     ]
     try:
         _TIMES["install"] = time.monotonic()
@@ -273,6 +277,9 @@ def test_helm_uninstall_runs_the_cleanup_job_for_real_and_leaves_nothing(
     gpu_nodes: list[str],
     record_timing: Callable[[str, float], None],
 ) -> None:
+    deployment = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["METAX_UNINSTALL_TIMEOUT"] == "10"  # the chart value, set above
     began = time.monotonic()
     release.run(*uninstall_command(), timeout=600)
     record_timing("e2e: helm uninstall --wait (cleanup Job run for real)", time.monotonic() - began)
