@@ -21,6 +21,7 @@ from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from metax_hw import hostfiles
 from metax_k8s.deviceplugin import server
 from metax_k8s.podresources import client as podresources
+from services._agent import cluster
 from services.gpu_device import agent, config
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,9 @@ def production_hardware(settings: config.Settings) -> tuple[DeviceInventory, Gpu
 
 
 def production_nodes(settings: config.Settings) -> NodeMetadata:
-    """Node labels through the Kubernetes API (in-cluster config or $KUBECONFIG via `metax_k8s.connect`; RBAC: get
-    on nodes)."""
-    try:
-        from metax_k8s import client, connect, nodes
-    except ImportError as exc:
-        raise AdapterMissing(f"gpu-device needs the Kubernetes adapter (metax_k8s.nodes): {exc}") from exc
-    try:
-        api = client.HttpApi(connect.connect())  # not the kubernetes package: ~20 MiB less (P8)
-    except Exception as exc:  # the kubernetes client raises its own ConfigException, OSError, ...
-        raise MetaxError(f"cannot configure the Kubernetes API client: {exc}") from exc
-    return nodes.K8sNodeMetadata(api, field_manager="metax-gpu-device")
+    """Node labels through the Kubernetes API: the agents' shared cluster ports (`services._agent.cluster`,
+    in-cluster config or $KUBECONFIG; RBAC: get on nodes, patch for the uninstall answer)."""
+    return cluster.production("gpu-device", settings.node_name).nodes
 
 
 def pod_resources_holders(settings: config.Settings) -> agent.HeldDevices:

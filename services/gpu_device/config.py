@@ -52,10 +52,9 @@ def default_required() -> tuple[str, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class Settings:
-    node_name: str = attrs.field(metadata=env("NODE_NAME", "the node this agent runs on (downward API)"))
-    host_root: pathlib.Path = attrs.field(default=pathlib.Path("/"), metadata=env("METAX_HOST_ROOT"))
-    """The host's root as the container sees it; every host path below is taken under it."""
+class Settings(agent_settings.NodeAgentSettings):
+    """The agents' common settings (node, host root, namespace, probe file, loop pace) plus gpu-device's own."""
+
     plugin_dir: HostPath = attrs.field(
         default=HostPath("/var/lib/kubelet/device-plugins"), metadata=env("METAX_DEVICE_PLUGIN_DIR")
     )
@@ -71,6 +70,7 @@ class Settings:
     """The kubelet's PodResources socket as this process sees it; default ``<host root>/var/lib/kubelet/
     pod-resources/kubelet.sock``. Tells which withdrawn devices pods still hold."""
     required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
+    """Default: what R-DEP makes gpu-device wait for (the agents' default is none)."""
     label_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env("METAX_LABEL_INTERVAL"))
     readiness_interval: Seconds = attrs.field(default=Seconds(2.0), metadata=env("METAX_READINESS_INTERVAL"))
     inventory_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_INVENTORY_INTERVAL"))
@@ -80,16 +80,9 @@ class Settings:
     """Seconds after which a "ready" signal counts as stale; unset or 0: never."""
     probe_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_PROBE_INTERVAL"))
     """Seconds between checks that each plugin server still answers (not the pod's readinessProbe)."""
-    probe_file: str | None = attrs.field(default=None, metadata=env("METAX_PROBE_FILE"))
-    """The readinessProbe's file: present while every resource offered is registered with the kubelet."""
     tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
-    """How often the loop wakes to look at kubelet's socket and at what has come due."""
+    """How often the loop wakes to look at kubelet's socket and at what has come due (faster than the agents')."""
     health_failure_threshold: int = 3
-    namespace: str = attrs.field(default="metax-operator", metadata=env("METAX_NAMESPACE"))
-    log_level: str = attrs.field(default="INFO", metadata=env("METAX_LOG_LEVEL"))
-
-    def host_path(self, path: str) -> pathlib.Path:
-        return self.host_root / path.lstrip("/")
 
     def pod_resources(self) -> pathlib.Path:
         if self.pod_resources_socket is not None:
