@@ -13,9 +13,9 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components, merge, rbac
+from metax_core.cluster import agent_env, components, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
-from metax_core.node import driver_config, readiness, vfio_config_map
+from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
 from metax_core.spec import names
@@ -135,27 +135,17 @@ def default_pod_spec(component: Component, workload: Workload) -> dict[str, Any]
 def _env(
     s: spec.ClusterOperatorSpec, component: Component, workload: Workload, deployed: Sequence[Component]
 ) -> list[dict[str, Any]]:
-    section = components.component_spec(s, component)
-    env: list[dict[str, Any]] = [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "METAX_LOG_LEVEL", "value": section.log.level.value},
-        {"name": "METAX_HOST_ROOT", "value": HOST_ROOT_IN_CONTAINER},
-    ]
+    """The container's env (`agent_env`, the contract each agent's settings class reads)."""
     required = components.requirements(component, deployed)
-    if required:
-        signals = ",".join(components.BY_COMPONENT[c].signal for c in required)
-        env.append({"name": readiness.REQUIRED_ENV, "value": signals})
-    if component is Component.GPU_DEVICE:
-        env.append({"name": "METAX_HEALTHY_INTERVAL", "value": str(s.gpu_device.healthy_interval)})
-        env.append({"name": "METAX_SGPU_SHARES", "value": str(s.gpu_device.sgpu_shares)})
-    if component is Component.DRIVER:
-        env.append({"name": "METAX_DEPLOY_POLICY", "value": s.driver.deploy_policy.value})
-        env.append({"name": "METAX_FW_UPGRADE_POLICY", "value": s.driver.fw_upgrade_policy.value})
-        env.append({"name": "METAX_FW_ENABLE_VIRT", "value": str(s.driver.fw_enable_virt).lower()})
-        env.append({"name": "METAX_DRIVER_CONFIG", "value": DRIVER_CONFIG_MAP})
-    if component is Component.VFIO_MANAGER:
-        env.append({"name": "METAX_VFIO_CONFIG", "value": VFIO_CONFIG_MAP})
-    return env + node_agent_env(s, component) + probe_env(declared_probe(component, workload))
+    declared = declared_probe(component, workload)
+    return agent_env.render(
+        s,
+        component,
+        log_level=components.component_spec(s, component).log.level.value,
+        host_root=HOST_ROOT_IN_CONTAINER,
+        required=",".join(components.BY_COMPONENT[c].signal for c in required),
+        probe_file=None if declared is None else declared.file,
+    )
 
 
 PROBE_FILE = components.AGENT_PROBE.file
@@ -176,27 +166,6 @@ def readiness_probe(declared: components.ReadinessProbe) -> dict[str, Any]:
         "periodSeconds": declared.period_seconds,
         "failureThreshold": declared.failure_threshold,
     }
-
-
-def probe_env(declared: components.ReadinessProbe | None) -> list[dict[str, Any]]:
-    """Where the agent keeps the file the probe tests (``METAX_PROBE_FILE``)."""
-    return [] if declared is None else [{"name": "METAX_PROBE_FILE", "value": declared.file}]
-
-
-def node_agent_env(s: spec.ClusterOperatorSpec, component: Component) -> list[dict[str, Any]]:
-    """What the node agents (gpu-label, driver-manager, vfio-manager) read besides the common variables:
-    the namespace of their ConfigMaps (downward API) and the payload driver version (the probe file comes
-    from the component's declared probe, `probe_env`)."""
-    if component not in (Component.GPU_LABEL, Component.DRIVER, Component.VFIO_MANAGER, Component.GPU_DEVICE):
-        return []
-    env: list[dict[str, Any]] = [
-        {"name": "METAX_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    ]
-    if component is Component.DRIVER and s.driver.payload.version:
-        env.append({"name": "METAX_DRIVER_VERSION", "value": s.driver.payload.version})
-    if component is Component.GPU_LABEL:
-        env.append({"name": "METAX_SGPU_SHARES", "value": str(s.gpu_device.sgpu_shares)})
-    return env
 
 
 def _volumes(workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

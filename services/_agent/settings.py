@@ -3,7 +3,7 @@
 Why one converter: every agent reads the same kinds of values (seconds, flags, counts, host paths, enums,
 comma lists), and the DaemonSet the operator renders (`metax_core.cluster.workloads`) sets them as strings.
 Each settings class is a frozen attrs class whose fields name their variable in metadata
-(``attrs.field(metadata=env("METAX_HEALTHY_INTERVAL"))``); `load` structures the environment into it and
+(``attrs.field(metadata=env(agent_env.HEALTHY_INTERVAL.name))``); `load` structures the environment into it and
 turns every failure into a `FieldError` naming the variable and what it allows, all problems in one
 `InvalidSpec`, so an agent with a misread setting stops at start with a clear message instead of running.
 """
@@ -21,6 +21,7 @@ from typing import Any, NewType, TypeVar
 import attrs
 import cattrs
 
+from metax_core.cluster import agent_env
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.node import readiness
 
@@ -225,17 +226,17 @@ CONVERTER.register_structure_hook(Components, _components)
 class NodeAgentSettings:
     """What every node agent reads: its node, the host root, its namespace, probe file and loop pace."""
 
-    node_name: str = attrs.field(metadata=env("NODE_NAME", "the node this agent runs on (downward API)"))
-    host_root: pathlib.Path = attrs.field(default=pathlib.Path("/"), metadata=env("METAX_HOST_ROOT"))
+    node_name: str = attrs.field(metadata=env(agent_env.NODE_NAME, "the node this agent runs on (downward API)"))
+    host_root: pathlib.Path = attrs.field(default=pathlib.Path("/"), metadata=env(agent_env.HOST_ROOT))
     """The host's root as the container sees it; every host path is taken under it."""
-    namespace: str = attrs.field(default="metax-operator", metadata=env("METAX_NAMESPACE"))
+    namespace: str = attrs.field(default="metax-operator", metadata=env(agent_env.NAMESPACE))
     """Where the operator's ConfigMaps live (downward API: the pod's namespace)."""
-    probe_file: str | None = attrs.field(default=None, metadata=env("METAX_PROBE_FILE"))
+    probe_file: str | None = attrs.field(default=None, metadata=env(agent_env.PROBE_FILE))
     resync: Seconds = attrs.field(default=Seconds(300.0), metadata=env("METAX_RESYNC"))
     """Seconds between full re-reads of the Node and ConfigMaps when no watch event came."""
     tick: Seconds = attrs.field(default=Seconds(1.0), metadata=env("METAX_TICK"))
     required_components: Components = attrs.field(default=Components(()), metadata=env(readiness.REQUIRED_ENV))
-    log_level: str = attrs.field(default="INFO", metadata=env("METAX_LOG_LEVEL"))
+    log_level: str = attrs.field(default="INFO", metadata=env(agent_env.LOG_LEVEL))
 
     def host_path(self, path: str) -> pathlib.Path:
         return self.host_root / path.lstrip("/")

@@ -16,7 +16,7 @@ from typing import NewType
 
 import attrs
 
-from metax_core.cluster import components
+from metax_core.cluster import agent_env, components
 from metax_core.node import devices, readiness
 from services._agent import settings as agent_settings
 from services._agent.settings import Components, HostPath, Seconds, env
@@ -59,9 +59,9 @@ class Settings(agent_settings.NodeAgentSettings):
         default=HostPath("/var/lib/kubelet/device-plugins"), metadata=env("METAX_DEVICE_PLUGIN_DIR")
     )
     cdi_dir: HostPath = attrs.field(default=HostPath("/var/run/cdi"), metadata=env("METAX_CDI_DIR"))
-    healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env("METAX_HEALTHY_INTERVAL"))
+    healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env(agent_env.HEALTHY_INTERVAL.name))
     """Seconds between health checks (chart gpuDevice.healthyInterval); 0 disables them."""
-    sgpu_shares: Shares = attrs.field(default=Shares(devices.DEFAULT_SHARES), metadata=env("METAX_SGPU_SHARES"))
+    sgpu_shares: Shares = attrs.field(default=Shares(devices.DEFAULT_SHARES), metadata=env(agent_env.SGPU_SHARES.name))
     cdi_enabled: bool = attrs.field(default=True, metadata=env("METAX_CDI"))
     cdi_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_CDI_GRACE"))
     """Seconds a withdrawn device's CDI entry stays after it was last advertised or allocated, when no pod

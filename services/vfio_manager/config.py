@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from metax_core.cluster import agent_env
 from metax_core.node import vfio_config_map
 from services._agent import settings as agent_settings
 from services._agent.settings import Seconds, env
@@ -14,7 +15,7 @@ from services._agent.settings import Seconds, env
 
 @attrs.frozen(kw_only=True)
 class Settings(agent_settings.NodeAgentSettings):
-    vfio_config: str = attrs.field(default=vfio_config_map.NAME, metadata=env("METAX_VFIO_CONFIG"))
+    vfio_config: str = attrs.field(default=vfio_config_map.NAME, metadata=env(agent_env.VFIO_CONFIG.name))
     interval: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_VFIO_INTERVAL"))
     """Seconds between full rounds when nothing changed (the ConfigMap watch makes a round due at once)."""
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import components, workloads
+from metax_core.cluster import agent_env, components, workloads
 from metax_core.spec import validation
 
 BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
@@ -189,5 +189,10 @@ def test_a_component_gets_its_probe_by_declaring_it() -> None:
         "periodSeconds": 7,
         "failureThreshold": 1,
     }
-    assert workloads.probe_env(declared) == [{"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"}]
-    assert workloads.probe_env(None) == []
+    s = validation.parse({"driver": {"payload": {"version": "2.18.0"}}})
+    common = {"log_level": "INFO", "host_root": "/host", "required": ""}
+    probed = agent_env.render(s, components.Component.MACA, probe_file=declared.file, **common)
+    assert {"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"} in probed
+    assert "METAX_PROBE_FILE" not in {
+        e["name"] for e in agent_env.render(s, components.Component.MACA, probe_file=None, **common)
+    }

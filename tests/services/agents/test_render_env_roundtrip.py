@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from metax_core.cluster import components, workloads
+from metax_core.cluster import agent_env, components, workloads
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
 from services.driver_manager import config as driver_config
@@ -92,3 +92,21 @@ def test_gpu_device_waits_for_what_the_dependency_graph_says() -> None:
 def test_settings_render_back_to_the_same_environment() -> None:
     s = driver_config.from_env(rendered_env("metax-driver"))
     assert driver_config.from_env(agent_settings.render_env(s)) == s
+
+
+COMPONENT_OF = {
+    "metax-gpu-label": components.Component.GPU_LABEL,
+    "metax-driver": components.Component.DRIVER,
+    "metax-vfio-manager": components.Component.VFIO_MANAGER,
+    "metax-gpu-device": components.Component.GPU_DEVICE,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_every_declared_variable_is_a_setting_of_the_agent(name: str) -> None:
+    """`agent_env.SPEC_FED` is the render's only table: each variable it declares for a component is a field of
+    that agent's settings class (issue 20 item 8: no if-chain per component in workloads)."""
+    _, cls = LOADERS[name]
+    declared = {v.name for v in agent_env.SPEC_FED[COMPONENT_OF[name]]}
+    assert declared <= variables(cls), f"declared but not read: {declared - variables(cls)}"
+    assert set(agent_env.DOWNWARD) <= variables(cls)
