@@ -27,6 +27,7 @@ from metax_core.errors import ClusterError
 from metax_core.ports.cluster import WatchEvent
 from metax_k8s import client, events, lease, nodes, objects, retry
 from metax_k8s.api import APPLY_PATCH, Api
+from tests.waiting import wait_for as wait_for  # the one wait_for (tests/waiting.py), re-exported here
 
 WIDGET_GROUP = "test.metax-tech.com"
 WIDGET_API = f"{WIDGET_GROUP}/v1"
@@ -68,22 +69,6 @@ WIDGET_CRD: dict[str, Any] = {
     },
 }
 """A namespaced test-only CRD with a status subresource: status tests need not touch cluster-operator."""
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, interval: float = 0.2) -> Any:
-    """Poll ``check`` until it returns something truthy (API errors count as not yet); that value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except ClusterError as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-        time.sleep(interval)
 
 
 class FakeClock:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -19,20 +18,9 @@ from kubernetes.client.exceptions import ApiException
 
 from metax_dev.controlplane import build, cluster
 from metax_dev.controlplane import nodes as kwok_nodes
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _eventually(check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25) -> Any:
-    """Return ``check()``'s first truthy result, or fail with its last falsy one."""
-    deadline = time.monotonic() + timeout
-    result = check()
-    while not result:
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout:.0f}s; last result: {result!r}")
-        time.sleep(interval)
-        result = check()
-    return result
 
 
 def _name(metadata: client.V1ObjectMeta | None) -> str:
@@ -145,7 +133,7 @@ def test_rbac_forbids_an_unprivileged_service_account(
                 return False
             return True
 
-        _eventually(can_list_pods, timeout=20)
+        wait_for("can list pods", can_list_pods, timeout=20)
         with pytest.raises(ApiException) as still_forbidden:
             as_nobody.list_node()
         assert still_forbidden.value.status == 403
@@ -193,7 +181,7 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
         ]
         return running if len(running) == replicas else None
 
-    pods: list[client.V1Pod] = _eventually(running_pods, timeout=90)
+    pods: list[client.V1Pod] = wait_for("running pods", running_pods, timeout=90)
     for pod in pods:
         assert pod.spec is not None and pod.status is not None
         assert pod.spec.node_name in control_plane.node_names
@@ -205,7 +193,7 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
         status = apps.read_namespaced_deployment_status("sleeper", kube_namespace).status
         return status is not None and status.available_replicas == replicas
 
-    _eventually(available, timeout=60)
+    wait_for("available", available, timeout=60)
 
 
 @pytest.mark.restarts_apiserver

@@ -40,6 +40,7 @@ from metax_dev.controlplane import cluster as controlplane
 from metax_hw import hostfiles
 from metax_hw_fake import builder
 from metax_k8s import client as metax_client
+from tests.waiting import wait_for
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from deviceplugin.kubelet import Kubelet
@@ -50,17 +51,6 @@ PAYLOAD = agents.PAYLOAD_VERSION
 GPU, VFIO_GPU = "metax-tech.com/gpu", "metax-tech.com/vfio-gpu"
 AGENTS = ("gpu_label", "driver_manager", "vfio_manager", "gpu_device")
 OUR_MANAGERS = ("metax-gpu-label", "metax-driver-manager", "metax-vfio-manager", "metax-gpu-device")
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {result!r})")
-        time.sleep(0.3)
 
 
 class AgentNode:
@@ -172,9 +162,10 @@ def test_three_gpu_nodes_from_bare_to_advertised(
 
     # 1. driver.ready where the payload driver loaded, then labels and the HAMi annotation everywhere
     for n in ready_nodes:
-        eventually(
-            lambda n=n: (node_meta(core, n.name).labels or {}).get("metax-tech.com/driver.ready") == "true",
+        wait_for(
             f"{n.name} driver.ready",
+            lambda n=n: (node_meta(core, n.name).labels or {}).get("metax-tech.com/driver.ready") == "true",
+            timeout=120,
         )
         assert n.fake.module_version("metax") == PAYLOAD
 
@@ -186,7 +177,7 @@ def test_three_gpu_nodes_from_bare_to_advertised(
         return entries if len(entries) == 4 and all(d["healthy"] for d in entries) else []
 
     for n in fleet:
-        eventually(lambda n=n: hami(n), f"{n.name} labels and HAMi annotation")
+        wait_for(f"{n.name} labels and HAMi annotation", lambda n=n: hami(n), timeout=120)
     record_timing("agents e2e: bare to labelled and driver ready (3 nodes)", time.monotonic() - started)
 
     # 2. R-READY: nothing advertised before container-runtime and maca say ready
@@ -196,10 +187,10 @@ def test_three_gpu_nodes_from_bare_to_advertised(
         n.publish("container-runtime")
         n.publish("maca")
     for n in ready_nodes:
-        eventually(lambda n=n: n.advertised(GPU) == 4, f"{n.name} advertising 4 GPUs")
+        wait_for(f"{n.name} advertising 4 GPUs", lambda n=n: n.advertised(GPU) == 4, timeout=120)
 
     # 3. the PreferCloud node whose host driver is in use: reported, kept, not advertised, not crash-looping
-    reason = eventually(lambda: busy.signals().get("driver"), "the busy node's driver signal")
+    reason = wait_for("the busy node's driver signal", lambda: busy.signals().get("driver"), timeout=120)
     assert not reason.ready and "cannot unload metax 2.18.0" in reason.reason
     api = metax_client.HttpApi(metax_client.api_client(control_plane.kubeconfig_path))
     events = api.list("events.k8s.io/v1", "Event", namespace="default").items
@@ -211,9 +202,11 @@ def test_three_gpu_nodes_from_bare_to_advertised(
     # 4. R-VF: driver-config vfnum 2 on node 0 → 8 VFs advertised there, node 1 unchanged
     edited = time.monotonic()
     config_map(core, kube_namespace, "driver-config", {"node-vfnums": f"nodes:\n  {fleet[0].name}:\n    vfnum: 2\n"})
-    eventually(lambda: fleet[0].advertised(GPU) == 8, "8 VFs advertised on node 0")
+    wait_for("8 VFs advertised on node 0", lambda: fleet[0].advertised(GPU) == 8, timeout=120)
     record_timing("agents e2e: driver-config VF edit to new advertised count", time.monotonic() - edited)
-    eventually(lambda: (node_meta(core, fleet[0].name).labels or {}).get(labels.GPU_VFNUM) == "2", "gpu.vfnum=2")
+    wait_for(
+        "gpu.vfnum=2", lambda: (node_meta(core, fleet[0].name).labels or {}).get(labels.GPU_VFNUM) == "2", timeout=120
+    )
     assert fleet[1].advertised(GPU) == 4
 
     # 5. R-VFIO: metax-vfio-config, as the operator renders it from the CR's vfioManager.vfioConfig, moves
@@ -226,11 +219,14 @@ def test_three_gpu_nodes_from_bare_to_advertised(
     )
     rendered = configmaps.vfio_config_map(wanted, kube_namespace)
     config_map(core, kube_namespace, rendered["metadata"]["name"], rendered["data"])
-    eventually(
-        lambda: (node_meta(core, fleet[1].name).annotations or {}).get(vfio.ANNOTATION) == '{"0":1,"1":1}',
+    wait_for(
         "the gpu-vfio annotation",
+        lambda: (node_meta(core, fleet[1].name).annotations or {}).get(vfio.ANNOTATION) == '{"0":1,"1":1}',
+        timeout=120,
     )
-    eventually(lambda: fleet[1].advertised(VFIO_GPU) == 2 and fleet[1].advertised(GPU) == 2, "2 gpu + 2 vfio-gpu")
+    wait_for(
+        "2 gpu + 2 vfio-gpu", lambda: fleet[1].advertised(VFIO_GPU) == 2 and fleet[1].advertised(GPU) == 2, timeout=120
+    )
 
     # 6. steady state: no write by any of our field managers to any Node over a quiet window
     time.sleep(5)  # let the last rounds after the edits settle

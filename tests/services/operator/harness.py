@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -11,6 +12,10 @@ from metax_core.cluster import workloads
 from metax_k8s.api import Api
 from metax_k8s.inmemory import InMemoryCluster
 from services.operator import bootstrap, run, settings
+from tests import waiting
+
+wait_for = functools.partial(waiting.wait_for, timeout=20.0, interval=0.02)
+"""The one wait_for (tests/waiting.py), polling fast: the in-memory API server answers at once."""
 
 NS = "metax-operator"
 CR_API = "gpu.metax-tech.com/v1alpha1"
@@ -21,17 +26,6 @@ def cluster_operator(spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if spec is not None:
         body = copy.deepcopy(dict(spec))
     return {"apiVersion": CR_API, "kind": "ClusterOperator", "metadata": {"name": "cluster-operator"}, "spec": body}
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Harness:
