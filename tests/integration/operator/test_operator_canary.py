@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_helpers import NS, Env, cluster_operator, wait_for
+from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
 from metax_core.cluster import components, workloads
@@ -130,6 +130,12 @@ def gpu_nodes(control_plane: controlplane.ControlPlane, operator_env: Env, tmp_p
             n.node.wait_ready()
         yield nodes
     finally:
+        # Uninstall while the nodes still run, so they finish their pods' deletions (no kubelet-less pods left
+        # Terminating on a deleted node for the next tests of the session); then stop them.
+        with contextlib.suppress(ClusterError):
+            operator_env.api.delete(CR_API, "ClusterOperator", "cluster-operator")
+        with contextlib.suppress(AssertionError):
+            wait_for("the driver pods gone", lambda: not driver_pods(operator_env, nodes), timeout=60)
         operator_env.gpu_nodes = saved
         for n in nodes:
             n.node.stop()
