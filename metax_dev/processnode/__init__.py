@@ -11,5 +11,6 @@ Modules (import them whole): ``podspec`` (a container's command, env and probes 
 ``probes`` (httpGet, exec, tcpSocket), ``status`` (the pod status document), ``tokens`` (TokenRequest and the
 in-cluster files), ``address`` (the node's own address on the loopback interface), ``container`` (one
 container's state and process group), ``worker`` (one pod's processes), ``node`` (`ProcessNode`:
-registration, heartbeat, the pod watch).
+registration, heartbeat, the pod watch), ``standins`` (what stands in for images and the host when a process
+node stands for a GPU node: test-only, docs/processnode.md).
 """

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_core.ports.cluster import WatchEventType
 from metax_dev.controlplane import network, pki, processes
-from metax_dev.processnode import address, worker
+from metax_dev.processnode import address, standins, worker
 from metax_k8s import client
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class ProcessNode:
         labels: Mapping[str, str] | None = None,
         admin: client.HttpApi | None = None,
         capacity: Mapping[str, str] | None = None,
+        stand_ins: standins.StandIns | None = None,
     ) -> None:
         self.name = name
         self.server_url = server_url
@@ -78,6 +79,8 @@ class ProcessNode:
         }
         self.admin = admin
         self.capacity = dict(capacity or {"cpu": "8", "memory": "16Gi", "pods": "30"})
+        self.stand_ins = stand_ins
+        """What stands in for images and the host when this node stands for a GPU node (docs/processnode.md)."""
         self.address = ""
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -141,6 +144,7 @@ class ProcessNode:
             server_port=port,
             bin_dirs=self.bin_dirs,
             root=self.workdir / "pods",
+            stand_ins=self.stand_ins,
         )
         self._register()
         self._renew_lease()

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from metax_dev.processnode import standins
+
 #: Reads ``key`` of a ConfigMap (``kind`` "ConfigMap") or Secret (``kind`` "Secret", decoded) in the pod's
 #: namespace; raises `KeyError` when the object or the key is missing.
 Lookup = Callable[[str, str, str], str]
@@ -66,11 +68,16 @@ class PodFacts:
     host_ip: str
 
 
-def resolve_command(container: Mapping[str, Any], bin_dirs: Sequence[Path]) -> tuple[str, ...]:
-    """``command`` + ``args`` with the executable found in ``bin_dirs`` (or given as an absolute path)."""
+def resolve_command(
+    container: Mapping[str, Any], bin_dirs: Sequence[Path], stand_ins: standins.StandIns | None = None
+) -> tuple[str, ...]:
+    """``command`` + ``args`` with the executable found in ``bin_dirs`` (or given as an absolute path); no
+    ``command``: the entrypoint the node's stand-ins name for the image, if any."""
     name = container.get("name", "?")
     command = list(container.get("command") or [])
     args = list(container.get("args") or [])
+    if not command and stand_ins is not None:
+        command = list(stand_ins.entrypoint(str(container.get("image", ""))) or [])
     if not command:
         raise PlanError(
             "StartError",
@@ -201,26 +208,48 @@ def probe(container: Mapping[str, Any], kind: str) -> Probe | None:
 
 
 def plan(
-    container: Mapping[str, Any], pod: Mapping[str, Any], facts: PodFacts, bin_dirs: Sequence[Path], lookup: Lookup
+    container: Mapping[str, Any],
+    pod: Mapping[str, Any],
+    facts: PodFacts,
+    bin_dirs: Sequence[Path],
+    lookup: Lookup,
+    paths: standins.PathMap | None = None,
+    stand_ins: standins.StandIns | None = None,
 ) -> ContainerPlan:
-    """Everything needed to start one container, or `PlanError` with the reason the status will show."""
-    env = environment(container, pod, facts, lookup)
-    argv = tuple(_expand(word, env) for word in resolve_command(container, bin_dirs))
+    """Everything needed to start one container, or `PlanError` with the reason the status will show. With
+    ``paths`` (the container's mount table) every path in its env, argv and exec probes is rewritten onto the
+    directory that stands for it, so the process and its probes see the same files."""
+    rewrite = paths.rewrite if paths is not None else str
+    env = {k: rewrite(v) for k, v in environment(container, pod, facts, lookup).items()}
+    argv = tuple(rewrite(_expand(word, env)) for word in resolve_command(container, bin_dirs, stand_ins))
+
+    def probed(kind: str) -> Probe | None:
+        found = probe(container, kind)
+        if found is None or found.action != "exec":
+            return found
+        return attrs.evolve(found, command=tuple(rewrite(_expand(w, env)) for w in found.command))
+
     return ContainerPlan(
         name=container["name"],
         image=str(container.get("image", "")),
         argv=argv,
         env=env,
-        readiness=probe(container, "readinessProbe"),
-        liveness=probe(container, "livenessProbe"),
+        readiness=probed("readinessProbe"),
+        liveness=probed("livenessProbe"),
     )
 
 
-def unsupported(pod: Mapping[str, Any]) -> str | None:
-    """Why a pod cannot run on a process node at all, or None."""
+def unsupported(pod: Mapping[str, Any], stand_ins: standins.StandIns | None = None) -> str | None:
+    """Why a pod cannot run on a process node at all, or None. Init containers run only when the node's
+    stand-ins stage a payload for each one's image (docs/processnode.md)."""
     spec = pod.get("spec") or {}
-    if spec.get("initContainers"):
-        return "spec.initContainers are not supported by the process node"
+    unstaged = standins.unstaged_init_images(pod, stand_ins)
+    if unstaged:
+        return (
+            "spec.initContainers are not supported by the process node (no staged payload for "
+            + ", ".join(unstaged)
+            + ")"
+        )
     if spec.get("ephemeralContainers"):
         return "spec.ephemeralContainers are not supported by the process node"
     for index, container in enumerate(spec.get("containers") or []):

@@ -112,6 +112,7 @@ class PodStatus:
     host_ip: str
     start_time: str
     transitions: dict[str, str] = attrs.field(factory=dict)  # condition type -> when its status last changed
+    initialized: bool = True  # every init container has completed
     reason: str = ""
     message: str = ""
 
@@ -123,7 +124,7 @@ def conditions(status: PodStatus) -> dict[str, bool]:
     return {
         "PodScheduled": True,
         "PodReadyToStartContainers": True,
-        "Initialized": True,
+        "Initialized": status.initialized,
         "ContainersReady": ready,
         "Ready": ready,
     }

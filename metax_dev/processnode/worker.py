@@ -25,7 +25,7 @@ import attrs
 
 from metax_core.errors import ClusterError, NotFound
 from metax_dev.controlplane import network
-from metax_dev.processnode import container, podspec, probes, status, tokens
+from metax_dev.processnode import container, podspec, probes, standins, status, tokens
 from metax_k8s import client
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class NodeContext:
     server_port: int
     bin_dirs: tuple[Path, ...]
     root: Path
+    stand_ins: standins.StandIns | None = None
+    """What stands in for images and the host when the node stands for a GPU node (`standins`)."""
 
 
 def _now() -> dt.datetime:
@@ -73,6 +75,8 @@ class PodWorker:
         self._transitions: dict[str, str] = {}
         self._start_time = status.timestamp(_now())
         self.containers = [container.Container(c) for c in (pod.get("spec") or {}).get("containers") or []]
+        self.init_containers = [container.Container(c) for c in (pod.get("spec") or {}).get("initContainers") or []]
+        self._initialized = not self.init_containers
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
 
     # -- what the node calls ---------------------------------------------------------------------------
@@ -113,7 +117,7 @@ class PodWorker:
     def _run(self) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            reason = podspec.unsupported(self._pod)
+            reason = podspec.unsupported(self._pod, self.context.stand_ins)
             if reason is not None:
                 for c in self.containers:
                     c.state, c.reason, c.message, c.will_restart = status.State.WAITING, "Unsupported", reason, False
@@ -124,16 +128,20 @@ class PodWorker:
                     return
                 if reason is None:
                     self._refresh_token()
-                    for c in self.containers:
-                        self._step(c)
-                    self._publish(status.phase([c.snapshot() for c in self.containers]))
+                    if not self._initialized:
+                        reason = self._step_init()
+                    if self._initialized:
+                        for c in self.containers:
+                            self._step(c)
+                    if reason is None:
+                        self._publish(status.phase([c.snapshot() for c in self.containers]))
                 self._wake.wait(TICK)
                 self._wake.clear()
         except Exception:
             log.exception("pod %s: worker failed", self.key)
         finally:
             self._kill_all(grace=0.0 if self._removed else 5.0)
-            for c in self.containers:
+            for c in self.containers + self.init_containers:
                 if c.log is not None:
                     c.log.close()
 
@@ -160,8 +168,16 @@ class PodWorker:
 
     def _base_env(self) -> dict[str, str]:
         meta = self._pod["metadata"]
+        tools = self.context.stand_ins.tool_dirs if self.context.stand_ins is not None else ()
+        path = [
+            *(str(d) for d in tools),
+            *(str(d) for d in self.context.bin_dirs),
+            "/usr/local/bin",
+            "/usr/bin",
+            "/bin",
+        ]
         env = {
-            "PATH": ":".join([*(str(d) for d in self.context.bin_dirs), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": ":".join(path),
             "HOME": str(self.directory),
             "HOSTNAME": meta["name"],
             "LANG": "C.UTF-8",
@@ -173,6 +189,8 @@ class PodWorker:
         if (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
             env[client.SERVICE_ACCOUNT_DIR_ENV] = str(self.account_dir)
         tmp = self._volume_dirs().get("/tmp")
+        if tmp is None and self.context.stand_ins is not None:
+            tmp = self.directory / "tmp"  # the pod's own /tmp (`standins.path_map`)
         if tmp is not None:
             env["TMPDIR"] = str(tmp)
         return env
@@ -182,7 +200,7 @@ class PodWorker:
         spec = self._pod.get("spec") or {}
         empty = {v["name"] for v in spec.get("volumes") or [] if "emptyDir" in v}
         found = {}
-        for entry in spec.get("containers") or []:
+        for entry in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
             for mount in entry.get("volumeMounts") or []:
                 if mount["name"] in empty:
                     found[mount["mountPath"]] = self.directory / "volumes" / mount["name"]
@@ -223,10 +241,61 @@ class PodWorker:
             return  # the first TokenRequest has not answered yet
         self._start(c)
 
+    def _step_init(self) -> str | None:
+        """Run the init containers in order, each to exit code 0 (a failed one again after a back-off, or the
+        pod Failed under restartPolicy Never); sets `_initialized` when all have. Returns why the pod failed."""
+        for c in self.init_containers:
+            if c.state is status.State.TERMINATED and c.terminated is not None and c.terminated.exit_code == 0:
+                continue
+            if c.popen is not None:
+                code = c.popen.poll()
+                if code is None:
+                    return None
+                self._init_exited(c, code)
+            elif c.terminated is not None and c.terminated.exit_code != 0 and not c.will_restart:
+                return self._init_failed(c)
+            elif time.monotonic() >= c.next_start and self._may_start():
+                self._start(c)  # a StartError is recorded by `_exited` under the pod's restartPolicy
+            if c.state is not status.State.TERMINATED or c.terminated is None or c.terminated.exit_code != 0:
+                return self._init_failed(c) if c.terminated is not None and not c.will_restart else None
+        self._initialized = True
+        return None
+
+    def _may_start(self) -> bool:
+        if self._token is None and self._token_error:
+            return False
+        return not (
+            self._token is None and (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False
+        )
+
+    def _init_exited(self, c: container.Container, code: int) -> None:
+        c.terminated = status.Terminated(
+            code, "Completed" if code == 0 else "Error", "", c.started_at, status.timestamp(_now())
+        )
+        c.popen, c.ready = None, False
+        if code == 0:
+            c.state, c.will_restart = status.State.TERMINATED, False
+            log.info("pod %s: init container %s completed", self.key, c.name)
+            return
+        c.will_restart = self._restart_policy != "Never"
+        c.state = status.State.WAITING if c.will_restart else status.State.TERMINATED
+        c.reason = "CrashLoopBackOff"
+        c.next_start = time.monotonic() + c.backoff
+        c.backoff = min(c.backoff * 2, container.BACKOFF_MAX)
+        c.restart_count += 1
+        log.info("pod %s: init container %s exited %d", self.key, c.name, code)
+
+    def _init_failed(self, c: container.Container) -> str:
+        reason = f"init container {c.name} failed (exit code {c.terminated.exit_code if c.terminated else '?'})"
+        self._publish(status.Phase.FAILED, "InitContainerFailed", reason)
+        return reason
+
     def _start(self, c: container.Container) -> None:
         facts = podspec.PodFacts(self.context.name, self.context.address, self.context.address)
+        stand_ins = self.context.stand_ins
+        paths = standins.path_map(self._pod, c.spec, self.directory, stand_ins)
         try:
-            c.plan = podspec.plan(c.spec, self._pod, facts, self.context.bin_dirs, self._lookup)
+            c.plan = podspec.plan(c.spec, self._pod, facts, self.context.bin_dirs, self._lookup, paths, stand_ins)
         except podspec.PlanError as exc:
             if exc.reason == "StartError":  # as the runtime reports an exec failure: exit code 128
                 self._mark_started(c)
@@ -237,6 +306,8 @@ class PodWorker:
             return
         for directory in self._volume_dirs().values():
             directory.mkdir(parents=True, exist_ok=True)
+        if stand_ins is not None:
+            (self.directory / "tmp").mkdir(exist_ok=True)
         if c.log is None:
             c.log = self.log_path(c.name).open("ab")
         c.log.write(f"==> {status.timestamp(_now())} start #{c.restart_count}: {' '.join(c.plan.argv)}\n".encode())
@@ -310,7 +381,7 @@ class PodWorker:
         return float((self._pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
 
     def _kill_all(self, grace: float) -> None:
-        running = [c for c in self.containers if c.popen is not None]
+        running = [c for c in self.containers + self.init_containers if c.popen is not None]
         for c in running:
             assert c.popen is not None
             container.signal_group(c.popen, signal.SIGTERM)
@@ -354,6 +425,7 @@ class PodWorker:
             pod_ip=self.context.address,
             host_ip=self.context.address,
             start_time=self._start_time,
+            initialized=self._initialized,
             reason=reason,
             message=message,
         )

@@ -5,7 +5,10 @@ is a StartError naming the command and the directories; env values with ``$(VAR)
 every supported fieldRef, configMapKeyRef/secretKeyRef through the lookup (optional ones skipped, missing ones
 named), unsupported sources refused; probes with kubelet defaults and named ports; the pod phase rule (Pending,
 Running, Succeeded, Failed); the status document's conditions and container states; a token is renewed at 80 %
-of its lifetime.
+of its lifetime; stand-ins for a GPU node: paths rewritten by whole components (inside ``sh -c`` too), the
+operator-rendered driver pod planned with its image's entrypoint, the host root, its payload volume and its
+own /tmp (the probe and the agent name the same file), its payload init container's own command copying the
+staged payload, refused without stand-ins.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from metax_dev.processnode import podspec, status, tokens
+from metax_dev.processnode import podspec, standins, status, tokens
 
 FACTS = podspec.PodFacts(node_name="process-node-0", pod_ip="198.18.0.7", host_ip="198.18.0.7")
 POD: dict[str, Any] = {
@@ -191,3 +194,66 @@ def test_a_token_is_renewed_at_80_percent_of_its_lifetime() -> None:
     token = tokens.Token("t", issued, issued + dt.timedelta(seconds=3600))
     assert not token.renew_due(issued + dt.timedelta(seconds=2879))
     assert token.renew_due(issued + dt.timedelta(seconds=2880))
+
+
+# --- stand-ins for a GPU node (docs/processnode.md) -------------------------------------------------------
+
+
+def _rendered_driver_pod() -> dict[str, Any]:
+    from metax_core.cluster import workloads
+    from metax_core.spec import validation
+
+    s = validation.parse({"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.20.0"}}})
+    (ds,) = [
+        o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
+    ]
+    return {
+        "metadata": {"name": "metax-driver-x", "namespace": "metax-operator", "uid": "u-2"},
+        **ds["spec"]["template"],
+    }
+
+
+def _stand_ins(tmp_path: Path) -> standins.StandIns:
+    return standins.StandIns(
+        host_root=tmp_path / "host",
+        entrypoints={"metax-driver": ("/bin/true", "driver-manager")},
+        payloads={"registry.example.com/metax/driver-image:2.20.0": tmp_path / "payload"},
+        tool_dirs=(tmp_path / "host" / "bin",),
+    )
+
+
+def test_a_path_is_rewritten_by_whole_components_longest_prefix_first(tmp_path: Path) -> None:
+    paths = standins.PathMap({"/host": tmp_path / "h", "/host/sys": tmp_path / "s", "/tmp": tmp_path / "t"})
+    assert paths.rewrite("/host/sys/module") == f"{tmp_path}/s/module"
+    assert paths.rewrite("/host") == f"{tmp_path}/h"
+    assert paths.rewrite("/hostile/x") == "/hostile/x"
+    assert paths.rewrite("/var/tmp/x") == "/var/tmp/x"
+    assert paths.rewrite('cp -a /tmp/. "/host/dev/"') == f'cp -a {tmp_path}/t/. "{tmp_path}/h/dev/"'
+    assert paths.rewrite("--dir=/tmp/a") == f"--dir={tmp_path}/t/a"
+
+
+def test_the_rendered_driver_pod_runs_with_its_entrypoint_payload_host_root_and_own_tmp(tmp_path: Path) -> None:
+    pod = _rendered_driver_pod()
+    stand_ins = _stand_ins(tmp_path)
+    pod_dir = tmp_path / "pod"
+    assert podspec.unsupported(pod, stand_ins) is None
+    assert "driver-image:2.20.0" in (podspec.unsupported(pod) or "")  # without stand-ins: refused, named
+    (agent,) = pod["spec"]["containers"]
+    plan = podspec.plan(agent, pod, FACTS, (), _no_lookup, standins.path_map(pod, agent, pod_dir, stand_ins), stand_ins)
+    assert plan.argv == ("/bin/true", "driver-manager")
+    assert plan.env["METAX_HOST_ROOT"] == str(stand_ins.host_root)
+    assert plan.env["METAX_PAYLOAD_DIR"] == str(pod_dir / "volumes" / "payload")
+    assert plan.env["METAX_DRIVER_VERSION"] == "2.20.0"
+    assert plan.env["METAX_PROBE_FILE"] == str(pod_dir / "tmp" / "metax-agent-ready")
+    assert plan.readiness is not None and plan.readiness.command == ("test", "-f", plan.env["METAX_PROBE_FILE"])
+    (init,) = pod["spec"]["initContainers"]
+    copy = podspec.plan(init, pod, FACTS, (), _no_lookup, standins.path_map(pod, init, pod_dir, stand_ins), stand_ins)
+    script = copy.argv[-1]
+    assert f'cp -a {tmp_path}/payload/. "{pod_dir}/volumes/payload/"' in script, script
+
+
+def test_a_pod_without_command_and_without_an_entrypoint_for_its_image_is_a_start_error(tmp_path: Path) -> None:
+    container = {"name": "label", "image": "registry.example.com/metax/metax-gpu-label:0.1.0"}
+    with pytest.raises(podspec.PlanError, match="no command"):
+        podspec.resolve_command(container, (), _stand_ins(tmp_path))
+    assert standins.repository("registry.example.com:5000/metax/metax-driver:0.1.0") == "metax-driver"

@@ -63,11 +63,15 @@ class DeletionRecorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._seen_deleting: set[str] = set()
+        self._version = ""
         self.max_in_flight = 0
         """The most driver pods deleted and not yet back Ready at any moment."""
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> DeletionRecorder:
+        """Lists before returning, so every deletion after `start` is seen (the watch begins at that list)."""
+        selector = f"{workloads.COMPONENT_LABEL}=driver"
+        self._version = self.objects.list("v1", "Pod", namespace=NS, label_selector=selector).resource_version
         self._thread.start()
         return self
 
@@ -76,7 +80,7 @@ class DeletionRecorder:
 
     def _run(self) -> None:
         selector = f"{workloads.COMPONENT_LABEL}=driver"
-        version = self.objects.list("v1", "Pod", namespace=NS, label_selector=selector).resource_version
+        version = self._version
         while not self._stop.is_set():
             for event in self.objects.watch(
                 "v1", "Pod", namespace=NS, label_selector=selector, resource_version=version, timeout_seconds=5
