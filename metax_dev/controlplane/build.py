@@ -13,6 +13,7 @@ and concurrent runs wait for one build instead of racing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -23,12 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from metax_dev.controlplane import errors, processes, targets
+from metax_dev.controlplane import errors, oldest_source, processes, targets
 
 logger = logging.getLogger(__name__)
 
@@ -76,17 +77,22 @@ def find_go() -> Path:
     raise errors.GoNotFoundError(_GO_INSTALL_HINT)
 
 
-def module_versions(module_dir: Path | None = None) -> dict[str, str]:
-    """Versions of the upstream modules the Go module requires, read from its go.mod."""
-    wanted = {
-        "k8s.io/kubernetes": "kubernetes",
-        "go.etcd.io/etcd/server/v3": "etcd",
-        "sigs.k8s.io/kwok": "kwok",
-    }
+#: go.mod requirement -> name, for the control plane's module.
+_CONTROL_PLANE_MODULES: Final = {
+    "k8s.io/kubernetes": "kubernetes",
+    "go.etcd.io/etcd/server/v3": "etcd",
+    "sigs.k8s.io/kwok": "kwok",
+}
+
+
+def module_versions(
+    module_dir: Path | None = None, wanted: Mapping[str, str] = _CONTROL_PLANE_MODULES
+) -> dict[str, str]:
+    """Versions of the upstream modules the Go module requires (``wanted``: requirement -> name), from its go.mod."""
     found: dict[str, str] = {}
     text = ((module_dir or go_module_dir()) / "go.mod").read_text()
     for line in text.splitlines():
-        parts = line.strip().split()
+        parts = line.strip().removeprefix("require").split()
         if len(parts) >= 2 and parts[0] in wanted and parts[1].startswith("v"):
             found[wanted[parts[0]]] = parts[1]
         elif len(parts) >= 2 and parts[0] == "go" and "go" not in found:
@@ -95,6 +101,11 @@ def module_versions(module_dir: Path | None = None) -> dict[str, str]:
     if missing:
         raise errors.ControlPlaneError(f"{module_dir}/go.mod does not require {', '.join(missing)}")
     return found
+
+
+def oldest_versions(module_dir: Path | None = None) -> dict[str, str]:
+    """The Kubernetes (and Go directive) version of the oldest-minor module (``gomod-oldest``)."""
+    return module_versions(module_dir or targets.oldest_module_dir(), {"k8s.io/kubernetes": "kubernetes"})
 
 
 def _go_env(go: Path, module_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
@@ -140,13 +151,18 @@ def _targets(module_dir: Path) -> list[targets.Target]:
 def build_key(module_dir: Path | None = None, go: Path | None = None) -> str:
     """Hash of everything that decides the binaries: sources, go.mod/go.sum, toolchains, flags."""
     module_dir = module_dir or go_module_dir()
-    go = go or find_go()
+    return _key(go or find_go(), module_dir, _targets(module_dir))
+
+
+def _key(go: Path, module_dir: Path, steps: list[targets.Target], extra: bytes = b"") -> str:
     go_env = _go_env(go, module_dir, _build_env())
     digest = hashlib.sha256()
     for key in ("GOVERSION", "GOOS", "GOARCH"):
         digest.update(f"{key}={go_env.get(key, '')}\0".encode())
-    for target in _targets(module_dir):
+    for target in steps:
         digest.update(targets.fingerprint(target))
+    if extra:
+        digest.update(b"extra\0" + extra)
     return digest.hexdigest()[:20]
 
 
@@ -172,55 +188,127 @@ def build(
         raise errors.ControlPlaneError(f"no Go module at {module_dir} (set METAX_CONTROLPLANE_GO_MODULE)")
     go = find_go()
     versions = {**module_versions(module_dir), **targets.node_versions()}
-    key = build_key(module_dir, go)
-    root = cache_dir or cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / key
+    steps = _targets(module_dir)
+    what = (
+        f"kubernetes {versions['kubernetes']}, etcd {versions['etcd']}, kwok {versions['kwok']}, "
+        f"containerd {versions['containerd']}, runc {versions['runc']}"
+    )
+    return _cached_build(
+        _Plan(cache_dir or cache_root(), _key(go, module_dir, steps), steps, BINARIES, versions, what),
+        go,
+        started=started,
+        force=force,
+        quiet=quiet,
+    )
+
+
+def build_oldest(
+    *,
+    module_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    force: bool = False,
+    quiet: bool = False,
+) -> BuildResult:
+    """Build (or reuse) kube-apiserver, kube-controller-manager and kube-scheduler of the oldest supported minor.
+
+    The same cached build as :func:`build`, for the one target of ``gomod-oldest``
+    (:func:`targets.oldest_targets`), under ``<cache>/oldest/<key>``: its own key (its go.mod, go.sum,
+    mains, flags, the Go toolchain and :mod:`oldest_source`), so it is built only by the sessions that run
+    the compatibility tests, and editing it never invalidates the main binary set. Before compiling,
+    :func:`oldest_source.prepare` makes the source tree in ``<key>/src`` (the module copied from the Go
+    module cache, the OpenAPI definitions 1.23 does not ship generated by its own openapi-gen, a go.mod
+    replacing ``k8s.io/kubernetes`` with that copy); ``go build`` runs there. etcd and kwok come from
+    :func:`build`.
+    """
+    started = time.monotonic()
+    module_dir = (module_dir or targets.oldest_module_dir()).resolve()
+    if not (module_dir / "go.mod").is_file():
+        raise errors.ControlPlaneError(f"no Go module at {module_dir}")
+    go = find_go()
+    versions = oldest_versions(module_dir)
+    steps = targets.oldest_targets(module_dir, versions["kubernetes"])
+    root = (cache_dir or cache_root()) / "oldest"
+    return _cached_build(
+        _Plan(
+            root,
+            _key(go, module_dir, steps, oldest_source.fingerprint()),
+            steps,
+            targets.OLDEST,
+            versions,
+            f"kubernetes {versions['kubernetes']}",
+            prepare=lambda go, scratch, log: oldest_source.prepare(go, module_dir, scratch, log, _build_env()),
+        ),
+        go,
+        started=started,
+        force=force,
+        quiet=quiet,
+    )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One cached binary set: where, under which key, built by which targets, expected binaries."""
+
+    root: Path
+    key: str
+    steps: list[targets.Target]
+    binaries: tuple[str, ...]
+    versions: Mapping[str, str]
+    what: str
+    #: Makes the source tree to build in under its scratch directory (go, scratch, build log) -> directory;
+    #: ``None``: the targets build where they are.
+    prepare: Callable[[Path, Path, Path], Path] | None = None
+
+
+def _cached_build(plan: _Plan, go: Path, *, started: float, force: bool, quiet: bool) -> BuildResult:
+    plan.root.mkdir(parents=True, exist_ok=True)
+    target = plan.root / plan.key
     bin_dir = target / "bin"
     stamp = target / "complete"
 
     def report(cached: bool) -> BuildResult:
         seconds = time.monotonic() - started
-        result = BuildResult(bin_dir, seconds, cached, key, versions)
+        result = BuildResult(bin_dir, seconds, cached, plan.key, plan.versions)
         how = "reused cached" if cached else "built"
-        message = (
-            f"control plane: {how} binaries (kubernetes {versions['kubernetes']}, "
-            f"etcd {versions['etcd']}, kwok {versions['kwok']}, containerd "
-            f"{versions['containerd']}, runc {versions['runc']}) in {seconds:.1f}s: {bin_dir}"
-        )
+        message = f"control plane: {how} binaries ({plan.what}) in {seconds:.1f}s: {bin_dir}"
         logger.info("%s", message)
         if not quiet:
             print(message, file=sys.stderr, flush=True)
         return result
 
-    with (root / f"{key}.lock").open("w") as lock:
+    with (plan.root / f"{plan.key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.is_file() and not force and all((bin_dir / b).is_file() for b in BINARIES):
+        if stamp.is_file() and not force and all((bin_dir / b).is_file() for b in plan.binaries):
             stamp.touch()  # marks it recently used, see _prune_cache
             return report(cached=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
+        staging = Path(tempfile.mkdtemp(prefix=f"{plan.key}.", suffix=".tmp", dir=plan.root))
         try:
             (staging / "bin").mkdir()
             log_path = staging / "build.log"
             if not quiet:
                 print(
-                    f"control plane: building {', '.join(BINARIES)} with {go} (a cold build takes several minutes) ...",
+                    f"control plane: building {', '.join(plan.binaries)} with {go} "
+                    "(a cold build takes several minutes) ...",
                     file=sys.stderr,
                     flush=True,
                 )
-            for step in _targets(module_dir):
+            steps = plan.steps
+            if plan.prepare is not None:
+                source = plan.prepare(go, staging / "src", log_path)
+                steps = [dataclasses.replace(step, source_dir=source) for step in steps]
+            for step in steps:
                 _run_target(step, go, staging / "bin", log_path)
-            missing = [b for b in BINARIES if not (staging / "bin" / b).is_file()]
+            missing = [b for b in plan.binaries if not (staging / "bin" / b).is_file()]
             if missing:
                 raise errors.ControlPlaneError(f"`go build` produced no {', '.join(missing)}")
-            (staging / "complete").write_text(json.dumps(dict(versions), sort_keys=True) + "\n")
+            (staging / "complete").write_text(json.dumps(dict(plan.versions), sort_keys=True) + "\n")
             if target.exists():
                 shutil.rmtree(target)
             staging.rename(target)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-    _prune_cache(root, keep=CACHE_KEEP, current=key)
+    _prune_cache(plan.root, keep=CACHE_KEEP, current=plan.key)
     return report(cached=False)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from metax_dev.controlplane import build, components, errors, network, nodes, pki, processes
+from metax_dev.controlplane import build, components, errors, network, nodes, pki, processes, targets
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -54,7 +54,9 @@ class ControlPlane:
 
     ``nodes`` kwok nodes named ``<node_prefix>-<i>`` are created and awaited Ready by
     :meth:`start`. ``workloads=False`` starts only etcd, kube-apiserver and kwok (no pods
-    get scheduled then). ``bin_dir`` skips :func:`build.build`. The working directory (PKI,
+    get scheduled then). ``bin_dir`` skips :func:`build.build`. ``kubernetes_bin_dir`` takes
+    kube-apiserver, kube-controller-manager and kube-scheduler from there instead (the oldest supported
+    minor: ``build.build_oldest().bin_dir``, R-COMPAT; etcd and kwok stay). The working directory (PKI,
     etcd data, logs, kubeconfigs) is removed by :meth:`stop` unless ``keep_workdir`` or
     ``$METAX_CONTROLPLANE_KEEP=1``.
     """
@@ -64,6 +66,7 @@ class ControlPlane:
         nodes: int = 3,
         *,
         bin_dir: Path | None = None,
+        kubernetes_bin_dir: Path | None = None,
         workloads: bool = True,
         node_prefix: str = "kwok-node",
         node_cpu: str = "32",
@@ -79,6 +82,7 @@ class ControlPlane:
             raise ValueError("nodes must be >= 0")
         self.initial_nodes = nodes
         self.bin_dir = bin_dir
+        self.kubernetes_bin_dir = kubernetes_bin_dir
         self.workloads = workloads
         self.node_prefix = node_prefix
         self.node_cpu = node_cpu
@@ -187,7 +191,8 @@ class ControlPlane:
             self._ports[component] = network.free_port()
         credentials = components.write_credentials(self.workdir, self.server_url)
         components.write_kwok_config(self.workdir, self._binary("kwok"))
-        self._config = config = components.Config(self.workdir, self._ports, credentials, self.verbosity)
+        minor = components.kubernetes_minor(self._binary("kube-apiserver"))
+        self._config = config = components.Config(self.workdir, self._ports, credentials, self.verbosity, minor)
 
         self._start("etcd", config.etcd_args())
         self._wait_for(
@@ -347,9 +352,10 @@ class ControlPlane:
     # ---------------------------------------------------------------- internals
 
     def _binary(self, name: str) -> str:
-        if self.bin_dir is None:
+        directory = self.kubernetes_bin_dir if self.kubernetes_bin_dir and name in targets.OLDEST else self.bin_dir
+        if directory is None:
             raise errors.ControlPlaneError("no binaries")
-        path = self.bin_dir / name
+        path = directory / name
         if not path.is_file():
             raise errors.ControlPlaneError(f"missing binary {path}; run `python -m metax_dev.controlplane build`")
         return str(path)

@@ -4,7 +4,8 @@ Why this module exists: the flags are where the test control plane's behaviour i
 and NodeRestriction on, no leader election, nodes on loopback, watches that close promptly on
 restart), and they are easiest to read and review apart from the code that starts and waits for
 the processes. Everything here writes files or returns argument lists; the only program it
-runs is ``kwok default-stages``, whose output (plus a test-only crash-loop stage) becomes kwok's config.
+runs are ``kwok default-stages``, whose output (plus a test-only crash-loop stage) becomes kwok's config, and
+``kube-apiserver --version``, since an older minor (R-COMPAT) lacks some flags.
 """
 
 from __future__ import annotations
@@ -169,6 +170,15 @@ def write_kwok_config(workdir: Path, kwok: str) -> None:
     (workdir / "kwok.yaml").write_text(kwok_stages(stages.stdout))
 
 
+def kubernetes_minor(apiserver: str) -> int:
+    """The minor version of a kube-apiserver binary, from ``--version`` (``Kubernetes v1.23.17`` -> 23)."""
+    done = subprocess.run([apiserver, "--version"], capture_output=True, text=True, check=False)
+    words = done.stdout.split()
+    if done.returncode != 0 or len(words) != 2 or not words[1].startswith("v1."):
+        raise errors.ControlPlaneError(f"`{apiserver} --version` said {done.stdout.strip() or done.stderr.strip()!r}")
+    return int(words[1].split(".")[1])
+
+
 @dataclass(frozen=True)
 class Config:
     """One control plane's work dir, ports, credentials and log verbosity.
@@ -181,6 +191,8 @@ class Config:
     ports: Mapping[str, int]
     credentials: Credentials
     verbosity: int
+    kubernetes_minor: int
+    """The minor of the kube-apiserver binary started (`kubernetes_minor`): older ones lack some flags."""
 
     @property
     def etcd_url(self) -> str:
@@ -229,8 +241,11 @@ class Config:
             "--enable-aggregator-routing=true",
             "--profiling=false",
             "--event-ttl=1h",
-            # Close open watches promptly on SIGTERM (restart_apiserver) instead of hanging.
-            "--shutdown-watch-termination-grace-period=2s",
+            *(
+                # Close open watches promptly on SIGTERM (restart_apiserver) instead of hanging (flag since 1.27;
+                # the oldest minor's control plane is never restarted).
+                ["--shutdown-watch-termination-grace-period=2s"] if self.kubernetes_minor >= 27 else []
+            ),
             f"--v={self.verbosity}",
         ]
 

@@ -31,6 +31,11 @@ CHART: Final = ("helm",)
 _HELM_MODULE: Final = "helm.sh/helm/v3"
 #: Binaries a real node uses (docs/realnode.md).
 NODE: Final = ("kubelet", "kubectl", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "pause")
+#: Binaries of the oldest Kubernetes minor the product supports (R-COMPAT), from their own Go module
+#: (``metax_dev/controlplane/gomod-oldest``, one ``go build``): a second control plane runs them with the etcd
+#: and kwok above. kube-controller-manager and kube-scheduler must not be newer than kube-apiserver (the
+#: version skew policy), so they come at the old minor too.
+OLDEST: Final = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 _CONTAINERD_CMDS: Final = ("containerd", "ctr", "containerd-shim-runc-v2")
 _CONTAINERD_MODULE: Final = "github.com/containerd/containerd/v2"
@@ -101,6 +106,11 @@ def helm_ldflags(helm_dir: Path) -> str:
     for pkg in (f"{_HELM_MODULE}/pkg/lint/rules", f"{_HELM_MODULE}/pkg/chartutil"):
         flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
     return " ".join(flags)
+
+
+def oldest_module_dir() -> Path:
+    """The Go module of the oldest supported Kubernetes minor (package data beside ``gomod``)."""
+    return Path(__file__).resolve().parent / "gomod-oldest"
 
 
 def containerd_module_dir() -> Path:
@@ -179,6 +189,20 @@ def targets(control_plane_module: Path, kubernetes_version: str) -> list[Target]
             binaries=("pause",),
             toolchain=(cc,),
         ),
+    ]
+
+
+def oldest_targets(module_dir: Path, kubernetes_version: str) -> list[Target]:
+    """The build of the oldest supported minor: its three mains in one invocation (shared packages compile once)."""
+    return [
+        Target(
+            name=f"kubernetes {kubernetes_version}",
+            kind="go",
+            source_dir=module_dir,
+            packages=("./cmd/...",),
+            binaries=OLDEST,
+            ldflags=kubernetes_ldflags(kubernetes_version),
+        )
     ]
 
 

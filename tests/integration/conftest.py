@@ -10,6 +10,10 @@ Fixtures:
 * ``control_plane`` (session): a started :class:`metax_dev.controlplane.cluster.ControlPlane`
   with ``SESSION_NODES`` kwok nodes (``control_plane.node_names``), its
   ``kubeconfig_path``, ``server_url``, ``ca_path`` and ``restart_apiserver()``.
+* ``oldest_control_plane`` (session): a second control plane, started only when a test asks for it, whose
+  kube-apiserver, kube-controller-manager and kube-scheduler are of the oldest Kubernetes minor the chart
+  supports (R-COMPAT; ``build.build_oldest``), with the session's etcd and kwok and ``SESSION_NODES`` kwok
+  nodes. Tests that use it are marked ``oldest_kubernetes`` (a test that uses it without the marker fails).
 * ``kube_api`` (function): a ``kubernetes.client.ApiClient`` with admin credentials,
   closed after the test.
 * ``kube_namespace`` (function): a fresh namespace name, deleted after the test.
@@ -68,19 +72,25 @@ logger = logging.getLogger(__name__)
 SESSION_NODES = 3
 
 _build_error: errors.ControlPlaneError | None = None
+_oldest_build_error: errors.ControlPlaneError | None = None
 _timings: list[tuple[str, float]] = []
 _session_plane: list[controlplane.ControlPlane] = []  # the started session control plane, once there is one
 
 RESTARTS_APISERVER = "restarts_apiserver"
+OLDEST_KUBERNETES = "oldest_kubernetes"
 
 
 def _needs_control_plane(item: pytest.Item) -> bool:
-    return "control_plane" in getattr(item, "fixturenames", ())
+    return bool({"control_plane", "oldest_control_plane"} & set(getattr(item, "fixturenames", ())))
+
+
+def _needs_oldest(item: pytest.Item) -> bool:
+    return "oldest_control_plane" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the control-plane binaries before any test runs (a cold build takes minutes)."""
-    global _build_error
+    global _build_error, _oldest_build_error
     if session.config.option.collectonly or not any(_needs_control_plane(i) for i in session.items):
         return
     try:
@@ -89,6 +99,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _build_error = exc
         return
     _timings.append((f"control-plane binaries ({'cached' if result.cached else 'built'})", result.seconds))
+    if not any(_needs_oldest(i) for i in session.items):
+        return
+    try:
+        oldest = build.build_oldest()
+    except errors.ControlPlaneError as exc:
+        _oldest_build_error = exc
+        return
+    how = "cached" if oldest.cached else "built"
+    _timings.append((f"oldest-minor binaries, kubernetes {oldest.versions['kubernetes']} ({how})", oldest.seconds))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -103,6 +122,13 @@ def _restarts_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if _restart_count() > before and request.node.get_closest_marker(RESTARTS_APISERVER) is None:
         pytest.fail(f"this test restarts the session's kube-apiserver: mark it @pytest.mark.{RESTARTS_APISERVER}")
+
+
+@pytest.fixture(autouse=True)
+def _oldest_is_marked(request: pytest.FixtureRequest) -> None:
+    """Fail a test that uses the oldest-minor control plane without the marker that lets it be selected."""
+    if "oldest_control_plane" in request.fixturenames and request.node.get_closest_marker(OLDEST_KUBERNETES) is None:
+        pytest.fail(f"this test uses oldest_control_plane: mark it @pytest.mark.{OLDEST_KUBERNETES}")
 
 
 def _restart_count() -> int:
@@ -133,6 +159,27 @@ def control_plane() -> Iterator[controlplane.ControlPlane]:
         if plane.timings.total is not None:
             _timings.append((f"session control plane: ready with {SESSION_NODES} kwok nodes", plane.timings.total))
         _session_plane.append(plane)
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def oldest_control_plane() -> Iterator[controlplane.ControlPlane]:
+    if _build_error is not None or _oldest_build_error is not None:
+        pytest.fail(f"oldest-minor control plane unavailable: {_build_error or _oldest_build_error}", pytrace=False)
+    plane = controlplane.ControlPlane(
+        nodes=SESSION_NODES,
+        bin_dir=build.build(quiet=True).bin_dir,
+        kubernetes_bin_dir=build.build_oldest(quiet=True).bin_dir,
+    )
+    try:
+        try:
+            plane.start()
+        except errors.ControlPlaneError as exc:
+            pytest.fail(f"oldest-minor control plane failed to start: {exc}", pytrace=False)
+        if plane.timings.total is not None:
+            _timings.append((f"oldest-minor control plane: ready with {SESSION_NODES} kwok nodes", plane.timings.total))
         yield plane
     finally:
         plane.stop()
