@@ -38,8 +38,8 @@ from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.processnode import node as processnode
 from metax_dev.processnode import standins
+from metax_hw import hostfiles
 from metax_hw_fake import builder
-from metax_k8s.deviceplugin import hostfiles
 
 pytestmark = pytest.mark.integration
 
