@@ -69,10 +69,16 @@ class PodFacts:
 
 
 def resolve_command(
-    container: Mapping[str, Any], bin_dirs: Sequence[Path], stand_ins: standins.StandIns | None = None
+    container: Mapping[str, Any],
+    bin_dirs: Sequence[Path],
+    stand_ins: standins.StandIns | None = None,
+    rewrite: Callable[[str], str] = str,
 ) -> tuple[str, ...]:
     """``command`` + ``args`` with the executable found in ``bin_dirs`` (or given as an absolute path); no
-    ``command``: the entrypoint the node's stand-ins name for the image, if any."""
+    ``command``: the entrypoint the node's stand-ins name for the image, if any. ``rewrite`` maps the words the
+    pod wrote (an absolute executable, the arguments) onto what stands for them; an executable found in
+    ``bin_dirs`` is the harness's own path and is never rewritten (the checkout may itself live under ``/tmp``,
+    which a pod's emptyDir stands for)."""
     name = container.get("name", "?")
     command = list(container.get("command") or [])
     args = list(container.get("args") or [])
@@ -86,14 +92,14 @@ def resolve_command(
         )
     executable = command[0]
     if "/" in executable:
-        path = Path(executable)
+        path = Path(rewrite(executable))
         found = str(path) if path.is_file() and shutil.which(str(path)) else None
     else:
         found = shutil.which(executable, path=":".join(str(d) for d in bin_dirs))
     if found is None:
         where = ", ".join(str(d) for d in bin_dirs)
         raise PlanError("StartError", f"container {name}: executable {executable!r} not found in {where}")
-    return (found, *command[1:], *args)
+    return (found, *(rewrite(w) for w in [*command[1:], *args]))
 
 
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
@@ -221,7 +227,7 @@ def plan(
     directory that stands for it, so the process and its probes see the same files."""
     rewrite = paths.rewrite if paths is not None else str
     env = {k: rewrite(v) for k, v in environment(container, pod, facts, lookup).items()}
-    argv = tuple(rewrite(_expand(word, env)) for word in resolve_command(container, bin_dirs, stand_ins))
+    argv = resolve_command(container, bin_dirs, stand_ins, lambda word: rewrite(_expand(word, env)))
 
     def probed(kind: str) -> Probe | None:
         found = probe(container, kind)

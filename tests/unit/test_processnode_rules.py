@@ -14,6 +14,7 @@ staged payload, refused without stand-ins.
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,31 @@ def test_the_command_is_found_in_the_bin_dirs_with_its_args(bin_dir: Path) -> No
     assert podspec.resolve_command(container, [bin_dir]) == (str(bin_dir / "metax-tool"), "run", "--x")
     absolute = {"name": "c", "command": [str(bin_dir / "metax-tool")]}
     assert podspec.resolve_command(absolute, []) == (str(bin_dir / "metax-tool"),)
+
+
+def test_the_harness_executable_is_not_rewritten_when_the_checkout_lives_under_tmp(tmp_path: Path) -> None:
+    """A pod's emptyDir at /tmp stands for /tmp; the venv's executable found in the bin dirs is the harness's own
+    path, and a CI clone under /tmp must still start it (a fresh clone's run failed so: 'No such file')."""
+    venv_bin = Path("/tmp") / f"metax-clone-{tmp_path.name}" / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    try:
+        tool = venv_bin / "metax-tool"
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+        pod = {
+            **POD,
+            "spec": {**POD["spec"], "volumes": [{"name": "tmp", "emptyDir": {}}]},
+        }
+        container = {
+            "name": "c",
+            "command": ["metax-tool", "--state", "/tmp/state"],
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        }
+        paths = standins.path_map(pod, container, tmp_path / "pod", None)
+        plan = podspec.plan(container, pod, FACTS, [venv_bin], _no_lookup, paths)
+        assert plan.argv == (str(tool), "--state", str(tmp_path / "pod" / "volumes" / "tmp" / "state"))
+    finally:
+        shutil.rmtree(venv_bin.parents[1])
 
 
 def test_a_missing_command_is_a_start_error_naming_it_and_where_it_was_looked_for(bin_dir: Path) -> None:
