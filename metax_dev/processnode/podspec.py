@@ -82,8 +82,10 @@ def resolve_command(
     name = container.get("name", "?")
     command = list(container.get("command") or [])
     args = list(container.get("args") or [])
+    own = rewrite  # the words the pod wrote are mapped onto what stands for them
     if not command and stand_ins is not None:
         command = list(stand_ins.entrypoint(str(container.get("image", ""))) or [])
+        own = str  # the image's entrypoint is the harness's own command line: its paths are this machine's
     if not command:
         raise PlanError(
             "StartError",
@@ -92,14 +94,14 @@ def resolve_command(
         )
     executable = command[0]
     if "/" in executable:
-        path = Path(rewrite(executable))
+        path = Path(own(executable))
         found = str(path) if path.is_file() and shutil.which(str(path)) else None
     else:
         found = shutil.which(executable, path=":".join(str(d) for d in bin_dirs))
     if found is None:
         where = ", ".join(str(d) for d in bin_dirs)
         raise PlanError("StartError", f"container {name}: executable {executable!r} not found in {where}")
-    return (found, *(rewrite(w) for w in [*command[1:], *args]))
+    return (found, *(own(w) for w in command[1:]), *(rewrite(w) for w in args))
 
 
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")

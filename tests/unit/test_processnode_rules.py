@@ -69,6 +69,12 @@ def test_the_harness_executable_is_not_rewritten_when_the_checkout_lives_under_t
         paths = standins.path_map(pod, container, tmp_path / "pod", None)
         plan = podspec.plan(container, pod, FACTS, [venv_bin], _no_lookup, paths)
         assert plan.argv == (str(tool), "--state", str(tmp_path / "pod" / "volumes" / "tmp" / "state"))
+        # a stand-in entrypoint (the harness's own argv, e.g. sys.executable under the clone) is not rewritten
+        stand_ins = standins.StandIns(host_root=tmp_path / "host", entrypoints={"metax-x": (str(tool), "/tmp/a")})
+        bare = {"name": "c", "image": "r/metax-x:1", "args": ["/tmp/b"]}
+        paths = standins.path_map(pod, bare, tmp_path / "pod", stand_ins)
+        plan = podspec.plan(bare, pod, FACTS, [], _no_lookup, paths, stand_ins)
+        assert plan.argv == (str(tool), "/tmp/a", str(tmp_path / "pod" / "tmp" / "b"))
     finally:
         shutil.rmtree(venv_bin.parents[1])
 
