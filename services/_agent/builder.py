@@ -81,3 +81,8 @@ class Recipe(Generic[S, H, A]):
 def own_node(settings: NodeAgentSettings) -> watch.Target:
     """The agent's own Node: its labels and annotations drive every agent's round."""
     return watch.Target("v1", "Node", settings.node_name, None, "sync")
+
+
+def config_map(name: str, namespace: str) -> watch.Target:
+    """One of the operator's ConfigMaps the agent reads (driver-config, metax-vfio-config)."""
+    return watch.Target("v1", "ConfigMap", name, namespace, "sync")

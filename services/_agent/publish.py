@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -47,6 +47,14 @@ class Publisher:
     def node(self) -> Mapping[str, Any] | None:
         """The agent's own Node (None when it does not exist); ClusterError when unreadable."""
         return self.nodes.get_node(self.node_name)
+
+    def node_or_none(self, say: Callable[[str, str, int], bool]) -> Mapping[str, Any] | None:
+        """The agent's own Node, or None when it does not exist or cannot be read (said once, on ``say``)."""
+        try:
+            return self.node()
+        except ClusterError as exc:
+            say("node", f"cannot read node {self.node_name}: {exc}", logging.WARNING)
+            return None
 
     def metadata(
         self,

@@ -180,11 +180,7 @@ class DriverManager:
         return Outcome(plan, ready, vf_plan, blocked)
 
     def _node(self) -> Mapping[str, Any] | None:
-        try:
-            return self.publisher.node()
-        except ClusterError as exc:
-            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
-            return None
+        return self.publisher.node_or_none(self.say)
 
     def _read_config(self) -> driver_config.DriverConfig:
         s = self.settings

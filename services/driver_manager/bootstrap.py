@@ -15,7 +15,7 @@ def production_hardware(settings: config.Settings) -> agent.Hardware:
 
 def watches(s: config.Settings) -> tuple[watch.Target, ...]:
     """Its Node and driver-config."""
-    return builder.own_node(s), watch.Target("v1", "ConfigMap", s.driver_config, s.namespace, "sync")
+    return builder.own_node(s), builder.config_map(s.driver_config, s.namespace)
 
 
 RECIPE = builder.Recipe(

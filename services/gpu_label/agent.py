@@ -109,11 +109,7 @@ class GpuLabel:
         The labels stay until the finalizer removes every product key: the DaemonSets select nodes by
         ``gpu.installed``, and removing it here would make the DaemonSet controller delete the other agents'
         pods before they undid their part."""
-        try:
-            node = self.publisher.node()
-        except ClusterError as exc:
-            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
-            node = None
+        node = self.publisher.node_or_none(self.say)
         uid = self.uninstalling.check(node)
         if uid is None:
             return False

@@ -95,11 +95,7 @@ class VfioManager:
 
     def uninstall(self) -> bool:
         """When the finalizer asks (`services._agent.uninstall`): undo, answer, and do nothing else."""
-        try:
-            node = self.publisher.node()
-        except ClusterError as exc:
-            self.say("node", f"cannot read node {self.settings.node_name}: {exc}", logging.WARNING)
-            node = None
+        node = self.publisher.node_or_none(self.say)
         uid = self.uninstalling.check(node)
         if uid is None:
             return False
