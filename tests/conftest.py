@@ -19,3 +19,6 @@ settings.register_profile(
 )
 settings.register_profile("long", derandomize=False, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The test control plane's fixtures serve tests/integration and the cluster contract suite (tests/contract/cluster).
+pytest_plugins = ["tests.support.control_plane"]

@@ -3,7 +3,7 @@
 Why: the demo and the fast tests need a cluster that behaves like the real one without starting one. The
 ports are the production classes (`objects.K8sObjects`, `nodes.K8sNodeMetadata`, `events.K8sEvents`,
 `lease.K8sLeaseLock`); only the server underneath is in memory (`inmemory_server.InMemoryApiServer`, see
-its docstring for what it models). tests/integration/test_cluster_contract_*.py runs the same suite against
+its docstring for what it models). tests/contract/cluster/test_cluster_contract_*.py runs the same suite against
 this and against a real kube-apiserver.
 
     cluster = InMemoryCluster()

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster_helpers import wait_served
 
 from metax_core.errors import ClusterError, InvalidSpec
 from metax_core.rollout import status as rollout_status
@@ -26,6 +25,7 @@ from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_dev.controlplane import cluster
 from metax_k8s import client, crd, objects
+from tests.support.cluster import wait_served
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,6 @@ import random
 from typing import Any
 
 import pytest
-from cluster_helpers import wait_served
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, InvalidSpec
@@ -38,6 +37,7 @@ from metax_core.spec import converter, validation
 from metax_core.spec import model as spec
 from metax_dev.controlplane import cluster
 from metax_k8s import client, crd
+from tests.support.cluster import wait_served
 
 pytestmark = pytest.mark.integration
 

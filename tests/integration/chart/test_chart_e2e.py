@@ -1,6 +1,6 @@
 """The README's `helm install`, with the operator really running, end to end (R-INSTALL, R-WEBHOOK, R-SECURITY).
 
-The operator Deployment's pod lands on the session's process node (tests/integration/conftest.py
+The operator Deployment's pod lands on the session's process node (tests/support/control_plane.py
 ``process_node``; docs/processnode.md) and runs ``metax-operator-controller`` as a local process with its own
 ServiceAccount token; the DaemonSets it creates run on kwok GPU nodes (kwok makes their pods Ready). The only
 values added to the README's install command are the ones that place the pod: ``operator.nodeSelector`` and
@@ -40,13 +40,13 @@ from chart_helpers import (
     present,
     uninstall_command,
 )
-from cluster_helpers import wait_for
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
 from metax_dev.controlplane import build, cluster, network
 from metax_dev.processnode import node as processnode
 from metax_k8s import client
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

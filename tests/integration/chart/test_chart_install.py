@@ -39,7 +39,6 @@ from chart_helpers import (
     present,
     uninstall_command,
 )
-from cluster_helpers import wait_served
 
 from metax_core.cluster import components, workloads
 from metax_core.errors import InvalidSpec, NotFound
@@ -48,6 +47,7 @@ from metax_core.spec import model as spec_model
 from metax_core.spec import validation
 from metax_dev.controlplane import cluster
 from metax_k8s import client, crd
+from tests.support.cluster import wait_served
 
 pytestmark = pytest.mark.integration
 

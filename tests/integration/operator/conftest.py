@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_helpers import wait_served
 from operator_helpers import CR_API, NS, Env, OperatorProcess, wait_for
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, Conflict
 from metax_dev.controlplane import cluster as controlplane
 from metax_k8s import client, crd
+from tests.support.cluster import wait_served
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import wait_for
-
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
 from metax_k8s import client
+from tests.waiting import wait_for
 
 NS = "metax-operator"
 CR_API = "gpu.metax-tech.com/v1alpha1"

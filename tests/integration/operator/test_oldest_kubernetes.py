@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import CHART_DIR, CHART_OBJECTS, NAMESPACE, RELEASE, Helm, install_command, labelled_ours, present
-from cluster_helpers import wait_served
 from kubernetes.client import VersionApi
 from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 
@@ -37,6 +36,7 @@ from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_dev.controlplane import build, cluster
 from metax_k8s import client
+from tests.support.cluster import wait_served
 
 pytestmark = [pytest.mark.integration, pytest.mark.oldest_kubernetes]
 

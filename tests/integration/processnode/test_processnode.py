@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import wait_for
 from kubernetes import client as kube_client
 
 from metax_core.errors import NotFound
@@ -30,6 +29,7 @@ from metax_dev.controlplane import cluster, network
 from metax_dev.processnode import address
 from metax_dev.processnode import node as processnode
 from metax_k8s import client
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

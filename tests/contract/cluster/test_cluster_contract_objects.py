@@ -19,12 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cluster_helpers import WIDGET_API, Cluster, WatchCollector, named, wait_served
 
 from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_core.spec import converter
 from metax_core.spec import model as spec
 from metax_k8s import client, crd, retry
+from tests.support.cluster import WIDGET_API, Cluster, WatchCollector, named, wait_served
 
 CO_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 

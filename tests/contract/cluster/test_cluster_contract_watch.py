@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster_helpers import Cluster, WatchCollector, named
 
 from metax_core.ports.cluster import WatchEventType
 from metax_k8s import retry
+from tests.support.cluster import Cluster, WatchCollector, named
 
 # -- watches -------------------------------------------------------------------------------------------------
 

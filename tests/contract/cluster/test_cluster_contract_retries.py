@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cluster_helpers import Cluster, RecordingSleep, event_list
 
 from metax_core.errors import ClusterError, Conflict
 from metax_core.ports.cluster import ObjectRef
 from metax_k8s import retry
+from tests.support.cluster import Cluster, RecordingSleep, event_list
 
 
 def fast_policy(**options: Any) -> retry.RetryPolicy:

@@ -16,11 +16,11 @@ import threading
 from typing import Any
 
 import pytest
-from cluster_helpers import Cluster, event_list
 
 from metax_core.errors import ClusterError, NotFound
 from metax_core.ports.cluster import EventType, ObjectRef
 from metax_k8s import retry
+from tests.support.cluster import Cluster, event_list
 
 # -- node metadata -------------------------------------------------------------------------------------------
 

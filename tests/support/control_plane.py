@@ -1,4 +1,5 @@
-"""Fixtures for integration tests against a real Kubernetes control plane on loopback.
+"""The test control plane, as a pytest plugin (registered in tests/conftest.py): fixtures for every test
+folder that talks to a real Kubernetes control plane on loopback (tests/integration, tests/contract/cluster).
 
 Why this module exists: integration tests must talk to the real kube-apiserver (with
 etcd, controller-manager, scheduler and kwok nodes), not to a fake. Starting one costs a
@@ -24,9 +25,6 @@ Fixtures:
 * ``process_node`` (session): a `metax_dev.processnode.node.ProcessNode` registered on the session control
   plane (``process-node-0``): pods that tolerate its taint and select its label run as local processes
   (docs/processnode.md).
-* ``cluster`` (function, parametrized): a ``cluster_helpers.Cluster`` with a fresh namespace,
-  ``[inmemory]`` (always) and ``[real]`` (marked ``integration``): the contract suite
-  (``test_cluster_contract_*.py``) runs every test against both.
 
 Tests that restart the session's kube-apiserver are marked ``restarts_apiserver`` and run at the end of the
 session: kube-controller-manager takes minutes to see changes again after a restart (docs/controlplane.md), and
@@ -39,32 +37,25 @@ never skipped.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from cluster_helpers import (
-    WIDGET_API,
-    WIDGET_CRD,
-    Cluster,
-    FaultProxy,
-    new_namespace,
-    wait_served,
-)
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from metax_core.errors import ClusterError
 from metax_dev.controlplane import build, errors
 from metax_dev.controlplane import (
-    cluster as controlplane,  # "cluster" is the contract fixture below
+    cluster as controlplane,  # "cluster" is the contract suite's fixture (tests/contract/cluster)
 )
 from metax_dev.processnode import node as processnode
 from metax_k8s import client as metax_client
-from metax_k8s.api import Api
-from metax_k8s.inmemory import InMemoryApiServer
+from tests.support.cluster import (
+    WIDGET_API,
+    WIDGET_CRD,
+    wait_served,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -237,45 +228,3 @@ def process_node(
         yield node
     finally:
         node.stop()
-
-
-@pytest.fixture(params=["inmemory", pytest.param("real", marks=pytest.mark.integration)])
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    proxies: list[FaultProxy] = []
-    if request.param == "inmemory":
-        server = InMemoryApiServer()
-        server.apply(WIDGET_CRD, field_manager="contract-tests", force=True)
-        result = Cluster(
-            "inmemory",
-            server,
-            new_namespace(server),
-            restart=server.restart,
-            compact=server.compact,
-            faulty=lambda: (server, server),
-        )
-    else:
-        control_plane: controlplane.ControlPlane = request.getfixturevalue("control_plane")
-        api: metax_client.HttpApi = request.getfixturevalue("real_api")
-
-        def faulty() -> tuple[Api, FaultProxy]:
-            proxy = FaultProxy(api.client)
-            proxies.append(proxy)
-            return proxy.api(), proxy
-
-        result = Cluster(
-            "real",
-            api,
-            new_namespace(api),
-            restart=control_plane.restart_apiserver,
-            # The watch cache forgets its history when kube-apiserver restarts (etcd compaction alone does
-            # not expire versions the cache still serves), so that is how versions expire for real.
-            compact=control_plane.restart_apiserver,
-            faulty=faulty,
-        )
-    yield result
-    for cleanup in result.cleanups:
-        cleanup()
-    for proxy in proxies:
-        proxy.close()
-    with contextlib.suppress(ClusterError):
-        result.api.delete("v1", "Namespace", result.namespace)

@@ -27,7 +27,6 @@ from metax_core.errors import ClusterError
 from metax_core.ports.cluster import WatchEvent
 from metax_k8s import client, events, lease, nodes, objects, retry
 from metax_k8s.api import APPLY_PATCH, Api
-from tests.waiting import wait_for as wait_for  # the one wait_for (tests/waiting.py), re-exported here
 
 WIDGET_GROUP = "test.metax-tech.com"
 WIDGET_API = f"{WIDGET_GROUP}/v1"
