@@ -39,6 +39,8 @@ LIST_CHUNK = 500
 """Objects per list page (``limit``); a list holds one page of whole objects at a time (see `HttpApi.list`)."""
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a pod finds its ServiceAccount token and the cluster CA (the kubelet mounts them there)."""
+KUBECONFIG_EXTRA = "metax-gpu-operator[kubeconfig]"
+"""The distribution's extra that brings the `kubernetes` package (not in the images: pods never need it)."""
 SERVICE_ACCOUNT_DIR_ENV = "METAX_SERVICEACCOUNT_DIR"
 """Roots the in-cluster files elsewhere: a process node (metax_dev/processnode) runs pods without a mount namespace."""
 
@@ -52,7 +54,15 @@ def api_client(
     The package is imported here, not at module level: node agents reach `HttpApi` through
     `metax_k8s.connect` and never load it (about 20 MiB of resident memory, P8).
     """
-    import kubernetes
+    try:
+        import kubernetes
+    except ImportError as exc:
+        raise ClusterError(
+            "configure",
+            "the Kubernetes API client",
+            f"{os.fspath(kubeconfig) if kubeconfig is not None else 'this configuration'} needs the kubernetes "
+            f"package's loader (an exec plugin or auth provider): pip install '{KUBECONFIG_EXTRA}'",
+        ) from exc
 
     in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     path = os.fspath(kubeconfig) if kubeconfig is not None else None

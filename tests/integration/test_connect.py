@@ -110,6 +110,24 @@ def test_kubeconfig_it_cannot_serve_falls_back_to_the_kubernetes_package(tmp_pat
     assert fallback.configuration.host == "https://127.0.0.1:1"
 
 
+def test_without_the_kubeconfig_extra_the_fallback_names_it(tmp_path: pathlib.Path) -> None:
+    """The images do not carry the `kubernetes` package (docs/images.md): a kubeconfig only its loader reads
+    is refused with the extra to install, in a process where the package cannot be imported."""
+    path = kubeconfig(tmp_path, {"username": "admin", "password": "secret"})
+    script = (
+        "import sys; sys.modules['kubernetes'] = None\n"
+        "from metax_core.errors import ClusterError\n"
+        "from metax_k8s import connect\n"
+        "try:\n"
+        f"    connect.connect({str(path)!r}, environ={{}})\n"
+        "except ClusterError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert metax_client.KUBECONFIG_EXTRA in out
+    assert str(path) in out and "exec plugin or auth provider" in out
+
+
 def test_token_kubeconfig_and_plain_http(tmp_path: pathlib.Path) -> None:
     (tmp_path / "token").write_text("abc\n")
     connection = connect.from_kubeconfig(
