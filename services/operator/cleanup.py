@@ -10,8 +10,9 @@ removed last, so an interrupted cleanup is simply done again by the next reconci
 
 Before it deletes anything the agents read (driver-config, metax-vfio-config, the DaemonSets), it asks
 every node that runs one of our agents to undo what the agents did on the host and waits for their answers
-(`metax_core.node.uninstall`: the request and the answers are node annotations): `node_undos` says, from
-the operator's caches, which agents run where; the wait is bounded (`Settings.uninstall_timeout`, counted
+(`metax_core.node.uninstall`: the request and the answers are node annotations):
+`metax_core.cluster.node_undos` says, from the operator's caches, which agents run where; the wait is
+bounded (`Settings.uninstall_timeout`, counted
 from the CR's deletionTimestamp, so an operator restart does not start it again).
 """
 
@@ -20,8 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from metax_core.cluster import components, rbac, workloads
-from metax_core.node import devices, uninstall
+from metax_core.cluster import rbac
+from metax_core.node import devices
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
 from metax_core.wire import meta
@@ -33,27 +34,6 @@ FINALIZER = meta.CLEANUP_FINALIZER
 OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
 """Set by the administrator (R-SGPU), not by the product: left on the node."""
-
-
-def node_undos(nodes: Iterable[RawObject], pods: Iterable[RawObject]) -> list[uninstall.NodeUndo]:
-    """Each node that runs a pod of an agent with an undo, with those agents and the node's annotations."""
-    agents: dict[str, set[str]] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        value = ((pod.get("metadata") or {}).get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
-        try:
-            signal = components.BY_COMPONENT[components.Component(value)].signal
-        except ValueError:
-            continue
-        if node and signal in uninstall.AGENTS:
-            agents.setdefault(str(node), set()).add(signal)
-    found = []
-    for n in nodes:
-        metadata = n.get("metadata") or {}
-        name = str(metadata.get("name"))
-        if name in agents:
-            found.append(uninstall.NodeUndo(name, frozenset(agents[name]), dict(metadata.get("annotations") or {})))
-    return found
 
 
 def product_keys(keys: Iterable[str]) -> list[str]:

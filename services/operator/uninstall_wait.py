@@ -18,13 +18,13 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import node_undos
 from metax_core.cluster import status as cluster_status
 from metax_core.errors import NotFound
 from metax_core.node import uninstall
 from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
-from services.operator import cleanup
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def await_agents(
 ) -> Wait:
     """Ask every node running our agents to undo, and say whether their answers are in."""
     uid = str(cr["metadata"].get("uid") or "")
-    undos = cleanup.node_undos(node_list, pods)
+    undos = node_undos.node_undos(node_list, pods)
     spent = waited(cr, now)
     decision = uninstall.finalize(undos, uid, waited=spent, timeout=timeout)
     writes = 0
