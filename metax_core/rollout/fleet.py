@@ -138,6 +138,23 @@ def pick_pods(driver_pods: Sequence[Pod]) -> dict[str, Pod]:
     return by_node
 
 
+def places_no_other_node(live_ds: Mapping[str, Any] | None, nodes_with_a_pod: int) -> bool:
+    """Every node the driver DaemonSet places a pod on has one, by the DaemonSet controller's own count.
+
+    Then a GPU node without a driver pod is one the DaemonSet does not place on (its nodeSelector, affinity
+    or a taint it does not tolerate keeps it off), and it is not part of the rollout: counted, it would be a
+    node forever in flight that the rollout waits for. While the count is short (a pod deleted and not yet
+    recreated, a node just labelled) or not current for the DaemonSet's generation, the GPU nodes without a
+    pod stay in scope, as in flight.
+    """
+    status = (live_ds or {}).get("status") or {}
+    generation = ((live_ds or {}).get("metadata") or {}).get("generation")
+    desired, observed = status.get("desiredNumberScheduled"), status.get("observedGeneration")
+    if desired is None or generation is None or observed is None or int(observed) < int(generation):
+        return False
+    return nodes_with_a_pod >= int(desired)
+
+
 def snapshot(
     *,
     new_manifest: Mapping[str, Any],
@@ -149,7 +166,8 @@ def snapshot(
     ready_timeout: float,
     crash_restarts: int,
 ) -> Snapshot:
-    """Every node in scope (GPU nodes and nodes with a driver pod) with its revision, readiness and failure.
+    """Every node in scope (GPU nodes and nodes with a driver pod; `places_no_other_node` narrows it to the
+    latter) with its revision, readiness and failure.
 
     ``new_manifest`` is the desired DaemonSet already `stamped`. A node whose pod is terminating or missing
     is in flight on the DaemonSet's current revision (the `model` contract).
@@ -158,9 +176,12 @@ def snapshot(
     live_rev = template_revision(live_ds) or new_rev
     old_driver = ((live_ds or {}).get("metadata") or {}).get("annotations", {}).get(DRIVER_SPEC_ANNOTATION, "")
     pods_by_node = pick_pods(driver_pods)
+    scope = (
+        set(pods_by_node) if places_no_other_node(live_ds, len(pods_by_node)) else set(gpu_nodes) | set(pods_by_node)
+    )
     nodes: list[model.Node] = []
     deadlines: list[dt.datetime] = []
-    for name in sorted(set(gpu_nodes) | set(pods_by_node)):
+    for name in sorted(scope):
         pod = pods_by_node.get(name)
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             rev = model.Revision.NEW if live_rev == new_rev else model.Revision.OLD

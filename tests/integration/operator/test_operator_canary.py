@@ -116,12 +116,12 @@ def _diagnose_failures(operator_env: Env, request: pytest.FixtureRequest) -> Ite
 
 @pytest.fixture
 def gpu_nodes(control_plane: controlplane.ControlPlane, operator_env: Env, tmp_path: Path) -> Iterator[list[GpuNode]]:
-    """The process GPU nodes are the only GPU nodes: the rollout's fleet is every node labelled
-    ``gpu.installed`` (`metax_core.rollout.fleet`), and the driver pods here go to process nodes only."""
+    """The process GPU nodes run the driver pods. The session's kwok nodes keep their ``gpu.installed``
+    label but the driver DaemonSet does not place pods on them (their taint is not tolerated): the rollout
+    leaves them out by the DaemonSet controller's own count (`metax_core.rollout.fleet.places_no_other_node`)
+    instead of waiting for them forever."""
     tag = uuid.uuid4().hex[:6]
     nodes = [GpuNode(control_plane, f"pgpu-{tag}-{i}", tmp_path / f"gpu-{i}") for i in range(NODES)]
-    for name in operator_env.gpu_nodes:
-        operator_env.api.merge_patch("v1", "Node", name, {"metadata": {"labels": {workloads.GPU_NODE_LABEL: None}}})
     saved, operator_env.gpu_nodes = operator_env.gpu_nodes, [n.name for n in nodes]
     try:
         for n in nodes:

@@ -86,9 +86,20 @@ def test_stamping_adds_the_template_hash_and_behind_compares_it() -> None:
 NEW_REV = str(fleet.template_revision(fleet.stamped({"metadata": {}, "spec": {"template": TEMPLATE}}, None)))
 
 
-def _snapshot(pods: list[dict[str, Any]], *, live_rev: str = "old", busy: set[str] | None = None) -> fleet.Snapshot:
+def _snapshot(
+    pods: list[dict[str, Any]],
+    *,
+    live_rev: str = "old",
+    busy: set[str] | None = None,
+    status: dict[str, Any] | None = None,
+    generation: int = 2,
+) -> fleet.Snapshot:
     new = fleet.stamped({"metadata": {"name": "metax-driver"}, "spec": {"template": TEMPLATE}}, None)
-    live = {"metadata": {}, "spec": {"template": {"metadata": {"annotations": {fleet.REVISION_ANNOTATION: live_rev}}}}}
+    live = {
+        "metadata": {"generation": generation},
+        "spec": {"template": {"metadata": {"annotations": {fleet.REVISION_ANNOTATION: live_rev}}}},
+        "status": status or {},
+    }
     return fleet.snapshot(
         new_manifest=new,
         live_ds=live,
@@ -130,3 +141,25 @@ def test_a_live_pod_wins_over_a_terminating_one_on_the_same_node() -> None:
     assert chosen["n1"]["metadata"]["name"] == "new"
     chosen = fleet.pick_pods([pod("new", "n1", rev=new_rev), pod("old", "n1", rev="old", deleting=True)])
     assert chosen["n1"]["metadata"]["name"] == "new"
+
+
+def test_a_gpu_node_the_daemonset_does_not_place_on_is_not_waited_for() -> None:
+    """n3 is a GPU node the driver DaemonSet keeps off (a taint it does not tolerate, say): by the DaemonSet
+    controller's count every placed node has its pod, so n3 is out of the rollout instead of forever in flight."""
+    pods = [pod("d1", "n1", rev="old"), pod("d2", "n2", rev="old")]
+    placed = _snapshot(pods, status={"desiredNumberScheduled": 2, "observedGeneration": 2})
+    assert [n.name for n in placed.fleet.nodes] == ["n1", "n2"]
+    assert not any(n.in_flight for n in placed.fleet.nodes)
+
+
+def test_while_the_count_is_short_or_stale_a_gpu_node_without_a_pod_is_in_flight() -> None:
+    pods = [pod("d1", "n1", rev="old"), pod("d2", "n2", rev="old")]
+    for status, generation in (
+        ({"desiredNumberScheduled": 3, "observedGeneration": 2}, 2),  # n3's pod deleted, not yet recreated
+        ({"desiredNumberScheduled": 2, "observedGeneration": 1}, 2),  # the count is of an older template
+        ({}, 2),  # the controller has not counted yet
+    ):
+        snap = _snapshot(pods, status=status, generation=generation)
+        nodes = {n.name: n for n in snap.fleet.nodes}
+        assert set(nodes) == {"n1", "n2", "n3"}, status
+        assert nodes["n3"].in_flight
