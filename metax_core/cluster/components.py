@@ -109,6 +109,9 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
 )
 BY_COMPONENT: Mapping[Component, ComponentInfo] = {info.component: info for info in CATALOGUE}
 
+DRIVER_DAEMONSET = BY_COMPONENT[Component.DRIVER].workloads[0].name
+"""The driver's DaemonSet: the one workload the rollout stamps and drives (R-ROLLOUT, `metax_core.rollout.fleet`)."""
+
 OPERATOR_WORKLOAD = _deploy("metax-operator")
 """C1, deployed by the chart itself (not rendered by the operator)."""
 
