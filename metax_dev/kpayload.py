@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -204,6 +207,35 @@ def write_image(archive: Path, name: str, payload: Path) -> Path:
     dirs = sorted({f"{root}/{d.relative_to(payload)}" for d in payload.rglob("*") if d.is_dir()})
     archive.parent.mkdir(parents=True, exist_ok=True)
     return images.write_image(archive, name, entries, directories=["bin", root, *dirs], cmd=["sh"])
+
+
+def unpack_image(archive: Path, target: Path) -> Path:
+    """The image's ``/payload`` tree copied out of its archive into ``target``, as the init container's
+    ``cp -a /payload/.`` leaves it in the agent's ``METAX_PAYLOAD_DIR``."""
+    root = workloads.PAYLOAD_SOURCE.strip("/") + "/"
+    with tarfile.open(archive) as tar:
+        index = json.loads(_member(tar, "index.json"))
+        manifest = json.loads(_member(tar, _blob_name(index["manifests"][0]["digest"])))
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(_member(tar, _blob_name(layer["digest"])))) as files:
+                for entry in files.getmembers():
+                    if entry.isfile() and entry.name.startswith(root):
+                        dest = target / entry.name[len(root) :]
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.write_bytes(_member(files, entry.name))
+    return target
+
+
+def _blob_name(digest: str) -> str:
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"blobs/{algorithm}/{hexdigest}"
+
+
+def _member(tar: tarfile.TarFile, name: str) -> bytes:
+    extracted = tar.extractfile(name)
+    if extracted is None:
+        raise RuntimeError(f"{name} is not a file in the image archive")
+    return extracted.read()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
