@@ -2,8 +2,9 @@
 
 Why: the host cannot see the guest's sysfs, only its serial console. This program opens the real adapter on
 ``/`` for QEMU's NVMe controller (vendor 0x1b36, device 0x0010; its PF driver is ``nvme``), runs each case
-of `tests.realkernel.hwcases` once, then driver-manager's payload cases (`tests.realkernel.payloadcases`), and prints one ``@@RK <json>`` line per case plus facts the documentation
-quotes (VF offset/stride, IOMMU groups, how long disabling VFs took). The host parses those lines.
+of `tests.realkernel.hwcases` once, then driver-manager's payload cases (`tests.realkernel.payloadcases`),
+and prints one ``@@RK <json>`` line per case plus facts the documentation quotes (VF offset/stride, IOMMU
+groups, how long disabling VFs took). The host parses those lines.
 """
 
 from __future__ import annotations

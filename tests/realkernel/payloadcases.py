@@ -24,11 +24,11 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from metax_core.node import payload_layout
+from metax_core.node import payload_layout, readiness
 from metax_core.wire import event_reasons
 from metax_hw import host, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
@@ -65,7 +65,7 @@ class Rig:
         body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "driver-config", "namespace": NAMESPACE}}
         self.k8s.objects.apply({**body, "data": {"module-params": params}}, field_manager="admin", force=True)
         self.clock = Clock()
-        settings = config.Settings(  # type: ignore[call-arg]
+        settings = config.Settings(
             node_name=NODE,
             host_root=Path("/"),
             namespace=NAMESPACE,
@@ -89,10 +89,10 @@ class Rig:
         self.manager.wake()
         self.manager.tick()
 
-    def signal(self) -> Any:
+    def signal(self) -> readiness.ComponentReadiness:
         return hostfiles.FileReadinessBoard(Path("/")).read_all()["driver"]
 
-    def events(self, reason: str) -> list[dict[str, Any]]:
+    def events(self, reason: str) -> list[Mapping[str, Any]]:
         items = self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items
         return [e for e in items if e.get("reason") == reason]
 

@@ -110,9 +110,7 @@ def test_the_build_toolings_layout_is_what_driver_manager_reads(tmp_path: pathli
     for release in (OLDER, RUNNING):
         write_payload(built / release, kernels=[release])
     shutil.rmtree(n.payload)
-    payload_build.assemble(
-        n.payload, {r: built / r / payload_layout.module_relpath(r) for r in (OLDER, RUNNING)}
-    )
+    payload_build.assemble(n.payload, {r: built / r / payload_layout.module_relpath(r) for r in (OLDER, RUNNING)})
     found = {m.location: m.vermagic for m in agent.payload.payload_modules(n.payload, n.fake.modules)}
     assert {k: v.release if v else None for k, v in found.items()} == {OLDER: OLDER, RUNNING: RUNNING}
     manager(n, tmp_path).tick()

@@ -4,7 +4,8 @@ Covers: every deploy policy row on a node with and without a host driver; the pa
 versioned; module parameters from driver-config (cluster and node entry) read back from sysfs, and a reload
 when they change; VF counts set and verified, refused above sriov_totalvfs; readiness only when loaded and
 every GPU answers; the host driver in use (Event, clear reason, back-off, no exception, current driver kept);
-a load the kernel refuses; a new driver refused after the old one was unloaded: the previous driver back with its parameters and VFs, not ready, an Event, also after a restart in between;
+a load the kernel refuses; a new driver refused after the old one was unloaded: the previous driver back
+with its parameters and VFs, not ready, an Event, also after a restart in between;
 mx-smi hanging; a GPU off the bus; Never leaves the kernel alone; firmware per R-FW with NodeNeedReboot and
 no second flash before the reboot; killed mid-action then restarted; a steady state that writes nothing.
 """
