@@ -1,4 +1,4 @@
-"""A driver payload's layout, and which of its kernel modules the running kernel takes (R-DRIVER, R-IMAGES).
+"""A driver payload's layout, and which of its kernel modules the running kernel takes (R-DRIVER).
 
 Why: a driver image is built once and runs on nodes with different kernels, and after a kernel update a node
 may run a kernel the image was never built for. The kernel refuses (or, with matching symbol CRCs, may even

@@ -1,4 +1,4 @@
-"""driver-manager and a payload with modules for several kernels (issue 21 item 5; R-DRIVER, R-IMAGES, R-READY).
+"""driver-manager and a payload with modules for several kernels (issue 21 item 5; R-DRIVER, R-READY).
 
 Covers: the module whose vermagic is the running kernel's is staged under its release and loaded, the others
 are not; after a kernel update the payload covers no more (one Warning Event ``KernelNotCovered`` naming the
