@@ -2,6 +2,7 @@
 
 Each round gathers the node's facts (the loaded ``metax`` module, the host's installed driver, driver-config
 for this node, the PCI functions and their health), asks the core (`driver_plan.plan_driver`,
+`payload_layout.choose_module` for the payload's module whose vermagic is the running kernel's,
 `driver_config.vf_count_plan`, `policy.firmware_decision`), acts through the hardware port, and publishes:
 the ``driver`` readiness signal (R-READY) and ``metax-tech.com/driver.*`` labels only when the module is
 loaded as asked and every GPU answers, Events on the Node for what an administrator must know.
@@ -11,6 +12,8 @@ it is built in), the agent does not crash. It keeps the node's current driver, s
 (``HostDriverInUse``) and in its readiness reason, and tries again with back-off. Every host write is
 restartable: the payload copy is atomic, the module is loaded only when not loaded as wanted, the VF count
 is compared with sysfs before each write, and flashed firmware is recorded before the reboot it needs.
+A payload without a module for the running kernel (after a kernel update) loads and unloads nothing: one
+``KernelNotCovered`` Event, not ready, and the next round looks again.
 """
 
 from __future__ import annotations
