@@ -13,7 +13,8 @@ its parameters) is compiled with Debian's ``gcc-12`` (the compiler Debian builds
 Packages are fetched with ``apt-get download`` and unpacked with ``dpkg-deb -x`` (nothing is installed), the
 build is ``make -C <headers> M=<copy of the source>``, and each module is cached under
 ``~/.cache/metax-operator/kpayload/modules/<key>/metax.ko``, keyed on the source, the header packages'
-versions, the compiler and the module's version: a warm call builds nothing.
+versions, the compiler and the module's version: a warm call builds nothing and asks apt nothing (cached
+headers are found by release); entries of kernels no longer built are removed.
 
 The payload is written in the layout driver-manager reads (`assemble`) and as the image form the driver
 DaemonSet consumes (`write_image`: an OCI archive whose ``/payload`` its init container copies, with busybox
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -108,22 +109,41 @@ def header_packages(release: str, version: str | None = None) -> list[str]:
     return wanted
 
 
-def previous_release(release: str, tries: int = 6) -> str:
-    """The newest older ABI of ``release``'s flavour whose headers apt still has (``6.1.0-57-amd64`` →
-    ``6.1.0-56-amd64``): the kernel a node ran before its update."""
+def previous_release(release: str, tries: int = 6, cache: Path | None = None) -> str:
+    """The newest older ABI of ``release``'s flavour whose headers are cached or apt still has
+    (``6.1.0-57-amd64`` → ``6.1.0-56-amd64``): the kernel a node ran before its update."""
     match = _RELEASE.match(release)
     if match is None:
         raise RuntimeError(f"kernel release {release!r} is not Debian's <major.minor.0>-<abi>-<flavour>")
     base, patch, abi, flavour = match.group(1), match.group(2), int(match.group(3)), match.group(4)
-    for older in range(abi - 1, max(0, abi - 1 - tries), -1):
-        other = f"{base}.{patch}-{older}-{flavour}"
+    older = [f"{base}.{patch}-{n}-{flavour}" for n in range(abi - 1, max(0, abi - 1 - tries), -1)]
+    for other in older:
+        if _cached_headers(other, None, cache) is not None:
+            return other
+    for other in older:
         if candidate(f"linux-headers-{other}") is not None:
             return other
     raise RuntimeError(f"apt has no linux-headers of an older ABI than {release} (tried {tries})")
 
 
+def _cached_headers(release: str, version: str | None, cache: Path | None) -> Headers | None:
+    """A finished cache entry for ``release`` (at ``version`` when given): no apt lookup on a warm run."""
+    base = (cache or cache_root()) / "headers"
+    for entry in sorted(base.glob(f"{release}_*")) if base.is_dir() else []:
+        stamp = entry / "complete"
+        if not stamp.is_file():
+            continue
+        packages = tuple(stamp.read_text().split())
+        if version is None or f"linux-headers-{release}={version}" in packages:
+            return Headers(release, packages, entry)
+    return None
+
+
 def fetch_headers(release: str, version: str | None = None, cache: Path | None = None) -> Headers:
     """The unpacked headers of ``release``, from the cache or fetched into it (a ``complete`` stamp)."""
+    cached = _cached_headers(release, version, cache)
+    if cached is not None:
+        return cached
     packages = header_packages(release, version)
     key = hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16]
     base = (cache or cache_root()) / "headers"
@@ -179,9 +199,24 @@ def build_module(headers: Headers, version: str, cache: Path | None = None) -> P
 def build_modules(releases: Sequence[str], version: str, *, image_version: str | None = None) -> dict[str, Path]:
     """One module per kernel release; the first release's headers at ``image_version`` (the booted image's
     package version), the others at apt's candidate."""
-    return {
+    built = {
         r: build_module(fetch_headers(r, image_version if i == 0 else None), version) for i, r in enumerate(releases)
     }
+    prune(built.values())
+    return built
+
+
+def prune(keep: Iterable[Path], cache: Path | None = None) -> None:
+    """Remove cached headers and modules of kernels not in use any more (the cache follows kernel updates)."""
+    modules = {p.parent for p in keep}
+    releases = {d.name.rsplit("_", 1)[0] for d in modules}
+    root = cache or cache_root()
+    for entry in sorted((root / "modules").glob("*_*")) if (root / "modules").is_dir() else []:
+        if entry not in modules and entry.name.rsplit("_", 1)[0] not in releases:
+            shutil.rmtree(entry, ignore_errors=True)
+    for entry in sorted((root / "headers").glob("*_*")) if (root / "headers").is_dir() else []:
+        if entry.name.rsplit("_", 1)[0] not in releases:
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def assemble(target: Path, modules: Mapping[str, Path]) -> Path:
