@@ -33,7 +33,7 @@ def payload_modules(payload_dir: pathlib.Path, modules: hardware.KernelModules) 
     found: list[payload_layout.PayloadModule] = []
     locations = [payload_layout.FLAT]
     if driver.is_dir():
-        locations += sorted(d.name for d in driver.iterdir() if d.is_dir() and not d.name.startswith("."))
+        locations += sorted(d.name for d in driver.iterdir() if d.is_dir() and _release_dir(d.name))
     for location in locations:
         file = driver / location / payload_layout.MODULE_FILE if location else driver / payload_layout.MODULE_FILE
         if not file.is_file():
@@ -43,6 +43,14 @@ def payload_modules(payload_dir: pathlib.Path, modules: hardware.KernelModules) 
         except HardwareError as exc:
             found.append(payload_layout.PayloadModule(location, None, exc.detail))
     return found
+
+
+def _release_dir(name: str) -> bool:
+    try:
+        payload_layout.check_release(name)
+    except ValueError:
+        return False
+    return not name.startswith(".")
 
 
 def install_driver(

@@ -57,6 +57,7 @@ def test_the_running_kernels_module_is_chosen_from_several(tmp_path: pathlib.Pat
     n = node(tmp_path)
     shutil.rmtree(n.payload)
     write_payload(n.payload, kernels=[OLDER, RUNNING, NEWER])
+    (n.payload / "driver" / "not a release").mkdir()  # no kernel release names a directory so: ignored
     manager(n, tmp_path).tick()
     assert n.fake.module_version("metax") == PAYLOAD_VERSION and signal(n).ready, signal(n).reason
     assert staged(n, RUNNING).is_file() and not staged(n, OLDER).exists() and not staged(n, NEWER).exists()
