@@ -40,6 +40,9 @@ DRIVER_RESTORE_FAILED: Final = "DriverRestoreFailed"
 """Neither the new driver nor the previous one loads: the node has no driver."""
 HOST_DRIVER_IN_USE: Final = "HostDriverInUse"
 """The loaded driver cannot be unloaded (processes use the GPUs, or it is built in)."""
+KERNEL_NOT_COVERED: Final = "KernelNotCovered"
+"""The driver payload has no module for the running kernel (after a kernel update): nothing is loaded or
+unloaded, the driver is not ready; the message names the running kernel and the kernels the payload covers."""
 INVALID_DRIVER_CONFIG: Final = "InvalidDriverConfig"
 VF_COUNT_SET: Final = "VfCountSet"
 VF_COUNT_REFUSED: Final = "VfCountRefused"
@@ -74,6 +77,7 @@ ALL: Final = (
     PREVIOUS_DRIVER_RESTORED,
     DRIVER_RESTORE_FAILED,
     HOST_DRIVER_IN_USE,
+    KERNEL_NOT_COVERED,
     INVALID_DRIVER_CONFIG,
     VF_COUNT_SET,
     VF_COUNT_REFUSED,
