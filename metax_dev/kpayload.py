@@ -8,7 +8,9 @@ its parameters) is compiled with Debian's ``gcc-12`` (the compiler Debian builds
 - the headers of the kernel the QEMU tests boot (``linux-headers-<release>``, ``linux-headers-<abi>-common``
   and ``linux-kbuild-<major.minor>`` at the image's version), and
 - a second kernel, the previous ABI still on the mirror (``6.1.0-56-amd64`` next to ``6.1.0-57-amd64``): the
-  kernel a node ran before its update, which is what a payload built for it is missing after one.
+  kernel a node ran before its update, which is what a payload built for it is missing after one; when the
+  mirror carries one ABI only (after a point release), the booted kernel's headers re-stamped as the previous
+  ABI (`other_kernel`, `restamped`).
 
 Packages are fetched with ``apt-get download`` and unpacked with ``dpkg-deb -x`` (nothing is installed), the
 build is ``make -C <headers> M=<copy of the source>``, and each module is cached under
@@ -126,6 +128,54 @@ def previous_release(release: str, tries: int = 6, cache: Path | None = None) ->
     raise RuntimeError(f"apt has no linux-headers of an older ABI than {release} (tried {tries})")
 
 
+def other_kernel(release: str, cache: Path | None = None) -> Headers:
+    """Headers of a kernel other than ``release``: the previous ABI's (`previous_release`) while the mirror
+    still has them, else ``release``'s own headers re-stamped as the previous ABI (`restamped`).
+
+    Why the fallback: Debian's mirror drops an ABI's packages when the next point release replaces it, and
+    then, for a while, carries one ABI only; the refusal test must not depend on that moment. A re-stamped
+    build is a module whose vermagic names another release, which is all driver-manager's choice reads
+    (`metax_core.node.payload_layout.choose_module`); the kernel's own check is not what keeps it out either way
+    (docs/hardware.md, "a module for another kernel")."""
+    try:
+        return fetch_headers(previous_release(release, cache=cache), cache=cache)
+    except RuntimeError:
+        match = _RELEASE.match(release)
+        if match is None:
+            raise
+        base, patch, abi, flavour = match.group(1), match.group(2), int(match.group(3)), match.group(4)
+        return restamped(fetch_headers(release, cache=cache), f"{base}.{patch}-{abi - 1}-{flavour}", cache)
+
+
+def restamped(headers: Headers, release: str, cache: Path | None = None) -> Headers:
+    """A copy of ``headers``' arch tree (3 MB; the -common tree it includes stays shared) whose kernel release
+    is ``release``: ``include/generated/utsrelease.h`` and ``include/config/kernel.release``, which is where
+    Kbuild takes a module's vermagic release from."""
+    key = hashlib.sha256("\n".join([*headers.packages, release]).encode()).hexdigest()[:16]
+    directory = (cache or cache_root()) / "headers" / f"{release}_restamped-{key}"
+    if (directory / "complete").is_file():
+        return Headers(release, (*headers.packages, f"restamped={release}"), directory)
+    arch = headers.tree
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".restamp-") as scratch:
+        root = Path(scratch) / "root"
+        tree = root / "usr" / "src" / f"linux-headers-{release}"
+        shutil.copytree(arch, tree, symlinks=True)
+        for link in [p for p in tree.iterdir() if p.is_symlink()]:  # scripts, tools: into the original's kbuild
+            target = (arch / os.readlink(link)).resolve()
+            link.unlink()
+            link.symlink_to(target)
+        (tree / "include/generated/utsrelease.h").write_text(f'#define UTS_RELEASE "{release}"\n')
+        kernel_release = tree / "include/config/kernel.release"
+        if kernel_release.exists():
+            kernel_release.write_text(release + "\n")
+        (root / "complete").write_text(f"restamped {headers.release} as {release}\n")
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(root, directory)
+    return Headers(release, (*headers.packages, f"restamped={release}"), directory)
+
+
 def _cached_headers(release: str, version: str | None, cache: Path | None) -> Headers | None:
     """A finished cache entry for ``release`` (at ``version`` when given): no apt lookup on a warm run."""
     base = (cache or cache_root()) / "headers"
@@ -196,12 +246,15 @@ def build_module(headers: Headers, version: str, cache: Path | None = None) -> P
     return module
 
 
-def build_modules(releases: Sequence[str], version: str, *, image_version: str | None = None) -> dict[str, Path]:
+def build_modules(
+    releases: Sequence[str], version: str, *, image_version: str | None = None, others: Sequence[Headers] = ()
+) -> dict[str, Path]:
     """One module per kernel release; the first release's headers at ``image_version`` (the booted image's
-    package version), the others at apt's candidate."""
+    package version), the others at apt's candidate; plus one per headers of ``others`` (`other_kernel`)."""
     built = {
         r: build_module(fetch_headers(r, image_version if i == 0 else None), version) for i, r in enumerate(releases)
     }
+    built |= {h.release: build_module(h, version) for h in others}
     prune(built.values())
     return built
 
@@ -280,13 +333,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", default="2.20.0", help="the driver version the module reports")
     args = parser.parse_args(argv)
     releases = args.release or []
+    others: list[Headers] = []
     if not releases:
         depends = _run(["apt-cache", "depends", "linux-image-amd64"])
         found = re.search(r"Depends:\s*linux-image-(\S+)", depends)
         if found is None:
             parser.error("cannot resolve linux-image-amd64's kernel: give --release")
-        releases = [found.group(1), previous_release(found.group(1))]
-    modules = build_modules(releases, args.version)
+        releases = [found.group(1)]
+        others = [other_kernel(found.group(1))]
+    modules = build_modules(releases, args.version, others=others)
     payload = assemble(args.out / "payload", modules)
     tar = write_image(args.out / "payload.tar", f"metax.test/driver-payload:{args.version}", payload)
     print(tar)

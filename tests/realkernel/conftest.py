@@ -2,7 +2,7 @@
 
 Why a session fixture: a boot under TCG costs 20-40 s, a case a few seconds. The fixture fetches (or reuses)
 the cached Debian kernel and the test driver payloads built for it (`metax_dev.kpayload`: a module compiled
-against the booted kernel's headers and one against the previous ABI's, each payload written as its OCI
+against the booted kernel's headers and one for another kernel, `kpayload.other_kernel`; each written as its OCI
 archive and unpacked from it), boots the kernel with the in-guest program (`tests.realkernel.guest`), and
 parses the ``@@RK <json>`` lines of the serial console (`tests.realkernel.results`). The boot is bounded by
 ``vm.BOOT_TIMEOUT``; whatever the guest printed is kept for the failure messages.
@@ -23,8 +23,11 @@ from tests.realkernel.results import GuestRun, parse
 
 def payloads(cached: kernel.Kernel, workdir: Path) -> Path:
     """``covering`` (the booted kernel's module and the previous ABI's) and ``foreign`` (only the latter)."""
-    other = kpayload.previous_release(cached.release)
-    modules = kpayload.build_modules([cached.release, other], payloadcases.VERSION, image_version=cached.version)
+    other_headers = kpayload.other_kernel(cached.release)
+    other = other_headers.release
+    modules = kpayload.build_modules(
+        [cached.release], payloadcases.VERSION, image_version=cached.version, others=[other_headers]
+    )
     target = workdir / "payloads"
     for name, chosen in (("covering", modules), ("foreign", {other: modules[other]})):
         built = kpayload.assemble(workdir / "built" / name, chosen)

@@ -50,3 +50,30 @@ def test_the_image_carries_the_layout_and_unpacks_to_the_same_tree(tmp_path: Pat
 def test_a_release_not_in_debians_form_is_refused() -> None:
     with pytest.raises(RuntimeError, match="not Debian's"):
         kpayload.previous_release("my-custom-kernel")
+
+
+def test_restamped_headers_name_another_release_and_keep_the_shared_trees(tmp_path: Path) -> None:
+    """When the mirror carries one ABI only, the refusal test's module is built from the booted kernel's
+    headers re-stamped as the previous ABI: the release Kbuild reads changes, the -common and kbuild trees
+    stay the original's (through absolute links), and the original is untouched."""
+    root = tmp_path / "orig"
+    arch = root / "usr/src/linux-headers-6.1.0-57-amd64"
+    (arch / "include/generated").mkdir(parents=True)
+    (arch / "include/config").mkdir(parents=True)
+    (arch / "include/generated/utsrelease.h").write_text('#define UTS_RELEASE "6.1.0-57-amd64"\n')
+    (arch / "include/config/kernel.release").write_text("6.1.0-57-amd64\n")
+    (arch / "Makefile").write_text(f"include {root}/usr/src/linux-headers-6.1.0-57-common/Makefile\n")
+    (root / "usr/lib/linux-kbuild-6.1/scripts").mkdir(parents=True)
+    (arch / "scripts").symlink_to("../../lib/linux-kbuild-6.1/scripts")
+    headers = kpayload.Headers("6.1.0-57-amd64", ("linux-headers-6.1.0-57-amd64=1",), root)
+
+    other = kpayload.restamped(headers, "6.1.0-56-amd64", cache=tmp_path / "cache")
+
+    assert other.release == "6.1.0-56-amd64" and other.tree.name == "linux-headers-6.1.0-56-amd64"
+    assert '"6.1.0-56-amd64"' in (other.tree / "include/generated/utsrelease.h").read_text()
+    assert (other.tree / "include/config/kernel.release").read_text() == "6.1.0-56-amd64\n"
+    assert (other.tree / "Makefile").read_text() == (arch / "Makefile").read_text()
+    assert (other.tree / "scripts").resolve() == (root / "usr/lib/linux-kbuild-6.1/scripts").resolve()
+    assert "57" in (arch / "include/generated/utsrelease.h").read_text()  # the original is as it was
+    assert other.packages != headers.packages  # a different module cache key
+    assert kpayload.restamped(headers, "6.1.0-56-amd64", cache=tmp_path / "cache").root == other.root  # cached
