@@ -28,6 +28,18 @@ class ReadinessBoard(Protocol):
         ...
 
 
+class ServiceManager(Protocol):
+    """What (re)starts the node's container runtime: systemd on a node, the test harness's supervisor in tests.
+
+    containerd has no reload (SIGHUP stops it), so a changed configuration takes a restart through whatever
+    supervises it. Failures are HardwareErrors naming the service."""
+
+    @property
+    def name(self) -> str: ...
+
+    def restart(self) -> None: ...
+
+
 class ResourcePlugin(Protocol):
     """One resource's plugin server (`metax_k8s.deviceplugin.server.PluginServer`); failures are PortErrors."""
 

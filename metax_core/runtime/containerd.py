@@ -76,9 +76,7 @@ def file_version(doc: Mapping[str, Any], schema: detect.ContainerdSchema, path: 
     if version not in (2, 3, 4) or isinstance(version, bool):
         raise InvalidSpec([FieldError(f"{path}: version", f"must be 2, 3 or 4, got {version!r}")])
     if version > schema.file_version:
-        raise InvalidSpec(
-            [FieldError(f"{path}: version", f"{version} is newer than containerd {schema.daemon} reads")]
-        )
+        raise InvalidSpec([FieldError(f"{path}: version", f"{version} is newer than containerd {schema.daemon} reads")])
     return int(version)
 
 
@@ -203,3 +201,19 @@ def handler_loaded(cri_config: Mapping[str, Any], wrapper: str) -> tuple[bool, s
     if binary != wrapper:
         return False, f"runtime handler {handler.RUNTIME_HANDLER!r} runs {binary!r}, not {wrapper!r}"
     return True, f"runtime handler {handler.RUNTIME_HANDLER!r} loaded ({wrapper})"
+
+
+def dumped_handler(dump: str, wrapper: str) -> tuple[bool, str]:
+    """Whether ``containerd config dump`` output (the effective config of the files) runs ``metax`` via ``wrapper``."""
+    try:
+        doc = tomlkit.parse(dump).unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        return False, f"containerd config dump printed no TOML: {exc}"
+    for plugin in ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"):
+        entry = _get(doc, "plugins", plugin, "containerd", "runtimes", handler.RUNTIME_HANDLER)
+        if isinstance(entry, Mapping):
+            binary = _get(entry, "options", "BinaryName")
+            if binary == wrapper:
+                return True, f"the configuration declares runtime handler {handler.RUNTIME_HANDLER!r}"
+            return False, f"runtime handler {handler.RUNTIME_HANDLER!r} runs {binary!r}, not {wrapper!r}"
+    return False, f"the effective configuration has no runtime handler {handler.RUNTIME_HANDLER!r}"

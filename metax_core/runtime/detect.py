@@ -77,7 +77,9 @@ def detect(sockets: Mapping[RuntimeKind, bool], versions: Mapping[RuntimeKind, s
     for kind in (RuntimeKind.CONTAINERD, RuntimeKind.CRIO, RuntimeKind.DOCKER):
         if sockets.get(kind):
             if kind not in versions:
-                raise InvalidSpec([FieldError(kind.value, "its socket exists but its binary was not found on the host")])
+                raise InvalidSpec(
+                    [FieldError(kind.value, "its socket exists but its binary was not found on the host")]
+                )
             return Detected(kind, parse_version(kind, versions[kind]))
     present = ", ".join(f"{k.value} ({SOCKETS[k]})" for k in RuntimeKind)
     raise InvalidSpec([FieldError("runtime", f"no container runtime socket found; looked for {present}")])
@@ -98,6 +100,10 @@ class ContainerdSchema:
     replaces_sections: bool
     """1.x: a plugin section in an imported file replaces the whole section (2.x deep-merges)."""
     cdi: Cdi
+
+    @property
+    def daemon_text(self) -> str:
+        return ".".join(map(str, self.daemon))
 
 
 def containerd_schema(version: Version) -> ContainerdSchema:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 
 from metax_core.errors import FieldError, InvalidSpec
 
-PATH = "/var/lib/metax/container-runtime/record.json"
+FILE_NAME = "record.json"
+PATH = f"/var/lib/metax/container-runtime/{FILE_NAME}"
 FORMAT = 1
 
 
@@ -103,7 +103,7 @@ KEEP = object()
 """`undo_text`'s answer when the file is to be left as it is."""
 
 
-def undo_text(entry: FileRecord, current: str | None, reverse: Callable[[str], str]) -> str | None | object:
+def undo_text(entry: FileRecord, current: str | None, reverse: Callable[[str], str]) -> str | object | None:
     """What the file must be after uninstall: its text, None (no file) or `KEEP`.
 
     ``reverse`` undoes the recorded edits structurally on a text that someone changed after us."""
@@ -133,3 +133,16 @@ def remember(
         kept = previous.edits
     merged = kept + tuple(e for e in edits if e not in kept)
     return FileRecord(path, owned, before, after, merged)
+
+
+def undo_plan(
+    rec: Record, current: Mapping[str, str | None], reverse: Callable[[FileRecord, str], str]
+) -> dict[str, str | None]:
+    """Per recorded file, what it must become at uninstall (files to leave alone are not listed)."""
+    out: dict[str, str | None] = {}
+    for entry in rec.files:
+        now = current.get(entry.path)
+        target = undo_text(entry, now, lambda text, e=entry: reverse(e, text))  # type: ignore[misc]
+        if target is not KEEP and target != now:
+            out[entry.path] = target  # type: ignore[assignment]
+    return out

@@ -1,0 +1,128 @@
+"""container-runtime on Debian's containerd 1.6 (config version 2, no CDI), a real daemon the test runs (C4, R-READY,
+R-INSTALL): the agent configures it, restarts it once, the daemon reports the ``metax`` handler, a container
+runs through the installed wrapper, and uninstall gives back the files byte for byte."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import tomlkit
+
+from metax_core.runtime import containerd, handler
+from metax_dev.realnode import images
+
+from .conftest import RuntimeNode
+
+DEBIAN_STYLE = """# containerd as a distribution package ships it: only what differs from the defaults.
+version = 2
+{paths}
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    restrict_oom_score_adj = true
+    # the distribution's CNI plugins
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+"""
+
+
+def _configured(node: RuntimeNode) -> str:
+    text = DEBIAN_STYLE.format(paths=node.daemon_paths())
+    node.root_config.write_text(text)
+    node.start()
+    return text
+
+
+def test_the_agent_configures_restarts_once_and_publishes_ready(containerd16: RuntimeNode) -> None:
+    node = containerd16
+    original = _configured(node)
+    assert set(node.handlers()) == {"runc"}
+    agent = node.agent()
+    agent.tick()
+    wrapper = str(node.toolkit / handler.WRAPPER_NAME)
+    signal = node.signal()
+    assert signal.ready, signal.reason
+    assert node.supervisor.restarts == 1
+    loaded = node.handlers()
+    assert loaded["metax"]["options"]["BinaryName"] == wrapper
+    assert set(loaded) == {"runc", "metax"}  # the drop-in replaced the CRI section and kept the default runtime
+    assert "RuntimeConfigured" in node.reasons()
+    # the root file gained only the import; the drop-in is at version 2 with the whole CRI section
+    after = node.root_config.read_text()
+    assert after.replace(f'imports = ["{containerd.dropin_path(str(node.root_config))}"]\n', "") == original
+    dropin = tomlkit.parse(pathlib.Path(containerd.dropin_path(str(node.root_config))).read_text()).unwrap()
+    cri = dropin["plugins"]["io.containerd.grpc.v1.cri"]
+    assert dropin["version"] == 2 and cri["cni"]["bin_dir"] == "/usr/lib/cni" and "enable_cdi" not in cri
+    # the daemon's CNI settings are still the root file's (1.x replaces whole sections: ours carries them)
+    assert cri["restrict_oom_score_adj"] is True
+
+    # a second round: nothing written, nothing restarted
+    before = node.tree()
+    pid = node.supervisor.pid
+    agent.wake()
+    agent.tick()
+    assert node.tree() == before and node.supervisor.pid == pid and node.supervisor.restarts == 1
+
+
+def test_a_container_runs_through_the_installed_wrapper(containerd16: RuntimeNode) -> None:
+    node = containerd16
+    _configured(node)
+    node.agent().tick()
+    assert node.signal().ready
+    archives = images.write_test_images(node.base / "images", pause=images.BUSYBOX)
+    ctr = [str(node.binary.parent / "ctr"), "--address", str(node.socket), "--namespace", "metax-runtime-test"]
+    for archive in archives:
+        subprocess.run([*ctr, "images", "import", str(archive)], check=True, capture_output=True, timeout=60)
+    wrapper = node.toolkit / handler.WRAPPER_NAME
+    run = subprocess.run(
+        [*ctr, "run", "--rm", "--runc-binary", str(wrapper), images.BUSYBOX_IMAGE, "metax-c1", "/bin/echo", "hello"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    try:
+        assert run.returncode == 0, run.stderr + node.log_tail()
+        assert run.stdout.strip() == "hello"
+        assert "create" in node.calls.read_text()  # runc's create went through the wrapper
+    finally:
+        subprocess.run([*ctr, "containers", "rm", "metax-c1"], check=False, capture_output=True)
+        _remove_cgroups("metax-runtime-test")
+
+
+def _remove_cgroups(name: str) -> None:
+    for hierarchy in pathlib.Path("/sys/fs/cgroup").iterdir():
+        for directory in (hierarchy / name, hierarchy / "unified" / name):
+            if directory.is_dir():
+                for child in sorted(directory.rglob("*"), reverse=True):
+                    if child.is_dir():
+                        child.rmdir()
+                directory.rmdir()
+
+
+def test_uninstall_gives_the_files_back_byte_for_byte_and_restarts_once(containerd16: RuntimeNode) -> None:
+    node = containerd16
+    _configured(node)
+    before = node.tree()
+    agent = node.agent()
+    agent.tick()
+    assert node.signal().ready and node.tree() != before
+    kept = agent.containerd.uninstall()
+    assert kept == []
+    assert node.supervisor.restarts == 2
+    assert set(node.handlers()) == {"runc"}
+    tree = node.tree()
+    tree.pop("var/lib/metax/toolkit/metax-container-runtime")  # removed by the agent's uninstall step, not here
+    assert tree == before
+
+
+def test_an_administrators_edit_made_meanwhile_survives_uninstall(containerd16: RuntimeNode) -> None:
+    node = containerd16
+    original = _configured(node)
+    agent = node.agent()
+    agent.tick()
+    edited = node.root_config.read_text().replace('conf_dir = "/etc/cni/net.d"', 'conf_dir = "/etc/cni/site.d"')
+    node.root_config.write_text(edited)
+    assert agent.containerd.uninstall() == []
+    assert node.root_config.read_text() == original.replace("/etc/cni/net.d", "/etc/cni/site.d")
+    assert not pathlib.Path(containerd.dropin_path(str(node.root_config))).exists()
