@@ -22,6 +22,7 @@ what the record says we did.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import posixpath
 from collections.abc import Mapping
@@ -42,6 +43,25 @@ HEADER = (
     "# Do not edit: it is rewritten from the root config; uninstall removes it.\n"
 )
 RUNC_V2 = "io.containerd.runc.v2"
+DEFAULT_RUNC_1X: Mapping[str, Any] = {
+    "runtime_type": RUNC_V2,
+    "options": {
+        "BinaryName": "",
+        "CriuImagePath": "",
+        "CriuPath": "",
+        "CriuWorkPath": "",
+        "IoGid": 0,
+        "IoUid": 0,
+        "NoNewKeyring": False,
+        "NoPivotRoot": False,
+        "Root": "",
+        "ShimCgroup": "",
+        "SystemdCgroup": False,
+    },
+}
+"""containerd 1.6's default ``runc`` runtime as ``containerd config default`` prints it: on 1.x a drop-in's
+CRI section replaces the root's runtimes map, so when the root file relies on this default the drop-in
+carries it, and the effective configuration keeps exactly the same ``runc``."""
 
 
 def dropin_path(root_path: str) -> str:
@@ -128,7 +148,7 @@ def dropin(doc: Mapping[str, Any], version: int, schema: detect.ContainerdSchema
         runtimes = dict(containerd.get("runtimes") or {})
         default = str(containerd.get("default_runtime_name", "runc"))
         if default not in runtimes:  # the section replaces the default's runtimes map: keep the default runtime
-            runtimes[default] = {"runtime_type": RUNC_V2}
+            runtimes[default] = copy.deepcopy(dict(DEFAULT_RUNC_1X))
         runtimes[handler.RUNTIME_HANDLER] = _handler_entry(root_cri, wrapper)
         containerd["runtimes"] = runtimes
         cri["containerd"] = containerd

@@ -73,6 +73,8 @@ class ContainerdRound:
         return containerd.dropin_path(self.root_path)
 
     def run(self, schema: detect.ContainerdSchema) -> Outcome:
+        for path in (self.root_path, self.dropin_path, self.ledger.path):
+            self.files.clean_temporaries(path)  # what a write killed midway left (never read by containerd)
         root_now = self.files.read(self.root_path)
         dropin_now = self.files.read(self.dropin_path)
         try:
@@ -85,11 +87,13 @@ class ContainerdRound:
         if self.failed_inputs == inputs:
             return Outcome(False, "a restart with our configuration failed; waiting for the configuration to change")
         previous = {self.root_path: root_now, self.dropin_path: dropin_now}
+        previous_record = self.ledger.load()
         changed = self._write(planned, root_now, dropin_now)
         loads, why = self._validate()
         if not loads:
             if changed:
                 self._restore(previous)
+                self.ledger.save(previous_record)
             message = f"containerd does not load the configuration with runtime handler metax: {why}"
             self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
             return Outcome(False, message)

@@ -84,6 +84,13 @@ class HostFiles:
             raise HardwareError("install the wrapper", path, str(exc)) from exc
         return True
 
+    def clean_temporaries(self, path: str) -> None:
+        """The temporary sibling a write killed midway leaves (``.<name>.*.tmp``, `hostfiles.atomic_write`)."""
+        target = self.at(path)
+        with contextlib.suppress(OSError):
+            for leftover in target.parent.glob(f".{target.name}.*.tmp"):
+                leftover.unlink(missing_ok=True)
+
     def wrapper_ok(self, path: str) -> bool:
         target = self.at(path)
         return target.is_file() and os.access(target, os.X_OK)
