@@ -61,7 +61,11 @@ class Supervisor:
         return f"test supervisor of {self.binary}"
 
     def start(self) -> None:
-        argv = [str(self.binary), "--config", str(self.config_path)]
+        # A private mount namespace with its own /run: the shims' sockets, FIFOs and runc state that containerd
+        # keeps under /run/containerd never reach the host's /run (unshare execs, so the PID is containerd's).
+        setup = 'mount -t tmpfs -o mode=0755 tmpfs /run && exec "$@"'
+        argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"]
+        argv += [str(self.binary), "--config", str(self.config_path)]
         if self.fail_starts:
             self.fail_starts -= 1
             argv.append("--no-such-flag")  # the daemon exits at once: a unit that does not come up
@@ -88,6 +92,10 @@ class Supervisor:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """``argv`` in the daemon's mount namespace (ctr's FIFOs live in its /run)."""
+        return ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", *argv]
 
 
 def stand_in_wrapper(path: pathlib.Path, runc: pathlib.Path, calls: pathlib.Path) -> None:
@@ -132,12 +140,23 @@ class RuntimeNode:
     def calls(self) -> pathlib.Path:
         return self.base / "wrapper-calls"
 
-    def daemon_paths(self) -> str:
-        """The TOML lines that keep the daemon's own paths in the test directory (part of the root file)."""
+    def daemon_paths(self, version: int = 2) -> str:
+        """The TOML lines that keep the daemon's own paths in the test directory (part of the root file).
+
+        Version 4 moved the listeners into server plugins (a top-level ``[grpc]`` is ignored there)."""
         b = self.base
-        return (
-            f'root = "{b}/root"\nstate = "{b}/state"\n\n[grpc]\n  address = "{self.socket}"\n'
-            f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n[metrics]\n  address = ""\n'
+        head = f'root = "{b}/root"\nstate = "{b}/state"\n\n'
+        opt = f'[plugins."io.containerd.internal.v1.opt"]\n  path = "{b}/opt"\n'
+        if version == 4:
+            return head + (
+                f"[plugins.'io.containerd.server.v1.grpc']\n  address = \"{self.socket}\"\n"
+                f"[plugins.'io.containerd.server.v1.ttrpc']\n  address = \"{self.socket}.ttrpc\"\n"
+                f"[plugins.'io.containerd.server.v1.metrics']\n  address = \"\"\n"
+                f"[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n" + opt
+            )
+        return head + (
+            f'[grpc]\n  address = "{self.socket}"\n'
+            f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n[metrics]\n  address = ""\n' + opt
         )
 
     def settings(self, **extra: Any) -> config.Settings:

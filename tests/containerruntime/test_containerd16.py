@@ -71,7 +71,9 @@ def test_a_container_runs_through_the_installed_wrapper(containerd16: RuntimeNod
     node.agent().tick()
     assert node.signal().ready
     archives = images.write_test_images(node.base / "images", pause=images.BUSYBOX)
-    ctr = [str(node.binary.parent / "ctr"), "--address", str(node.socket), "--namespace", "metax-runtime-test"]
+    ctr = node.supervisor.enter(
+        [str(node.binary.parent / "ctr"), "--address", str(node.socket), "--namespace", "metax-runtime-test"]
+    )
     for archive in archives:
         subprocess.run([*ctr, "images", "import", str(archive)], check=True, capture_output=True, timeout=60)
     wrapper = node.toolkit / handler.WRAPPER_NAME
