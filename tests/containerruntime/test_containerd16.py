@@ -128,3 +128,28 @@ def test_an_administrators_edit_made_meanwhile_survives_uninstall(containerd16: 
     assert agent.containerd.uninstall() == []
     assert node.root_config.read_text() == original.replace("/etc/cni/net.d", "/etc/cni/site.d")
     assert not pathlib.Path(containerd.dropin_path(str(node.root_config))).exists()
+
+
+def test_the_uninstall_request_on_its_node_undoes_answers_and_leaves_the_host_as_found(
+    containerd16: RuntimeNode,
+) -> None:
+    from metax_core.node import uninstall
+
+    node = containerd16
+    _configured(node)
+    before = node.tree()
+    agent = node.agent()
+    agent.tick()
+    assert node.signal().ready
+    node.k8s.node_metadata.patch_node_metadata("runtime-node", annotations=uninstall.render_request("uid-1"))
+    agent.wake()
+    agent.tick()
+    annotations = node.k8s.api.get("v1", "Node", "runtime-node")["metadata"]["annotations"]
+    assert uninstall.answers(annotations) == {"container-runtime": uninstall.Done("uid-1")}
+    assert node.signal() is None  # withdrawn
+    assert node.tree() == before  # drop-in, root edit, wrapper, toolkit and state directories: all gone
+    assert not node.toolkit.exists() and not node.state_dir.exists()
+    assert set(node.handlers()) == {"runc"} and node.supervisor.restarts == 2
+    agent.wake()
+    agent.tick()  # stays uninstalled: nothing configured again
+    assert node.tree() == before and node.supervisor.restarts == 2
