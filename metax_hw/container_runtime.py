@@ -77,6 +77,9 @@ class Containerd:
     def cri_config(self) -> Mapping[str, Any]:
         return cri_status_config(self.socket)
 
+    def sandboxes(self, runtime_handler: str) -> list[str]:
+        return sandboxes_with_handler(self.socket, runtime_handler)
+
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
     shift = value = 0
@@ -143,6 +146,31 @@ def cri_status_config(socket: str, timeout: float = 10.0) -> Mapping[str, Any]:
     if not isinstance(loaded, dict):
         raise HardwareError("read the runtime's CRI config", socket, "not an object")
     return loaded
+
+
+CRI_LIST_SANDBOXES = "/runtime.v1.RuntimeService/ListPodSandbox"
+
+
+def sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 10.0) -> list[str]:
+    """The ids of the pod sandboxes the runtime runs with ``runtime_handler`` (CRI ``ListPodSandbox``:
+    ``items`` is field 1, a sandbox's ``id`` field 1 and ``runtime_handler`` field 7)."""
+    import grpc
+
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            call: Callable[..., bytes] = channel.unary_unary(
+                CRI_LIST_SANDBOXES, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            response = call(b"", timeout=timeout)
+    except grpc.RpcError as exc:
+        raise HardwareError("list the runtime's pod sandboxes", socket, str(exc.details() or exc.code())) from exc
+    found = []
+    for number, item in _fields(response):
+        if number == 1 and isinstance(item, bytes):
+            fields = {n: v for n, v in _fields(item) if isinstance(v, bytes)}
+            if fields.get(7, b"").decode() == runtime_handler:
+                found.append(fields.get(1, b"").decode())
+    return found
 
 
 class SystemdService:

@@ -22,7 +22,7 @@ import attrs
 from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.ports import node as node_ports
-from metax_core.runtime import detect, record
+from metax_core.runtime import detect, handler, record
 from metax_core.wire import event_reasons
 from metax_hw import container_runtime
 from services._agent import cluster, loop, probe, publish
@@ -182,6 +182,21 @@ class ContainerRuntime:
 
     # -- uninstall -------------------------------------------------------------------------------------------
 
+    def _remove_wrapper(self) -> list[str]:
+        """The wrapper goes unless pods still run with the handler: their shims call it to stop and delete
+        their containers, so it stays for them (and the answer says so)."""
+        path = self.settings.wrapper_host_path
+        try:
+            running = self.containerd.host.sandboxes(handler.RUNTIME_HANDLER)
+        except HardwareError as exc:
+            running = []
+            log.warning("cannot list the pods of runtime handler %s: %s", handler.RUNTIME_HANDLER, exc)
+        if running:
+            return [f"{path}: {len(running)} pod sandbox(es) still run with runtime handler {handler.RUNTIME_HANDLER}"]
+        self.files.remove(path)
+        self.files.remove_dir_if_empty(self.settings.toolkit_dir)
+        return []
+
     def uninstall(self) -> bool:
         """When the finalizer asks: our drop-in and root edit undone, the runtime restarted once, the wrapper
         removed; then answer and do nothing else."""
@@ -191,9 +206,7 @@ class ContainerRuntime:
             return False
         self.probe.not_ready()
         kept = self.containerd.uninstall()
-        if not kept:
-            self.files.remove(self.settings.wrapper_host_path)
-            self.files.remove_dir_if_empty(self.settings.toolkit_dir)
+        kept += self._remove_wrapper()
         self.say("uninstall", "uninstall: runtime configuration restored" + (f", kept: {kept}" if kept else ""))
         agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)
         agent_uninstall.remove_ready_dir(self.settings.host_root)

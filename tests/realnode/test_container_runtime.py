@@ -139,10 +139,19 @@ def test_configured_on_a_running_node_pods_keep_running_and_uninstall_restores(
     steady_id = after.container_id.split("//", 1)[1]
     assert steady_id not in calls.read_text()  # a pod without the RuntimeClass never passes through it
 
+    # while a pod of the handler runs, its shim needs the wrapper to stop it: the wrapper stays, and says why
+    kept = runtime._remove_wrapper()
+    assert len(kept) == 1 and "1 pod sandbox(es) still run with runtime handler metax" in kept[0]
+    assert (work / "toolkit" / handler.WRAPPER_NAME).is_file()
+
     # uninstall: the pods of the handler go first (their shim runs the wrapper until they stop)
     kube.delete_namespaced_pod("through-metax", namespace, grace_period_seconds=0)
     pods.wait(lambda: not _exists(kube, namespace, "through-metax"), "pod through-metax deleted", timeout=60)
-    assert runtime.containerd.uninstall() == []
+    # its sandbox stays until the kubelet's garbage collection removes it (containerd stops and deletes it
+    # through the handler's runtime, the wrapper): until then the wrapper stays
+    pods.wait(lambda: not runtime.containerd.host.sandboxes("metax"), "the kubelet removes the sandbox", timeout=180)
+    assert runtime.containerd.uninstall() == [] and runtime._remove_wrapper() == []
+    assert not (work / "toolkit").exists()
     assert service.restarts == 2
     assert root_config.read_bytes() == original
     assert not pathlib.Path(containerd.dropin_path(str(root_config))).exists()
