@@ -1,4 +1,4 @@
-"""Real containerd daemons for the container-runtime agent: Debian's 1.6 and the harness's 2.4 (docs/container-runtime.md).
+"""Real containerd daemons for the container-runtime agent: Debian's 1.6 and the harness's 2.4.
 
 Each test gets a `RuntimeNode`: a containerd started by the test with its own root, state and sockets under a
 temporary directory, configured from a root file the test writes; the agent runs in-process with the host

@@ -67,7 +67,7 @@ def test_killed_after_a_step_converges_on_restart(
         with pytest.raises(Killed):
             node.agent().tick()
     # nothing half-written: every file parses, no temporary file is left beside them
-    leftovers = [p for p in node.base.rglob(".*.tmp")]
+    leftovers = list(node.base.rglob(".*.tmp"))
     assert leftovers == []
     if step == "restart":
         node.wait_serving()  # the daemon the killed agent restarted is coming up (a round before would wait)

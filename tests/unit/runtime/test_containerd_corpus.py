@@ -72,7 +72,9 @@ def test_the_dropin_declares_the_handler_at_the_roots_version(path: Path) -> Non
 def test_the_handler_copies_the_default_runtimes_cgroup_driver() -> None:
     text = (corpus.DATA / "1.6.20-nvidia.toml").read_text()
     done = containerd.configure(text, root_path=corpus.ROOT_PATH, schema=detect.containerd_schema((1, 6, 20)))
-    runtimes = tomlkit.parse(done.dropin_text).unwrap()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    runtimes = tomlkit.parse(done.dropin_text).unwrap()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+        "runtimes"
+    ]
     assert runtimes["metax"]["options"] == {"BinaryName": handler.WRAPPER_HOST_PATH, "SystemdCgroup": True}
     assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
 
@@ -80,7 +82,10 @@ def test_the_handler_copies_the_default_runtimes_cgroup_driver() -> None:
 def test_an_absent_root_file_is_created_and_removed_again() -> None:
     schema = detect.containerd_schema((2, 4, 2))
     done = containerd.configure(None, root_path=corpus.ROOT_PATH, schema=schema)
-    assert tomlkit.parse(done.root_text).unwrap() == {"version": 4, "imports": [containerd.dropin_path(corpus.ROOT_PATH)]}
+    assert tomlkit.parse(done.root_text).unwrap() == {
+        "version": 4,
+        "imports": [containerd.dropin_path(corpus.ROOT_PATH)],
+    }
     entry = record.remember(None, corpus.ROOT_PATH, None, done.root_text, done.edits, owned=False)
     assert record.undo_text(entry, done.root_text, lambda t: t) is None
 
