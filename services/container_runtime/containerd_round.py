@@ -65,6 +65,8 @@ class ContainerdRound:
         self.event = event
         self.sleep = sleep
         self.clock = clock
+        self.validated: tuple[str, str] | None = None
+        """The root and drop-in texts the host's containerd last loaded in a dry run."""
         self.failed_inputs: tuple[str | None, str] | None = None
         """The root file's text and schema of a restart that failed: not tried again until they change."""
 
@@ -89,7 +91,8 @@ class ContainerdRound:
         previous = {self.root_path: root_now, self.dropin_path: dropin_now}
         previous_record = self.ledger.load()
         changed = self._write(planned, root_now, dropin_now)
-        loads, why = self._validate()
+        validated = (planned.root_text, planned.dropin_text)
+        loads, why = (True, "") if validated == self.validated else self._validate()
         if not loads:
             if changed:
                 self._restore(previous)
@@ -97,6 +100,7 @@ class ContainerdRound:
             message = f"containerd does not load the configuration with runtime handler metax: {why}"
             self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
             return Outcome(False, message)
+        self.validated = validated  # these texts load: not dumped again until they change
         loaded, reason = self.loaded()
         if loaded:
             return Outcome(True, reason)
@@ -189,6 +193,7 @@ class ContainerdRound:
 
     def rollback(self) -> None:
         """Every recorded file back to its text before us, the record gone, the runtime restarted."""
+        self.validated = None
         self.undo_files()
         if not self._restart_and_wait(self.serving):
             log.error("containerd does not serve after the rollback either: %s", self.last_error)
@@ -212,6 +217,7 @@ class ContainerdRound:
 
         The record goes last: an uninstall killed before the restart still knows, on its next start, that the
         running daemon's handler is ours to take away."""
+        self.validated = None
         if not self.undo_files(clear=False):
             return []
         kept: list[str] = []
