@@ -171,7 +171,7 @@ class ContainerRuntime:
             return False, message
         self.say("detected", f"node runtime: {found.text} (config version {schema.file_version})")
         self._install_wrapper()
-        outcome = self.containerd.run(schema)
+        outcome = self.containerd.run(schema, schema.daemon_text)
         return outcome.ready, outcome.reason
 
     def _install_wrapper(self) -> None:
@@ -187,7 +187,7 @@ class ContainerRuntime:
         their containers, so it stays for them (and the answer says so)."""
         path = self.settings.wrapper_host_path
         try:
-            running = self.containerd.host.sandboxes(handler.RUNTIME_HANDLER)
+            running = self.containerd.sandboxes()
         except HardwareError as exc:
             running = []
             log.warning("cannot list the pods of runtime handler %s: %s", handler.RUNTIME_HANDLER, exc)

@@ -42,7 +42,7 @@ def _kill_after(monkeypatch: pytest.MonkeyPatch, step: str, node: RuntimeNode) -
     elif step == "write root":
         after(files.HostFiles, "write", lambda path, _text: path == str(node.root_config))
     elif step == "validate":
-        after(containerd_round.ContainerdRound, "_validate")
+        after(containerd_round.ContainerdRound, "validate")
     else:
         monkeypatch.setattr(type(node.supervisor), "restart", _restart_then_die)
 
@@ -123,7 +123,7 @@ def test_a_configuration_that_does_not_load_is_not_restarted(containerd16: Runti
     pid = node.supervisor.pid
     agent = node.agent()
     agent.containerd.host.binary = "/bin/false"
-    outcome = agent.containerd.run(detect.containerd_schema((1, 6, 20)))
+    outcome = agent.containerd.run(detect.containerd_schema((1, 6, 20)), "1.6.20")
     assert not outcome.ready and "does not load" in outcome.reason
     assert "RuntimeConfigInvalid" in node.reasons()
     assert node.supervisor.pid == pid and node.supervisor.restarts == 0
