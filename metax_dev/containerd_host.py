@@ -41,11 +41,24 @@ def harness_bin() -> pathlib.Path:
 class Supervisor:
     """The test harness's service manager: containerd as its child, restarted by stop + start."""
 
-    def __init__(self, binary: pathlib.Path, config_path: pathlib.Path, log: pathlib.Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        binary: pathlib.Path,
+        config_path: pathlib.Path,
+        log: pathlib.Path,
+        env: dict[str, str],
+        *,
+        args: list[str] | None = None,
+        binds: tuple[tuple[pathlib.Path, str], ...] = (),
+    ) -> None:
         self.binary = binary
         self.config_path = config_path
         self.log = log
         self.env = env
+        self.args = ["--config", str(config_path)] if args is None else args
+        """The daemon's arguments (containerd: ``--config <root file>``)."""
+        self.binds = binds
+        """Directories bound over host paths inside the namespace (dockerd writes /etc/docker/key.json)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.fail_starts = 0
         self.restarts = 0
@@ -57,9 +70,10 @@ class Supervisor:
     def start(self) -> None:
         # A private mount namespace with its own /run: the shims' sockets, FIFOs and runc state that containerd
         # keeps under /run/containerd never reach the host's /run (unshare execs, so the PID is containerd's).
-        setup = 'mount -t tmpfs -o mode=0755 tmpfs /run && exec "$@"'
+        binds = "".join(f"mount --bind {source} {target} && " for source, target in self.binds)
+        setup = f'mount -t tmpfs -o mode=0755 tmpfs /run && {binds}exec "$@"'
         argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"]
-        argv += [str(self.binary), "--config", str(self.config_path)]
+        argv += [str(self.binary), *self.args]
         if self.fail_starts:
             self.fail_starts -= 1
             argv.append("--no-such-flag")  # the daemon exits at once: a unit that does not come up
@@ -78,7 +92,7 @@ class Supervisor:
                 self.process.wait()
         self.process = None
 
-    def restart(self) -> None:
+    def restart(self, unit: str = "containerd") -> None:
         self.restarts += 1
         self.stop()
         self.start()
@@ -218,6 +232,23 @@ class RuntimeNode:
                 if p.is_file():
                     out[str(p.relative_to(self.base))] = p.read_bytes()
         return out
+
+
+DEBIAN_DOCKERD = pathlib.Path("/usr/sbin/dockerd")
+
+
+def docker_supervisor(base: pathlib.Path, dockerd: pathlib.Path = DEBIAN_DOCKERD) -> Supervisor:
+    """dockerd with its own data root, exec root, socket and ``/etc/docker`` (``base/etc/docker`` bound over it in
+    its namespace, so ``/etc/docker/daemon.json`` is its usual path); no iptables, no bridge, the vfs driver."""
+    etc = base / "etc" / "docker"
+    etc.mkdir(parents=True, exist_ok=True)
+    args = [
+        "--config-file", "/etc/docker/daemon.json", "--data-root", str(base / "data"), "--exec-root",
+        str(base / "exec"), "--pidfile", str(base / "docker.pid"), "-H", f"unix://{base / 'docker.sock'}",
+        "--iptables=false", "--ip-masq=false", "--bridge=none", "--storage-driver=vfs",
+    ]  # fmt: skip
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return Supervisor(dockerd, etc / "daemon.json", base / "dockerd.log", env, args=args, binds=((etc, "/etc/docker"),))
 
 
 def make(base: pathlib.Path, binary: pathlib.Path, runc: pathlib.Path, bin_path: str) -> RuntimeNode:

@@ -173,17 +173,67 @@ def sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 1
     return found
 
 
+def unix_http_get(socket_path: str, path: str, timeout: float = 10.0) -> bytes:
+    """``GET <path>`` over a unix socket (dockerd's API, CRI-O's info endpoint)."""
+    import http.client
+    import socket as socket_module
+
+    class Connection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(socket_path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    connection = Connection("localhost", timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+    except OSError as exc:
+        raise HardwareError(f"GET {path}", socket_path, str(exc)) from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise HardwareError(f"GET {path}", socket_path, f"HTTP {response.status}: {body[:200]!r}")
+    return body
+
+
+class Dockerd:
+    """The host's dockerd: its version, and what the running daemon loaded (``GET /info``)."""
+
+    def __init__(self, program: HostProgram, *, binary: str, socket: str) -> None:
+        self.program = program
+        self.binary = binary
+        self.socket = socket
+
+    def info(self) -> Mapping[str, Any]:
+        try:
+            loaded = json.loads(unix_http_get(self.socket, "/info"))
+        except ValueError as exc:
+            raise HardwareError("read dockerd's info", self.socket, f"not JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise HardwareError("read dockerd's info", self.socket, "not an object")
+        return loaded
+
+    def validate(self, config: str) -> tuple[bool, str]:
+        """``dockerd --validate --config-file <config>`` (Docker 23.0 and later)."""
+        done = self.program.run([self.binary, "--validate", "--config-file", config], check=False)
+        return done.returncode == 0, (done.stderr or done.stdout).strip()[-_MAX:]
+
+
 class SystemdService:
     """Restart a unit through the host's systemd (``nsenter … systemctl restart <unit>``)."""
 
-    def __init__(self, program: HostProgram, unit: str) -> None:
+    name = "the host's systemd"
+
+    def __init__(self, program: HostProgram) -> None:
         self.program = program
-        self.unit = unit
 
-    @property
-    def name(self) -> str:
-        return f"systemd unit {self.unit}"
-
-    def restart(self) -> None:
-        log.info("restarting %s", self.unit)
-        self.program.run(["systemctl", "restart", self.unit])
+    def restart(self, unit: str) -> None:
+        log.info("restarting systemd unit %s", unit)
+        self.program.run(["systemctl", "restart", unit])

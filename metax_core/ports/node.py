@@ -37,7 +37,9 @@ class ServiceManager(Protocol):
     @property
     def name(self) -> str: ...
 
-    def restart(self) -> None: ...
+    def restart(self, unit: str) -> None:
+        """Restart the service ``unit`` (``containerd``, ``docker``, ``crio``) and return once it was started."""
+        ...
 
 
 class ResourcePlugin(Protocol):

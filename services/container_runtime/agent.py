@@ -27,7 +27,7 @@ from metax_core.wire import event_reasons
 from metax_hw import container_runtime
 from services._agent import cluster, loop, probe, publish
 from services._agent import uninstall as agent_uninstall
-from services.container_runtime import containerd_round, files
+from services.container_runtime import containerd_round, docker_round, files, rounds
 from services.container_runtime.config import RuntimeChoice, Settings
 
 log = logging.getLogger(__name__)
@@ -68,20 +68,36 @@ class ContainerRuntime:
         self.files = files.HostFiles(settings.host_root)
         self.ledger = files.Ledger(self.files, f"{settings.state_dir.rstrip('/')}/{record.FILE_NAME}")
         self.uninstalling = agent_uninstall.Latch()
+        common: dict[str, Any] = {
+            "service": hw.service,
+            "files_": self.files,
+            "ledger": self.ledger,
+            "wrapper": settings.wrapper_host_path,
+            "restart_wait": settings.restart_wait,
+            "event": self._event,
+            "sleep": sleep,
+            "clock": clock,
+        }
         self.containerd = containerd_round.ContainerdRound(
             host=container_runtime.Containerd(
                 hw.program, binary=settings.containerd_binary, socket=self.socket(detect.RuntimeKind.CONTAINERD)
             ),
-            service=hw.service,
-            files_=self.files,
-            ledger=self.ledger,
             root_path=settings.containerd_config,
-            wrapper=settings.wrapper_host_path,
-            restart_wait=settings.restart_wait,
-            event=self._event,
-            sleep=sleep,
-            clock=clock,
+            **common,
         )
+        self.docker = docker_round.DockerRound(
+            host=container_runtime.Dockerd(
+                hw.program, binary=settings.docker_binary, socket=self.socket(detect.RuntimeKind.DOCKER)
+            ),
+            config_path=settings.docker_config,
+            **common,
+        )
+        self.rounds: dict[detect.RuntimeKind, rounds.RuntimeRound] = {
+            detect.RuntimeKind.CONTAINERD: self.containerd,
+            detect.RuntimeKind.DOCKER: self.docker,
+        }
+        for each in self.rounds.values():
+            each.unit = settings.service or each.unit
         self.detected: detect.Detected | None = None
         self._stamp: tuple[Any, ...] | None = None
 
@@ -122,7 +138,7 @@ class ContainerRuntime:
 
     def _files_stamp(self) -> tuple[Any, ...]:
         out: list[Any] = []
-        for path in (self.settings.containerd_config, self.containerd.dropin_path):
+        for path in (p for r in self.rounds.values() for p in r.paths):
             try:
                 st = self.files.at(path).stat()
             except OSError:
@@ -146,7 +162,7 @@ class ContainerRuntime:
         sockets = {k: os.path.exists(self.socket(k)) for k in kinds}
         binaries = {
             detect.RuntimeKind.CONTAINERD: self.settings.containerd_binary,
-            detect.RuntimeKind.DOCKER: "dockerd",
+            detect.RuntimeKind.DOCKER: self.settings.docker_binary,
             detect.RuntimeKind.CRIO: "crio",
         }
         versions: dict[detect.RuntimeKind, str] = {}
@@ -161,17 +177,19 @@ class ContainerRuntime:
         try:
             found = self.detect()
             self.detected = found
-            if found.kind is not detect.RuntimeKind.CONTAINERD:
+            if found.kind is detect.RuntimeKind.CRIO:
                 raise InvalidSpec([])  # reported below
-            schema = detect.containerd_schema(found.version)
+            context: Any = found.version
+            if found.kind is detect.RuntimeKind.CONTAINERD:
+                context = detect.containerd_schema(found.version)
         except InvalidSpec as exc:
             what = self.detected.text if self.detected else "no runtime"
             message = f"{what}: {exc}" if exc.errors else f"{what} is not configured by this agent yet"
             self._event(event_reasons.RUNTIME_UNSUPPORTED, message, True)
             return False, message
-        self.say("detected", f"node runtime: {found.text} (config version {schema.file_version})")
+        self.say("detected", f"node runtime: {found.text}")
         self._install_wrapper()
-        outcome = self.containerd.run(schema, schema.daemon_text)
+        outcome = self.rounds[found.kind].run(context, ".".join(map(str, found.version)))
         return outcome.ready, outcome.reason
 
     def _install_wrapper(self) -> None:
@@ -182,12 +200,20 @@ class ContainerRuntime:
 
     # -- uninstall -------------------------------------------------------------------------------------------
 
-    def _remove_wrapper(self) -> list[str]:
+    def _configured(self) -> rounds.RuntimeRound | None:
+        """The round of the runtime the record names (what we configured), or None: nothing to undo."""
+        rec = self.ledger.load()
+        if rec is None:
+            return None
+        kind = next((k for k in self.rounds if k.value == rec.runtime), None)
+        return self.rounds[kind] if kind is not None else None
+
+    def _remove_wrapper(self, configured: rounds.RuntimeRound | None = None) -> list[str]:
         """The wrapper goes unless pods still run with the handler: their shims call it to stop and delete
         their containers, so it stays for them (and the answer says so)."""
         path = self.settings.wrapper_host_path
         try:
-            running = self.containerd.sandboxes()
+            running = (configured or self.containerd).sandboxes()
         except HardwareError as exc:
             running = []
             log.warning("cannot list the pods of runtime handler %s: %s", handler.RUNTIME_HANDLER, exc)
@@ -205,8 +231,9 @@ class ContainerRuntime:
         if uid is None:
             return False
         self.probe.not_ready()
-        kept = self.containerd.uninstall()
-        kept += self._remove_wrapper()
+        configured = self._configured()
+        kept = configured.uninstall() if configured is not None else []
+        kept += self._remove_wrapper(configured)
         self.say("uninstall", "uninstall: runtime configuration restored" + (f", kept: {kept}" if kept else ""))
         agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)
         agent_uninstall.remove_ready_dir(self.settings.host_root)

@@ -11,7 +11,7 @@ def production_hardware(settings: config.Settings) -> agent.Hardware:
     from metax_hw import container_runtime
 
     program = container_runtime.HostProgram(host_namespaces=settings.host_namespaces)
-    return agent.Hardware(program, container_runtime.SystemdService(program, settings.service))
+    return agent.Hardware(program, container_runtime.SystemdService(program))
 
 
 def watches(s: config.Settings) -> tuple[watch.Target, ...]:

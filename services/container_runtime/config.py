@@ -29,10 +29,14 @@ class Settings(agent_settings.NodeAgentSettings):
     )
     containerd_binary: str = attrs.field(default="containerd", metadata=env("METAX_CONTAINERD_BINARY"))
     """The host's containerd program (found on the host's PATH, or a host path)."""
+    docker_config: HostPath = attrs.field(
+        default=HostPath("/etc/docker/daemon.json"), metadata=env("METAX_DOCKER_CONFIG")
+    )
+    docker_binary: str = attrs.field(default="dockerd", metadata=env("METAX_DOCKER_BINARY"))
     runtime_socket: HostPath | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SOCKET"))
     """The runtime's CRI socket; default: the runtime's usual one (`metax_core.runtime.detect.SOCKETS`)."""
-    service: str = attrs.field(default="containerd", metadata=env("METAX_RUNTIME_SERVICE"))
-    """The systemd unit that runs the runtime."""
+    service: str | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SERVICE"))
+    """The systemd unit that runs the runtime; default: the runtime's usual one (containerd, docker, crio)."""
     host_namespaces: bool = attrs.field(default=True, metadata=env("METAX_HOST_NAMESPACES"))
     """Run the host's programs in the host's namespaces (nsenter, hostPID) and reach sockets through /proc/1/root."""
     wrapper_source: str = attrs.field(default=handler.WRAPPER_IMAGE_PATH, metadata=env("METAX_WRAPPER_SOURCE"))

@@ -15,6 +15,7 @@ Outcome = rounds.Outcome
 
 class ContainerdRound(rounds.RuntimeRound):
     runtime = detect.RuntimeKind.CONTAINERD.value
+    unit = "containerd"
 
     def __init__(self, *, host: container_runtime.Containerd, root_path: str, **common: Any) -> None:
         super().__init__(**common)

@@ -53,6 +53,8 @@ class Planned:
 class RuntimeRound:
     runtime = "runtime"
     """Its name in messages and the record (``containerd``, ``docker``)."""
+    unit = "runtime"
+    """The service manager's name for it (the agent's ``METAX_RUNTIME_SERVICE`` overrides)."""
 
     def __init__(
         self,
@@ -200,7 +202,7 @@ class RuntimeRound:
     def _restart_and_wait(self, until: Callable[[], bool] | None = None) -> bool:
         check = until or (lambda: self.loaded()[0])
         try:
-            self.service.restart()
+            self.service.restart(self.unit)
         except HardwareError as exc:
             self.last_error = str(exc)
             log.warning("restart of %s failed: %s", self.service.name, exc)

@@ -47,7 +47,7 @@ def _kill_after(monkeypatch: pytest.MonkeyPatch, step: str, node: RuntimeNode) -
         monkeypatch.setattr(type(node.supervisor), "restart", _restart_then_die)
 
 
-def _restart_then_die(self: object) -> None:
+def _restart_then_die(self: object, unit: str = "containerd") -> None:
     type(self).stop(self)  # type: ignore[attr-defined]
     type(self).start(self)  # type: ignore[attr-defined]
     self.restarts += 1  # type: ignore[attr-defined]

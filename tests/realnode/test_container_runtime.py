@@ -40,7 +40,8 @@ class HarnessService:
     def name(self) -> str:
         return f"the real node {self.real.name}'s containerd"
 
-    def restart(self) -> None:
+    def restart(self, unit: str) -> None:
+        assert unit == "containerd"
         self.restarts += 1
         self.real.restart_containerd()
 
