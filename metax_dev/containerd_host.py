@@ -225,13 +225,23 @@ class RuntimeNode:
         return dict(loaded["containerd"]["runtimes"])
 
     def tree(self) -> dict[str, bytes]:
-        """Every file the agent may touch (config dir, toolkit, state), with its bytes."""
+        """Every file and directory the agent may touch (config dir, toolkit, state): a file's bytes, a
+        directory as ``b"<dir>"``."""
         out = {}
         for top in (self.base / "etc", self.base / "var"):
             for p in sorted(top.rglob("*")):
                 if p.is_file():
                     out[str(p.relative_to(self.base))] = p.read_bytes()
+                elif p.is_dir():
+                    out[str(p.relative_to(self.base))] = b"<dir>"
         return out
+
+    def without_wrapper(self) -> dict[str, bytes]:
+        """`tree` without the installed wrapper and its directory (removed by the agent's uninstall step)."""
+        tree = self.tree()
+        tree.pop("var/lib/metax/toolkit/metax-container-runtime", None)
+        tree.pop("var/lib/metax/toolkit", None)
+        return tree
 
 
 DEBIAN_DOCKERD = pathlib.Path("/usr/sbin/dockerd")
@@ -255,6 +265,7 @@ def make(base: pathlib.Path, binary: pathlib.Path, runc: pathlib.Path, bin_path:
     """A node directory with the stand-in wrapper in its "image"; the daemon is not started yet."""
     (base / "image").mkdir(parents=True)
     (base / "etc" / "containerd").mkdir(parents=True)
+    (base / "var" / "lib" / "metax").mkdir(parents=True)  # the DaemonSet's host path (shared by the agents)
     env = {"PATH": f"{bin_path}:/usr/sbin:/usr/bin:/sbin:/bin"}
     supervisor = Supervisor(binary, base / "etc" / "containerd" / "config.toml", base / "containerd.log", env)
     k8s = inmemory.InMemoryCluster()

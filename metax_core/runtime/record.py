@@ -11,7 +11,8 @@ administrator's changes kept; a file we own entirely (the drop-in) → removed.
     {"format": 1, "runtime": "containerd", "files": [
       {"path": "/etc/containerd/config.toml", "owned": false, "before": "version = 2\\n…", "after": "…",
        "edits": [{"key": "imports", "value": "/etc/containerd/conf.d/99-metax.toml", "createdKey": true}]},
-      {"path": "/etc/containerd/conf.d/99-metax.toml", "owned": true, "before": null, "after": "…", "edits": []}]}
+      {"path": "/etc/containerd/conf.d/99-metax.toml", "owned": true, "before": null, "after": "…", "edits": []}],
+     "createdDirs": ["/etc/containerd/conf.d"]}
 """
 
 from __future__ import annotations
@@ -51,13 +52,18 @@ class FileRecord:
 class Record:
     runtime: str
     files: tuple[FileRecord, ...] = ()
+    created_dirs: tuple[str, ...] = ()
+    """Directories that did not exist before our first write in them (``conf.d``): removed at uninstall when empty."""
 
     def file(self, path: str) -> FileRecord | None:
         return next((f for f in self.files if f.path == path), None)
 
     def with_file(self, entry: FileRecord) -> Record:
         others = tuple(f for f in self.files if f.path != entry.path)
-        return Record(self.runtime, (*others, entry))
+        return Record(self.runtime, (*others, entry), self.created_dirs)
+
+    def with_dirs(self, dirs: tuple[str, ...]) -> Record:
+        return Record(self.runtime, self.files, (*self.created_dirs, *(d for d in dirs if d not in self.created_dirs)))
 
 
 def render(record: Record) -> str:
@@ -71,7 +77,8 @@ def render(record: Record) -> str:
         }
         for f in record.files
     ]
-    return json.dumps({"format": FORMAT, "runtime": record.runtime, "files": files}, indent=1) + "\n"
+    doc = {"format": FORMAT, "runtime": record.runtime, "files": files, "createdDirs": list(record.created_dirs)}
+    return json.dumps(doc, indent=1) + "\n"
 
 
 def parse(text: str, path: str = PATH) -> Record:
@@ -96,7 +103,10 @@ def parse(text: str, path: str = PATH) -> Record:
             out.append(FileRecord(str(f["path"]), bool(f["owned"]), before, f["after"], edits))
         except (KeyError, TypeError) as exc:
             raise InvalidSpec([FieldError(where, f"is malformed: {exc}")]) from None
-    return Record(runtime, tuple(out))
+    dirs = doc.get("createdDirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise InvalidSpec([FieldError(f"{path}: createdDirs", "must be a list of paths")])
+    return Record(runtime, tuple(out), tuple(dirs))
 
 
 KEEP = object()

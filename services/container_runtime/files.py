@@ -53,6 +53,15 @@ class HostFiles:
         except OSError as exc:
             raise HardwareError("remove", path, str(exc)) from exc
 
+    def missing_dirs(self, path: str) -> tuple[str, ...]:
+        """The directories a write of ``path`` would create, outermost first (host paths)."""
+        missing: list[str] = []
+        parent = os.path.dirname(path.rstrip("/"))
+        while parent not in ("", "/") and not self.at(parent).exists():
+            missing.insert(0, parent)
+            parent = os.path.dirname(parent)
+        return tuple(missing)
+
     def remove_dir_if_empty(self, path: str) -> None:
         with contextlib.suppress(OSError):
             self.at(path).rmdir()

@@ -77,6 +77,8 @@ class RuntimeRound:
         self.sleep = sleep
         self.clock = clock
         self.last_error = ""
+        self.created_now: tuple[str, ...] = ()
+        """The directories the last write created (removed again when its files go back)."""
         self.validated: tuple[str, ...] | None = None
         """The texts the host's runtime last loaded in a dry run."""
         self.failed_inputs: tuple[Any, ...] | None = None
@@ -135,6 +137,8 @@ class RuntimeRound:
         if not loads:
             if changed:
                 self._restore(current)
+                for directory in reversed(self.created_now):
+                    self.files.remove_dir_if_empty(directory)
                 self.ledger.save(previous_record)
             message = f"{self.runtime} does not load the configuration with runtime handler metax: {why}"
             self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
@@ -172,6 +176,8 @@ class RuntimeRound:
                 repaired.append(path)
             edits = planned.edits.get(path, ())
             rec = rec.with_file(record.remember(old, path, current.get(path), planned.texts[path], edits, owned))
+        self.created_now = tuple(dict.fromkeys(d for p in changes for d in self.files.missing_dirs(p)))
+        rec = rec.with_dirs(self.created_now)
         self.ledger.save(rec)  # backup: before any file changes
         for path in changes:
             self.files.write(path, planned.texts[path])
@@ -235,6 +241,8 @@ class RuntimeRound:
         owned = {f.path for f in rec.files if f.owned}
         for path in sorted(plan, key=lambda p: p in owned):  # the root file first, then the drop-in
             self.files.put(path, plan[path])
+        for directory in reversed(rec.created_dirs):  # innermost first; one someone else filled stays
+            self.files.remove_dir_if_empty(directory)
         if clear:
             self.ledger.clear()
         return True
