@@ -180,8 +180,7 @@ class RuntimeNode:
             wrapper_source=str(self.wrapper_source),
             toolkit_dir=str(self.toolkit),
             state_dir=str(self.state_dir),
-            interval=0.0,
-            **{"restart_wait": 30.0, **extra},
+            **{"interval": 0.0, "restart_wait": 30.0, **extra},
         )
 
     def agent(self, **extra: Any) -> agent.ContainerRuntime:
