@@ -98,6 +98,9 @@ class ContainerRuntime:
         }
         for each in self.rounds.values():
             each.unit = settings.service or each.unit
+        self._undone: str | None = None
+        """The uninstall request this agent has completely undone (nothing kept): later rounds only answer."""
+        self._kept: list[str] = []
         self.detected: detect.Detected | None = None
         self._stamp: tuple[Any, ...] | None = None
 
@@ -231,9 +234,14 @@ class ContainerRuntime:
         if uid is None:
             return False
         self.probe.not_ready()
-        configured = self._configured()
-        kept = configured.uninstall() if configured is not None else []
-        kept += self._remove_wrapper(configured)
+        if self._undone != uid:  # done once nothing is kept; what was kept (the wrapper) is tried each round
+            configured = self._configured()
+            kept = configured.uninstall() if configured is not None else []
+            kept += self._remove_wrapper(configured)
+            self._kept = kept
+            if not kept:
+                self._undone = uid
+        kept = self._kept
         self.say("uninstall", "uninstall: runtime configuration restored" + (f", kept: {kept}" if kept else ""))
         agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)
         agent_uninstall.remove_ready_dir(self.settings.host_root)
