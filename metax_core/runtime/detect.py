@@ -72,8 +72,13 @@ def parse_version(kind: RuntimeKind, output: str) -> Version:
     return (major, minor, patch)
 
 
-def detect(sockets: Mapping[RuntimeKind, bool], versions: Mapping[RuntimeKind, str]) -> Detected:
-    """The node's runtime from which sockets exist and each present binary's ``--version`` output."""
+def detect(
+    sockets: Mapping[RuntimeKind, bool],
+    versions: Mapping[RuntimeKind, str],
+    where: Mapping[RuntimeKind, str] | None = None,
+) -> Detected:
+    """The node's runtime from which sockets exist (``where``: the paths looked at, for the message) and each
+    present binary's ``--version`` output."""
     for kind in (RuntimeKind.CONTAINERD, RuntimeKind.CRIO, RuntimeKind.DOCKER):
         if sockets.get(kind):
             if kind not in versions:
@@ -81,7 +86,8 @@ def detect(sockets: Mapping[RuntimeKind, bool], versions: Mapping[RuntimeKind, s
                     [FieldError(kind.value, "its socket exists but its binary was not found on the host")]
                 )
             return Detected(kind, parse_version(kind, versions[kind]))
-    present = ", ".join(f"{k.value} ({SOCKETS[k]})" for k in RuntimeKind)
+    paths = where or SOCKETS
+    present = ", ".join(f"{k.value} ({paths[k]})" for k in sockets)
     raise InvalidSpec([FieldError("runtime", f"no container runtime socket found; looked for {present}")])
 
 

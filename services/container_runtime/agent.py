@@ -174,7 +174,8 @@ class ContainerRuntime:
                 done = self.hw.program.run([binaries[kind], "--version"], check=False)
                 if done.returncode == 0:
                     versions[kind] = done.stdout
-        return detect.detect(sockets, versions)
+        where = {k: self.settings.runtime_socket or detect.SOCKETS[k] for k in kinds}
+        return detect.detect(sockets, versions, where)
 
     def sync(self) -> tuple[bool, str]:
         try:

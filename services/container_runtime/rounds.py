@@ -11,8 +11,9 @@ The steps, each safe to be killed after (`RuntimeRound.run`; the runtime's own p
 4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``); if it
    refuses, the files and the record go back to what they were and nothing is restarted
    (`RuntimeConfigInvalid`). Texts that loaded once are not dry-run again until they change.
-5. **restart** — only when the *running* daemon lacks the handler (asked over its API): a re-render we repaired
-   while the daemon still has the handler restarts nothing, and neither does a reboot. The restart goes
+5. **restart** — only when the *running* daemon lacks the handler (asked over its API; a daemon that does not
+   answer is not started by us: its administrator stopped it, or it is starting and reads our files): a
+   re-render we repaired while the daemon still has the handler restarts nothing, nor does a reboot. The restart goes
    through the service manager; the daemon must then serve with the handler within ``restart_wait``. If not,
    every recorded file is restored to its text before us and the runtime restarted again
    (`RuntimeRestartFailed`); the same inputs are not tried again until they change.
@@ -144,6 +145,8 @@ class RuntimeRound:
             self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
             return Outcome(False, message)
         self.validated = validated
+        if not self.serving():  # stopped by its administrator, or starting: it reads our files when it starts
+            return Outcome(False, f"{self.runtime} does not answer ({self.last_error}); not restarted by us")
         loaded, reason = self.loaded()
         if loaded:
             return Outcome(True, reason)

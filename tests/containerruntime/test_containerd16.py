@@ -152,3 +152,22 @@ def test_the_uninstall_request_on_its_node_undoes_answers_and_leaves_the_host_as
     agent.wake()
     agent.tick()  # stays uninstalled: nothing configured again
     assert node.tree() == before and node.supervisor.restarts == 2
+
+
+def test_a_daemon_its_administrator_stopped_is_not_started_by_the_agent(containerd16: RuntimeNode) -> None:
+    node = containerd16
+    _configured(node)
+    agent = node.agent()
+    agent.tick()
+    assert node.signal().ready and node.supervisor.restarts == 1
+    node.supervisor.stop()  # maintenance
+    agent.wake()
+    agent.tick()
+    signal = node.signal()
+    assert not signal.ready
+    assert f"no container runtime socket found; looked for containerd ({node.socket})" in signal.reason
+    assert node.supervisor.pid is None and node.supervisor.restarts == 1
+    node.start()  # the administrator starts it again: it reads our files, no restart of ours needed
+    agent.wake()
+    agent.tick()
+    assert node.signal().ready and node.supervisor.restarts == 1
