@@ -171,3 +171,40 @@ def test_a_daemon_its_administrator_stopped_is_not_started_by_the_agent(containe
     agent.wake()
     agent.tick()
     assert node.signal().ready and node.supervisor.restarts == 1
+
+
+def test_a_pod_sandbox_through_the_metax_handler_runs_the_wrapper(containerd16: RuntimeNode) -> None:
+    """What the kubelet does for a pod with ``runtimeClassName: metax``: CRI RunPodSandbox with runtime handler
+    ``metax`` (host network, so no CNI); containerd 1.6 starts its pause container through the wrapper."""
+    from metax_dev.containerd_host import harness_bin
+
+    from . import cri
+
+    node = containerd16
+    text = DEBIAN_STYLE.format(paths=node.daemon_paths()).replace(
+        "    restrict_oom_score_adj = true\n",
+        f'    restrict_oom_score_adj = true\n    sandbox_image = "{images.PAUSE_IMAGE}"\n',
+    )
+    node.root_config.write_text(text)
+    node.start()
+    node.agent().tick()
+    assert node.signal().ready
+    ctr = node.supervisor.enter(
+        [str(node.binary.parent / "ctr"), "--address", str(node.socket), "--namespace", "k8s.io"]
+    )
+    for archive in images.write_test_images(node.base / "images", pause=harness_bin() / "pause"):
+        subprocess.run([*ctr, "images", "import", str(archive)], check=True, capture_output=True, timeout=60)
+    (node.base / "logs").mkdir()
+    sandbox = ""
+    try:
+        sandbox = cri.run_pod_sandbox(
+            str(node.socket), "metax-pod", handler="metax", log_dir=str(node.base / "logs"),
+            cgroup_parent="/metax-runtime-test",
+        )  # fmt: skip
+        assert node.agent().containerd.sandboxes() == [sandbox]
+        calls = node.calls.read_text()
+        assert "create" in calls and sandbox in calls  # the pause container was created by the wrapper
+    finally:
+        if sandbox:
+            cri.remove_pod_sandbox(str(node.socket), sandbox)
+        _remove_cgroups("metax-runtime-test")
