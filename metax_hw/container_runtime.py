@@ -1,8 +1,9 @@
 """The container runtime as the container-runtime agent reaches it (C4): its binary, its CRI socket, its service.
 
 * `HostProgram` runs a program of the **host** (``containerd --version``, ``containerd config dump``,
-  ``systemctl``): with ``host_namespaces`` through ``nsenter --target 1`` (the DaemonSet has hostPID), so it
-  is the host's own binary with the host's files; without, directly (tests, a bare host). Every run has a
+  ``systemctl``): with ``host_namespaces`` through ``nsenter --target 1 --mount`` (the DaemonSet has hostPID;
+  the mount namespace is all these need: the host's binary, its files, systemd's socket), so it is the host's
+  own binary with the host's files, found on a usual host PATH; without, directly (tests, a bare host). Every run has a
   deadline and its failure is a `HardwareError` with the program's output.
 * `cri_status_config` asks the running daemon what it loaded: the CRI ``RuntimeService/Status`` call with
   ``verbose`` (containerd answers with its CRI config as JSON under ``info["config"]``, runtimes included).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -23,11 +25,12 @@ from metax_core.errors import HardwareError
 log = logging.getLogger(__name__)
 
 NSENTER = "nsenter"
-HOST_NAMESPACES = ("--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--")
+HOST_NAMESPACES = ("--target", "1", "--mount", "--")
 PROC_ROOT = "/proc/1/root"
 """The host's root seen through PID 1 (hostPID): how a pod reaches the runtime's socket without a mount."""
 CRI_STATUS = "/runtime.v1.RuntimeService/Status"
 TIMEOUT = 30.0
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MAX = 2000
 
 
@@ -41,9 +44,17 @@ class HostProgram:
 
     def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = self.argv(argv)
+        # The host's programs are looked up on a usual host PATH (containerd's tarball puts it in /usr/local/bin);
+        # run directly, on this process's own.
+        path = HOST_PATH if self.host_namespaces else os.environ.get("PATH", HOST_PATH)
         try:
             done = subprocess.run(
-                command, capture_output=True, text=True, timeout=self.timeout, check=False, env={"LC_ALL": "C"}
+                command,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+                env={"LC_ALL": "C", "PATH": path},
             )
         except FileNotFoundError as exc:
             raise HardwareError(f"run {argv[0]}", None, f"not found: {exc.filename}") from exc
