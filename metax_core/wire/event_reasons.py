@@ -57,6 +57,19 @@ VFIO_BIND_FAILED: Final = "VfioBindFailed"
 IOMMU_DISABLED: Final = "IOMMUDisabled"
 
 
+# -- container-runtime, on its Node ---------------------------------------------------------------------------
+RUNTIME_CONFIGURED: Final = "RuntimeConfigured"
+"""The runtime's configuration now has the ``metax`` handler and the running daemon loaded it."""
+RUNTIME_CONFIG_INVALID: Final = "RuntimeConfigInvalid"
+"""The runtime's configuration cannot be read, or our edit does not load (``config dump``): nothing restarted."""
+RUNTIME_RESTART_FAILED: Final = "RuntimeRestartFailed"
+"""The runtime did not come back with the new configuration: the previous files were restored and it was restarted."""
+RUNTIME_CONFIG_REPAIRED: Final = "RuntimeConfigRepaired"
+"""Someone (config management) rewrote the runtime's configuration without our part; it was put back."""
+RUNTIME_UNSUPPORTED: Final = "RuntimeUnsupported"
+"""No supported runtime found on the node, or one too old (the message names what was found)."""
+
+
 def driver_rollout(step_state: str) -> str:
     """The reason of the Event for a rollout step that entered ``step_state`` (e.g. ``StepPaused``)."""
     return DRIVER_ROLLOUT_PREFIX + step_state
@@ -87,5 +100,10 @@ ALL: Final = (
     INVALID_VFIO_CONFIG,
     VFIO_BIND_FAILED,
     IOMMU_DISABLED,
+    RUNTIME_CONFIGURED,
+    RUNTIME_CONFIG_INVALID,
+    RUNTIME_RESTART_FAILED,
+    RUNTIME_CONFIG_REPAIRED,
+    RUNTIME_UNSUPPORTED,
 )
 """Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""
