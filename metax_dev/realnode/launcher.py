@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from metax_dev.controlplane import processes
-from metax_dev.realnode import containerd, errors, hygiene, images, node
+from metax_dev.realnode import containerd, errors, hygiene, images, node, podnet
 
 if TYPE_CHECKING:
     from metax_dev.controlplane.cluster import ControlPlane
@@ -200,10 +200,13 @@ def reap_stale(parent: Path | None = None) -> list[str]:
         if owner == os.getpid() or processes.pid_alive(owner):
             continue
         tracking = hygiene.tracking_hierarchy() / hygiene.TRACKING_DIR
-        for node_dir in sorted(d for d in workdir.iterdir() if (d / "containerd").is_dir()):
+        for node_dir in sorted(
+            d for d in workdir.iterdir() if (d / "containerd").is_dir() or (d / podnet.RECORD).is_file()
+        ):
             ids = containerd.Layout(node_dir / "containerd").container_ids()
             hygiene.remove_container_cgroups(ids, keep_parents=())
             hygiene.remove_cgroup(tracking / f"{workdir.name}-{node_dir.name}")
+            podnet.release(node_dir)
         sysctls = workdir / "sysctls.json"
         if sysctls.is_file():
             hygiene.release_sysctls(owner, json.loads(sysctls.read_text()))
