@@ -123,8 +123,9 @@ class RealNodes:
         self.started_seconds = time.monotonic() - started
         return self
 
-    def add_node(self, device_root: Path | None = None) -> node.RealNode:
-        """One more node (the next ``<prefix>-<i>``), started and Ready."""
+    def add_node(self, device_root: Path | None = None, images: Sequence[Path] = ()) -> node.RealNode:
+        """One more node (the next ``<prefix>-<i>``), started and Ready; ``images``: more OCI archives its
+        containerd imports (the product's, `metax_dev.images`) besides the two test images."""
         with self._lock:
             if self.workdir is None or self._tracking_parent is None:
                 raise errors.NodeError("RealNodes not started")
@@ -137,7 +138,7 @@ class RealNodes:
                 index,
                 base_dir=self.workdir,
                 bin_dir=self.bin_dir,
-                image_archives=self._images,
+                image_archives=[*self._images, *images],
                 tracking_parent=self._tracking_parent,
                 device_root=device_root,
                 verbosity=self.verbosity,
