@@ -45,6 +45,7 @@ import pytest
 from kubernetes import client
 
 from metax_core.cluster import workloads
+from metax_core.node import readiness
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 
@@ -183,6 +184,13 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
         d["metadata"]["name"]: d
         for d in json.loads(r.kubectl("get", "daemonsets", "-n", NAMESPACE, "-o", "json").stdout)["items"]
     }
+    # gpu-device waits for every deployed prerequisite (runtime and maca are deployed, on no node: helm_release).
+    device_env = {
+        e["name"]: e.get("value")
+        for e in rendered["metax-gpu-device"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert device_env[readiness.REQUIRED_ENV] == "gpu-label,container-runtime,driver,maca"
+    assert rendered["metax-container-runtime"]["status"]["desiredNumberScheduled"] == 0
     gpus = sorted(str(a) for a in r.fake.gpu_addresses())
     for name in AGENTS:
         pod = _one(r, name)
