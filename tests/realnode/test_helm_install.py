@@ -12,8 +12,8 @@ the chart and the operator render. The hostPaths point at the fake host through 
 In order:
 
 * ``helm install --wait`` returns once the operator pod's readiness probe passed; the pod has an address of
-  the node's pod range, runs as UID 65532 on a read-only root, and the token in it is its ServiceAccount's
-  (TokenReview);
+  the node's pod range, runs as UID 65532 with no capability on a read-only root, and the token in it is its
+  ServiceAccount's (TokenReview);
 * the API server calls the operator's webhook through the chart's Service (its EndpointSlice names the pod's
   address): ``kubectl apply`` of a bad spec is refused, and the refusal is in the operator pod's log;
 * every node DaemonSet the operator renders (gpu-label, driver, vfio-manager, gpu-device) runs as a container
@@ -126,6 +126,10 @@ def test_the_operator_runs_as_a_real_pod_with_its_own_token(release: Release, ku
     status = pod["status"]["containerStatuses"][0]
     assert status["ready"] and status["image"] == "docker.io/library/metax-operator:0.1.0"
     assert _exec(r, name, "id", "-u").strip() == "65532"
+    # capabilities: drop ALL, no privilege escalation (the rendered securityContext, enforced by runc)
+    status_lines = _exec(r, name, "cat", "/proc/self/status").splitlines()
+    caps = {line.split(":")[0]: line.split()[1] for line in status_lines if line.startswith(("CapEff", "NoNewPrivs"))}
+    assert int(caps["CapEff"], 16) == 0 and caps["NoNewPrivs"] == "1"
     read_only = r.kubectl("exec", "-n", NAMESPACE, name, "--", "touch", "/probe")
     assert read_only.returncode != 0 and "Read-only file system" in read_only.stderr
     token = _exec(r, name, "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
