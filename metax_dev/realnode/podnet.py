@@ -1,18 +1,19 @@
 """A real node's pod network: routed pod addresses, and the ``kubernetes`` Service reachable from pods.
 
-Why this module exists: real pods of the product need what a cluster network gives them (docs/realnode.md,
-"The pod network"): (a) reach the API server through their in-cluster configuration, i.e. the ``kubernetes``
+Why this module exists: real pods of the product need what a cluster network gives them (docs/realnode.md, "The
+pod network"): (a) reach the API server through their in-cluster configuration, i.e. the ``kubernetes``
 Service's ClusterIP (``KUBERNETES_SERVICE_HOST``), and (b) be reached by the API server at their pod IP (the
 operator's webhook behind its Service: the control plane dials a Ready EndpointSlice address, and loopback
-addresses are refused there). So each node claims a /24 of 198.19.128.0/17 (the upper half of the RFC 2544
-benchmarking range 198.18.0.0/15, never routed on the internet; process nodes take their /32s from the bottom
-of the range), the CNI plugin gives every pod a veth pair with a /32 of it (`metax_dev.realnode.cni`), and one
-iptables chain of the node's own (nat PREROUTING, only for packets from its pods' veths) translates the
-``kubernetes`` ClusterIP:443 to the API server's loopback address and port, which is what kube-proxy does for
-a Service. Why not kube-proxy itself: it programs the machine's shared ``KUBE-SERVICES`` chains for every Service
-of its cluster (two test sessions on one machine, each with a control plane of the same service range, would
-overwrite each other) and needs the ``kubernetes`` Service's endpoints, which this control plane cannot publish
-(it serves on 127.0.0.1, refused in EndpointSlices; it runs with ``--endpoint-reconciler-type=none``).
+addresses are refused there). So each node claims a /24 of 198.19.0.0/16 (the upper half of the RFC 2544
+benchmarking range 198.18.0.0/15, never routed on the internet; process nodes take their /32s from the lower
+half, `metax_dev.processnode.address`), the CNI plugin gives every pod a veth pair with a /32 of it
+(`metax_dev.realnode.cni`), and one iptables chain of the node's own (nat PREROUTING, only for packets from its
+pods' veths) translates the ``kubernetes`` ClusterIP:443 to the API server's loopback address and port, which is
+what kube-proxy does for a Service. Why not kube-proxy itself: it programs the machine's shared
+``KUBE-SERVICES`` chains for every Service of its cluster (two test sessions on one machine, each with a control
+plane of the same service range, would overwrite each other) and needs the ``kubernetes`` Service's endpoints,
+which this control plane cannot publish (it serves on 127.0.0.1, refused in EndpointSlices; it runs with
+``--endpoint-reconciler-type=none``).
 
 The claim is a ``blackhole`` route for the /24 (the kernel refuses a second one: that is the lock between
 concurrent launchers; pod /32 routes through their veths are more specific); :func:`release` removes the
@@ -35,7 +36,7 @@ from typing import Final
 from metax_dev.realnode import errors
 
 #: The pod ranges of real nodes: a /24 each.
-RANGE: Final = ipaddress.ip_network("198.19.128.0/17")
+RANGE: Final = ipaddress.ip_network("198.19.0.0/16")
 #: Host-side veth names start with this plus the node's two hex digits (`PodNetwork.veth_prefix`).
 VETH_PREFIX: Final = "mxr"
 #: The node's nat chain is this plus the node's two hex digits.
@@ -81,7 +82,7 @@ def claim(node_dir: Path, service: str, apiserver: str) -> PodNetwork:
     """Claim a free /24 for the node at ``node_dir`` and program its Service chain; recorded for `release`."""
     iptables = _iptables()
     for subnet in RANGE.subnets(new_prefix=24):
-        tag = f"{int(subnet.network_address.packed[2]) - 128:02x}"
+        tag = f"{subnet.network_address.packed[2]:02x}"
         done = _run(["ip", "route", "add", "blackhole", str(subnet)], check=False)
         if done.returncode != 0:
             if "File exists" in done.stderr:
