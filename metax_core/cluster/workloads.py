@@ -103,6 +103,10 @@ class RenderSettings:
     namespace: str = spec.NAMESPACE
     version: str = "0.1.0"
     image_pull_policy: str = "IfNotPresent"
+    host_path_prefix: str = ""
+    """TEST ONLY (chart value ``operator.testOnly.hostPathPrefix``, docs/realnode.md): a directory put in front of
+    every hostPath the node agents mount, so that a test node's agents see a fake GPU host there instead of the
+    node's own ``/sys``, ``/dev``, ... The product's default is "" (the real paths)."""
 
 
 @attrs.frozen
@@ -168,11 +172,14 @@ def readiness_probe(declared: components.ReadinessProbe) -> dict[str, Any]:
     }
 
 
-def _volumes(workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The workload's hostPath volumes, each mounted at the same path under `HOST_ROOT_IN_CONTAINER`; the host
+    side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
     volumes, mounts = [], []
     for path, read_only in HOST_PATHS.get(workload.name, ()):
         name = "host" + path.replace("/", "-")
-        volumes.append({"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}})
+        host_path = prefix.rstrip("/") + path
+        volumes.append({"name": name, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})
     return volumes, mounts
 
@@ -207,7 +214,7 @@ def workload_manifest(
 ) -> dict[str, Any]:
     section = components.component_spec(s, component)
     labels = _labels(component, workload)
-    volumes, mounts = _volumes(workload)
+    volumes, mounts = _volumes(workload, settings.host_path_prefix)
     container: dict[str, Any] = {
         "name": workload.name.removeprefix("metax-"),
         "image": image(s, workload, settings),

@@ -94,7 +94,9 @@ class Reconciler:
         self.caches = caches
         self.clock = clock
         self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
-        self.render_settings = workloads.RenderSettings(namespace=settings.namespace, version=settings.version)
+        self.render_settings = workloads.RenderSettings(
+            namespace=settings.namespace, version=settings.version, host_path_prefix=settings.host_path_prefix
+        )
         self.status_writes = 0
         self._warned_confirmation = ""
 

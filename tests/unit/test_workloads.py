@@ -69,6 +69,26 @@ def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
     assert driver_mounts["/host/lib/modules"] is True
 
 
+def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
+    """`RenderSettings.host_path_prefix` (test only, docs/realnode.md) prefixes each hostPath; the mount paths in
+    the container, and the default render, stay the real ones."""
+    spec = validation.parse(BASE)
+    plain = workloads.render(spec, workloads.RenderSettings(version="9.9.9"))
+    moved = workloads.render(spec, workloads.RenderSettings(version="9.9.9", host_path_prefix="/tmp/fake-host/"))
+    for before, after in zip(plain.objects, moved.objects, strict=True):
+        if before["kind"] != "DaemonSet":
+            assert before == after
+            continue
+        pod_before, pod_after = _pod(dict(before)), _pod(dict(after))
+        assert pod_before["containers"][0].get("volumeMounts") == pod_after["containers"][0].get("volumeMounts")
+        for v_before, v_after in zip(pod_before.get("volumes", []), pod_after.get("volumes", []), strict=True):
+            if "hostPath" in v_before:
+                assert v_before["hostPath"]["path"] in workloads.ALLOWED_HOST_PATHS
+                assert v_after["hostPath"]["path"] == "/tmp/fake-host" + v_before["hostPath"]["path"]
+            else:
+                assert v_before == v_after
+
+
 def test_unprivileged_deployments_are_locked_down() -> None:
     pod = _pod(_render(BASE)["Deployment/metax-topo-master"])
     context = pod["containers"][0]["securityContext"]
