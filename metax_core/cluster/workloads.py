@@ -57,7 +57,9 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
         _RUN,
         _LOG,
     ),
-    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG),
+    # /var/lib/metax: the SDK versions; /run/metax: the in-use records, the edit socket, readiness; /dev and
+    # /var/run/cdi read-only: the edit service's device numbers and CDI spec (containerd 1.6, docs/maca.md).
+    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG, ("/dev", True), ("/var/run/cdi", True)),
     "metax-gpu-device": (
         ("/dev", False),
         ("/sys", True),
