@@ -175,9 +175,9 @@ class Server(socketserver.ThreadingUnixStreamServer):
             self.path.unlink()
 
 
-def serve(settings: Settings, stop: threading.Event) -> None:
+def serve(settings: Settings, stop: threading.Event, editor: Editor | None = None) -> None:
     """Listen on the socket until ``stop``; the socket is removed at the end."""
-    server = Server(settings.host_path(settings.socket), Editor(settings))
+    server = Server(settings.host_path(settings.socket), editor or Editor(settings))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
     thread.start()
     log.info("container-edit listening on %s", server.path)

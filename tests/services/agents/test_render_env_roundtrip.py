@@ -17,6 +17,7 @@ from services._agent import settings as agent_settings
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
+from services.maca import config as maca_config
 from services.vfio_manager import config as vfio_config
 
 VALUES: dict[str, Any] = {
@@ -29,6 +30,7 @@ VALUES: dict[str, Any] = {
     },
     "gpuDevice": {"healthyInterval": 7},
     "vfioManager": {"deploy": True},
+    "maca": {"payload": {"images": ["maca-c500:2.18.0.3-ubuntu22.04-amd64", "maca-c500:2.9.1"]}},
 }
 
 LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
@@ -36,6 +38,7 @@ LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
     "metax-driver": (driver_config.from_env, driver_config.Settings),
     "metax-vfio-manager": (vfio_config.from_env, vfio_config.Settings),
     "metax-gpu-device": (gpu_device_config.from_env, gpu_device_config.Settings),
+    "metax-maca": (maca_config.from_env, maca_config.Settings),
 }
 DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
 
@@ -89,6 +92,17 @@ def test_gpu_device_waits_for_what_the_dependency_graph_says() -> None:
     assert s.required_components == tuple(components.BY_COMPONENT[c].signal for c in wanted)
 
 
+def test_maca_gets_its_payload_images_in_order_and_sees_runc_state_through_host_pid() -> None:
+    s = maca_config.from_env(rendered_env("metax-maca"))
+    assert s.payload_images == (
+        "reg.example/metax/maca-c500:2.18.0.3-ubuntu22.04-amd64",
+        "reg.example/metax/maca-c500:2.9.1",
+    )
+    assert str(s.payload_dir) == workloads.PAYLOAD_DIR
+    assert str(s.state_root) == "/proc/1/root"
+    assert s.probe_file == workloads.PROBE_FILE
+
+
 def test_settings_render_back_to_the_same_environment() -> None:
     s = driver_config.from_env(rendered_env("metax-driver"))
     assert driver_config.from_env(agent_settings.render_env(s)) == s
@@ -99,6 +113,7 @@ COMPONENT_OF = {
     "metax-driver": components.Component.DRIVER,
     "metax-vfio-manager": components.Component.VFIO_MANAGER,
     "metax-gpu-device": components.Component.GPU_DEVICE,
+    "metax-maca": components.Component.MACA,
 }
 
 
