@@ -226,7 +226,7 @@ def workload_manifest(
     if component is Component.EXPORTER:
         container["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
     pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
-    pod_spec["containers"] = [container]
+    pod_spec["containers"] = [container, *_sidecars(component, container)]
     if workload.service_account is None:
         pod_spec["automountServiceAccountToken"] = False
     else:
@@ -258,6 +258,35 @@ def workload_manifest(
         "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
         "spec": body,
     }
+
+
+EDIT_SERVICE_CONTAINER = "container-edit"
+EDIT_SERVICE_COMMAND = "metax-container-edit"
+"""The container-edit service (R-MACA): a second container of maca's pod, from the same image, because it reads
+what maca installs (the SDK versions) and writes what maca's GC reads (the in-use records)."""
+_EDIT_SERVICE_MOUNTS = {"/run/metax": False, "/var/lib/metax": True, "/dev": True, "/var/run/cdi": True}
+
+
+def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if component is not Component.MACA:
+        return []
+    keep = {agent_env.HOST_ROOT, agent_env.LOG_LEVEL}
+    return [
+        {
+            "name": EDIT_SERVICE_CONTAINER,
+            "image": agent["image"],
+            "imagePullPolicy": agent["imagePullPolicy"],
+            "command": [EDIT_SERVICE_COMMAND],
+            "env": [e for e in agent["env"] if e["name"] in keep],
+            "securityContext": agent["securityContext"],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+            "volumeMounts": [
+                {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER)]}
+                for m in agent.get("volumeMounts", ())
+                if m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER) in _EDIT_SERVICE_MOUNTS
+            ],
+        }
+    ]
 
 
 PAYLOAD_VOLUME = "payload"

@@ -12,8 +12,10 @@ import attrs
 import pytest
 
 from metax_core.cluster import agent_env, components, workloads
+from metax_core.runtime import handler
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
+from services.container_edit import config as edit_config
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
@@ -125,3 +127,21 @@ def test_every_declared_variable_is_a_setting_of_the_agent(name: str) -> None:
     declared = {v.name for v in agent_env.SPEC_FED[COMPONENT_OF[name]]}
     assert declared <= variables(cls), f"declared but not read: {declared - variables(cls)}"
     assert set(agent_env.DOWNWARD) <= variables(cls)
+
+
+def test_the_edit_service_runs_beside_maca_and_reads_what_it_is_given() -> None:
+    objects = workloads.render(validation.parse(VALUES)).objects
+    pod = next(o for o in objects if o["metadata"]["name"] == "metax-maca" and o["kind"] == "DaemonSet")
+    edit = pod["spec"]["template"]["spec"]["containers"][1]
+    assert (edit["name"], edit["command"]) == (workloads.EDIT_SERVICE_CONTAINER, ["metax-container-edit"])
+    mounts = {m["mountPath"]: m["readOnly"] for m in edit["volumeMounts"]}
+    assert mounts == {
+        "/host/run/metax": False,
+        "/host/var/lib/metax": True,
+        "/host/dev": True,
+        "/host/var/run/cdi": True,
+    }
+    env = {e["name"]: e["value"] for e in edit["env"]}
+    assert set(env) <= variables(edit_config.Settings)
+    s = edit_config.from_env(env)
+    assert (str(s.host_root), s.socket) == (workloads.HOST_ROOT_IN_CONTAINER, handler.EDIT_SOCKET_HOST_PATH)
