@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         run_env = {"METAX_RUNC": str(runc), "METAX_EDIT_SOCKET": str(socket), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
         times: dict[tuple[str, str], list[float]] = {(c, r): [] for c in cases for r in ("runc", "wrapper")}
         n = 0
+        errors = work / "stderr"
         for _ in range(args.runs):
             for case, config in cases.items():
                 directory = work / ("plain" if case == "non-GPU" else "gpu")
@@ -144,16 +145,18 @@ def main(argv: list[str] | None = None) -> int:
                     cid = f"b{n}"
                     began = time.perf_counter()
                     for step in (["create", "--bundle", str(directory), cid], ["start", cid]):
-                        done = subprocess.run(
-                            [str(binary), "--root", str(root), *step],
-                            env=run_env,
-                            stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE,
-                            check=False,
-                        )
+                        # The container's init keeps the stdio it was given: a file, never a pipe we would wait on.
+                        with errors.open("w+") as err:
+                            done = subprocess.run(
+                                [str(binary), "--root", str(root), *step],
+                                env=run_env,
+                                stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
+                                stderr=err,
+                                check=False,
+                            )
                         if done.returncode != 0:
-                            raise SystemExit(f"{runtime} {step[0]} failed: {done.stderr.decode()}")
+                            raise SystemExit(f"{runtime} {step[0]} failed: {errors.read_text()}")
                     times[(case, runtime)].append((time.perf_counter() - began) * 1000)
                     subprocess.run(
                         [str(runc), "--root", str(root), "delete", "--force", cid], check=False, capture_output=True

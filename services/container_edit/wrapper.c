@@ -10,7 +10,8 @@
  *   - everything else, and containers without a MetaX device: exec the real runc with the same arguments.
  *
  * The real runc: $METAX_RUNC, else the `runc=` line of <this program's path>.conf, else the first `runc` on
- * PATH that is not this program. The socket: $METAX_EDIT_SOCKET, else /run/metax/container-edit.sock.
+ * PATH that is not this program. The socket: $METAX_EDIT_SOCKET, else the `socket=` line of that file, else
+ * /run/metax/container-edit.sock.
  * The message format is metax_core/runtime/edit_wire.py's. Built with `gcc -static` (no libc needed on the
  * host); no dependency but libc.
  */
@@ -83,28 +84,34 @@ static int is_self(const char *candidate) {
     return strcmp(a, b) == 0;
 }
 
+/* A `key=value` line of <this program's path>.conf (the container-runtime agent writes it), or NULL. */
+static const char *conf_value(const char *key, char *buf, size_t size) {
+    char self[PATH_MAX], conf[PATH_MAX + 8];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = 0;
+    snprintf(conf, sizeof conf, "%s.conf", self);
+    FILE *f = fopen(conf, "r");
+    if (!f) return NULL;
+    char line[PATH_MAX];
+    size_t k = strlen(key);
+    const char *found = NULL;
+    while (!found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (strncmp(line, key, k) == 0 && line[k] == '=' && line[k + 1]) {
+            snprintf(buf, size, "%s", line + k + 1);
+            found = buf;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
 static const char *find_runc(char *buf, size_t size) {
     const char *env = getenv("METAX_RUNC");
     if (env && *env) return env;
-    char self[PATH_MAX], conf[PATH_MAX + 8];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = 0;
-        snprintf(conf, sizeof conf, "%s.conf", self);
-        FILE *f = fopen(conf, "r");
-        if (f) {
-            char line[PATH_MAX];
-            while (fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\r\n")] = 0;
-                if (strncmp(line, "runc=", 5) == 0 && line[5]) {
-                    snprintf(buf, size, "%s", line + 5);
-                    fclose(f);
-                    return buf;
-                }
-            }
-            fclose(f);
-        }
-    }
+    const char *conf = conf_value("runc", buf, size);
+    if (conf) return conf;
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
     char *copy = strdup(path), *save = NULL;
@@ -193,8 +200,10 @@ static int edit(const char *id, const char *bundle, const char *root) {
     }
     if (!line_ok(id) || !line_ok(bundle) || (root && !line_ok(root)))
         return fail("container %s: id, bundle and root must be single lines", id);
+    char socket_buf[PATH_MAX];
     const char *path = getenv("METAX_EDIT_SOCKET");
-    if (!path || !*path) path = DEFAULT_SOCKET;
+    if (!path || !*path) path = conf_value("socket", socket_buf, sizeof socket_buf);
+    if (!path) path = DEFAULT_SOCKET;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path) return fail("socket path %s is too long", path);
     strcpy(addr.sun_path, path);

@@ -118,13 +118,14 @@ class RuntimeHost:
         (bundle / "config.json").write_text(json.dumps(spec, indent=1))
         return bundle
 
-    def run(self, bundle: pathlib.Path, container: str, *, command: str = "run") -> subprocess.CompletedProcess[str]:
-        env = {
-            "METAX_RUNC": str(self.runc),
-            "METAX_EDIT_SOCKET": str(self.socket),
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        }
-        argv = [str(self.wrapper), "--root", str(self.runc_root), command, "--bundle", str(bundle), container]
+    def run(
+        self, bundle: pathlib.Path, container: str, *, command: str = "run", binary: pathlib.Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The wrapper (or ``binary``, a copy of it with its own .conf: then no variables) in front of runc."""
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        if binary is None:
+            env |= {"METAX_RUNC": str(self.runc), "METAX_EDIT_SOCKET": str(self.socket)}
+        argv = [str(binary or self.wrapper), "--root", str(self.runc_root), command, "--bundle", str(bundle), container]
         if command == "create":  # the container's init keeps its stdio: files, not pipes we would wait on
             out = self.tmp / f"{container}.out"
             with out.open("w") as f:

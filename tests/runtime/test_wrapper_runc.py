@@ -17,6 +17,7 @@ Aspects:
 from __future__ import annotations
 
 import json
+import shutil
 
 from .conftest import RuntimeHost
 
@@ -93,3 +94,19 @@ def test_gc_keeps_a_version_a_live_container_uses(node: RuntimeHost) -> None:
     agent.tick()
     assert sorted(p.name for p in node.sdk_dir.iterdir()) == ["2.18.0.3"]
     assert not (node.maca.store.in_use_dir / "user-1.json").exists()
+
+
+def test_runc_and_the_socket_come_from_the_conf_file_next_to_the_wrapper(node: RuntimeHost) -> None:
+    """What the container-runtime agent installs: the wrapper and ``<wrapper>.conf`` naming runc and the socket
+    (the runtime starts the wrapper with its own environment, without our variables)."""
+    installed = node.tmp / "toolkit" / "metax-container-runtime"
+    installed.parent.mkdir()
+    shutil.copy2(node.wrapper, installed)
+    installed.with_name(installed.name + ".conf").write_text(
+        f"# written by container-runtime\nrunc={node.runc}\nsocket={node.socket}\n"
+    )
+    bundle = node.bundle(
+        "gpu", ["cat", "/opt/maca/version"], ["METAX_VISIBLE_DEVICES=0000:09:00.0", "METAX_MACA_VERSION=maca-2.9"]
+    )
+    done = node.run(bundle, "conf-1", binary=installed)
+    assert (done.returncode, done.stdout) == (0, "2.9.1\n"), done.stderr
