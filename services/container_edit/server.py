@@ -18,13 +18,13 @@ import pathlib
 import socket
 import socketserver
 import stat
+import tempfile
 import threading
 from typing import Any
 
 from metax_core.errors import InvalidSpec
 from metax_core.node import cdi
 from metax_core.runtime import container_edit, edit_wire, sdk
-from metax_hw import hostfiles
 from services.container_edit.config import Settings
 
 log = logging.getLogger(__name__)
@@ -106,12 +106,27 @@ class Editor:
         """Write the in-use record, then say whether the version is still installed (see the module docstring)."""
         name = sdk.version_dir(version)
         use = sdk.Use(request.container_id, name, sdk.state_dir(request.root, request.container_id))
-        hostfiles.atomic_write(self.in_use_dir / sdk.use_file_name(request.container_id), sdk.render_use(use))
+        _publish(self.in_use_dir / sdk.use_file_name(request.container_id), sdk.render_use(use))
         return (self.sdk_dir / name).is_dir()
 
     def refuse(self, request: edit_wire.Request, message: str) -> edit_wire.Response:
         log.warning("container %s refused: %s", request.container_id, message)
         return edit_wire.Response(edit_wire.Status.REFUSED, message.encode())
+
+
+def _publish(path: pathlib.Path, text: str) -> None:
+    """Write ``path`` through a temporary file and a rename: readers see a whole record or none. No fsync: the
+    records live under /run (a tmpfs), which a crash or reboot empties together with every container; an fsync
+    would only cost each GPU container's start a disk flush on hosts whose /run is on disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_request(conn: socket.socket) -> edit_wire.Request:
