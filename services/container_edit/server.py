@@ -22,6 +22,7 @@ import tempfile
 import threading
 from typing import Any
 
+from metax_core import versions
 from metax_core.errors import InvalidSpec
 from metax_core.node import cdi
 from metax_core.runtime import container_edit, edit_wire, sdk
@@ -43,7 +44,7 @@ class Editor:
         self.cdi_file = settings.host_path(settings.cdi_dir) / cdi.spec_file_name()
         self.served = 0
 
-    def installed(self) -> tuple[Any, ...]:
+    def installed(self) -> tuple[versions.Version, ...]:
         try:
             return tuple(sdk.installed(os.listdir(self.sdk_dir)))
         except FileNotFoundError:
@@ -102,7 +103,7 @@ class Editor:
             )
         return self.refuse(request, "the MXMACA version it resolved to was removed while the container started")
 
-    def record(self, request: edit_wire.Request, version: Any) -> bool:
+    def record(self, request: edit_wire.Request, version: versions.Version) -> bool:
         """Write the in-use record, then say whether the version is still installed (see the module docstring)."""
         name = sdk.version_dir(version)
         use = sdk.Use(request.container_id, name, sdk.state_dir(request.root, request.container_id))
