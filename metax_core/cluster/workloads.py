@@ -17,6 +17,7 @@ from metax_core.cluster import agent_env, components, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
+from metax_core.runtime import handler
 from metax_core.spec import model as spec
 from metax_core.spec import names
 from metax_core.wire import meta
@@ -391,4 +392,35 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
             objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
+        objects.extend(cluster_objects(component))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
+
+
+RUNTIME_CLASS_API = "node.k8s.io/v1"
+
+
+def runtime_class() -> dict[str, Any]:
+    """The RuntimeClass ``metax``: pods that name it (``runtimeClassName: metax``) run through the node's
+    ``metax`` runtime handler (the wrapper that gives them the SDK their ``METAX_MACA_VERSION`` asks for,
+    docs/maca.md), and only on GPU nodes (its ``scheduling.nodeSelector`` is added to theirs). It goes with the
+    container-runtime component, which configures that handler on every GPU node."""
+    return {
+        "apiVersion": RUNTIME_CLASS_API,
+        "kind": "RuntimeClass",
+        "metadata": {
+            "name": handler.RUNTIME_HANDLER,
+            "labels": {
+                APP_LABEL: handler.RUNTIME_HANDLER,
+                COMPONENT_LABEL: Component.RUNTIME.value,
+                MANAGED_BY_LABEL: MANAGED_BY,
+                PART_OF_LABEL: PART_OF,
+            },
+        },
+        "handler": handler.RUNTIME_HANDLER,
+        "scheduling": {"nodeSelector": {GPU_NODE_LABEL: node_labels.TRUE}},
+    }
+
+
+def cluster_objects(component: Component) -> list[dict[str, Any]]:
+    """The cluster-scoped objects a component brings besides its RBAC (applied with it, pruned without it)."""
+    return [runtime_class()] if component is Component.RUNTIME else []
