@@ -288,8 +288,8 @@ def operator_rules() -> AccountRules:
             (WEBHOOK_NAME,),
         ),
         Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
-        # The RuntimeClass `metax` (workloads.runtime_class): listed by the uninstall cleanup, written by name.
-        Rule("node.k8s.io", ("runtimeclasses",), ("list", "create")),
+        # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
+        Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
         Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),
     ]
     namespace = [
