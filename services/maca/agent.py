@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
@@ -110,25 +111,25 @@ class Maca:
         shown = ", ".join(str(w.version) for w in wanted) or "none listed"
         return True, f"MXMACA installed: {shown}"
 
-    def publish(self, node: object, installed: list[str]) -> None:
+    def publish(self, node: Mapping[str, Any] | None, installed: list[str]) -> None:
         if node is None:
             return
         label, annotation = labels.maca_metadata(installed)
         try:
-            self.publisher.metadata(node, labels=label, annotations=annotation)  # type: ignore[arg-type]
+            self.publisher.metadata(node, labels=label, annotations=annotation)
         except ClusterError as exc:
             self.say("publish", f"cannot label node {self.settings.node_name}: {exc}", logging.WARNING)
 
-    def uninstall(self, node: object, uid: str) -> None:
+    def uninstall(self, node: Mapping[str, Any] | None, uid: str) -> None:
         self.probe.not_ready()
         kept = undo.undo(self.store)
         label, annotation = labels.maca_metadata(())
         if node is not None:
             try:
-                self.publisher.metadata(node, labels=label)  # type: ignore[arg-type]
+                self.publisher.metadata(node, labels=label)
             except ClusterError as exc:
                 self.say("uninstall-labels", f"cannot remove the MXMACA label: {exc}", logging.WARNING)
-        if agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept, annotations=list(annotation)):  # type: ignore[arg-type]
+        if agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept, annotations=list(annotation)):
             self.say("uninstall", f"uninstall: MXMACA versions removed{f', kept: {kept}' if kept else ''}")
         agent_uninstall.remove_ready_dir(self.settings.host_root)
 
