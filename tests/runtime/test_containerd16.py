@@ -27,6 +27,8 @@ from metax_dev.realnode import images
 
 from .conftest import RuntimeHost
 
+pytestmark = pytest.mark.realnode  # the harness's runc, root, namespaces (deselect with -m 'not realnode')
+
 CONTAINERD = pathlib.Path("/usr/bin/containerd")
 CTR = pathlib.Path("/usr/bin/ctr")
 NS = "metax-test"

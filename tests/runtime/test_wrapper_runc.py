@@ -19,7 +19,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from .conftest import RuntimeHost
+
+pytestmark = pytest.mark.realnode  # the harness's runc, root, namespaces (deselect with -m 'not realnode')
 
 PROBE = (
     "echo PATH=$PATH; echo MACA_PATH=$MACA_PATH; maca-version; cat /opt/maca/version; touch /opt/maca/x 2>&1 || true"
