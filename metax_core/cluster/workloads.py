@@ -271,23 +271,24 @@ _EDIT_SERVICE_MOUNTS = {"/run/metax": False, "/var/lib/metax": True, "/dev": Tru
 def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, Any]]:
     if component is not Component.MACA:
         return []
-    keep = {agent_env.HOST_ROOT, agent_env.LOG_LEVEL}
-    return [
-        {
-            "name": EDIT_SERVICE_CONTAINER,
-            "image": agent["image"],
-            "imagePullPolicy": agent["imagePullPolicy"],
-            "command": [EDIT_SERVICE_COMMAND],
-            "env": [e for e in agent["env"] if e["name"] in keep],
-            "securityContext": agent["securityContext"],
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-            "volumeMounts": [
-                {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER)]}
-                for m in agent.get("volumeMounts", ())
-                if m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER) in _EDIT_SERVICE_MOUNTS
-            ],
-        }
-    ]
+    keep = {agent_env.HOST_ROOT, agent_env.LOG_LEVEL, agent_env.PROBE_FILE}
+    sidecar: dict[str, Any] = {
+        "name": EDIT_SERVICE_CONTAINER,
+        "image": agent["image"],
+        "imagePullPolicy": agent["imagePullPolicy"],
+        "command": [EDIT_SERVICE_COMMAND],
+        "env": [e for e in agent["env"] if e["name"] in keep],
+        "securityContext": agent["securityContext"],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "volumeMounts": [
+            {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER)]}
+            for m in agent.get("volumeMounts", ())
+            if m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER) in _EDIT_SERVICE_MOUNTS
+        ],
+    }
+    if "readinessProbe" in agent:  # the same file probe, in its own container's /tmp: present while it listens
+        sidecar["readinessProbe"] = agent["readinessProbe"]
+    return [sidecar]
 
 
 PAYLOAD_VOLUME = "payload"

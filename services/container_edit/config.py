@@ -26,6 +26,8 @@ class Settings:
     node_qos: devices.QosPolicy | None = attrs.field(default=None, metadata=env("METAX_NODE_QOS_POLICY"))
     """The node's sGPU QoS policy for an sGPU container that carries none (gpu-device sets it at Allocate)."""
     log_level: str = attrs.field(default="INFO", metadata=env(agent_env.LOG_LEVEL))
+    probe_file: str | None = attrs.field(default=None, metadata=env(agent_env.PROBE_FILE))
+    """Present exactly while the service listens (its container's readinessProbe, like the agents')."""
 
     def host_path(self, path: str) -> pathlib.Path:
         return self.host_root / path.lstrip("/")

@@ -26,6 +26,7 @@ from metax_core import versions
 from metax_core.errors import InvalidSpec
 from metax_core.node import cdi
 from metax_core.runtime import container_edit, edit_wire, sdk
+from services._agent import probe
 from services.container_edit.config import Settings
 
 log = logging.getLogger(__name__)
@@ -196,10 +197,13 @@ def serve(settings: Settings, stop: threading.Event, editor: Editor | None = Non
     server = Server(settings.host_path(settings.socket), editor or Editor(settings))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
     thread.start()
+    ready = probe.ProbeFile(settings.probe_file)
+    ready.ready(f"listening on {server.path}")
     log.info("container-edit listening on %s", server.path)
     try:
         stop.wait()
     finally:
+        ready.not_ready()
         server.shutdown()
         server.close()
         log.info("container-edit stopped")

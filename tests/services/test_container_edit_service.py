@@ -4,7 +4,7 @@ Aspects: a request that is not ours gets a refusal saying why (never a dropped c
 non-MetaX config is ``unchanged``; a MetaX one with a version request is ``edited`` and its in-use record is
 written before the answer, readable by the maca agent's store (one format, `metax_core.runtime.sdk`); a version
 that disappears between the resolve and the check (the GC's removal protocol) is resolved again and then
-refused; the socket is removed when the service stops.
+refused; the probe file exists while it listens; the socket and the probe file are removed when it stops.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def settings(tmp: pathlib.Path) -> config.Settings:
         sdk_dir=str(tmp / "maca"),  # type: ignore[arg-type]
         in_use_dir=str(tmp / "in-use"),  # type: ignore[arg-type]
         cdi_dir=str(tmp / "cdi"),  # type: ignore[arg-type]
+        probe_file=str(tmp / "ready"),
     )
 
 
@@ -44,12 +45,13 @@ def running(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     stop = threading.Event()
     thread = threading.Thread(target=server.serve, args=(settings(tmp_path), stop), daemon=True)
     thread.start()
-    while not (tmp_path / "e.sock").exists():
+    while not (tmp_path / "ready").exists():  # the probe file: written once it listens
         time.sleep(0.01)
+    assert (tmp_path / "e.sock").exists()
     yield tmp_path
     stop.set()
     thread.join(10)
-    assert not (tmp_path / "e.sock").exists()
+    assert not (tmp_path / "e.sock").exists() and not (tmp_path / "ready").exists()
 
 
 def ask(path: pathlib.Path, data: bytes) -> edit_wire.Response:

@@ -145,3 +145,5 @@ def test_the_edit_service_runs_beside_maca_and_reads_what_it_is_given() -> None:
     assert set(env) <= variables(edit_config.Settings)
     s = edit_config.from_env(env)
     assert (str(s.host_root), s.socket) == (workloads.HOST_ROOT_IN_CONTAINER, handler.EDIT_SOCKET_HOST_PATH)
+    assert s.probe_file == workloads.PROBE_FILE  # its own container's /tmp: present while it listens
+    assert edit["readinessProbe"] == pod["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
