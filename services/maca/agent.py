@@ -57,6 +57,14 @@ class Maca:
         self.probe = probe.ProbeFile(settings.probe_file)
         self.uninstalling = agent_uninstall.Latch()
         self.failures = 0
+        self._warned: dict[str, str] = {}
+
+    def warn_once(self, reason: str, message: str) -> None:
+        """A Warning Event when the problem is new or another one: a round that fails the same way again
+        writes nothing (quiet while an administrator fixes the payload)."""
+        if self._warned.get(reason) != message:
+            self._warned[reason] = message
+            self.publisher.event(reason, message, warning=True)
 
     def wake(self, chore: str = "sync") -> None:
         self.chores.soon(chore)
@@ -75,7 +83,7 @@ class Maca:
             self.failures += 1
             ready, reason = False, str(exc)
             self.say("round", f"MXMACA: {reason}", logging.ERROR)
-            self.publisher.event(event_reasons.MACA_INSTALL_FAILED, reason, warning=True)
+            self.warn_once(event_reasons.MACA_INSTALL_FAILED, reason)
             self.chores.later("sync", loop.backoff(self.failures))
         installed = [str(v) for v in self.store.installed()]
         self.publish(node, installed)
@@ -92,7 +100,7 @@ class Maca:
             )
         except InvalidSpec as exc:
             why = "; ".join(f"{e.path}: {e.message}" for e in exc.errors)
-            self.publisher.event(event_reasons.INVALID_MACA_PAYLOAD, why, warning=True)
+            self.warn_once(event_reasons.INVALID_MACA_PAYLOAD, why)
             return False, f"cannot install the payload images: {why}"
         live, gone = self.store.uses()
         self.store.forget(gone)
@@ -108,6 +116,7 @@ class Maca:
                 f"kept-{version}", f"MXMACA {version} is no longer listed; kept while {len(users)} container(s) use it"
             )
         self.failures = 0
+        self._warned.clear()
         shown = ", ".join(str(w.version) for w in wanted) or "none listed"
         return True, f"MXMACA installed: {shown}"
 

@@ -114,3 +114,20 @@ def test_runc_and_the_socket_come_from_the_conf_file_next_to_the_wrapper(node: R
     )
     done = node.run(bundle, "conf-1", binary=installed)
     assert (done.returncode, done.stdout) == (0, "2.9.1\n"), done.stderr
+
+
+def test_an_sgpu_container_carries_its_share_and_a_qos_policy(node: RuntimeHost) -> None:
+    """R-SGPU's runtime side: the share gpu-device's Allocate set reaches the container, with the node's QoS policy
+    filled in when the container carries none (default best-effort); an unknown policy fails the start."""
+    share = ["METAX_VISIBLE_DEVICES=0000:09:00.0", "METAX_SGPU_SHARES=0000:09:00.0=4", "METAX_SGPU_SHARES_PER_GPU=16"]
+    bundle = node.bundle("sgpu", ["sh", "-c", "env | grep ^METAX_SGPU | sort"], share)
+    done = node.run(bundle, "sgpu-1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "METAX_SGPU_QOS_POLICY=best-effort",
+        "METAX_SGPU_SHARES=0000:09:00.0=4",
+        "METAX_SGPU_SHARES_PER_GPU=16",
+    ]
+    bad = node.bundle("sgpu-bad", ["true"], [*share, "METAX_SGPU_QOS_POLICY=turbo"])
+    refused = node.run(bad, "sgpu-2")
+    assert refused.returncode != 0 and "'turbo' is not a QoS policy" in refused.stderr

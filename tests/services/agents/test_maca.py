@@ -129,6 +129,10 @@ def test_a_payload_without_a_version_tag_is_refused(tmp_path: pathlib.Path) -> N
     assert not signal.ready and "does not start with a version" in signal.reason
     assert event_reasons.INVALID_MACA_PAYLOAD in n.reasons()
     assert not m.probe.present
+    writes = n.writes()
+    n.clock.advance(60)
+    m.tick()
+    assert n.writes() == writes  # the same problem again: no new Event, no write
 
 
 def test_uninstall_removes_what_it_installed_and_keeps_what_is_in_use(tmp_path: pathlib.Path) -> None:
