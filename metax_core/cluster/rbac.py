@@ -27,6 +27,7 @@ import attrs
 from metax_core.cluster import components
 from metax_core.cluster.components import Component
 from metax_core.node import driver_config, vfio_config_map
+from metax_core.runtime import handler
 from metax_core.spec import model as spec
 from metax_core.wire import meta
 
@@ -287,6 +288,9 @@ def operator_rules() -> AccountRules:
             (WEBHOOK_NAME,),
         ),
         Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
+        # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
+        Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
+        Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),
     ]
     namespace = [
         Rule("apps", ("daemonsets", "deployments"), (*READ, *WRITE)),

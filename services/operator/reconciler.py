@@ -261,6 +261,7 @@ class Reconciler:
         for component in undeployed:
             why = why_by_component.get(component.value, f"component {component.value} is disabled")
             self.applier.prune_absent(rbac.to_remove([component], self.settings.namespace, rendered), why)
+            self.applier.prune_absent(workloads.cluster_objects(component), why)
 
     def _rollout(
         self, s: spec.ClusterOperatorSpec, cr: RawObject, desired: Mapping[str, Any], now: dt.datetime

@@ -198,11 +198,11 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             }
             assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
     C = components.Component
-    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER}
+    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA}
 
 
 def test_a_component_gets_its_probe_by_declaring_it() -> None:
-    assert components.BY_COMPONENT[components.Component.MACA].probe is None  # no agent code yet: no probe
+    assert components.BY_COMPONENT[components.Component.EXPORTER].probe is None  # no agent code yet: no probe
     declared = components.ReadinessProbe(file="/tmp/maca-ready", period_seconds=7)
     assert workloads.readiness_probe(declared) == {
         "exec": {"command": ["test", "-f", "/tmp/maca-ready"]},
@@ -211,8 +211,8 @@ def test_a_component_gets_its_probe_by_declaring_it() -> None:
     }
     s = validation.parse({"driver": {"payload": {"version": "2.18.0"}}})
     common = {"log_level": "INFO", "host_root": "/host", "required": ""}
-    probed = agent_env.render(s, components.Component.MACA, probe_file=declared.file, **common)
+    probed = agent_env.render(s, components.Component.EXPORTER, probe_file=declared.file, **common)
     assert {"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"} in probed
     assert "METAX_PROBE_FILE" not in {
-        e["name"] for e in agent_env.render(s, components.Component.MACA, probe_file=None, **common)
+        e["name"] for e in agent_env.render(s, components.Component.EXPORTER, probe_file=None, **common)
     }
