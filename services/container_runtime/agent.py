@@ -25,7 +25,7 @@ from metax_core.ports import node as node_ports
 from metax_core.runtime import detect, handler, record
 from metax_core.wire import event_reasons
 from metax_hw import container_runtime
-from services._agent import cluster, loop, probe, publish
+from services._agent import base, cluster
 from services._agent import uninstall as agent_uninstall
 from services.container_runtime import containerd_round, docker_round, files, rounds
 from services.container_runtime.config import RuntimeChoice, Settings
@@ -43,7 +43,7 @@ class Hardware:
     service: node_ports.ServiceManager
 
 
-class ContainerRuntime:
+class ContainerRuntime(base.NodeAgentBase):
     name = "container-runtime"
 
     def __init__(
@@ -56,18 +56,11 @@ class ContainerRuntime:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.ports = ports
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        self.publisher = publish.Publisher(
-            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
-        )
-        self.probe = probe.ProbeFile(settings.probe_file)
         self.files = files.HostFiles(settings.host_root)
         self.ledger = files.Ledger(self.files, f"{settings.state_dir.rstrip('/')}/{record.FILE_NAME}")
-        self.uninstalling = agent_uninstall.Latch()
         common: dict[str, Any] = {
             "service": hw.service,
             "files_": self.files,
@@ -105,9 +98,6 @@ class ContainerRuntime:
         self._stamp: tuple[Any, ...] | None = None
 
     # -- the loop --------------------------------------------------------------------------------------------
-
-    def wake(self, chore: str = "sync") -> None:
-        self.chores.soon(chore)
 
     def tick(self) -> None:
         stamp = self._files_stamp()

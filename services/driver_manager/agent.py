@@ -35,7 +35,7 @@ from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
-from services._agent import cluster, loop, probe, publish
+from services._agent import base, cluster, loop
 from services._agent import uninstall as agent_uninstall
 from services.driver_manager import firmware, payload, state, undo
 from services.driver_manager.config import Settings
@@ -74,7 +74,7 @@ class Outcome:
     blocked: str | None = None
 
 
-class DriverManager:
+class DriverManager(base.NodeAgentBase):
     name = "driver-manager"
 
     def __init__(
@@ -86,18 +86,11 @@ class DriverManager:
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.ports = ports
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        self.publisher = publish.Publisher(
-            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
-        )
-        self.probe = probe.ProbeFile(settings.probe_file)
         self.state = state.StateFile(settings.host_root)
         self.baseline = undo.BaselineFile(settings.host_root)
-        self.uninstalling = agent_uninstall.Latch()
         self.payload_dir = pathlib.Path(settings.payload_dir)
         self.config = driver_config.DriverConfig()
         self.failures = 0
@@ -134,9 +127,6 @@ class DriverManager:
         """The driver stays loaded (workloads use it); the readiness signal stays as it is."""
         self.probe.not_ready()
         log.info("driver-manager stopped")
-
-    def wake(self, chore: str = "sync") -> None:
-        self.chores.soon(chore)
 
     def uninstall(self) -> bool:
         """When the finalizer asks (`services._agent.uninstall`): undo, answer, and do nothing else."""

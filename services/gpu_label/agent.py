@@ -22,8 +22,7 @@ from metax_core.inventory import METAX_MODULE, GpuHealth, GpuLink, GpuMetrics, P
 from metax_core.node import devices, labels, publish
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
-from services._agent import cluster, loop, probe
-from services._agent import publish as publisher
+from services._agent import base, cluster
 from services._agent import uninstall as agent_uninstall
 from services.gpu_label.config import Settings
 
@@ -44,7 +43,7 @@ class Hardware:
         return cls(host.devices, host.modules, host.monitor, host.monitor)
 
 
-class GpuLabel:
+class GpuLabel(base.NodeAgentBase):
     name = "gpu-label"
 
     def __init__(
@@ -56,22 +55,12 @@ class GpuLabel:
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.ports = ports
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        self.publisher = publisher.Publisher(
-            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
-        )
-        self.probe = probe.ProbeFile(settings.probe_file)
         self._metrics: tuple[GpuMetrics, ...] = ()
         self._health: Mapping[PciAddress, GpuHealth] = {}
         self._links: tuple[GpuLink, ...] = ()
-        self.uninstalling = agent_uninstall.Latch()
-
-    def wake(self, chore: str = "sync") -> None:
-        self.chores.soon(chore)
 
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):

@@ -23,8 +23,7 @@ from metax_core.node import labels
 from metax_core.ports import node as node_ports
 from metax_core.runtime import sdk
 from metax_core.wire import event_reasons
-from services._agent import cluster, loop, probe
-from services._agent import publish as publisher
+from services._agent import base, cluster, loop
 from services._agent import uninstall as agent_uninstall
 from services.maca import store, undo
 from services.maca.config import Settings
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 COMPONENT = components.signal(components.Component.MACA)
 
 
-class Maca:
+class Maca(base.NodeAgentBase):
     name = "maca"
 
     def __init__(
@@ -46,16 +45,9 @@ class Maca:
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.store = hw or production_store(settings)
-        self.ports = ports
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        self.publisher = publisher.Publisher(
-            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
-        )
-        self.probe = probe.ProbeFile(settings.probe_file)
-        self.uninstalling = agent_uninstall.Latch()
         self.failures = 0
         self._warned: dict[str, str] = {}
 
@@ -65,9 +57,6 @@ class Maca:
         if self._warned.get(reason) != message:
             self._warned[reason] = message
             self.publisher.event(reason, message, warning=True)
-
-    def wake(self, chore: str = "sync") -> None:
-        self.chores.soon(chore)
 
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):

@@ -27,7 +27,7 @@ from metax_core.ports import node as node_ports
 from metax_core.spec import vfio_config
 from metax_core.spec.model import VfioConfigEntry
 from metax_core.wire import event_reasons
-from services._agent import cluster, loop, probe, publish
+from services._agent import base, cluster, loop
 from services._agent import uninstall as agent_uninstall
 from services.vfio_manager import undo
 from services.vfio_manager.config import Settings
@@ -48,7 +48,7 @@ class Hardware:
         return cls(host.devices, host.binder, host.modules)
 
 
-class VfioManager:
+class VfioManager(base.NodeAgentBase):
     name = "vfio-manager"
 
     def __init__(
@@ -60,23 +60,13 @@ class VfioManager:
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.ports = ports
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        self.publisher = publish.Publisher(
-            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
-        )
-        self.probe = probe.ProbeFile(settings.probe_file)
         self.entries: tuple[VfioConfigEntry, ...] = ()
         self.failures: dict[PciAddress, int] = {}
         self.problems: dict[PciAddress, str] = {}
         self.marker = undo.Marker(settings.host_root)
-        self.uninstalling = agent_uninstall.Latch()
-
-    def wake(self, chore: str = "sync") -> None:
-        self.chores.soon(chore)
 
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):
