@@ -20,7 +20,7 @@ from metax_core.cluster import configmaps, workloads
 from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import documents, rollout, uninstall
+from services.cli import doctor, documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_maca_resolve)
 
     rollout.add_parser(sub)
+    doctor.add_parser(sub)
     uninstall.add_parser(sub)
 
     p = sub.add_parser("run", help="run the operator (reconciles cluster-operator; env: see docs/operator.md)")
