@@ -41,7 +41,7 @@ class LinkState(enum.Enum):
 @attrs.frozen
 class Link:
     id: str
-    """Stable, for scripts (``-o json``): ``cluster-operator``, ``node``, ``<component>-deployed``,
+    """Stable, for scripts (``-o json``): ``cluster-operator``, ``operator``, ``node``, ``<component>-deployed``,
     ``<component>-pod``, ``<component>-ready``, ``gpu-found``, ``driver-loaded``, ``vfs``, ``vfio-selection``,
     ``allocatable``; ``<component>`` is the component's signal name (``gpu-label``, ``driver``, …)."""
     title: str
@@ -75,7 +75,7 @@ class Diagnosis:
         return not any(link.id == GPU_FOUND and not link.holds for link in self.links)
 
 
-CLUSTER_OPERATOR, NODE, GPU_FOUND = "cluster-operator", "node", "gpu-found"
+CLUSTER_OPERATOR, OPERATOR, NODE, GPU_FOUND = "cluster-operator", "operator", "node", "gpu-found"
 DRIVER_LOADED, VFS, VFIO_SELECTION, ALLOCATABLE = "driver-loaded", "vfs", "vfio-selection", "allocatable"
 CR_RESOURCE = f"{spec.PLURAL}.{spec.API_GROUP}"
 DAEMONSET_TOLERATED = frozenset(
@@ -356,9 +356,14 @@ def _links(
     if cr.spec is None:
         yield _broken(CLUSTER_OPERATOR, f"{spec.OBJECT_NAME} valid", cr.problem or "no spec", look_cr)
         return
-    yield _ok(
-        CLUSTER_OPERATOR, f"{spec.OBJECT_NAME} valid", f"generation {cr.generation}, observed {cr.observed_generation}"
-    )
+    yield _ok(CLUSTER_OPERATOR, f"{spec.OBJECT_NAME} valid", "the spec passes the webhook's validation")
+    operator = components.OPERATOR_WORKLOAD.name
+    seen = f"generation {cr.generation}, the operator has observed {cr.observed_generation}"
+    if cr.observed_generation < cr.generation:
+        look = f"kubectl -n {facts.namespace} logs deployment/{operator}"
+        yield _broken(OPERATOR, "the operator reconciled the spec", f"{seen}: is it running?", look)
+    else:
+        yield _ok(OPERATOR, "the operator reconciled the spec", seen)
     if node.kubelet_ready:
         yield _ok(NODE, "node Ready", "the kubelet posts Ready")
     else:

@@ -163,7 +163,7 @@ def examine(api: Api, names: Sequence[str], *, namespace: str, output: str = "ta
             document["summary"] = doctor_report.summary_document(summary, facts.cr)
         print(json.dumps(document, indent=2))
     else:
-        console = Console(file=sys.stdout, highlight=False, width=160)
+        console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 160)
         if summary is None:
             for d in diagnoses:
                 print_diagnosis(console, d)

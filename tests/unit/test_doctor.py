@@ -137,6 +137,7 @@ def test_a_healthy_node_passes_every_link() -> None:
     assert d.healthy, [(x.id, x.evidence) for x in d.links if not x.holds]
     assert [x.id for x in d.links] == [
         "cluster-operator",
+        "operator",
         "node",
         "gpu-label-pod",
         "gpu-label-ready",
@@ -172,6 +173,13 @@ def test_no_cluster_operator() -> None:
     assert (first(d).id, first(d).evidence) == ("cluster-operator", c.cr.problem)
     assert first(d).next == "kubectl get clusteroperators.gpu.metax-tech.com cluster-operator -o yaml"
     assert doctor_report.exit_code([d]) == doctor_report.EXIT_BROKEN
+
+
+def test_an_operator_behind_the_spec() -> None:
+    behind = cluster(cr=attrs.evolve(cluster().cr, generation=3, observed_generation=2))
+    link = first(diagnose(cluster_facts=behind))
+    assert (link.id, link.evidence) == ("operator", "generation 3, the operator has observed 2: is it running?")
+    assert link.next == f"kubectl -n {NS} logs deployment/metax-operator"
 
 
 def test_a_node_the_kubelet_does_not_report_ready() -> None:
@@ -259,7 +267,14 @@ def test_no_gpu_on_the_node() -> None:
     link = first(d)
     assert link.id == "gpu-found" and "gpu-label found no MetaX GPU" in link.evidence
     assert link.next == f"kubectl -n {NS} logs pod/metax-gpu-label-x1"
-    assert [x.id for x in d.links] == ["cluster-operator", "node", "gpu-label-pod", "gpu-label-ready", "gpu-found"]
+    assert [x.id for x in d.links] == [
+        "cluster-operator",
+        "operator",
+        "node",
+        "gpu-label-pod",
+        "gpu-label-ready",
+        "gpu-found",
+    ]
     assert doctor_report.state(d) == doctor_report.NO_GPU
 
 

@@ -162,6 +162,7 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     for component in ("gpuLabel", "runtime", "driver"):
         wait_for(f"{component} pods on both GPU nodes", lambda c=component: _on(env, c, [gpu0, gpu1]), timeout=120)
     wait_for("gpu-label's pod on the CPU node", lambda: _on(env, "gpuLabel", [cpu]), timeout=120)
+    wait_for("the operator's conditions on cluster-operator", lambda: env.condition("Degraded"), timeout=60)
     wait_for(
         "the CPU node without gpu.installed", lambda: node_labels.GPU_INSTALLED not in _labels(env, cpu), timeout=60
     )
@@ -175,6 +176,7 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     holding = ids[: ids.index("container-runtime-ready")]
     assert holding == [
         "cluster-operator",
+        "operator",
         "node",
         "gpu-label-pod",
         "gpu-label-ready",
@@ -229,6 +231,7 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
 
     # a prerequisite disabled
     env.api.apply(cluster_operator(spec(runtime={"deploy": False})), field_manager="helm")
+    wait_for("the operator reconciled the edit", lambda: _observed(env), timeout=60)
     code, document = doctor(capsys, kubeconfig, gpu0)
     first = node_report(document, gpu0)["firstBroken"]
     assert code == doctor_report.EXIT_BROKEN and first["id"] == "driver-deployed", first
@@ -240,6 +243,11 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     assert code == doctor_report.EXIT_BROKEN and node_report(document, gpu0)["firstBroken"]["id"] == "driver-deployed"
     code, document = doctor(capsys, sa_kubeconfig)
     assert code == doctor_report.EXIT_BROKEN and cpu in document["summary"]["nodes"][doctor_report.NO_GPU]
+
+
+def _observed(env: Env) -> bool:
+    cr = env.cr()
+    return bool((cr.get("status") or {}).get("observedGeneration") == cr["metadata"]["generation"])
 
 
 def _labels(env: Env, node: str) -> dict[str, str]:
