@@ -6,7 +6,8 @@ and on each node the real gpu-label agent (and on GPU nodes the real driver-mana
 host, as in test_uninstall_hosts.py. GPU node 0 loads the payload driver; GPU node 1 has no driver and a
 payload built for another kernel, which its fake kernel refuses (``Invalid module format``). Doctor runs
 in-process with the admin kubeconfig (``main.main``, exactly the console script's code), and once as a
-ServiceAccount bound to the chart's read-only doctor ClusterRole.
+ServiceAccount bound to the chart's read-only doctor ClusterRole, and once as ``kubectl metax doctor`` through the
+real kubectl's plugin lookup.
 
 Cases, each checking the first broken link named, its evidence and the exit code:
 - before install: cluster-operator is the first broken link, exit 1;
@@ -26,9 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +46,7 @@ from metax_core.errors import ClusterError
 from metax_core.node import labels as node_labels
 from metax_core.wire import event_reasons
 from metax_dev import agents
+from metax_dev.controlplane import build
 from metax_hw_fake import builder
 from metax_k8s import client as metax_client
 from services.cli import main
@@ -215,6 +219,20 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     assert gpu0 in states["broken: container-runtime-ready"], states
     assert {c["type"] for c in document["summary"]["clusterOperator"]["conditions"]} >= {"Ready", "Degraded"}
     assert code == doctor_report.EXIT_BROKEN
+
+    # the same through kubectl's plugin mechanism: `kubectl metax doctor` runs the kubectl-metax console script
+    kubectl = str(build.build(quiet=True).binary("kubectl"))
+    venv_bin = str(pathlib.Path(sys.executable).parent)
+    plugin = subprocess.run(
+        [kubectl, "metax", "doctor", gpu1, "-o", "json", "--kubeconfig", str(kubeconfig)],
+        check=False,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plugin.returncode == doctor_report.EXIT_BROKEN, plugin.stderr
+    assert link(node_report(json.loads(plugin.stdout), gpu1), "driver-loaded")["state"] == "broken"
 
     # an unknown node
     assert doctor(capsys, kubeconfig, "no-such-node")[0] == doctor_report.EXIT_USAGE
