@@ -21,7 +21,7 @@ from metax_core.cluster import configmaps, workloads
 from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import completion, doctor, documents, rollout, uninstall
+from services.cli import completion, diff, doctor, documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -131,6 +131,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     rollout.add_parser(sub)
     doctor.add_parser(sub)
+    diff.add_parser(sub)
     uninstall.add_parser(sub)
 
     completion.add_parser(sub)
