@@ -24,7 +24,7 @@ import yaml
 
 from metax_core.cluster import components, configmaps, workloads
 from metax_core.errors import FieldError
-from metax_core.rollout import rules, sim
+from metax_core.rollout import fleet, rules, sim
 from metax_core.rollout.status import UpgradeStatus
 from metax_core.spec import model as spec
 
@@ -39,6 +39,7 @@ class Action(enum.Enum):
 
 @attrs.frozen
 class ObjectChange:
+    api_version: str
     kind: str
     name: str
     namespace: str | None
@@ -91,6 +92,8 @@ def desired(
     defaults and then the administrator's: not part of the spec, so not of a diff)."""
     rendered = workloads.render(s, settings)
     objects = [configmaps.vfio_config_map(s, settings.namespace), *rendered.objects]
+    # the driver DaemonSet as the operator applies it outside a rollback: its template's revision stamped
+    objects = [fleet.stamped(o, s.driver) if _is_driver_daemonset(o) else o for o in objects]
     return {(str(o["kind"]), str(o["metadata"]["name"])): o for o in objects}
 
 
@@ -137,7 +140,8 @@ def predict(
             continue
         namespace = (now or old or {}).get("metadata", {}).get("namespace")
         action = Action.CREATE if old is None else Action.DELETE if now is None else Action.UPDATE
-        objects.append(ObjectChange(kind, name, namespace, action, unified(kind, name, old, now)))
+        api_version = str((now or old or {}).get("apiVersion", ""))
+        objects.append(ObjectChange(api_version, kind, name, namespace, action, unified(kind, name, old, now)))
         if kind not in ("DaemonSet", "Deployment"):
             continue
         nodes = tuple(sorted(set(pods_on.get(name, ()))))
@@ -159,3 +163,7 @@ def _driver(new: spec.ClusterOperatorSpec, nodes: tuple[str, ...], why: str) -> 
         return DriverChange(DriverMode.ALL_AT_ONCE, nodes, why)
     plan = sim.simulate(attrs.evolve(policy, pause=False), nodes) if nodes else None
     return DriverChange(DriverMode.ROLLOUT, nodes, why, plan)
+
+
+def _is_driver_daemonset(manifest: Mapping[str, Any]) -> bool:
+    return bool(manifest["kind"] == "DaemonSet" and manifest["metadata"]["name"] == DRIVER_WORKLOAD)

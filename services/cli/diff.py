@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 from rich.console import Console
 
 from metax_core.cluster import diff, workloads
@@ -140,6 +141,69 @@ def _dry_run(api: Api, document: Mapping[str, Any]) -> str:
     return ""
 
 
+BOOKKEEPING = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
+CONTROLLER_ANNOTATIONS = ("deployment.kubernetes.io/revision",)
+"""Written by a controller after the apply, not by it: left out of both sides."""
+
+
+def cleaned(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An object as the diff shows it: without status, server bookkeeping and the operator's desired-hash."""
+    if obj is None:
+        return None
+    out = json.loads(json.dumps(obj))
+    out.pop("status", None)
+    metadata = out.get("metadata") or {}
+    for key in BOOKKEEPING:
+        metadata.pop(key, None)
+    annotations = metadata.get("annotations") or {}
+    for key in (meta.DESIRED_HASH, *CONTROLLER_ANNOTATIONS):
+        annotations.pop(key, None)
+    if not annotations:
+        metadata.pop("annotations", None)
+    return dict(out)
+
+
+def server_side(
+    api: Api, prediction: diff.Prediction, new: spec.ClusterOperatorSpec, settings: workloads.RenderSettings
+) -> tuple[diff.Prediction, dict[tuple[str, str], dict[str, Any] | None]]:
+    """Each changed object through a server-side apply dry run (``dryRun=All``) as the operator's field manager:
+    the diffs become live object → what the API server would store (its defaults, and the fields the operator
+    would drop, included). Returns the prediction with those diffs, and each object as it would be stored."""
+    wanted = diff.desired(new, settings)
+    stored: dict[tuple[str, str], dict[str, Any] | None] = {}
+    changes = []
+    for change in prediction.objects:
+        key = (change.kind, change.name)
+        manifest = wanted.get(key)
+        try:
+            live = api.get(change.api_version, change.kind, change.name, change.namespace)
+        except NotFound:
+            live = None
+        if manifest is None:
+            after = None
+        else:
+            body = json.loads(json.dumps(manifest))
+            hashed = ((live or {}).get("metadata") or {}).get("annotations", {}).get(meta.DESIRED_HASH)
+            if hashed:  # bookkeeping the operator rewrites: kept as it is, so it is no change here
+                body["metadata"].setdefault("annotations", {})[meta.DESIRED_HASH] = hashed
+            try:
+                after = api.apply(body, field_manager=meta.OPERATOR_FIELD_MANAGER, force=True, dry_run=True)
+            except ClusterError as exc:
+                note = f"# no server-side dry run ({exc}); the operator's render:\n"
+                changes.append(attrs.evolve(change, diff=note + change.diff))
+                continue
+        stored[key] = after
+        text = diff.unified(change.kind, change.name, cleaned(live), cleaned(after))
+        changes.append(attrs.evolve(change, diff=text))
+    return attrs.evolve(prediction, objects=tuple(changes)), stored
+
+
+def _api_version(kind: str) -> str:
+    return {"DaemonSet": "apps/v1", "Deployment": "apps/v1"}.get(
+        kind, "rbac.authorization.k8s.io/v1" if "Role" in kind else "v1"
+    )
+
+
 def compare(
     api: Api, *, file: str | None, sets: Sequence[str], settings: workloads.RenderSettings, output: str = "table"
 ) -> int:
@@ -168,6 +232,7 @@ def compare(
     server = _dry_run(api, document)
     if prediction.refused or server:
         return _refused(list(prediction.refused), server, output)
+    prediction, _ = server_side(api, prediction, new, settings)
     if output == "json":
         print(json.dumps(as_json(prediction), indent=2))
     else:

@@ -5,7 +5,8 @@ CPU node; kwok runs the DaemonSets' pods). For each edit, ``diff`` runs first (i
 script's code, ``-o json``), then the edit is applied as Helm applies it, and what really happens is compared:
 
 - a global toleration: predicted, every workload's pods restart on the nodes that run them (the driver's all at
-  once, without a rollout); really, exactly those pods are replaced (new uids on the same nodes);
+  once, without a rollout), and each object as the server-side apply dry run says it would be stored; really,
+  exactly those pods are replaced (new uids on the same nodes) and each object is stored as predicted;
 - a component disabled (vfioManager): predicted, its DaemonSet and RBAC deleted and its pods removed; really,
   every object predicted deleted is gone and no other workload's pod is replaced;
 - a driver version bump with ``enableRollout`` (a canary of one node, then the rest, ``maxParallel`` 1):
@@ -26,7 +27,9 @@ import yaml
 from operator_helpers import NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
+from metax_core.cluster import diff, workloads
 from metax_core.errors import ClusterError
+from metax_core.spec import validation
 from services.cli import diff as cli_diff
 from services.cli import main
 
@@ -84,6 +87,14 @@ def not_replaced(env: Env, before: dict[tuple[str, str], str], predicted: set[tu
     return missing
 
 
+def dry_run(env: Env, live: dict[str, Any], new: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """What `metax-operator diff` dry-runs: each changed object as the API server would store it."""
+    settings = workloads.RenderSettings(namespace=NS, version="0.1.0")
+    parsed = validation.parse(new)
+    prediction = diff.predict(validation.parse(live), parsed, settings=settings, pods_on=cli_diff._pods_on(env.api, NS))
+    return cli_diff.server_side(env.api, prediction, parsed, settings)[1]
+
+
 def settled(env: Env) -> bool:
     cr = env.cr()
     status = cr.get("status") or {}
@@ -124,12 +135,19 @@ def test_diff_predicts_what_an_edit_then_does(
     predicted |= {("metax-driver", n) for n in told["driver"]["nodes"]}
     before = pods(env)
     assert predicted == set(before), predicted ^ set(before)  # every running pod of ours, on its node
+    label = next(o for o in told["objects"] if o["name"] == "metax-gpu-label" and o["kind"] == "DaemonSet")
+    assert "+        key: maintenance\n" in label["diff"], label["diff"]  # the server-side dry run's diff
+    stored = dry_run(env, BASE, tolerated)
     apply(env, tolerated)
     try:
         wait_for("every predicted pod replaced", lambda: not not_replaced(env, before, predicted), timeout=180)
     except AssertionError:
         raise AssertionError(f"not replaced: {not_replaced(env, before, predicted)}") from None
     wait_for("settled", lambda: settled(env), timeout=60)
+    for (kind, name), predicted_object in stored.items():  # each object as the dry run said it would be stored
+        assert predicted_object is not None
+        real = env.api.get(predicted_object["apiVersion"], kind, name, predicted_object["metadata"].get("namespace"))
+        assert cli_diff.cleaned(real) == cli_diff.cleaned(predicted_object), (kind, name)
 
     # a component disabled: its objects deleted, its pods removed, nothing else restarted
     disabled = {**tolerated, "vfioManager": {"deploy": False}}
@@ -160,12 +178,16 @@ def test_diff_predicts_what_an_edit_then_does(
     assert told["driver"]["mode"] == "rollout"
     plan = [loop for step in told["driver"]["plan"] for loop in step]
     assert [len(step) for step in told["driver"]["plan"]] == [1, 1], told["driver"]
+    stored = dry_run(env, with_policy, bumped)
+    assert set(stored) == {("DaemonSet", "metax-driver")}
     recorder = DeletionRecorder(env.api, env.gpu_nodes).start()
     apply(env, bumped)
     loops = wait_for("both loops deleted", lambda: len(s := recorder.snapshot()) >= 2 and s, timeout=180)
     recorder.stop()
     assert [list(loop) for loop in loops[:2]] == plan, (loops, plan)
     wait_for("the rollout done", lambda: settled(env), timeout=120)
+    real = env.api.get("apps/v1", "DaemonSet", "metax-driver", NS)
+    assert cli_diff.cleaned(real) == cli_diff.cleaned(stored[("DaemonSet", "metax-driver")])  # as the dry run said
 
     # a bad value: refused by diff, and by the API server when applied
     code, told = predict(capsys, env, None, "driver.payload.versoin=2.22.0")
