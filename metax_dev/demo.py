@@ -26,7 +26,7 @@ from metax_core.node import driver_config as driver_config_format
 from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_core.wire import meta
-from metax_dev import fakehost
+from metax_dev import agents, fakehost
 from metax_hw_fake import host as fake_host
 from metax_k8s.inmemory.cluster import InMemoryCluster
 from services._agent import cluster as agent_cluster
@@ -115,17 +115,18 @@ def show_nodes(console: Console, example: Path, workdir: Path) -> None:
     table = Table("node", "GPUs", "driver", "VFs", "module params", "vfio-pci", "advertised")
     for name, gpus, host_driver in NODES:
         k8s.add_node(name)
-        fake = fakehost.create(
-            workdir / name, gpus, host_driver=host_driver, loaded=False, payload_drivers=[PAYLOAD_VERSION]
-        )
-        table.add_row(*_node_row(name, fake, wanted, k8s))
+        fake = fakehost.create(workdir / name, gpus, host_driver=host_driver, loaded=False)
+        payload = agents.write_payload(workdir / f"{name}-payload", PAYLOAD_VERSION)  # the driver image's files
+        table.add_row(*_node_row(name, fake, payload, wanted, k8s))
     console.print(table)
     console.print("Labels of gpu-node-3 (R-LABELS), as gpu-label published them:")
     node = k8s.objects.get("v1", "Node", "gpu-node-3") or {}
     console.print({k: v for k, v in (node["metadata"].get("labels") or {}).items() if k.startswith("metax-tech.com/")})
 
 
-def _node_row(name: str, fake: fake_host.FakeHost, wanted: spec.ClusterOperatorSpec, k8s: InMemoryCluster) -> list[str]:
+def _node_row(
+    name: str, fake: fake_host.FakeHost, payload: Path, wanted: spec.ClusterOperatorSpec, k8s: InMemoryCluster
+) -> list[str]:
     """One node brought up by the agents' own rounds, in the order the readiness gates allow."""
     driver = driver_bootstrap.bootstrap(
         driver_config.Settings(
@@ -134,6 +135,7 @@ def _node_row(name: str, fake: fake_host.FakeHost, wanted: spec.ClusterOperatorS
             namespace=NAMESPACE,
             deploy_policy=wanted.driver.deploy_policy,
             payload_version=wanted.driver.payload.version,
+            payload_dir=str(payload),
             fw_upgrade_policy=wanted.driver.fw_upgrade_policy,
             fw_enable_virt=wanted.driver.fw_enable_virt,
             host_module_tools=False,

@@ -82,7 +82,7 @@ def open_host(
         tree=tree,
         devices=devices,
         binder=binding.SysfsDriverBinder(tree, devices, native_driver),
-        modules=kmod.ModprobeKernelModules(tree, kmod_runner),
+        modules=kmod.ModprobeKernelModules(tree, kmod_runner, local_runner=smi_runner),
         monitor=gpu_monitor,
         firmware=gpus.MxSmiFirmware(smi_runner, devices, gpu_monitor),
         network=network,

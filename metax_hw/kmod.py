@@ -10,12 +10,14 @@ versions come from modinfo (for PreferHost/PreferNewer).
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from metax_core import errors
 from metax_core.inventory import DriverVersion, ModuleState
+from metax_core.node import payload_layout
 from metax_hw import sysfs, tools
 
 logger = logging.getLogger(__name__)
@@ -88,9 +90,13 @@ def format_params(module: str, params: Mapping[str, str], operation: str) -> lis
 class ModprobeKernelModules:
     """`metax_core.ports.hardware.KernelModules`: modprobe/insmod/rmmod/modinfo, read back from sysfs."""
 
-    def __init__(self, tree: sysfs.HostTree, runner: tools.ToolRunner) -> None:
+    def __init__(
+        self, tree: sysfs.HostTree, runner: tools.ToolRunner, local_runner: tools.ToolRunner | None = None
+    ) -> None:
         self.tree = tree
         self.runner = runner
+        self.local_runner = local_runner or runner
+        """Runs DIRECT: modinfo of files in the agent's own filesystem (the payload image), never the host's."""
 
     def load(self, name: str, params: Mapping[str, str]) -> None:
         op = "load module"
@@ -151,6 +157,32 @@ class ModprobeKernelModules:
             arg = str(self.tree.path(name_or_path))
         out = self.runner.run(tools.MODINFO, [arg], operation="read module info", device=name_or_path)
         return parse_modinfo(out.stdout, name_or_path)
+
+    def running_kernel(self) -> payload_layout.RunningKernel:
+        """The release from ``<root>/proc/sys/kernel/osrelease`` (a container shares its host's kernel, so
+        without that file the agent's own ``uname -r``), and the vermagic of the first in-tree module listed
+        in ``/lib/modules/<release>/modules.dep`` (None when there is none, or modinfo cannot read it)."""
+        op = "read the running kernel"
+        release = self.tree.read(self.tree.path("/proc/sys/kernel/osrelease"), operation=op, device=None)
+        release = release or os.uname().release
+        deps = self.tree.read(self.tree.path(f"/lib/modules/{release}/modules.dep"), operation=op, device=release)
+        in_tree = [line.split(":", 1)[0].strip() for line in (deps or "").splitlines() if line.startswith("kernel/")]
+        magic = None
+        if in_tree:
+            try:
+                shown = self.modinfo(f"/lib/modules/{release}/{in_tree[0]}").get("vermagic") or [""]
+                magic = payload_layout.Vermagic.parse(shown[0])
+            except (errors.HardwareError, ValueError) as exc:
+                logger.info("running kernel %s: no vermagic of its own modules (%s)", release, exc)
+        return payload_layout.RunningKernel(release, magic)
+
+    def file_vermagic(self, local_path: str) -> payload_layout.Vermagic:
+        op = "read module vermagic"
+        out = self.local_runner.run(tools.MODINFO, ["-F", "vermagic", local_path], operation=op, device=local_path)
+        try:
+            return payload_layout.Vermagic.parse(out.stdout)
+        except ValueError as exc:
+            raise errors.HardwareError(op, local_path, str(exc)) from exc
 
     def installed_version(self, name: str) -> DriverVersion | None:
         try:

@@ -256,6 +256,7 @@ class FakeHostBuilder:
             )
             dep.append("updates/dkms/metax.ko:")
         layout.put(tree / "modules.dep", "\n".join(dep))
+        layout.put(base / "proc/sys/kernel/osrelease", self._release)  # what uname -r says on this host
         for path, (version, magic) in self._payloads.items():
             kmods.write_module_file(
                 base / path.lstrip("/"),

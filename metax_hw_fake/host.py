@@ -164,10 +164,16 @@ class FakeHost:
             st["faults"]["bind_refused"][address] = {"driver": driver, "errno": code}
 
     def fail_module_load(
-        self, name: str = "metax", message: str = "Unknown symbol in module, or unknown parameter (see dmesg)"
+        self,
+        name: str = "metax",
+        message: str = "Unknown symbol in module, or unknown parameter (see dmesg)",
+        *,
+        version: str | None = None,
     ) -> None:
+        """The kernel refuses to load the module (only its ``version`` when given; others still load)."""
+        key = name.replace("-", "_") + (f"@{version}" if version else "")
         with state.transaction(self.root) as st:
-            st["faults"]["load_fails"][name.replace("-", "_")] = message
+            st["faults"]["load_fails"][key] = message
 
     def hold_module(self, name: str = "metax") -> None:
         """Something on the host uses the module: rmmod fails with "in use"."""

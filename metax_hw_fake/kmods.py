@@ -128,7 +128,8 @@ def load(root: Path, st: State, info: dict[str, Any], params: dict[str, str]) ->
     if built_for is not None and built_for != running:
         st["dmesg"].append(f"{mod}: version magic '{built_for}' should be '{running}'")
         raise KmodError(errno.ENOEXEC, f"could not insert module {info['path']}: Invalid module format")
-    failure = st["faults"]["load_fails"].get(mod)
+    fails = st["faults"]["load_fails"]
+    failure = fails.get(mod) or fails.get(f"{mod}@{info.get('version')}")
     if failure is not None:
         raise KmodError(errno.EINVAL, failure)
     log: list[str] = []

@@ -36,6 +36,7 @@ import yaml
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import converter, limits
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,7 @@ def crd() -> Schema:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/part-of": "metax-operator"}},
+        "metadata": {"name": NAME, "labels": {meta.PART_OF_LABEL: meta.PRODUCT}},
         "spec": {
             "group": spec.API_GROUP,
             "scope": "Cluster",

@@ -57,6 +57,7 @@ VFIO_CONFIG = Var("METAX_VFIO_CONFIG", lambda s: vfio_config_map.NAME)
 
 SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.GPU_LABEL: (SGPU_SHARES,),
+    Component.RUNTIME: (),
     Component.DRIVER: (DEPLOY_POLICY, FW_UPGRADE_POLICY, FW_ENABLE_VIRT, DRIVER_CONFIG, DRIVER_VERSION),
     Component.VFIO_MANAGER: (VFIO_CONFIG,),
     Component.GPU_DEVICE: (HEALTHY_INTERVAL, SGPU_SHARES),

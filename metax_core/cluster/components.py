@@ -92,7 +92,9 @@ def _deploy(name: str) -> Workload:
 C = Component
 CATALOGUE: tuple[ComponentInfo, ...] = (
     ComponentInfo(C.GPU_LABEL, "gpu-label", (), (_ds("metax-gpu-label"),), AGENT_PROBE),
-    ComponentInfo(C.RUNTIME, "container-runtime", (C.GPU_LABEL,), (_ds("metax-container-runtime", host_pid=True),)),
+    ComponentInfo(
+        C.RUNTIME, "container-runtime", (C.GPU_LABEL,), (_ds("metax-container-runtime", host_pid=True),), AGENT_PROBE
+    ),
     ComponentInfo(C.DRIVER, "driver", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),), AGENT_PROBE),
     ComponentInfo(C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True),)),
     ComponentInfo(
@@ -108,6 +110,9 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
     ComponentInfo(C.GPU_SCHEDULER, "gpu-scheduler", (C.GPU_LABEL, C.TOPO), (_deploy("metax-gpu-scheduler"),)),
 )
 BY_COMPONENT: Mapping[Component, ComponentInfo] = {info.component: info for info in CATALOGUE}
+
+DRIVER_DAEMONSET = BY_COMPONENT[Component.DRIVER].workloads[0].name
+"""The driver's DaemonSet: the one workload the rollout stamps and drives (R-ROLLOUT, `metax_core.rollout.fleet`)."""
 
 OPERATOR_WORKLOAD = _deploy("metax-operator")
 """C1, deployed by the chart itself (not rendered by the operator)."""

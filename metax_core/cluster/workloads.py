@@ -361,3 +361,15 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
+
+
+def driver_daemonset_index(objects: Sequence[Mapping[str, Any]]) -> int | None:
+    """Where the driver's DaemonSet is among rendered objects (None: the driver is not deployed)."""
+    return next(
+        (
+            i
+            for i, o in enumerate(objects)
+            if o["kind"] == "DaemonSet" and o["metadata"]["name"] == components.DRIVER_DAEMONSET
+        ),
+        None,
+    )

@@ -24,12 +24,12 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
-from metax_core.node import driver_config, policy
+from metax_core.node import driver_config, payload_layout, policy
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
 
-HOST_DRIVER_DIR = "/var/lib/metax/drivers"
-"""Where payload drivers are copied on the host, one directory per version (docs/agents.md)."""
+HOST_DRIVER_DIR = payload_layout.HOST_DRIVER_DIR
+"""Where payload drivers are copied on the host, per version and kernel release (docs/agents.md)."""
 HOST_FIRMWARE_DIR = "/lib/firmware/metax"
 """Where payload firmware images are copied on the host before flashing."""
 
@@ -64,15 +64,18 @@ class DriverPlan:
     changed_params: tuple[str, ...] = ()
 
     @property
-    def module_file(self) -> str | None:
-        """Host-absolute path of the payload's module file (PAYLOAD only)."""
-        if self.choice.source is not policy.DriverSource.PAYLOAD or self.choice.version is None:
+    def from_payload(self) -> bool:
+        return self.choice.source is policy.DriverSource.PAYLOAD and self.choice.version is not None
+
+    def module_file(self, release: str) -> str | None:
+        """Host-absolute path of the payload's module file for kernel ``release`` (PAYLOAD only)."""
+        if not self.from_payload or self.choice.version is None:
             return None
-        return payload_module_path(self.choice.version)
+        return payload_module_path(self.choice.version, release)
 
 
-def payload_module_path(version: str) -> str:
-    return f"{HOST_DRIVER_DIR}/{version}/metax.ko"
+def payload_module_path(version: str, release: str) -> str:
+    return payload_layout.host_module_path(version, release)
 
 
 def same_version(a: str | None, b: str | None) -> bool:

@@ -21,6 +21,7 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
+from metax_core.node import payload_layout
 
 
 class DeviceInventory(Protocol):
@@ -84,6 +85,14 @@ class KernelModules(Protocol):
     def load_file(self, path: str, params: Mapping[str, str]) -> None:
         """insmod a module file (a driver payload's ``.ko``) with parameters. ``path`` is host-absolute
         (e.g. under ``/var/lib/metax``); raises when the kernel refuses or the module is already loaded."""
+        ...
+
+    def running_kernel(self) -> payload_layout.RunningKernel:
+        """The running kernel's release and, when an in-tree module of it is installed, its vermagic."""
+        ...
+
+    def file_vermagic(self, local_path: str) -> payload_layout.Vermagic:
+        """``modinfo -F vermagic`` of a module file in the agent's own filesystem (a payload image's)."""
         ...
 
 

@@ -28,6 +28,20 @@ class ReadinessBoard(Protocol):
         ...
 
 
+class ServiceManager(Protocol):
+    """What (re)starts the node's container runtime: systemd on a node, the test harness's supervisor in tests.
+
+    containerd has no reload (SIGHUP stops it), so a changed configuration takes a restart through whatever
+    supervises it. Failures are HardwareErrors naming the service."""
+
+    @property
+    def name(self) -> str: ...
+
+    def restart(self, unit: str) -> None:
+        """Restart the service ``unit`` (``containerd``, ``docker``, ``crio``) and return once it was started."""
+        ...
+
+
 class ResourcePlugin(Protocol):
     """One resource's plugin server (`metax_k8s.deviceplugin.server.PluginServer`); failures are PortErrors."""
 

@@ -40,6 +40,9 @@ DRIVER_RESTORE_FAILED: Final = "DriverRestoreFailed"
 """Neither the new driver nor the previous one loads: the node has no driver."""
 HOST_DRIVER_IN_USE: Final = "HostDriverInUse"
 """The loaded driver cannot be unloaded (processes use the GPUs, or it is built in)."""
+KERNEL_NOT_COVERED: Final = "KernelNotCovered"
+"""The driver payload has no module for the running kernel (after a kernel update): nothing is loaded or
+unloaded, the driver is not ready; the message names the running kernel and the kernels the payload covers."""
 INVALID_DRIVER_CONFIG: Final = "InvalidDriverConfig"
 VF_COUNT_SET: Final = "VfCountSet"
 VF_COUNT_REFUSED: Final = "VfCountRefused"
@@ -52,6 +55,19 @@ NODE_NEED_REBOOT: Final = "NodeNeedReboot"
 INVALID_VFIO_CONFIG: Final = "InvalidVfioConfig"
 VFIO_BIND_FAILED: Final = "VfioBindFailed"
 IOMMU_DISABLED: Final = "IOMMUDisabled"
+
+
+# -- container-runtime, on its Node ---------------------------------------------------------------------------
+RUNTIME_CONFIGURED: Final = "RuntimeConfigured"
+"""The runtime's configuration now has the ``metax`` handler and the running daemon loaded it."""
+RUNTIME_CONFIG_INVALID: Final = "RuntimeConfigInvalid"
+"""The runtime's configuration cannot be read, or our edit does not load (``config dump``): nothing restarted."""
+RUNTIME_RESTART_FAILED: Final = "RuntimeRestartFailed"
+"""The runtime did not come back with the new configuration: the previous files were restored and it was restarted."""
+RUNTIME_CONFIG_REPAIRED: Final = "RuntimeConfigRepaired"
+"""Someone (config management) rewrote the runtime's configuration without our part; it was put back."""
+RUNTIME_UNSUPPORTED: Final = "RuntimeUnsupported"
+"""No supported runtime found on the node, or one too old (the message names what was found)."""
 
 
 def driver_rollout(step_state: str) -> str:
@@ -74,6 +90,7 @@ ALL: Final = (
     PREVIOUS_DRIVER_RESTORED,
     DRIVER_RESTORE_FAILED,
     HOST_DRIVER_IN_USE,
+    KERNEL_NOT_COVERED,
     INVALID_DRIVER_CONFIG,
     VF_COUNT_SET,
     VF_COUNT_REFUSED,
@@ -83,5 +100,10 @@ ALL: Final = (
     INVALID_VFIO_CONFIG,
     VFIO_BIND_FAILED,
     IOMMU_DISABLED,
+    RUNTIME_CONFIGURED,
+    RUNTIME_CONFIG_INVALID,
+    RUNTIME_RESTART_FAILED,
+    RUNTIME_CONFIG_REPAIRED,
+    RUNTIME_UNSUPPORTED,
 )
 """Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""

@@ -19,6 +19,7 @@ import yaml
 from metax_core import versions
 from metax_core.cluster import configmaps, workloads
 from metax_core.errors import InvalidSpec, MetaxError
+from metax_core.rollout import fleet
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
 from services.cli import completion, diff, doctor, documents, rollout, uninstall
@@ -41,7 +42,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"skipped: {blocked.reason}", file=sys.stderr)
     for component in rendered.plan.disabled:
         print(f"skipped: {component.value} is disabled", file=sys.stderr)
-    everything = [*configmaps.manifests(parsed, args.namespace), *rendered.objects]  # the operator's apply order
+    stamped = list(rendered.objects)
+    if (index := workloads.driver_daemonset_index(stamped)) is not None:  # as the operator applies it
+        stamped[index] = fleet.stamped(stamped[index], parsed.driver)
+    everything = [*configmaps.manifests(parsed, args.namespace), *stamped]  # the operator's apply order
     objects = everything
     if args.component:
         wanted = {args.component, f"metax-{args.component}"}

@@ -2,6 +2,7 @@
 
 Each round gathers the node's facts (the loaded ``metax`` module, the host's installed driver, driver-config
 for this node, the PCI functions and their health), asks the core (`driver_plan.plan_driver`,
+`payload_layout.choose_module` for the payload's module whose vermagic is the running kernel's,
 `driver_config.vf_count_plan`, `policy.firmware_decision`), acts through the hardware port, and publishes:
 the ``driver`` readiness signal (R-READY) and ``metax-tech.com/driver.*`` labels only when the module is
 loaded as asked and every GPU answers, Events on the Node for what an administrator must know.
@@ -11,6 +12,8 @@ it is built in), the agent does not crash. It keeps the node's current driver, s
 (``HostDriverInUse``) and in its readiness reason, and tries again with back-off. Every host write is
 restartable: the payload copy is atomic, the module is loaded only when not loaded as wanted, the VF count
 is compared with sysfs before each write, and flashed firmware is recorded before the reboot it needs.
+A payload without a module for the running kernel (after a kernel update) loads and unloads nothing: one
+``KernelNotCovered`` Event, not ready, and the next round looks again.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import attrs
 from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError
 from metax_core.inventory import METAX_MODULE, GpuHealth, ModuleState, PciAddress, PciFunction
-from metax_core.node import driver_config, driver_plan
+from metax_core.node import driver_config, driver_plan, payload_layout
 from metax_core.node import labels as node_labels
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
@@ -164,8 +167,12 @@ class DriverManager:
         self.say("plan", f"{plan.step.value}: {plan.reason}")
         blocked = None
         if plan.step in (driver_plan.Step.LOAD, driver_plan.Step.RELOAD):
-            blocked = self._load(plan, loaded, remembered)
-            loaded = self.hw.modules.state(METAX_MODULE)
+            module = self._payload_module() if plan.from_payload else None
+            if isinstance(module, payload_layout.KernelNotCovered):
+                blocked = self._not_covered(module)  # the running driver (if any) is kept: never a wrong module
+            else:
+                blocked = self._load(plan, loaded, remembered, module)
+                loaded = self.hw.modules.state(METAX_MODULE)
         vf_plan = None
         if plan.step is not driver_plan.Step.LEAVE and loaded is not None:
             vf_plan = self._set_vfs(wanted.vfnum)
@@ -199,19 +206,43 @@ class DriverManager:
         self.say("config", f"driver-config for {s.node_name}: {driver_config.for_node(self.config, s.node_name)}")
         return self.config
 
+    def _payload_module(self) -> payload_layout.ModuleChoice | payload_layout.KernelNotCovered:
+        """The payload's module for the running kernel (`payload_layout.choose_module`), or why there is none."""
+        running = self.hw.modules.running_kernel()
+        found = payload.payload_modules(self.payload_dir, self.hw.modules)
+        return payload_layout.choose_module(found, running)
+
+    def _not_covered(self, refusal: payload_layout.KernelNotCovered) -> str:
+        """One Event per refusal (not one per round); the round goes on, the driver is not ready."""
+        message, reason = refusal.message, event_reasons.KERNEL_NOT_COVERED
+        if not refusal.covered and not refusal.detail:
+            where = self.payload_dir / payload_layout.DRIVER_SUBDIR
+            message = f"the payload has no {payload_layout.MODULE_FILE} under {where} (wrong driver image?)"
+            reason = event_reasons.DRIVER_LOAD_FAILED
+        if self.say("kernel", message, logging.WARNING):
+            self.publisher.event(reason, message, warning=True)
+        return message
+
     def _load(
-        self, plan: driver_plan.DriverPlan, loaded: ModuleState | None, remembered: state.HostState
+        self,
+        plan: driver_plan.DriverPlan,
+        loaded: ModuleState | None,
+        remembered: state.HostState,
+        module: payload_layout.ModuleChoice | None,
     ) -> str | None:
         """Carry out LOAD/RELOAD; returns why it could not (the node keeps or gets back a driver), else None."""
         if self.failures and not self.chores.due("load", 0):
             return self.say_blocked  # backing off: the node keeps its current driver meanwhile
+        self.say.forget("kernel")  # covered (again): a later refusal is news
         modules = self.hw.modules
         try:
-            path = plan.module_file
-            if path is not None:
-                payload.install_driver(self.payload_dir, self.settings.host_root, str(plan.choice.version))
+            path = None
+            if module is not None:
+                version = str(plan.choice.version)
+                path = payload.install_driver(self.payload_dir, self.settings.host_root, version, module)
+                self.say("module", f"payload module {module.module.relpath} ({module.module.vermagic}) for {version}")
             if plan.step is driver_plan.Step.RELOAD and loaded is not None:
-                remembered.previous = self._running(loaded, remembered)
+                remembered.previous = self._running(loaded, remembered, module)
                 self.state.write(remembered)  # before the unload: a restart in between still knows it
                 try:
                     modules.unload(METAX_MODULE)
@@ -242,8 +273,11 @@ class DriverManager:
         )
         return None
 
-    def _running(self, loaded: ModuleState, remembered: state.HostState) -> driver_plan.RunningDriver:
-        staged = driver_plan.payload_module_path(str(loaded.version)) if loaded.version else None
+    def _running(
+        self, loaded: ModuleState, remembered: state.HostState, module: payload_layout.ModuleChoice | None
+    ) -> driver_plan.RunningDriver:
+        release = module.release if module is not None else self.hw.modules.running_kernel().release
+        staged = driver_plan.payload_module_path(str(loaded.version), release) if loaded.version else None
         if staged is not None and not (self.settings.host_root / staged.lstrip("/")).is_file():
             staged = None
         return driver_plan.running_driver(

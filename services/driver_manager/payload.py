@@ -1,11 +1,12 @@
 """Copying the payload image's driver and firmware onto the host, atomically and versioned.
 
 Why: the driver container's image holds the ``.ko`` files, but insmod runs against the host (its kernel,
-possibly its mount namespace), so they must sit on the host first, at ``/var/lib/metax/drivers/<version>/``
-(`metax_core.node.driver_plan.HOST_DRIVER_DIR`). The copy goes to a hidden sibling directory and is renamed
-into place in one step, so a driver-manager killed mid-copy leaves either no version directory or a whole
-one; leftovers of an interrupted copy are removed on the next run. A version directory that exists is never
-rewritten (versions are immutable), so two rounds never race on it.
+possibly its mount namespace), so they must sit on the host first, at
+``/var/lib/metax/drivers/<version>/<kernel-release>/`` (`metax_core.node.payload_layout`, which also says
+how the image keeps one module per kernel and which one the running kernel takes). The copy goes to a
+hidden sibling directory and is renamed into place in one step, so a driver-manager killed mid-copy leaves
+either no directory or a whole one; leftovers of an interrupted copy are removed on the next run. A
+directory that exists is never rewritten (versions are immutable), so two rounds never race on it.
 """
 
 from __future__ import annotations
@@ -16,28 +17,59 @@ import shutil
 import tempfile
 
 from metax_core.errors import HardwareError
-from metax_core.node import driver_plan, policy
+from metax_core.node import driver_plan, payload_layout, policy
 from metax_core.node.policy import FirmwareImage
+from metax_core.ports import hardware
 
 log = logging.getLogger(__name__)
 
-DRIVER_SUBDIR = "driver"
-FIRMWARE_SUBDIR = "firmware"
+DRIVER_SUBDIR = payload_layout.DRIVER_SUBDIR
+FIRMWARE_SUBDIR = payload_layout.FIRMWARE_SUBDIR
 
 
-def install_driver(payload_dir: pathlib.Path, host_root: pathlib.Path, version: str) -> pathlib.Path:
-    """Make ``/var/lib/metax/drivers/<version>/`` hold the payload's ``.ko`` files; returns the host dir."""
-    target = host_root / driver_plan.HOST_DRIVER_DIR.lstrip("/") / version
-    if (target / "metax.ko").is_file():
-        return target
-    source = payload_dir / DRIVER_SUBDIR
-    modules = sorted(source.glob("*.ko*")) if source.is_dir() else []
-    if not any(m.name.startswith("metax.ko") for m in modules):
+def payload_modules(payload_dir: pathlib.Path, modules: hardware.KernelModules) -> list[payload_layout.PayloadModule]:
+    """Every ``metax.ko`` of the payload (the flat one and one per kernel directory) with its vermagic."""
+    driver = payload_dir / DRIVER_SUBDIR
+    found: list[payload_layout.PayloadModule] = []
+    locations = [payload_layout.FLAT]
+    if driver.is_dir():
+        locations += sorted(d.name for d in driver.iterdir() if d.is_dir() and _release_dir(d.name))
+    for location in locations:
+        file = driver / location / payload_layout.MODULE_FILE if location else driver / payload_layout.MODULE_FILE
+        if not file.is_file():
+            continue
+        try:
+            found.append(payload_layout.PayloadModule(location, modules.file_vermagic(str(file))))
+        except HardwareError as exc:
+            found.append(payload_layout.PayloadModule(location, None, exc.detail))
+    return found
+
+
+def _release_dir(name: str) -> bool:
+    try:
+        payload_layout.check_release(name)
+    except ValueError:
+        return False
+    return not name.startswith(".")
+
+
+def install_driver(
+    payload_dir: pathlib.Path, host_root: pathlib.Path, version: str, choice: payload_layout.ModuleChoice
+) -> str:
+    """Make the host hold the chosen kernel's ``.ko`` files of driver ``version``; returns the module's
+    host-absolute path (for insmod)."""
+    host_path = payload_layout.host_module_path(version, choice.release)
+    target = host_root / host_path.lstrip("/")
+    if target.is_file():
+        return host_path
+    source = (payload_dir / choice.module.relpath).parent
+    files = sorted(f for f in source.glob("*.ko*") if f.is_file())
+    if not any(f.name == payload_layout.MODULE_FILE for f in files):
         raise HardwareError(
-            "install payload driver", version, f"the payload has no metax.ko under {source} (wrong driver image?)"
+            "install payload driver", version, f"the payload has no {payload_layout.MODULE_FILE} under {source}"
         )
-    _copy_tree(modules, target, f"driver {version}")
-    return target
+    _copy_tree(files, target.parent, f"driver {version} for {choice.release}")
+    return host_path
 
 
 def _copy_tree(files: list[pathlib.Path], target: pathlib.Path, what: str) -> None:

@@ -153,10 +153,8 @@ class Reconciler:
         rendered = workloads.render(s, self.render_settings)
         objects = list(rendered.objects)
         outcome = None
-        if Component.DRIVER in rendered.plan.deploy:
-            index = next(
-                i for i, o in enumerate(objects) if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
-            )
+        index = workloads.driver_daemonset_index(objects)
+        if index is not None:
             outcome = self._rollout(s, cr, objects[index], now)
             objects[index] = outcome.manifest
 
@@ -267,7 +265,7 @@ class Reconciler:
     ) -> rollout_driver.Outcome:
         pods = self.caches.pods.items()
         driver_pods = [p for p in pods if rollout_driver.is_driver_pod(p)]
-        live_ds = self._lookup("DaemonSet", "metax-driver")
+        live_ds = self._lookup("DaemonSet", components.DRIVER_DAEMONSET)
         busy: set[str] = set()
         prev = rollout_driver.previous_status(cr.get("status"))
         if (prev is not None and prev.upgrading) or fleet.behind(desired, driver_pods):

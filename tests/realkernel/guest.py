@@ -2,21 +2,26 @@
 
 Why: the host cannot see the guest's sysfs, only its serial console. This program opens the real adapter on
 ``/`` for QEMU's NVMe controller (vendor 0x1b36, device 0x0010; its PF driver is ``nvme``), runs each case
-of `tests.realkernel.hwcases` once, and prints one ``@@RK <json>`` line per case plus facts the documentation
-quotes (VF offset/stride, IOMMU groups, how long disabling VFs took). The host parses those lines.
+of `tests.realkernel.hwcases` once, then driver-manager's payload cases (`tests.realkernel.payloadcases`),
+and prints one ``@@RK <json>`` line per case plus facts the documentation quotes (VF offset/stride, IOMMU
+groups, how long disabling VFs took). The host parses those lines.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 from metax_core.inventory import FunctionKind
 from metax_hw import host, sysfs
-from tests.realkernel import hwcases
+from tests.realkernel import hwcases, payloadcases
 
 MARKER = "@@RK "
+PAYLOADS_ENV = "METAX_RK_PAYLOADS"
+"""Where the host staged the unpacked test payloads (`payloadcases`); unset: no payload cases."""
 VENDOR, DEVICE, PF_DRIVER = 0x1B36, 0x0010, "nvme"
 
 
@@ -74,6 +79,9 @@ def main(argv: list[str]) -> int:
     for name in selected:
         ok, message, seconds = hwcases.run(rig, name)
         say({"case": name, "ok": ok, "message": message, "seconds": round(seconds, 2)})
+    payloads = os.environ.get(PAYLOADS_ENV)
+    if payloads:
+        payloadcases.run_all(Path(payloads), say)
     say({"done": True})
     return 0
 

@@ -20,6 +20,12 @@ class GuestRun:
     boot: vm.Boot
     records: list[dict[str, Any]]
     workdir: Path
+    payload_error: str | None = None
+    """Why the test payloads could not be built (their cases then fail with it)."""
+
+    @property
+    def payload_cases(self) -> dict[str, dict[str, Any]]:
+        return {r["payload_case"]: r for r in self.records if "payload_case" in r}
 
     @property
     def cases(self) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.realkernel import hwcases
+from tests.realkernel import hwcases, payloadcases
 from tests.realkernel.results import GuestRun
 
 pytestmark = [pytest.mark.realkernel, pytest.mark.slow]
@@ -36,5 +36,15 @@ def test_the_guest_saw_an_sriov_pf_with_per_vf_iommu_groups(guest_run: GuestRun)
 @pytest.mark.parametrize("case", list(hwcases.CASES))
 def test_case_passes_on_a_real_kernel(case: str, guest_run: GuestRun) -> None:
     result = guest_run.cases.get(case)
+    assert result is not None, f"the guest reported nothing for {case}; console:\n{guest_run.tail()}"
+    assert result["ok"], f"{case} failed on the real kernel: {result['message']}"
+
+
+@pytest.mark.parametrize("case", list(payloadcases.CASES))
+def test_driver_manager_payload_case_on_a_real_kernel(case: str, guest_run: GuestRun) -> None:
+    """issue 21 item 5: driver-manager loads the booted kernel's module from a real payload and refuses one
+    built for another kernel (`tests.realkernel.payloadcases`)."""
+    assert guest_run.payload_error is None, guest_run.payload_error
+    result = guest_run.payload_cases.get(case)
     assert result is not None, f"the guest reported nothing for {case}; console:\n{guest_run.tail()}"
     assert result["ok"], f"{case} failed on the real kernel: {result['message']}"

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -34,7 +34,7 @@ NVME_IDS = (0x1B36, 0x0010)
 """QEMU's emulated NVMe controller (PF and VFs): the device the adapter manages in the guest."""
 MAX_VFS = 3
 
-_STAGED_PACKAGES = ("metax_core", "metax_hw")
+_STAGED_PACKAGES = ("metax_core", "metax_hw", "metax_k8s", "services")
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -68,8 +68,11 @@ def choose_accel() -> str:
     return "kvm" if (" vmx" in flags or " svm" in flags) else "tcg"
 
 
-def stage(target: Path) -> Path:
-    """A copy of the packages the guest imports (ours only; third-party ones come from site-packages)."""
+def stage(target: Path, extra: Mapping[str, Path] | None = None) -> Path:
+    """A copy of the packages the guest imports (ours only; third-party ones come from site-packages), and
+    ``extra`` directories (name → source) next to them, e.g. the test payloads."""
+    for name, source in (extra or {}).items():
+        shutil.copytree(source, target / name, symlinks=True)
     for package in _STAGED_PACKAGES:
         shutil.copytree(_REPO / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
     guest = target / "tests" / "realkernel"
@@ -216,10 +219,16 @@ def qemu_argv(k: kernel.Kernel, initrd: Path, console: Path, mounts: Sequence[Sh
 
 
 def boot(
-    k: kernel.Kernel, workdir: Path, command: Sequence[str], env: dict[str, str], timeout: float = BOOT_TIMEOUT
+    k: kernel.Kernel,
+    workdir: Path,
+    command: Sequence[str],
+    env: dict[str, str],
+    timeout: float = BOOT_TIMEOUT,
+    extra: Mapping[str, Path] | None = None,
 ) -> Boot:
-    """Boot once, run ``command`` in the guest, power off; the console text is returned whatever happened."""
-    staged = stage(workdir / "stage")
+    """Boot once, run ``command`` in the guest, power off; the console text is returned whatever happened.
+    ``extra`` directories are staged (`stage`) and reach the guest read-only at the same path."""
+    staged = stage(workdir / "stage", extra)
     mounts = shares(staged)
     initrd = workdir / "initramfs.cpio"
     python_path = [str(staged), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]

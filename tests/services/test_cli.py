@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from metax_core.cluster import configmaps
+from metax_core.cluster import configmaps, workloads
 from metax_core.node import driver_config, vfio_config_map
+from metax_core.rollout import fleet
 from metax_core.spec import validation
 from metax_core.spec.model import VfioConfigEntry
+from metax_core.wire import meta
 from services.cli import main as cli
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -180,3 +182,25 @@ def test_maca_resolve_picks_the_newest_prefix_match(
 def test_maca_resolve_refuses_with_a_message(capsys: pytest.CaptureFixture[str], request_: str, message: str) -> None:
     code, out, err = run(capsys, "maca", "resolve", request_, "--available", "2.18.0.3")
     assert code == 2 and out == "" and message in err
+
+
+def test_render_shows_the_driver_daemonset_stamped_as_the_operator_applies_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The revision the rollout compares driver pods by, and the spec.driver rollback reads back, are in the
+    rendered driver DaemonSet (R-ROLLOUT), the same as the operator's own stamping gives."""
+    source = EXAMPLES / "cluster-operator.yaml"
+    code, out, _ = run(capsys, "render", "-f", str(source), "--component", "driver")
+    assert code == 0
+    (ds,) = [d for d in yaml.safe_load_all(out) if d["kind"] == "DaemonSet"]
+    revision = fleet.template_revision(ds)
+    assert revision and revision == fleet.revision_of(ds["spec"]["template"])
+    parsed = validation.parse(yaml.safe_load(source.read_text()))
+    (unstamped,) = [
+        o
+        for o in workloads.render(parsed).objects
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
+    ]
+    assert ds == json.loads(json.dumps(fleet.stamped(unstamped, parsed.driver)))
+    code, out, _ = run(capsys, "render", "-f", str(source), "--component", "gpuDevice")
+    assert meta.DRIVER_REVISION not in out  # only the driver's DaemonSet is stamped

@@ -27,6 +27,18 @@ from services.cli import doctor, main
 NS = workloads.RenderSettings().namespace
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 GPU_NODE, CPU_NODE = "gpu-a", "cpu-a"
+RUNTIME_HAS_AGENT = components.BY_COMPONENT[components.Component.RUNTIME].probe is not None
+FIRST = (
+    ("driver-ready", "driver readiness signal", "metax-driver-1")
+    if RUNTIME_HAS_AGENT
+    else (
+        "container-runtime-ready",
+        "container-runtime readiness signal",
+        "metax-container-runtime-1",
+    )
+)
+"""The first broken link on the GPU node: its driver pod is not Ready (container-runtime's is, when its agent
+declares a probe; else container-runtime publishes no signal)."""
 
 
 def _pod(name: str, component: str, node: str, *, ready: bool = True) -> dict[str, Any]:
@@ -118,8 +130,8 @@ def test_one_node_as_a_table(api: InMemoryApiServer, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert code == doctor_report.EXIT_BROKEN
     assert "MetaX GPU found" in out and "2 x C500" in out
-    assert f"{GPU_NODE}: first broken link: container-runtime readiness signal (container-runtime-ready)" in out
-    assert f"look closer: kubectl -n {NS} logs pod/metax-container-runtime-1" in out
+    assert f"{GPU_NODE}: first broken link: {FIRST[1]} ({FIRST[0]})" in out
+    assert f"look closer: kubectl -n {NS} logs pod/{FIRST[2]}" in out
 
 
 def test_one_node_as_json_carries_the_agents_event(api: InMemoryApiServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,12 +148,12 @@ def test_the_cluster_summary(api: InMemoryApiServer, capsys: pytest.CaptureFixtu
     code = doctor.examine(api, [], namespace=NS, output="json")
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert code == doctor_report.EXIT_BROKEN
-    assert summary["nodes"] == {"broken: container-runtime-ready": [GPU_NODE], doctor_report.NO_GPU: [CPU_NODE]}
+    assert summary["nodes"] == {f"broken: {FIRST[0]}": [GPU_NODE], doctor_report.NO_GPU: [CPU_NODE]}
     assert summary["clusterOperator"]["conditions"][0]["message"] == "driver not ready"
     assert summary["rollout"] is None
     doctor.examine(api, [], namespace=NS)
     out = capsys.readouterr().out
-    assert "broken: container-runtime-ready" in out and "no MetaX GPU" in out and "driver rollout: none" in out
+    assert f"broken: {FIRST[0]}" in out and "no MetaX GPU" in out and "driver rollout: none" in out
     assert f"look closer: metax-operator doctor {GPU_NODE}" in out
 
 

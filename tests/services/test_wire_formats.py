@@ -1,7 +1,8 @@
 """One owner per cross-process format, and what its writer writes its reader reads (issue 20, `metax_core.wire`).
 
 Aspects:
-- every ``metax-tech.com/...`` name, the product's name (``part-of``), the two ConfigMaps' names and data keys
+- every ``metax-tech.com/...`` name, the product's name (``part-of``), the ``app.kubernetes.io/`` label keys it
+  writes, the two ConfigMaps' names and data keys
   are spelled once, in `metax_core` (an AST scan of the product's packages: a second spelling anywhere fails);
 - no service emits an Event with a reason written in place (a literal or an f-string);
 - every Event reason is documented;
@@ -80,6 +81,7 @@ def test_every_product_name_is_spelled_once_in_the_core() -> None:
         for path in (ROOT / package).rglob("*.py"):
             names |= {v for v, _ in _strings(path) if v.startswith(meta.PREFIX) and len(v) > len(meta.PREFIX)}
     names.add(meta.PRODUCT)  # Event reasons: see test_no_service_writes_an_event_reason_in_place
+    names |= {meta.APP_LABEL, meta.MANAGED_BY_LABEL, meta.PART_OF_LABEL}  # the CRD's part-of was spelled apart
     names |= {driver_config.CONFIGMAP_NAME, *driver_config.DATA_KEYS, vfio_config_map.NAME, vfio_config_map.KEY}
     selectors = [  # a label selector written in place repeats a label's name and its value
         f"{path.relative_to(ROOT)}:{line}"

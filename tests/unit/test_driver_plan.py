@@ -48,8 +48,9 @@ def test_step_per_policy_and_loaded_module(
 
 def test_payload_module_file_only_for_the_payload() -> None:
     plan = driver_plan.plan_driver(P.PREFER_CLOUD, "2.20.0", None, None, NONE)
-    assert plan.module_file == "/var/lib/metax/drivers/2.20.0/metax.ko"
-    assert driver_plan.plan_driver(P.PREFER_HOST, "2.20.0", DriverVersion("2.1"), None, NONE).module_file is None
+    assert plan.module_file("6.1.0-57-amd64") == "/var/lib/metax/drivers/2.20.0/6.1.0-57-amd64/metax.ko"
+    host = driver_plan.plan_driver(P.PREFER_HOST, "2.20.0", DriverVersion("2.1"), None, NONE)
+    assert host.module_file("6.1.0-57-amd64") is None and not host.from_payload
 
 
 def test_parameter_change_and_removal_reload() -> None:

@@ -178,7 +178,7 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             }
             assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
     C = components.Component
-    assert probed == {C.GPU_LABEL, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER}
+    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER}
 
 
 def test_a_component_gets_its_probe_by_declaring_it() -> None:

@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_helpers import (
+
+from metax_core.cluster import workloads
+from metax_core.errors import ClusterError
+from metax_dev.controlplane import build, cluster, network
+from metax_dev.processnode import node as processnode
+from metax_k8s import client
+from tests.support.chart import (
     CHART_DIR,
     CHART_OBJECTS,
     NAMESPACE,
@@ -40,12 +46,6 @@ from chart_helpers import (
     present,
     uninstall_command,
 )
-
-from metax_core.cluster import workloads
-from metax_core.errors import ClusterError
-from metax_dev.controlplane import build, cluster, network
-from metax_dev.processnode import node as processnode
-from metax_k8s import client
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

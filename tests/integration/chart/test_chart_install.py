@@ -28,7 +28,15 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import (
+
+from metax_core.cluster import components, workloads
+from metax_core.errors import InvalidSpec, NotFound
+from metax_core.ports.cluster import WatchEventType
+from metax_core.spec import model as spec_model
+from metax_core.spec import validation
+from metax_dev.controlplane import cluster
+from metax_k8s import client, crd
+from tests.support.chart import (
     CHART_DIR,
     CHART_OBJECTS,
     NAMESPACE,
@@ -39,14 +47,6 @@ from chart_helpers import (
     present,
     uninstall_command,
 )
-
-from metax_core.cluster import components, workloads
-from metax_core.errors import InvalidSpec, NotFound
-from metax_core.ports.cluster import WatchEventType
-from metax_core.spec import model as spec_model
-from metax_core.spec import validation
-from metax_dev.controlplane import cluster
-from metax_k8s import client, crd
 from tests.support.cluster import wait_served
 
 pytestmark = pytest.mark.integration

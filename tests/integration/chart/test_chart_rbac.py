@@ -16,13 +16,13 @@ from typing import Any
 
 import kubernetes
 import pytest
-from chart_helpers import NAMESPACE, RELEASE, Helm, install_command
 
 from metax_core.cluster import rbac
 from metax_core.cluster.components import Component
 from metax_core.errors import ClusterError, NotFound
 from metax_dev.controlplane import cluster
 from metax_k8s import client
+from tests.support.chart import NAMESPACE, RELEASE, Helm, install_command
 
 pytestmark = pytest.mark.integration
 

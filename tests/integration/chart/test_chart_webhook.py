@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_helpers import CHART_DIR, NAMESPACE, RELEASE, Helm, install_command
 
 from metax_core.errors import ClusterError
 from metax_core.rollout import status as rollout_status
 from metax_dev.controlplane import cluster
 from metax_k8s import client
 from services.webhook import server
+from tests.support.chart import CHART_DIR, NAMESPACE, RELEASE, Helm, install_command
 
 pytestmark = pytest.mark.integration
 

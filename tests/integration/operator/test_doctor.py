@@ -4,17 +4,18 @@ One install, reused by every case in the order an administrator meets them: the 
 the session's kwok nodes (two GPU nodes, one CPU node; kwok runs the DaemonSets' pods and reports them Ready),
 and on each node the real gpu-label agent (and on GPU nodes the real driver-manager) against its own fake GPU
 host, as in test_uninstall_hosts.py. GPU node 0 loads the payload driver; GPU node 1 has no driver and a
-payload built for another kernel, which its fake kernel refuses (``Invalid module format``). Doctor runs
-in-process with the admin kubeconfig (``main.main``, exactly the console script's code), and once as a
-ServiceAccount bound to the chart's read-only doctor ClusterRole, and once as ``kubectl metax doctor`` through the
-real kubectl's plugin lookup.
+fake kernel that refuses to load the payload's module (``Unknown symbol in module``, a fault of the fake
+host). Doctor runs in-process with the admin kubeconfig (``main.main``, exactly the console script's code),
+once as a ServiceAccount bound to the chart's read-only doctor ClusterRole, and once as ``kubectl metax doctor``
+through the real kubectl's plugin lookup.
 
 Cases, each checking the first broken link named, its evidence and the exit code:
 - before install: cluster-operator is the first broken link, exit 1;
-- GPU node 0: every link up to the kernel driver holds; container-runtime is the first broken link (its
-  agent is not built yet: no readinessProbe, no signal; today's truth) and the chain lists the driver as
-  loaded with the wanted version;
-- GPU node 1: the driver link is broken with driver-manager's own Event ``DriverLoadFailed`` as evidence;
+- GPU node 0: every link up to the first component whose agent is not built yet holds (today maca: no
+  readinessProbe, no signal; the test reads which from the component table), and that one is named first;
+  the chain lists the driver as loaded with the wanted version;
+- GPU node 1: the driver link is broken with driver-manager's own Event ``DriverLoadFailed`` as evidence, and
+  named first when nothing before it is missing (container-runtime has its agent now);
 - the CPU node: ``gpu-found`` first ("no MetaX GPU"); in the cluster summary it is counted, not failed;
 - a component pod gone (node 0 tainted NoExecute: the taint manager evicts the DaemonSet pods and the
   DaemonSet controller does not put them back): gpu-label's pod link first, naming the taint;
@@ -41,9 +42,11 @@ import pytest
 import yaml
 from operator_helpers import NS, Env, cluster_operator, wait_for
 
-from metax_core.cluster import doctor_report, rbac
+from metax_core.cluster import components, doctor_report, rbac
+from metax_core.cluster import doctor as doctor_core
 from metax_core.errors import ClusterError
 from metax_core.node import labels as node_labels
+from metax_core.spec import validation
 from metax_core.wire import event_reasons
 from metax_dev import agents
 from metax_dev.controlplane import build
@@ -54,6 +57,7 @@ from services.cli import main
 pytestmark = pytest.mark.integration
 
 TAINT = {"key": "doctor-test", "value": "evict", "effect": "NoExecute"}
+LOAD_FAILURE = "Unknown symbol in module, or unknown parameter (see dmesg)"
 
 
 class Host:
@@ -63,7 +67,9 @@ class Host:
         self.name = name
         self.dir = workdir / name
         self.fake = builder.FakeHostBuilder().gpus(gpus).host_driver(None).build(self.dir / "host")
-        payload = agents.write_payload(self.dir / "payload", built_for=agents.BROKEN_KERNEL if broken else None)
+        if broken:  # the kernel refuses the payload's module (metax_hw_fake's fault, as a real kernel's dmesg says)
+            self.fake.fail_module_load(message=LOAD_FAILURE)
+        payload = agents.write_payload(self.dir / "payload")
         self.env = agents.environment(self.fake, node_name=name, kubeconfig=kubeconfig, namespace=NS, payload=payload)
         self.agents = ("gpu-label", "driver-manager") if gpus else ("gpu-label",)
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -171,27 +177,20 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
         "the CPU node without gpu.installed", lambda: node_labels.GPU_INSTALLED not in _labels(env, cpu), timeout=60
     )
 
-    # GPU node 0: what holds, and today's first broken link
+    # GPU node 0: what holds, and today's first broken link: the first component without an agent (no probe)
+    waiting = f"{first_without_agent(spec())}-ready"
     code, document = doctor(capsys, kubeconfig, gpu0)
     report = node_report(document, gpu0)
     assert code == doctor_report.EXIT_BROKEN
     ids = [x["id"] for x in report["links"]]
-    assert ids.index("gpu-found") < ids.index("container-runtime-ready") < ids.index("driver-loaded")
-    holding = ids[: ids.index("container-runtime-ready")]
-    assert holding == [
-        "cluster-operator",
-        "operator",
-        "node",
-        "gpu-label-pod",
-        "gpu-label-ready",
-        "gpu-found",
-        "container-runtime-pod",
-    ]
+    holding = ids[: ids.index(waiting)]
+    assert holding[:6] == ["cluster-operator", "operator", "node", "gpu-label-pod", "gpu-label-ready", "gpu-found"]
+    assert "container-runtime-pod" in holding and "driver-loaded" in ids
     assert all(link(report, i)["state"] == "holds" for i in holding), report
     assert link(report, "gpu-found")["evidence"].startswith(f"{node_labels.GPU_INSTALLED}=true: 2 x ")
-    assert report["firstBroken"]["id"] == "container-runtime-ready"
+    assert report["firstBroken"]["id"] == waiting
     assert "no readinessProbe" in report["firstBroken"]["evidence"]
-    assert report["firstBroken"]["next"].startswith(f"kubectl -n {NS} logs pod/metax-container-runtime-")
+    assert report["firstBroken"]["next"].startswith(f"kubectl -n {NS} logs pod/metax-")
     loaded = link(report, "driver-loaded")
     assert loaded["state"] == "holds" and f"{node_labels.DRIVER_VERSION}={agents.PAYLOAD_VERSION}" in loaded["evidence"]
 
@@ -203,8 +202,10 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
         f"no label {node_labels.DRIVER_READY}=true; last Event {event_reasons.DRIVER_LOAD_FAILED}:"
         in loaded["evidence"]
     )
-    assert "Invalid module format" in loaded["evidence"], loaded
+    assert LOAD_FAILURE in loaded["evidence"], loaded
     assert loaded["next"].startswith(f"kubectl -n {NS} logs pod/metax-driver-")
+    if ids.index("driver-loaded") < ids.index(waiting):  # nothing before the driver is missing: it is named first
+        assert node_report(document, gpu1)["firstBroken"]["id"] == "driver-loaded"
 
     # the CPU node
     code, document = doctor(capsys, kubeconfig, cpu)
@@ -216,7 +217,7 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     code, document = doctor(capsys, kubeconfig)
     states = document["summary"]["nodes"]
     assert cpu in states[doctor_report.NO_GPU], states
-    assert gpu0 in states["broken: container-runtime-ready"], states
+    assert gpu0 in states[f"broken: {waiting}"], states
     assert {c["type"] for c in document["summary"]["clusterOperator"]["conditions"]} >= {"Ready", "Degraded"}
     assert code == doctor_report.EXIT_BROKEN
 
@@ -261,6 +262,17 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     assert code == doctor_report.EXIT_BROKEN and node_report(document, gpu0)["firstBroken"]["id"] == "driver-deployed"
     code, document = doctor(capsys, sa_kubeconfig)
     assert code == doctor_report.EXIT_BROKEN and cpu in document["summary"]["nodes"][doctor_report.NO_GPU]
+
+
+def first_without_agent(spec_document: dict[str, Any]) -> str:
+    """The first node component of the chain whose DaemonSet declares no readiness probe (its agent is not
+    built yet): on a node where everything else works, doctor names its missing signal first."""
+    plan = components.plan(components.enabled(validation.parse(spec_document)))
+    for component in doctor_core.chain_order(plan):
+        info = components.BY_COMPONENT[component]
+        if info.probe is None and any(w.kind is components.WorkloadKind.DAEMON_SET for w in info.workloads):
+            return info.signal
+    raise AssertionError("every node component has its agent: this test's healthy-node case is due")
 
 
 def _observed(env: Env) -> bool:

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import CHART_DIR, CHART_OBJECTS, NAMESPACE, RELEASE, Helm, install_command, labelled_ours, present
 from kubernetes.client import VersionApi
 from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 
@@ -36,6 +35,16 @@ from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_dev.controlplane import build, cluster
 from metax_k8s import client
+from tests.support.chart import (
+    CHART_DIR,
+    CHART_OBJECTS,
+    NAMESPACE,
+    RELEASE,
+    Helm,
+    install_command,
+    labelled_ours,
+    present,
+)
 from tests.support.cluster import wait_served
 
 pytestmark = [pytest.mark.integration, pytest.mark.oldest_kubernetes]

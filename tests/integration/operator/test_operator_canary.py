@@ -1,8 +1,9 @@
 """A driver that fails to load stops the rollout at the canary (issue 20 item 2; R-ROLLOUT, R-DRIVER, R-READY).
 
 On the real control plane, the real operator drives a rollout (``enableRollout``, a canary step of one node,
-``maxParallel`` 1) from driver payload 2.20.0 to 2.21.0, whose module is built for another kernel: the node's
-fake host refuses it (``Invalid module format``), as a real kernel does. Each GPU node is a process node
+``maxParallel`` 1) from driver payload 2.20.0 to 2.21.0, whose module is built for another kernel: driver-manager
+finds no module for the node's kernel by its vermagic, keeps the running driver and is not ready
+(``KernelNotCovered``; docs/agents.md). Each GPU node is a process node
 (docs/processnode.md, "Stand-ins for a GPU node") with its own fake GPU host: for every driver pod the
 operator's DaemonSet creates, the node runs the rendered pod (its env, METAX_DRIVER_VERSION included, its
 payload init container copying the payload image's files) with a real driver-manager against that fake host,
@@ -33,7 +34,8 @@ from rollout_helpers import DeletionRecorder
 
 from metax_core.cluster import components, workloads
 from metax_core.errors import ClusterError
-from metax_core.node import driver_config, driver_plan
+from metax_core.node import driver_config
+from metax_core.wire import event_reasons
 from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.processnode import node as processnode
@@ -273,15 +275,15 @@ def test_a_driver_the_kernel_refuses_pauses_the_rollout_at_the_canary(
     assert new["metadata"]["uid"] != before[canary]
     assert new["status"]["phase"] == "Running" and not ready(new), new["status"]  # its real probe says no
     assert rendered_version({"spec": new["spec"]}) == (payload_image(BROKEN), BROKEN)
-    # The round that refused the new driver restored the previous one, then set the VFs, then published:
+    # The round that found the new payload built for another kernel kept the running driver, then published:
     wait_for(
-        "driver-manager's round on the canary ended with the refused driver",
-        lambda: f"{BROKEN} failed to load" in (by_name[canary].driver_signal() or ""),
+        "driver-manager's round on the canary ended with the refused payload",
+        lambda: "no module for the running kernel" in (by_name[canary].driver_signal() or ""),
         timeout=60,
     )
-    assert "Invalid module format" in (by_name[canary].driver_signal() or "")
-    assert by_name[canary].driver() == expected(GOOD)  # restored by driver-manager itself, never driverless
-    assert events(env, driver_plan.PREVIOUS_DRIVER_RESTORED, canary), "driver-manager says it restored the driver"
+    assert agents.BROKEN_KERNEL in (by_name[canary].driver_signal() or "")
+    assert by_name[canary].driver() == expected(GOOD)  # never unloaded for a module it cannot load
+    assert events(env, event_reasons.KERNEL_NOT_COVERED, canary), "driver-manager says the kernel is not covered"
 
     others = [n for n in nodes if n.name != canary]
     for n in others:

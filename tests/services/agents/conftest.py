@@ -4,10 +4,12 @@ in-memory cluster with the node registered, a payload directory like the driver 
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from metax_core.node import payload_layout
 from metax_hw import hostfiles
 from metax_hw_fake import builder, kmods
 from metax_hw_fake import host as fake_host
@@ -70,18 +72,26 @@ class Node:
 
 
 def write_payload(
-    payload: pathlib.Path, version: str = PAYLOAD_VERSION, *, firmware: str | None = None, built_for: str | None = None
+    payload: pathlib.Path,
+    version: str = PAYLOAD_VERSION,
+    *,
+    firmware: str | None = None,
+    built_for: str | None = None,
+    kernels: Sequence[str] = (),
 ) -> None:
-    """The driver image's payload; ``built_for`` another kernel release: the fake kernel refuses its module."""
-    kmods.write_module_file(
-        payload / "driver" / "metax.ko",
-        "metax",
-        version,
-        "metax",
-        [(0x9999, -1)],
-        dict(builder.METAX_PARAMS),
-        vermagic=kmods.vermagic(built_for) if built_for else None,
-    )
+    """The driver image's payload: the flat ``driver/metax.ko`` (``built_for`` another kernel release: the
+    fake kernel refuses it) or, with ``kernels``, one ``driver/<release>/metax.ko`` built for each."""
+    targets = [(payload_layout.module_relpath(k), k) for k in kernels] or [("driver/metax.ko", built_for)]
+    for relpath, kernel in targets:
+        kmods.write_module_file(
+            payload / relpath,
+            "metax",
+            version,
+            "metax",
+            [(0x9999, -1)],
+            dict(builder.METAX_PARAMS),
+            vermagic=kmods.vermagic(kernel) if kernel else None,
+        )
     if firmware is not None:
         for build, virt in (("non-virt", 0), ("virt", 1)):
             target = payload / "firmware" / build / f"mxvbios-{firmware}.bin"

@@ -14,6 +14,7 @@ import pytest
 from metax_core.cluster import agent_env, components, workloads
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
+from services.container_runtime import config as runtime_config
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
@@ -36,6 +37,7 @@ LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
     "metax-driver": (driver_config.from_env, driver_config.Settings),
     "metax-vfio-manager": (vfio_config.from_env, vfio_config.Settings),
     "metax-gpu-device": (gpu_device_config.from_env, gpu_device_config.Settings),
+    "metax-container-runtime": (runtime_config.from_env, runtime_config.Settings),
 }
 DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
 
@@ -76,6 +78,12 @@ def test_driver_manager_gets_the_driver_section() -> None:
     assert s.probe_file == workloads.PROBE_FILE
 
 
+def test_container_runtime_runs_the_hosts_programs_and_gets_its_probe() -> None:
+    s = runtime_config.from_env(rendered_env("metax-container-runtime"))
+    assert s.host_namespaces and s.probe_file == workloads.PROBE_FILE
+    assert s.required_components == ("gpu-label",)
+
+
 def test_vfio_manager_and_gpu_label_get_their_config() -> None:
     assert vfio_config.from_env(rendered_env("metax-vfio-manager")).vfio_config == workloads.VFIO_CONFIG_MAP
     assert gpu_label_config.from_env(rendered_env("metax-gpu-label")).required_components == ()
@@ -99,6 +107,7 @@ COMPONENT_OF = {
     "metax-driver": components.Component.DRIVER,
     "metax-vfio-manager": components.Component.VFIO_MANAGER,
     "metax-gpu-device": components.Component.GPU_DEVICE,
+    "metax-container-runtime": components.Component.RUNTIME,
 }
 
 

@@ -1,0 +1,275 @@
+"""A container runtime for the container-runtime agent to configure, run here: containerd as a child process
+with its own root, state and sockets, and the harness's service manager for it (docs/container-runtime.md).
+
+`Supervisor` is the stand-in for systemd that the tests and ``benchmarks/container_runtime.py`` use: it runs
+containerd as its child in a private mount namespace with its own ``/run`` (the shims' sockets, FIFOs and
+runc state never reach the host's), and restarts it by SIGTERM and a new start, as ``systemctl restart``
+does (containerd has no reload: SIGHUP stops it). ``fail_starts`` makes the next start(s) exit at once, as a
+unit whose daemon does not come up. `RuntimeNode` is one such daemon with its root file, the agent's
+settings for it (host root ``/``: every path under its directory; host programs run directly), and an
+in-memory cluster with its Node. `stand_in_wrapper` writes the test-only wrapper: a shell script that logs
+each call and execs runc, standing in for ``metax-container-runtime`` until the real wrapper lands.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import subprocess
+import time
+from typing import Any
+
+import attrs
+
+from metax_core.errors import HardwareError
+from metax_hw import container_runtime, hostfiles
+from metax_k8s.inmemory import cluster as inmemory
+from services._agent import cluster
+from services.container_runtime import agent, bootstrap, config
+
+NODE = "runtime-node"
+DEBIAN_CONTAINERD = pathlib.Path("/usr/bin/containerd")
+DEBIAN_RUNC = pathlib.Path("/usr/sbin/runc")
+
+
+def harness_bin() -> pathlib.Path:
+    from metax_dev.controlplane import build
+
+    return build.build(quiet=True).bin_dir
+
+
+class Supervisor:
+    """The test harness's service manager: containerd as its child, restarted by stop + start."""
+
+    def __init__(
+        self,
+        binary: pathlib.Path,
+        config_path: pathlib.Path,
+        log: pathlib.Path,
+        env: dict[str, str],
+        *,
+        args: list[str] | None = None,
+        binds: tuple[tuple[pathlib.Path, str], ...] = (),
+    ) -> None:
+        self.binary = binary
+        self.config_path = config_path
+        self.log = log
+        self.env = env
+        self.args = ["--config", str(config_path)] if args is None else args
+        """The daemon's arguments (containerd: ``--config <root file>``)."""
+        self.binds = binds
+        """Directories bound over host paths inside the namespace (dockerd writes /etc/docker/key.json)."""
+        self.process: subprocess.Popen[bytes] | None = None
+        self.fail_starts = 0
+        self.restarts = 0
+
+    @property
+    def name(self) -> str:
+        return f"test supervisor of {self.binary}"
+
+    def start(self) -> None:
+        # A private mount namespace with its own /run: the shims' sockets, FIFOs and runc state that containerd
+        # keeps under /run/containerd never reach the host's /run (unshare execs, so the PID is containerd's).
+        binds = "".join(f"mount --bind {source} {target} && " for source, target in self.binds)
+        setup = f'mount -t tmpfs -o mode=0755 tmpfs /run && {binds}exec "$@"'
+        argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"]
+        argv += [str(self.binary), *self.args]
+        if self.fail_starts:
+            self.fail_starts -= 1
+            argv.append("--no-such-flag")  # the daemon exits at once: a unit that does not come up
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def restart(self, unit: str = "containerd") -> None:
+        self.restarts += 1
+        self.stop()
+        self.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """``argv`` in the daemon's mount namespace (ctr's FIFOs live in its /run)."""
+        return ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", *argv]
+
+
+def stand_in_wrapper(path: pathlib.Path, runc: pathlib.Path, calls: pathlib.Path) -> None:
+    path.write_text(
+        "#!/bin/sh\n"
+        "# TEST-ONLY stand-in for metax-container-runtime: logs the call, then runs runc unchanged.\n"
+        f'echo "$@" >> {calls}\n'
+        f'exec {runc} "$@"\n'
+    )
+    path.chmod(0o755)
+
+
+@attrs.define
+class RuntimeNode:
+    base: pathlib.Path
+    binary: pathlib.Path
+    runc: pathlib.Path
+    supervisor: Supervisor
+    k8s: inmemory.InMemoryCluster
+
+    @property
+    def root_config(self) -> pathlib.Path:
+        return self.base / "etc" / "containerd" / "config.toml"
+
+    @property
+    def socket(self) -> pathlib.Path:
+        return self.base / "containerd.sock"
+
+    @property
+    def wrapper_source(self) -> pathlib.Path:
+        return self.base / "image" / "metax-container-runtime"
+
+    @property
+    def toolkit(self) -> pathlib.Path:
+        return self.base / "var" / "lib" / "metax" / "toolkit"
+
+    @property
+    def state_dir(self) -> pathlib.Path:
+        return self.base / "var" / "lib" / "metax" / "container-runtime"
+
+    @property
+    def calls(self) -> pathlib.Path:
+        return self.base / "wrapper-calls"
+
+    def daemon_paths(self, version: int = 2) -> str:
+        """The TOML lines that keep the daemon's own paths in the test directory (part of the root file).
+
+        Version 4 moved the listeners into server plugins (a top-level ``[grpc]`` is ignored there)."""
+        b = self.base
+        head = f'root = "{b}/root"\nstate = "{b}/state"\n\n'
+        opt = f'[plugins."io.containerd.internal.v1.opt"]\n  path = "{b}/opt"\n'
+        if version == 4:
+            return head + (
+                f"[plugins.'io.containerd.server.v1.grpc']\n  address = \"{self.socket}\"\n"
+                f"[plugins.'io.containerd.server.v1.ttrpc']\n  address = \"{self.socket}.ttrpc\"\n"
+                f"[plugins.'io.containerd.server.v1.metrics']\n  address = \"\"\n"
+                f"[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n" + opt
+            )
+        return head + (
+            f'[grpc]\n  address = "{self.socket}"\n'
+            f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n[metrics]\n  address = ""\n' + opt
+        )
+
+    def settings(self, **extra: Any) -> config.Settings:
+        return config.from_env(
+            {},
+            node_name=NODE,
+            host_root=pathlib.Path("/"),
+            runtime="containerd",
+            containerd_config=str(self.root_config),
+            containerd_binary=str(self.binary),
+            runtime_socket=str(self.socket),
+            host_namespaces=False,
+            wrapper_source=str(self.wrapper_source),
+            toolkit_dir=str(self.toolkit),
+            state_dir=str(self.state_dir),
+            **{"interval": 0.0, "restart_wait": 30.0, **extra},
+        )
+
+    def agent(self, **extra: Any) -> agent.ContainerRuntime:
+        program = container_runtime.HostProgram(host_namespaces=False)
+        return bootstrap.bootstrap(
+            self.settings(**extra),
+            hw=agent.Hardware(program, self.supervisor),
+            ports=cluster.in_memory(self.k8s, "container-runtime", NODE),
+            board=hostfiles.FileReadinessBoard(self.base / "board"),
+        )
+
+    def board(self) -> hostfiles.FileReadinessBoard:
+        return hostfiles.FileReadinessBoard(self.base / "board")
+
+    def signal(self) -> Any:
+        return self.board().read_all().get("container-runtime")
+
+    def reasons(self) -> list[str]:
+        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
+
+    def start(self) -> None:
+        self.supervisor.start()
+        self.wait_serving()
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                container_runtime.cri_status_config(str(self.socket), timeout=2)
+                return
+            except HardwareError as exc:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"containerd does not serve: {exc}\n{self.log_tail()}") from None
+            time.sleep(0.1)
+
+    def log_tail(self) -> str:
+        return self.supervisor.log.read_text()[-3000:] if self.supervisor.log.exists() else ""
+
+    def handlers(self) -> dict[str, Any]:
+        loaded = container_runtime.cri_status_config(str(self.socket))
+        return dict(loaded["containerd"]["runtimes"])
+
+    def tree(self) -> dict[str, bytes]:
+        """Every file and directory the agent may touch (config dir, toolkit, state): a file's bytes, a
+        directory as ``b"<dir>"``."""
+        out = {}
+        for top in (self.base / "etc", self.base / "var"):
+            for p in sorted(top.rglob("*")):
+                if p.is_file():
+                    out[str(p.relative_to(self.base))] = p.read_bytes()
+                elif p.is_dir():
+                    out[str(p.relative_to(self.base))] = b"<dir>"
+        return out
+
+    def without_wrapper(self) -> dict[str, bytes]:
+        """`tree` without the installed wrapper and its directory (removed by the agent's uninstall step)."""
+        tree = self.tree()
+        tree.pop("var/lib/metax/toolkit/metax-container-runtime", None)
+        tree.pop("var/lib/metax/toolkit", None)
+        return tree
+
+
+DEBIAN_DOCKERD = pathlib.Path("/usr/sbin/dockerd")
+
+
+def docker_supervisor(base: pathlib.Path, dockerd: pathlib.Path = DEBIAN_DOCKERD) -> Supervisor:
+    """dockerd with its own data root, exec root, socket and ``/etc/docker`` (``base/etc/docker`` bound over it in
+    its namespace, so ``/etc/docker/daemon.json`` is its usual path); no iptables, no bridge, the vfs driver."""
+    etc = base / "etc" / "docker"
+    etc.mkdir(parents=True, exist_ok=True)
+    args = [
+        "--config-file", "/etc/docker/daemon.json", "--data-root", str(base / "data"), "--exec-root",
+        str(base / "exec"), "--pidfile", str(base / "docker.pid"), "-H", f"unix://{base / 'docker.sock'}",
+        "--iptables=false", "--ip-masq=false", "--bridge=none", "--storage-driver=vfs",
+    ]  # fmt: skip
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return Supervisor(dockerd, etc / "daemon.json", base / "dockerd.log", env, args=args, binds=((etc, "/etc/docker"),))
+
+
+def make(base: pathlib.Path, binary: pathlib.Path, runc: pathlib.Path, bin_path: str) -> RuntimeNode:
+    """A node directory with the stand-in wrapper in its "image"; the daemon is not started yet."""
+    (base / "image").mkdir(parents=True)
+    (base / "etc" / "containerd").mkdir(parents=True)
+    (base / "var" / "lib" / "metax").mkdir(parents=True)  # the DaemonSet's host path (shared by the agents)
+    env = {"PATH": f"{bin_path}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    supervisor = Supervisor(binary, base / "etc" / "containerd" / "config.toml", base / "containerd.log", env)
+    k8s = inmemory.InMemoryCluster()
+    k8s.add_node(NODE, labels={"kubernetes.io/hostname": NODE})
+    k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="t")
+    node = RuntimeNode(base, binary, runc, supervisor, k8s)
+    stand_in_wrapper(node.wrapper_source, runc, node.calls)
+    return node

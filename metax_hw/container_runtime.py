@@ -1,0 +1,250 @@
+"""The container runtime as the container-runtime agent reaches it (C4): its binary, its CRI socket, its service.
+
+* `HostProgram` runs a program of the **host** (``containerd --version``, ``containerd config dump``,
+  ``systemctl``): with ``host_namespaces`` through ``nsenter --target 1 --mount`` (the DaemonSet has hostPID;
+  the mount namespace is all these need: the host's binary, its files, systemd's socket), so it is the host's
+  own binary with the host's files, found on a usual host PATH; without, directly (tests, a bare host). Every run has a
+  deadline and its failure is a `HardwareError` with the program's output.
+* `cri_status_config` asks the running daemon what it loaded: the CRI ``RuntimeService/Status`` call with
+  ``verbose`` (containerd answers with its CRI config as JSON under ``info["config"]``, runtimes included).
+  The two messages are encoded by hand (two fields each) rather than generating the whole CRI API.
+* `SystemdService` restarts a unit through the host's systemd. containerd has no reload (SIGHUP stops it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from metax_core.errors import HardwareError
+
+log = logging.getLogger(__name__)
+
+NSENTER = "nsenter"
+HOST_NAMESPACES = ("--target", "1", "--mount", "--")
+PROC_ROOT = "/proc/1/root"
+"""The host's root seen through PID 1 (hostPID): how a pod reaches the runtime's socket without a mount."""
+CRI_STATUS = "/runtime.v1.RuntimeService/Status"
+TIMEOUT = 30.0
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_MAX = 2000
+
+
+class HostProgram:
+    def __init__(self, *, host_namespaces: bool, timeout: float = TIMEOUT) -> None:
+        self.host_namespaces = host_namespaces
+        self.timeout = timeout
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        return [NSENTER, *HOST_NAMESPACES, *argv] if self.host_namespaces else list(argv)
+
+    def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = self.argv(argv)
+        # The host's programs are looked up on a usual host PATH (containerd's tarball puts it in /usr/local/bin);
+        # run directly, on this process's own.
+        path = HOST_PATH if self.host_namespaces else os.environ.get("PATH", HOST_PATH)
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+                env={"LC_ALL": "C", "PATH": path},
+            )
+        except FileNotFoundError as exc:
+            raise HardwareError(f"run {argv[0]}", None, f"not found: {exc.filename}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise HardwareError(f"run {' '.join(argv)}", None, f"no answer within {self.timeout:.0f}s") from exc
+        if check and done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip()[-_MAX:]
+            raise HardwareError(f"run {' '.join(argv)}", None, f"exit {done.returncode}: {detail}")
+        return done
+
+
+class Containerd:
+    """The host's containerd: its version, a dry load of a config, and what the running daemon loaded."""
+
+    def __init__(self, program: HostProgram, *, binary: str, socket: str) -> None:
+        self.program = program
+        self.binary = binary
+        self.socket = socket
+        """The CRI socket as this process can open it (under `PROC_ROOT` in a pod)."""
+
+    def version_text(self) -> str:
+        return self.program.run([self.binary, "--version"]).stdout
+
+    def dump(self, config: str) -> tuple[bool, str]:
+        """``containerd --config <config> config dump``: (loads, the effective config or the error)."""
+        done = self.program.run([self.binary, "--config", config, "config", "dump"], check=False)
+        if done.returncode != 0:
+            return False, (done.stderr or done.stdout).strip()[-_MAX:]
+        return True, done.stdout
+
+    def cri_config(self) -> Mapping[str, Any]:
+        return cri_status_config(self.socket)
+
+    def sandboxes(self, runtime_handler: str) -> list[str]:
+        return sandboxes_with_handler(self.socket, runtime_handler)
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields(data: bytes) -> list[tuple[int, bytes | int]]:
+    """The (field number, value) pairs of a protobuf message (varints and length-delimited fields only)."""
+    out: list[tuple[int, bytes | int]] = []
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+            out.append((number, value))
+        elif wire == 2:
+            size, i = _varint(data, i)
+            out.append((number, data[i : i + size]))
+            i += size
+        else:
+            raise ValueError(f"unexpected wire type {wire} for field {number}")
+    return out
+
+
+def status_info(response: bytes) -> dict[str, str]:
+    """``StatusResponse.info`` (field 2, map<string, string>) from the encoded response."""
+    info: dict[str, str] = {}
+    for number, value in _fields(response):
+        if number == 2 and isinstance(value, bytes):
+            entry = {n: v for n, v in _fields(value) if isinstance(v, bytes)}
+            info[entry.get(1, b"").decode()] = entry.get(2, b"").decode()
+    return info
+
+
+STATUS_VERBOSE = b"\x08\x01"
+"""``StatusRequest{verbose: true}``."""
+
+
+def cri_status_config(socket: str, timeout: float = 10.0) -> Mapping[str, Any]:
+    import grpc
+
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            call: Callable[..., bytes] = channel.unary_unary(
+                CRI_STATUS, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            response = call(STATUS_VERBOSE, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise HardwareError("ask the runtime for its CRI status", socket, str(exc.details() or exc.code())) from exc
+    config = status_info(response).get("config")
+    if config is None:
+        raise HardwareError("read the runtime's CRI config", socket, "the CRI status carries no config")
+    try:
+        loaded = json.loads(config)
+    except ValueError as exc:
+        raise HardwareError("read the runtime's CRI config", socket, f"not JSON: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise HardwareError("read the runtime's CRI config", socket, "not an object")
+    return loaded
+
+
+CRI_LIST_SANDBOXES = "/runtime.v1.RuntimeService/ListPodSandbox"
+
+
+def sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 10.0) -> list[str]:
+    """The ids of the pod sandboxes the runtime runs with ``runtime_handler`` (CRI ``ListPodSandbox``:
+    ``items`` is field 1, a sandbox's ``id`` field 1 and ``runtime_handler`` field 7)."""
+    import grpc
+
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            call: Callable[..., bytes] = channel.unary_unary(
+                CRI_LIST_SANDBOXES, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            response = call(b"", timeout=timeout)
+    except grpc.RpcError as exc:
+        raise HardwareError("list the runtime's pod sandboxes", socket, str(exc.details() or exc.code())) from exc
+    found = []
+    for number, item in _fields(response):
+        if number == 1 and isinstance(item, bytes):
+            fields = {n: v for n, v in _fields(item) if isinstance(v, bytes)}
+            if fields.get(7, b"").decode() == runtime_handler:
+                found.append(fields.get(1, b"").decode())
+    return found
+
+
+def unix_http_get(socket_path: str, path: str, timeout: float = 10.0) -> bytes:
+    """``GET <path>`` over a unix socket (dockerd's API, CRI-O's info endpoint)."""
+    import http.client
+    import socket as socket_module
+
+    class Connection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(socket_path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    connection = Connection("localhost", timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+    except OSError as exc:
+        raise HardwareError(f"GET {path}", socket_path, str(exc)) from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise HardwareError(f"GET {path}", socket_path, f"HTTP {response.status}: {body[:200]!r}")
+    return body
+
+
+class Dockerd:
+    """The host's dockerd: its version, and what the running daemon loaded (``GET /info``)."""
+
+    def __init__(self, program: HostProgram, *, binary: str, socket: str) -> None:
+        self.program = program
+        self.binary = binary
+        self.socket = socket
+
+    def info(self) -> Mapping[str, Any]:
+        try:
+            loaded = json.loads(unix_http_get(self.socket, "/info"))
+        except ValueError as exc:
+            raise HardwareError("read dockerd's info", self.socket, f"not JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise HardwareError("read dockerd's info", self.socket, "not an object")
+        return loaded
+
+    def validate(self, config: str) -> tuple[bool, str]:
+        """``dockerd --validate --config-file <config>`` (Docker 23.0 and later)."""
+        done = self.program.run([self.binary, "--validate", "--config-file", config], check=False)
+        return done.returncode == 0, (done.stderr or done.stdout).strip()[-_MAX:]
+
+
+class SystemdService:
+    """Restart a unit through the host's systemd (``nsenter … systemctl restart <unit>``)."""
+
+    name = "the host's systemd"
+
+    def __init__(self, program: HostProgram) -> None:
+        self.program = program
+
+    def restart(self, unit: str) -> None:
+        log.info("restarting systemd unit %s", unit)
+        self.program.run(["systemctl", "restart", unit])

@@ -1,0 +1,249 @@
+"""container-runtime's round (C4, R-READY): detect the runtime → install the wrapper → configure → publish.
+
+Every round (``METAX_RUNTIME_INTERVAL``, and at once when its Node changes or a runtime file it wrote is
+changed by someone else: the files' stat is looked at every tick) it detects the node's runtime from the
+host (`metax_core.runtime.detect`: which socket exists, the host binary's ``--version``), installs the
+wrapper from the image to ``<toolkit>/metax-container-runtime`` (atomic), and runs the runtime's round
+(`containerd_round`). ``container-runtime`` is ready only while the **running** daemon reports the
+``metax`` handler running the wrapper — not when the files are merely written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from metax_core.cluster import components
+from metax_core.errors import ClusterError, HardwareError, InvalidSpec
+from metax_core.ports import node as node_ports
+from metax_core.runtime import detect, handler, record
+from metax_core.wire import event_reasons
+from metax_hw import container_runtime
+from services._agent import cluster, loop, probe, publish
+from services._agent import uninstall as agent_uninstall
+from services.container_runtime import containerd_round, docker_round, files, rounds
+from services.container_runtime.config import RuntimeChoice, Settings
+
+log = logging.getLogger(__name__)
+
+COMPONENT = components.signal(components.Component.RUNTIME)
+
+
+@attrs.frozen
+class Hardware:
+    """The host programs and the runtime's service manager."""
+
+    program: container_runtime.HostProgram
+    service: node_ports.ServiceManager
+
+
+class ContainerRuntime:
+    name = "container-runtime"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hw: Hardware,
+        ports: cluster.ClusterPorts,
+        board: node_ports.ReadinessBoard | None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.hw = hw
+        self.ports = ports
+        self.chores = loop.Chores(clock)
+        self.say = loop.Say(log)
+        self.publisher = publish.Publisher(
+            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=board
+        )
+        self.probe = probe.ProbeFile(settings.probe_file)
+        self.files = files.HostFiles(settings.host_root)
+        self.ledger = files.Ledger(self.files, f"{settings.state_dir.rstrip('/')}/{record.FILE_NAME}")
+        self.uninstalling = agent_uninstall.Latch()
+        common: dict[str, Any] = {
+            "service": hw.service,
+            "files_": self.files,
+            "ledger": self.ledger,
+            "wrapper": settings.wrapper_host_path,
+            "restart_wait": settings.restart_wait,
+            "event": self._event,
+            "sleep": sleep,
+            "clock": clock,
+        }
+        self.containerd = containerd_round.ContainerdRound(
+            host=container_runtime.Containerd(
+                hw.program, binary=settings.containerd_binary, socket=self.socket(detect.RuntimeKind.CONTAINERD)
+            ),
+            root_path=settings.containerd_config,
+            **common,
+        )
+        self.docker = docker_round.DockerRound(
+            host=container_runtime.Dockerd(
+                hw.program, binary=settings.docker_binary, socket=self.socket(detect.RuntimeKind.DOCKER)
+            ),
+            config_path=settings.docker_config,
+            **common,
+        )
+        self.rounds: dict[detect.RuntimeKind, rounds.RuntimeRound] = {
+            detect.RuntimeKind.CONTAINERD: self.containerd,
+            detect.RuntimeKind.DOCKER: self.docker,
+        }
+        for each in self.rounds.values():
+            each.unit = settings.service or each.unit
+        self._undone: str | None = None
+        """The uninstall request this agent has completely undone (nothing kept): later rounds only answer."""
+        self._kept: list[str] = []
+        self.detected: detect.Detected | None = None
+        self._stamp: tuple[Any, ...] | None = None
+
+    # -- the loop --------------------------------------------------------------------------------------------
+
+    def wake(self, chore: str = "sync") -> None:
+        self.chores.soon(chore)
+
+    def tick(self) -> None:
+        stamp = self._files_stamp()
+        if stamp != self._stamp and self._stamp is not None:
+            self.chores.soon("sync")  # a runtime file changed behind us (config management): look now
+        if not self.chores.due("sync", self.settings.interval):
+            return
+        try:
+            if self.uninstall():
+                return
+            ready, reason = self.sync()
+        except HardwareError as exc:
+            self.say("sync", f"container runtime: {exc}", logging.WARNING)
+            ready, reason = False, str(exc)
+        self._stamp = self._files_stamp()
+        self.say("ready", f"{'ready' if ready else 'not ready'}: {reason}")
+        self.publisher.signal(ready, reason, version=self.detected.text if self.detected else None)
+        self.probe.report(ready, reason)
+
+    def shutdown(self) -> None:
+        """The configuration stays (containers keep starting through it); only uninstall takes it away."""
+        self.probe.not_ready()
+        log.info("container-runtime stopped")
+
+    def _event(self, reason: str, message: str, warning: bool) -> None:
+        if self.say(f"event:{reason}", message, logging.WARNING if warning else logging.INFO):
+            try:
+                self.publisher.event(reason, message, warning=warning)
+            except ClusterError as exc:
+                log.warning("cannot send Event %s: %s", reason, exc)
+
+    def _files_stamp(self) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for path in (p for r in self.rounds.values() for p in r.paths):
+            try:
+                st = self.files.at(path).stat()
+            except OSError:
+                out.append(None)
+                continue
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
+    # -- the round -------------------------------------------------------------------------------------------
+
+    def socket(self, kind: detect.RuntimeKind) -> str:
+        """The runtime's socket as this process opens it (through the host's root when in a pod)."""
+        path = self.settings.runtime_socket or detect.SOCKETS[kind]
+        if self.settings.host_namespaces:
+            return container_runtime.PROC_ROOT + path
+        return str(self.settings.host_path(path))
+
+    def detect(self) -> detect.Detected:
+        choice = self.settings.runtime
+        kinds = list(detect.RuntimeKind) if choice is RuntimeChoice.AUTO else [detect.RuntimeKind(choice.value)]
+        sockets = {k: os.path.exists(self.socket(k)) for k in kinds}
+        binaries = {
+            detect.RuntimeKind.CONTAINERD: self.settings.containerd_binary,
+            detect.RuntimeKind.DOCKER: self.settings.docker_binary,
+            detect.RuntimeKind.CRIO: "crio",
+        }
+        versions: dict[detect.RuntimeKind, str] = {}
+        for kind, present in sockets.items():
+            if present:
+                done = self.hw.program.run([binaries[kind], "--version"], check=False)
+                if done.returncode == 0:
+                    versions[kind] = done.stdout
+        where = {k: self.settings.runtime_socket or detect.SOCKETS[k] for k in kinds}
+        return detect.detect(sockets, versions, where)
+
+    def sync(self) -> tuple[bool, str]:
+        try:
+            found = self.detect()
+            self.detected = found
+            if found.kind is detect.RuntimeKind.CRIO:
+                raise InvalidSpec([])  # reported below
+            context: Any = found.version
+            if found.kind is detect.RuntimeKind.CONTAINERD:
+                context = detect.containerd_schema(found.version)
+        except InvalidSpec as exc:
+            what = self.detected.text if self.detected else "no runtime"
+            message = f"{what}: {exc}" if exc.errors else f"{what} is not configured by this agent yet"
+            self._event(event_reasons.RUNTIME_UNSUPPORTED, message, True)
+            return False, message
+        self.say("detected", f"node runtime: {found.text}")
+        self._install_wrapper()
+        outcome = self.rounds[found.kind].run(context, ".".join(map(str, found.version)))
+        return outcome.ready, outcome.reason
+
+    def _install_wrapper(self) -> None:
+        s = self.settings
+        self.files.clean_partials(s.toolkit_dir)
+        if self.files.install_wrapper(pathlib.Path(s.wrapper_source), s.wrapper_host_path):
+            log.info("installed the runtime wrapper at %s", s.wrapper_host_path)
+
+    # -- uninstall -------------------------------------------------------------------------------------------
+
+    def _configured(self) -> rounds.RuntimeRound | None:
+        """The round of the runtime the record names (what we configured), or None: nothing to undo."""
+        rec = self.ledger.load()
+        if rec is None:
+            return None
+        kind = next((k for k in self.rounds if k.value == rec.runtime), None)
+        return self.rounds[kind] if kind is not None else None
+
+    def _remove_wrapper(self, configured: rounds.RuntimeRound | None = None) -> list[str]:
+        """The wrapper goes unless pods still run with the handler: their shims call it to stop and delete
+        their containers, so it stays for them (and the answer says so)."""
+        path = self.settings.wrapper_host_path
+        try:
+            running = (configured or self.containerd).sandboxes()
+        except HardwareError as exc:
+            running = []
+            log.warning("cannot list the pods of runtime handler %s: %s", handler.RUNTIME_HANDLER, exc)
+        if running:
+            return [f"{path}: {len(running)} pod sandbox(es) still run with runtime handler {handler.RUNTIME_HANDLER}"]
+        self.files.remove(path)
+        self.files.remove_dir_if_empty(self.settings.toolkit_dir)
+        return []
+
+    def uninstall(self) -> bool:
+        """When the finalizer asks: our drop-in and root edit undone, the runtime restarted once, the wrapper
+        removed; then answer and do nothing else."""
+        node = self.publisher.node_or_none(self.say)
+        uid = self.uninstalling.check(node)
+        if uid is None:
+            return False
+        self.probe.not_ready()
+        if self._undone != uid:  # done once nothing is kept; what was kept (the wrapper) is tried each round
+            configured = self._configured()
+            kept = configured.uninstall() if configured is not None else []
+            kept += self._remove_wrapper(configured)
+            self._kept = kept
+            if not kept:
+                self._undone = uid
+        kept = self._kept
+        self.say("uninstall", "uninstall: runtime configuration restored" + (f", kept: {kept}" if kept else ""))
+        agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)
+        agent_uninstall.remove_ready_dir(self.settings.host_root)
+        return True

@@ -1,0 +1,60 @@
+"""container-runtime's settings, from the environment the operator renders (`metax_core.cluster.workloads`)."""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+
+import attrs
+
+from metax_core.runtime import handler
+from services._agent import settings as agent_settings
+from services._agent.settings import HostPath, Seconds, env
+
+
+class RuntimeChoice(enum.Enum):
+    AUTO = "auto"
+    CONTAINERD = "containerd"
+    DOCKER = "docker"
+    CRIO = "crio"
+
+
+@attrs.frozen(kw_only=True)
+class Settings(agent_settings.NodeAgentSettings):
+    runtime: RuntimeChoice = attrs.field(default=RuntimeChoice.AUTO, metadata=env("METAX_CONTAINER_RUNTIME"))
+    """Which runtime to configure; ``auto`` detects it from the sockets on the host."""
+    containerd_config: HostPath = attrs.field(
+        default=HostPath("/etc/containerd/config.toml"), metadata=env("METAX_CONTAINERD_CONFIG")
+    )
+    containerd_binary: str = attrs.field(default="containerd", metadata=env("METAX_CONTAINERD_BINARY"))
+    """The host's containerd program (found on the host's PATH, or a host path)."""
+    docker_config: HostPath = attrs.field(
+        default=HostPath("/etc/docker/daemon.json"), metadata=env("METAX_DOCKER_CONFIG")
+    )
+    docker_binary: str = attrs.field(default="dockerd", metadata=env("METAX_DOCKER_BINARY"))
+    runtime_socket: HostPath | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SOCKET"))
+    """The runtime's CRI socket; default: the runtime's usual one (`metax_core.runtime.detect.SOCKETS`)."""
+    service: str | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SERVICE"))
+    """The systemd unit that runs the runtime; default: the runtime's usual one (containerd, docker, crio)."""
+    host_namespaces: bool = attrs.field(default=True, metadata=env("METAX_HOST_NAMESPACES"))
+    """Run the host's programs in the host's namespaces (nsenter, hostPID) and reach sockets through /proc/1/root."""
+    wrapper_source: str = attrs.field(default=handler.WRAPPER_IMAGE_PATH, metadata=env("METAX_WRAPPER_SOURCE"))
+    """The wrapper in this container's filesystem (the image), installed on the host."""
+    toolkit_dir: HostPath = attrs.field(default=HostPath(handler.TOOLKIT_HOST_DIR), metadata=env("METAX_TOOLKIT_DIR"))
+    state_dir: HostPath = attrs.field(
+        default=HostPath("/var/lib/metax/container-runtime"), metadata=env("METAX_RUNTIME_STATE_DIR")
+    )
+    """Where the record of our edits lives (`metax_core.runtime.record`)."""
+    restart_wait: Seconds = attrs.field(default=Seconds(60.0), metadata=env("METAX_RUNTIME_RESTART_WAIT"))
+    """Seconds a restarted runtime has to serve again with our handler before the restart counts as failed."""
+    interval: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_RUNTIME_INTERVAL"))
+    """Seconds between rounds (each round re-reads the files: a re-render that dropped our part is repaired)."""
+
+    @property
+    def wrapper_host_path(self) -> str:
+        return f"{self.toolkit_dir.rstrip('/')}/{handler.WRAPPER_NAME}"
+
+
+def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:
+    return agent_settings.load(Settings, os.environ if environ is None else environ, **fixed)

@@ -1,0 +1,138 @@
+"""The host files container-runtime writes, each through a temporary file and a rename (never half-written).
+
+`HostFiles` reads and writes host paths under the agent's host root; `Ledger` keeps the record of edits
+(`metax_core.runtime.record`), which is always written *before* the files it describes, so an agent killed
+between any two steps finds on restart either the old files with a record that already knows their text,
+or the new files: in both cases the record's ``before`` is the text that was there before us. `install_wrapper`
+puts the wrapper on the host (copy to a hidden sibling, chmod, rename): the runtime never sees a partial binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import tempfile
+
+from metax_core.errors import HardwareError, InvalidSpec
+from metax_core.runtime import record
+from metax_hw import hostfiles
+
+
+class HostFiles:
+    def __init__(self, host_root: pathlib.Path) -> None:
+        self.host_root = host_root
+
+    def at(self, path: str) -> pathlib.Path:
+        return self.host_root / path.lstrip("/")
+
+    def read(self, path: str) -> str | None:
+        try:
+            return self.at(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HardwareError("read", path, str(exc)) from exc
+
+    def write(self, path: str, text: str) -> None:
+        try:
+            hostfiles.atomic_write(self.at(path), text)
+        except OSError as exc:
+            raise HardwareError("write", path, str(exc.strerror or exc)) from exc
+
+    def put(self, path: str, text: str | None) -> None:
+        """Make the file ``text``; None: no file."""
+        if text is None:
+            self.remove(path)
+        elif self.read(path) != text:
+            self.write(path, text)
+
+    def remove(self, path: str) -> None:
+        try:
+            self.at(path).unlink(missing_ok=True)
+        except OSError as exc:
+            raise HardwareError("remove", path, str(exc)) from exc
+
+    def missing_dirs(self, path: str) -> tuple[str, ...]:
+        """The directories a write of ``path`` would create, outermost first (host paths)."""
+        missing: list[str] = []
+        parent = os.path.dirname(path.rstrip("/"))
+        while parent not in ("", "/") and not self.at(parent).exists():
+            missing.insert(0, parent)
+            parent = os.path.dirname(parent)
+        return tuple(missing)
+
+    def remove_dir_if_empty(self, path: str) -> None:
+        with contextlib.suppress(OSError):
+            self.at(path).rmdir()
+
+    def install_wrapper(self, source: pathlib.Path, path: str) -> bool:
+        """Copy ``source`` to host ``path`` (mode 0755) unless it is there already; True when it was copied."""
+        target = self.at(path)
+        try:
+            data = source.read_bytes()
+        except OSError as exc:
+            raise HardwareError("read the wrapper", str(source), str(exc)) from exc
+        with contextlib.suppress(OSError):
+            if target.read_bytes() == data and os.access(target, os.X_OK):
+                return False
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.chmod(tmp, 0o755)
+                os.replace(tmp, target)
+            except BaseException:
+                pathlib.Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise HardwareError("install the wrapper", path, str(exc)) from exc
+        return True
+
+    def clean_temporaries(self, path: str) -> None:
+        """The temporary sibling a write killed midway leaves (``.<name>.*.tmp``, `hostfiles.atomic_write`)."""
+        target = self.at(path)
+        with contextlib.suppress(OSError):
+            for leftover in target.parent.glob(f".{target.name}.*.tmp"):
+                leftover.unlink(missing_ok=True)
+
+    def wrapper_ok(self, path: str) -> bool:
+        target = self.at(path)
+        return target.is_file() and os.access(target, os.X_OK)
+
+    def clean_partials(self, directory: str) -> None:
+        """Leftovers of a copy that was killed midway (``.<name>.*.partial``)."""
+        with contextlib.suppress(OSError):
+            for leftover in self.at(directory).glob(".*.partial"):
+                leftover.unlink(missing_ok=True)
+
+
+class Ledger:
+    """The record file on the host."""
+
+    def __init__(self, files: HostFiles, path: str = record.PATH) -> None:
+        self.files = files
+        self.path = path
+
+    def load(self) -> record.Record | None:
+        text = self.files.read(self.path)
+        if text is None:
+            return None
+        try:
+            return record.parse(text, self.path)
+        except InvalidSpec as exc:
+            raise HardwareError("read the record of our edits", self.path, str(exc)) from exc
+
+    def save(self, entry: record.Record | None) -> None:
+        if entry is None or not entry.files:
+            self.clear()
+        else:
+            self.files.put(self.path, record.render(entry))
+
+    def clear(self) -> None:
+        self.files.remove(self.path)
+        self.files.remove_dir_if_empty(os.path.dirname(self.path))

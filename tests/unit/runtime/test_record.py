@@ -1,0 +1,62 @@
+"""The record of our edits (metax_core.runtime.record): its writer's text reads back the same, bad files are
+refused naming the field, and `remember` keeps the text from before us across repairs and retries."""
+
+from __future__ import annotations
+
+import pytest
+
+from metax_core.errors import InvalidSpec
+from metax_core.runtime import record
+
+ROOT = "/etc/containerd/config.toml"
+DROPIN = "/etc/containerd/conf.d/99-metax.toml"
+EDIT = record.RootEdit("imports", DROPIN, created_key=True)
+
+
+def test_render_then_parse_is_the_same_record() -> None:
+    rec = record.Record(
+        "containerd",
+        (
+            record.FileRecord(ROOT, False, "version = 2\n# ü\n", "version = 2\nimports = [...]\n", (EDIT,)),
+            record.FileRecord(DROPIN, True, None, "version = 2\n"),
+        ),
+        ("/etc/containerd/conf.d",),
+    )
+    assert record.parse(record.render(rec)) == rec
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("not json", "is not JSON"),
+        ('{"format": 2, "runtime": "containerd", "files": []}', "format: must be 1"),
+        ('{"format": 1, "runtime": 3, "files": []}', "needs a runtime"),
+        ('{"format": 1, "runtime": "containerd", "files": [{"path": "/x"}]}', "files[0]: is malformed"),
+        ('{"format": 1, "runtime": "c", "files": [], "createdDirs": [1]}', "createdDirs: must be a list"),
+        (
+            '{"format": 1, "runtime": "c", "files": [{"path": "/x", "owned": true, "before": 1, "after": "", '
+            '"edits": []}]}',
+            "before must be text or null",
+        ),
+    ],
+)
+def test_a_bad_record_is_refused_naming_the_field(text: str, field: str) -> None:
+    with pytest.raises(InvalidSpec, match=field.replace("[", r"\[").replace("]", r"\]")):
+        record.parse(text)
+
+
+def test_remember_keeps_the_first_before_while_the_file_is_ours_or_untouched() -> None:
+    first = record.remember(None, ROOT, "A", "A+ours", (EDIT,), owned=False)
+    again = record.remember(first, ROOT, "A", "A+ours", (EDIT,), owned=False)  # a retried write
+    assert again == first
+    repaired = record.remember(first, ROOT, "B", "B+ours", (EDIT,), owned=False)  # someone re-rendered it
+    assert repaired.before == "B" and repaired.edits == (EDIT,)
+
+
+def test_undo_text_per_case() -> None:
+    entry = record.FileRecord(ROOT, False, "A", "A+ours", (EDIT,))
+    assert record.undo_text(entry, "A+ours", lambda t: "reversed") == "A"
+    assert record.undo_text(entry, "A+ours+admin", lambda t: t.replace("+ours", "")) == "A+admin"
+    assert record.undo_text(entry, None, lambda t: t) is record.KEEP
+    owned = record.FileRecord(DROPIN, True, None, "ours")
+    assert record.undo_text(owned, "changed by someone", lambda t: t) is None
