@@ -1,6 +1,6 @@
 """Run a node agent as a local process against a fake GPU host: ``python -m metax_dev.agents <agent>``.
 
-Why: end-to-end tests and developers run gpu-label, driver-manager, vfio-manager and gpu-device next to kwok
+Why: end-to-end tests and developers run gpu-label, driver-manager, vfio-manager, gpu-device and maca next to kwok
 nodes, one set per fake host. The agents' own ``__main__`` builds the real hardware adapters, whose sysfs
 writes on a fake root would only change files; here the same agents get the fake host's adapters (the real
 `metax_hw` code with the fake kernel's write primitive, `metax_hw_fake.host.FakeHost.hw`) and everything
@@ -69,6 +69,15 @@ def gpu_device(environ: Mapping[str, str]) -> Built:
     return agent, agent.run
 
 
+def maca(environ: Mapping[str, str]) -> Built:
+    """maca has no hardware port: its host is the fake host's root (its SDK versions, records, runc state)."""
+    from services.maca import bootstrap as maca_bootstrap
+    from services.maca import config as maca_config
+
+    agent = maca_bootstrap.bootstrap(maca_config.from_env(environ))
+    return agent, maca_bootstrap.runner(agent)
+
+
 #: The payload driver version `write_payload` ships by default (the fake host's own driver is older, 2.18.0).
 PAYLOAD_VERSION = "2.20.0"
 
@@ -77,6 +86,8 @@ FAST: Mapping[str, Mapping[str, str]] = {
     "gpu-label": {"METAX_LABEL_INTERVAL": "3"},
     "driver-manager": {"METAX_DEPLOY_POLICY": "PreferCloud", "METAX_DRIVER_INTERVAL": "5"},
     "vfio-manager": {"METAX_VFIO_INTERVAL": "10"},
+    # maca's payload directory is not the driver's (each has its own pod): no SDK images unless a test gives some.
+    "maca": {"METAX_MACA_INTERVAL": "3", "METAX_PAYLOAD_DIR": "/nonexistent-maca-payload"},
     "gpu-device": {
         "METAX_HEALTHY_INTERVAL": "3",
         "METAX_INVENTORY_INTERVAL": "1",
@@ -145,6 +156,7 @@ AGENTS: Mapping[str, Callable[[Mapping[str, str]], Built]] = {
     "driver-manager": driver_manager,
     "vfio-manager": vfio_manager,
     "gpu-device": gpu_device,
+    "maca": maca,
 }
 
 

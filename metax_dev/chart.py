@@ -87,6 +87,13 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
         'Call the webhook at this URL instead of its Service (e.g. an operator outside the cluster); "" = Service.',
     ),
     (
+        "testOnly.hostPathPrefix",
+        "",
+        {"type": "string"},
+        "TEST ONLY, never in production: a directory put in front of every hostPath the node agents mount, so a"
+        ' test node\'s agents see a fake GPU host (docs/realnode.md); "" = the real paths.',
+    ),
+    (
         "webhook.certValidityDays",
         365,
         {"type": "integer", "minimum": 1},

@@ -54,6 +54,8 @@ FW_ENABLE_VIRT = Var("METAX_FW_ENABLE_VIRT", lambda s: str(s.driver.fw_enable_vi
 DRIVER_VERSION = Var("METAX_DRIVER_VERSION", lambda s: s.driver.payload.version or None)
 DRIVER_CONFIG = Var("METAX_DRIVER_CONFIG", lambda s: driver_config.CONFIGMAP_NAME)
 VFIO_CONFIG = Var("METAX_VFIO_CONFIG", lambda s: vfio_config_map.NAME)
+CONTAINER_STATE_ROOT = Var("METAX_CONTAINER_STATE_ROOT", lambda s: "/proc/1/root")
+"""Where maca sees runc's state directories: the host's root through hostPID (its in-use check)."""
 
 SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.GPU_LABEL: (SGPU_SHARES,),
@@ -61,6 +63,7 @@ SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.DRIVER: (DEPLOY_POLICY, FW_UPGRADE_POLICY, FW_ENABLE_VIRT, DRIVER_CONFIG, DRIVER_VERSION),
     Component.VFIO_MANAGER: (VFIO_CONFIG,),
     Component.GPU_DEVICE: (HEALTHY_INTERVAL, SGPU_SHARES),
+    Component.MACA: (CONTAINER_STATE_ROOT,),
 }
 """The node agents and the spec-fed variables each reads; an agent not listed here reads none (yet)."""
 

@@ -96,7 +96,7 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
         C.RUNTIME, "container-runtime", (C.GPU_LABEL,), (_ds("metax-container-runtime", host_pid=True),), AGENT_PROBE
     ),
     ComponentInfo(C.DRIVER, "driver", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),), AGENT_PROBE),
-    ComponentInfo(C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True),)),
+    ComponentInfo(C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True),), AGENT_PROBE),
     ComponentInfo(
         C.GPU_DEVICE,
         "gpu-device",

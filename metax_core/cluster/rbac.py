@@ -27,6 +27,7 @@ import attrs
 from metax_core.cluster import components
 from metax_core.cluster.components import Component
 from metax_core.node import driver_config, vfio_config_map
+from metax_core.runtime import handler
 from metax_core.spec import model as spec
 from metax_core.wire import meta
 
@@ -78,7 +79,11 @@ class Rule:
         return rule
 
 
-_NODE_LABELS = Rule("", ("nodes",), ("get", "patch"))
+_NODE_LABELS = Rule("", ("nodes",), (*READ, "patch"))
+"""An agent's own Node: it watches it by name (``fieldSelector=metadata.name``) and patches its labels and
+annotations. RBAC cannot limit list/watch to a node whose name the role does not know (each pod runs on
+another), so the read is cluster-wide; without list and watch the agent's watch is refused (403) and it only
+notices a change at its slow resync (seen on the real node's pods, tests/realnode/test_helm_install.py)."""
 _NODE_WATCH = Rule("", ("nodes",), READ)
 _EVENTS = (
     Rule("events.k8s.io", ("events",), ("get", "create", "patch", "delete")),
@@ -287,6 +292,9 @@ def operator_rules() -> AccountRules:
             (WEBHOOK_NAME,),
         ),
         Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
+        # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
+        Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
+        Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),
     ]
     namespace = [
         Rule("apps", ("daemonsets", "deployments"), (*READ, *WRITE)),

@@ -17,6 +17,7 @@ from metax_core.cluster import agent_env, components, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
+from metax_core.runtime import handler
 from metax_core.spec import model as spec
 from metax_core.spec import names
 from metax_core.wire import meta
@@ -57,7 +58,9 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
         _RUN,
         _LOG,
     ),
-    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG),
+    # /var/lib/metax: the SDK versions; /run/metax: the in-use records, the edit socket, readiness; /dev and
+    # /var/run/cdi read-only: the edit service's device numbers and CDI spec (containerd 1.6, docs/maca.md).
+    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG, ("/dev", True), ("/var/run/cdi", True)),
     "metax-gpu-device": (
         ("/dev", False),
         ("/sys", True),
@@ -103,6 +106,10 @@ class RenderSettings:
     namespace: str = spec.NAMESPACE
     version: str = "0.1.0"
     image_pull_policy: str = "IfNotPresent"
+    host_path_prefix: str = ""
+    """TEST ONLY (chart value ``operator.testOnly.hostPathPrefix``, docs/realnode.md): a directory put in front of
+    every hostPath the node agents mount, so that a test node's agents see a fake GPU host there instead of the
+    node's own ``/sys``, ``/dev``, ... The product's default is "" (the real paths)."""
 
 
 @attrs.frozen
@@ -168,11 +175,14 @@ def readiness_probe(declared: components.ReadinessProbe) -> dict[str, Any]:
     }
 
 
-def _volumes(workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The workload's hostPath volumes, each mounted at the same path under `HOST_ROOT_IN_CONTAINER`; the host
+    side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
     volumes, mounts = [], []
     for path, read_only in HOST_PATHS.get(workload.name, ()):
         name = "host" + path.replace("/", "-")
-        volumes.append({"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}})
+        host_path = prefix.rstrip("/") + path
+        volumes.append({"name": name, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})
     return volumes, mounts
 
@@ -207,7 +217,7 @@ def workload_manifest(
 ) -> dict[str, Any]:
     section = components.component_spec(s, component)
     labels = _labels(component, workload)
-    volumes, mounts = _volumes(workload)
+    volumes, mounts = _volumes(workload, settings.host_path_prefix)
     container: dict[str, Any] = {
         "name": workload.name.removeprefix("metax-"),
         "image": image(s, workload, settings),
@@ -224,7 +234,7 @@ def workload_manifest(
     if component is Component.EXPORTER:
         container["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
     pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
-    pod_spec["containers"] = [container]
+    pod_spec["containers"] = [container, *_sidecars(component, container)]
     if workload.service_account is None:
         pod_spec["automountServiceAccountToken"] = False
     else:
@@ -256,6 +266,36 @@ def workload_manifest(
         "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
         "spec": body,
     }
+
+
+EDIT_SERVICE_CONTAINER = "container-edit"
+EDIT_SERVICE_COMMAND = "metax-container-edit"
+"""The container-edit service (R-MACA): a second container of maca's pod, from the same image, because it reads
+what maca installs (the SDK versions) and writes what maca's GC reads (the in-use records)."""
+_EDIT_SERVICE_MOUNTS = {"/run/metax": False, "/var/lib/metax": True, "/dev": True, "/var/run/cdi": True}
+
+
+def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if component is not Component.MACA:
+        return []
+    keep = {agent_env.HOST_ROOT, agent_env.LOG_LEVEL, agent_env.PROBE_FILE}
+    sidecar: dict[str, Any] = {
+        "name": EDIT_SERVICE_CONTAINER,
+        "image": agent["image"],
+        "imagePullPolicy": agent["imagePullPolicy"],
+        "command": [EDIT_SERVICE_COMMAND],
+        "env": [e for e in agent["env"] if e["name"] in keep],
+        "securityContext": agent["securityContext"],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "volumeMounts": [
+            {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER)]}
+            for m in agent.get("volumeMounts", ())
+            if m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER) in _EDIT_SERVICE_MOUNTS
+        ],
+    }
+    if "readinessProbe" in agent:  # the same file probe, in its own container's /tmp: present while it listens
+        sidecar["readinessProbe"] = agent["readinessProbe"]
+    return [sidecar]
 
 
 PAYLOAD_VOLUME = "payload"
@@ -360,6 +400,7 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
             objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
+        objects.extend(cluster_objects(component))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
 
 
@@ -373,3 +414,33 @@ def driver_daemonset_index(objects: Sequence[Mapping[str, Any]]) -> int | None:
         ),
         None,
     )
+
+
+RUNTIME_CLASS_API = "node.k8s.io/v1"
+
+
+def runtime_class() -> dict[str, Any]:
+    """The RuntimeClass ``metax``: pods that name it (``runtimeClassName: metax``) run through the node's
+    ``metax`` runtime handler (the wrapper that gives them the SDK their ``METAX_MACA_VERSION`` asks for,
+    docs/maca.md), and only on GPU nodes (its ``scheduling.nodeSelector`` is added to theirs). It goes with the
+    container-runtime component, which configures that handler on every GPU node."""
+    return {
+        "apiVersion": RUNTIME_CLASS_API,
+        "kind": "RuntimeClass",
+        "metadata": {
+            "name": handler.RUNTIME_HANDLER,
+            "labels": {
+                APP_LABEL: handler.RUNTIME_HANDLER,
+                COMPONENT_LABEL: Component.RUNTIME.value,
+                MANAGED_BY_LABEL: MANAGED_BY,
+                PART_OF_LABEL: PART_OF,
+            },
+        },
+        "handler": handler.RUNTIME_HANDLER,
+        "scheduling": {"nodeSelector": {GPU_NODE_LABEL: node_labels.TRUE}},
+    }
+
+
+def cluster_objects(component: Component) -> list[dict[str, Any]]:
+    """The cluster-scoped objects a component brings besides its RBAC (applied with it, pruned without it)."""
+    return [runtime_class()] if component is Component.RUNTIME else []

@@ -63,7 +63,6 @@ OWNED_LABELS = (
     GPU_DRIVER_MAJOR,
     GPU_DRIVER_MINOR,
     GPU_DRIVER_PATCH,
-    GPU_MACA_VERSION,
 )
 """Every label gpu-label writes (and removes at uninstall)."""
 
@@ -77,8 +76,12 @@ DRIVER_LABELS = (DRIVER_READY, DRIVER_VERSION)
 NODE_GPU_DEVICES = PREFIX + "node-gpu-devices"
 """HAMi's sGPU device list (JSON)."""
 MACA_VERSIONS = PREFIX + "maca.versions"
-"""Every installed MXMACA version, newest first, comma-separated."""
-OWNED_ANNOTATIONS = (NODE_GPU_DEVICES, MACA_VERSIONS)
+"""Written by the maca agent: every installed MXMACA version, newest first, comma-separated."""
+OWNED_ANNOTATIONS = (NODE_GPU_DEVICES,)
+"""Every annotation gpu-label writes."""
+MACA_LABELS = (GPU_MACA_VERSION,)
+"""Written by the maca agent (the newest installed MXMACA version), removed at its uninstall."""
+MACA_ANNOTATIONS = (MACA_VERSIONS,)
 
 GPU_DEVICE_MODE = devices.MODE_LABEL
 """Set by administrators (§3.2.10); read by gpu-device (`devices.settings_from_labels`), never written."""
@@ -126,7 +129,7 @@ def sanitize_label_value(text: str, *, fallback: str = "unknown") -> str:
 
 @attrs.frozen
 class NodeInventory:
-    """What gpu-label gathers on one node through the hardware port (and the MACA manager's list)."""
+    """What gpu-label gathers on one node through the hardware port."""
 
     node_name: str
     functions: tuple[PciFunction, ...] = ()
@@ -135,8 +138,6 @@ class NodeInventory:
     health: Mapping[PciAddress, GpuHealth] = attrs.field(factory=dict)
     module: ModuleState | None = None
     """The loaded ``metax`` module, None when not loaded."""
-    maca_versions: tuple[str, ...] = ()
-    """Installed MXMACA versions (``2.18.0.3`` or ``maca-2.18.0.3``)."""
     links: tuple[GpuLink, ...] = ()
     uuids: Mapping[PciAddress, str] = attrs.field(factory=dict)
     """UUIDs the vendor tool reports; functions without one get `device_uuid`'s derived id."""
@@ -217,10 +218,14 @@ def node_labels(inventory: NodeInventory) -> dict[str, str | None]:
         parts = [GPU_DRIVER_MAJOR, GPU_DRIVER_MINOR, GPU_DRIVER_PATCH]
         for key, number in zip(parts, driver.numbers, strict=False):
             labels[key] = str(number)
-    maca = _maca_sorted(inventory.maca_versions)
-    if maca:
-        labels[GPU_MACA_VERSION] = sanitize_label_value(str(maca[0]))
     return labels
+
+
+def maca_metadata(installed: Sequence[str]) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """The maca agent's label (newest version) and annotation (all, newest first); None removes them."""
+    maca = _maca_sorted(installed)
+    label = sanitize_label_value(str(maca[0])) if maca else None
+    return {GPU_MACA_VERSION: label}, {MACA_VERSIONS: ",".join(str(v) for v in maca) if maca else None}
 
 
 def device_uuid(node_name: str, address: PciAddress, reported: str | None = None) -> str:
@@ -311,11 +316,7 @@ def node_annotations(
 ) -> dict[str, str | None]:
     """Every annotation in OWNED_ANNOTATIONS: its value, or None to remove it."""
     entries = hami_devices(inventory, sgpu_shares=sgpu_shares, qos_policy=qos_policy)
-    maca = _maca_sorted(inventory.maca_versions)
-    return {
-        NODE_GPU_DEVICES: json.dumps(entries, separators=(",", ":")) if entries else None,
-        MACA_VERSIONS: ",".join(str(v) for v in maca) if maca else None,
-    }
+    return {NODE_GPU_DEVICES: json.dumps(entries, separators=(",", ":")) if entries else None}
 
 
 def removal() -> tuple[dict[str, str | None], dict[str, str | None]]:

@@ -37,7 +37,7 @@ from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunct
 PREFIX = "metax-tech.com/"
 REQUEST_ANNOTATION = PREFIX + "uninstall"
 DONE_PREFIX = PREFIX + "uninstalled."
-AGENTS = ("gpu-label", "container-runtime", "driver", "vfio-manager", "gpu-device")
+AGENTS = ("gpu-label", "container-runtime", "driver", "vfio-manager", "gpu-device", "maca")
 """The node agents that undo something on their node (readiness names, `components.ComponentInfo.signal`)."""
 
 INCOMPLETE_REASON = "UninstallIncomplete"

@@ -56,6 +56,15 @@ INVALID_VFIO_CONFIG: Final = "InvalidVfioConfig"
 VFIO_BIND_FAILED: Final = "VfioBindFailed"
 IOMMU_DISABLED: Final = "IOMMUDisabled"
 
+# -- maca, on its Node --------------------------------------------------------------------------------------------
+MACA_INSTALLED: Final = "MacaInstalled"
+"""An MXMACA version of ``maca.payload.images`` was installed on the node."""
+MACA_REMOVED: Final = "MacaRemoved"
+"""A version no longer listed, used by no live container, was removed."""
+MACA_INSTALL_FAILED: Final = "MacaInstallFailed"
+INVALID_MACA_PAYLOAD: Final = "InvalidMacaPayload"
+"""The payload images' tags or contents cannot be installed (the message names the image)."""
+
 
 # -- container-runtime, on its Node ---------------------------------------------------------------------------
 RUNTIME_CONFIGURED: Final = "RuntimeConfigured"

@@ -40,7 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from metax_core.runtime import handler
 from metax_core.wire import meta
+from metax_dev import wrapper
 from metax_dev.images import buildah, definitions
 
 logger = logging.getLogger(__name__)
@@ -358,6 +360,10 @@ def _app_layer(b: buildah.Buildah, container: str, defs: definitions.Definitions
     packages = [f"{site}/{p}" for p in wheel_packages(wheel)]
     compile_argv = [f"{venv}/bin/python", "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash"]
     b.run(container, [*compile_argv, *packages], step="app: compile bytecode")
+    # The runtime wrapper runs on the host (the node's runtime executes it): static C, compiled here on the build
+    # host so the image carries no compiler; the container-runtime agent installs it from this path.
+    target = handler.WRAPPER_IMAGE_PATH
+    b("copy", "--chmod", "0755", container, str(wrapper.build()), target, step="app: copy the runtime wrapper")
 
 
 def wheel_packages(wheel: Path) -> list[str]:

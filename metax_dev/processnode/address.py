@@ -4,7 +4,8 @@ Why this module exists: the API server refuses loopback addresses in EndpointSli
 (``ValidateEndpointIP`` in k8s.io/kubernetes pkg/apis/core/validation: "may not be in the loopback range"),
 so a pod whose IP is 127.0.0.1 never gets an endpoint, and a webhook Service could not reach it even with
 ``--enable-aggregator-routing``. A process node therefore claims an address of the benchmarking range
-198.18.0.0/15 (RFC 2544: never routed on the internet) on ``lo``: traffic to it never leaves the machine,
+198.18.0.0/16 (the lower half of the RFC 2544 range 198.18.0.0/15, never routed on the internet; real nodes'
+pod networks use the upper half, `metax_dev.realnode.podnet`) on ``lo``: traffic to it never leaves the machine,
 and its pods (host network) share it as their pod IP. The address carries the label ``lo:mx<pid>`` so that
 a later node removes addresses whose owner died without cleaning up. The changes go through netlink (pyroute2)
 and need CAP_NET_ADMIN (the test machines run as root, as the real-node tests do); without it the node fails
@@ -24,7 +25,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from metax_dev.controlplane import processes
 
-RANGE = ipaddress.ip_network("198.18.0.0/15")
+RANGE = ipaddress.ip_network("198.18.0.0/16")
 LABEL_PREFIX = "lo:mx"
 
 

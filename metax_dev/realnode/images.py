@@ -161,6 +161,25 @@ def write_test_images(directory: Path, pause: Path, busybox: Path = BUSYBOX) -> 
     return [pause_tar, busybox_tar]
 
 
+def write_payload_image(path: Path, name: str, payload: Path, busybox: Path = BUSYBOX) -> Path:
+    """A TEST payload image (a driver or SDK payload as the operator's init containers expect it,
+    docs/configuration.md): ``payload``'s files under ``/payload``, and busybox for the init container's
+    ``/bin/sh -c 'mkdir -p ... && cp -a /payload/. ...'``."""
+    if not busybox.is_file():
+        raise errors.NodeError(f"{busybox} is missing: install Debian's busybox-static (`./run test` does)")
+    links = [Entry(f"bin/{a}", link="busybox") for a in busybox_applets(busybox) if a != "busybox"]
+    files = sorted(f for f in payload.rglob("*") if f.is_file())
+    dirs = sorted({str(Path("payload") / d.relative_to(payload)) for d in payload.rglob("*") if d.is_dir()})
+    carried = [Entry(f"payload/{f.relative_to(payload)}", f, mode=0o644) for f in files]
+    return write_image(
+        path,
+        name,
+        [Entry("bin/busybox", busybox), *links, *carried],
+        directories=["bin", "dev", "etc", "proc", "sys", "tmp", "payload", *dirs],
+        cmd=["sh"],
+    )
+
+
 def import_images(ctr: Path, address: Path, archives: Sequence[Path]) -> None:
     """Import ``archives`` into the containerd at ``address`` (namespace ``k8s.io``, unpacked)."""
     for archive in archives:

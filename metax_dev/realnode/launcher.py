@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from metax_dev.controlplane import processes
-from metax_dev.realnode import containerd, errors, hygiene, images, node
+from metax_dev.realnode import containerd, errors, hygiene, images, node, podnet
 
 if TYPE_CHECKING:
     from metax_dev.controlplane.cluster import ControlPlane
@@ -123,8 +123,9 @@ class RealNodes:
         self.started_seconds = time.monotonic() - started
         return self
 
-    def add_node(self, device_root: Path | None = None) -> node.RealNode:
-        """One more node (the next ``<prefix>-<i>``), started and Ready."""
+    def add_node(self, device_root: Path | None = None, images: Sequence[Path] = ()) -> node.RealNode:
+        """One more node (the next ``<prefix>-<i>``), started and Ready; ``images``: more OCI archives its
+        containerd imports (the product's, `metax_dev.images`) besides the two test images."""
         with self._lock:
             if self.workdir is None or self._tracking_parent is None:
                 raise errors.NodeError("RealNodes not started")
@@ -137,7 +138,7 @@ class RealNodes:
                 index,
                 base_dir=self.workdir,
                 bin_dir=self.bin_dir,
-                image_archives=self._images,
+                image_archives=[*self._images, *images],
                 tracking_parent=self._tracking_parent,
                 device_root=device_root,
                 verbosity=self.verbosity,
@@ -200,10 +201,13 @@ def reap_stale(parent: Path | None = None) -> list[str]:
         if owner == os.getpid() or processes.pid_alive(owner):
             continue
         tracking = hygiene.tracking_hierarchy() / hygiene.TRACKING_DIR
-        for node_dir in sorted(d for d in workdir.iterdir() if (d / "containerd").is_dir()):
+        for node_dir in sorted(
+            d for d in workdir.iterdir() if (d / "containerd").is_dir() or (d / podnet.RECORD).is_file()
+        ):
             ids = containerd.Layout(node_dir / "containerd").container_ids()
             hygiene.remove_container_cgroups(ids, keep_parents=())
             hygiene.remove_cgroup(tracking / f"{workdir.name}-{node_dir.name}")
+            podnet.release(node_dir)
         sysctls = workdir / "sysctls.json"
         if sysctls.is_file():
             hygiene.release_sysctls(owner, json.loads(sysctls.read_text()))

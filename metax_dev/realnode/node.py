@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metax_dev.controlplane import network, processes
-from metax_dev.realnode import cloud, cni, containerd, errors, hostns, hygiene, images, kubelet
+from metax_dev.realnode import cloud, cni, containerd, errors, hostns, hygiene, images, kubelet, podnet
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -76,7 +76,7 @@ class RealNode:
         self.containerd_layout = containerd.Layout(self.dir / "containerd")
         self.kubelet_layout = kubelet.Layout(self.dir / "kubelet")
         self.log_dir = self.dir / "logs"
-        self.pod_cidr = f"10.244.{index + 1}.0/24"
+        self.network: podnet.PodNetwork | None = None
         self.timings = NodeTimings()
         self.namespace: hostns.MountNamespace | None = None
         self._processes: dict[str, processes.Process] = {}
@@ -92,6 +92,13 @@ class RealNode:
         if self.device_root is not None:
             dirs.append(self.device_root / "var/run/cdi")
         return dirs
+
+    @property
+    def pod_cidr(self) -> str:
+        """The node's pod range (a /24 of `podnet.RANGE`, claimed at start)."""
+        if self.network is None:
+            raise errors.NodeError(f"node {self.name} has no pod network (not started)")
+        return self.network.subnet
 
     @property
     def containerd_socket(self) -> Path:
@@ -186,7 +193,15 @@ class RealNode:
     def _start_containerd(self) -> None:
         layout = self.containerd_layout
         cni_dir = self.dir / "cni"
-        cni.install(cni_dir / "bin", cni_dir / "conf", cni_dir / "leases", self.pod_cidr)
+        self.network = podnet.claim(self.dir, self._kubernetes_service(), self.control_plane.server_url.split("//")[1])
+        cni.install(
+            cni_dir / "bin",
+            cni_dir / "conf",
+            cni_dir / "leases",
+            self.network.subnet,
+            self.network.gateway,
+            self.network.veth_prefix,
+        )
         for directory in self.cdi_dirs:
             directory.mkdir(parents=True, exist_ok=True)
         text = containerd.config_text(
@@ -200,6 +215,17 @@ class RealNode:
         containerd.write_config(layout, text)
         self._start_process("containerd", containerd.command(self.bin_dir, layout))
         self._wait(self._containerd_serving, "containerd", "containerd")
+
+    def _kubernetes_service(self) -> str:
+        """``<ClusterIP>:<port>`` of the ``kubernetes`` Service, which pods dial (``KUBERNETES_SERVICE_HOST``)."""
+        from kubernetes import client as kube
+
+        api = self._api()
+        try:
+            service: Any = kube.CoreV1Api(api).read_namespaced_service("kubernetes", "default")
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+        return f"{service.spec.cluster_ip}:{service.spec.ports[0].port}"
 
     def _containerd_serving(self) -> bool:
         if not self.containerd_socket.exists():
@@ -291,6 +317,9 @@ class RealNode:
             step("stop the namespace holder", self.namespace.stop)
             self.namespace = None
         self._processes.clear()
+        # After the namespace: the pods' network namespaces (and their veths) went with it.
+        step("release the pod network", lambda: podnet.release(self.dir))
+        self.network = None
         step("delete the Node object", self._delete_node_object)
         if not keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -252,13 +252,21 @@ def _refused(errors: list[FieldError], server: str, output: str) -> int:
 
 
 def as_json(p: diff.Prediction) -> dict[str, Any]:
-    """``{"refused": [], "objects": [{"kind","name","namespace","action","diff"}], "restarts": [{"workload",
+    """``{"refused": [], "objects": [{"apiVersion","kind","name","namespace","action",
+    "diff"}], "restarts": [{"workload",
     "action","nodes","why"}], "driver": {"mode","nodes","why","plan": [[nodes of each loop] per step]} | null}``."""
     driver = p.driver
     return {
         "refused": [str(e) for e in p.refused],
         "objects": [
-            {"kind": o.kind, "name": o.name, "namespace": o.namespace, "action": o.action.value, "diff": o.diff}
+            {
+                "apiVersion": o.api_version,
+                "kind": o.kind,
+                "name": o.name,
+                "namespace": o.namespace,
+                "action": o.action.value,
+                "diff": o.diff,
+            }
             for o in p.objects
         ],
         "restarts": [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from metax_core.cluster import rbac
+from metax_core.cluster import rbac, workloads
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
 from metax_k8s import client, connect, events, lease, nodes, objects
@@ -88,6 +88,7 @@ def bootstrap(
         daemonsets=owned_informer("apps/v1", "DaemonSet", ns),
         deployments=owned_informer("apps/v1", "Deployment", ns),
         services=owned_informer("v1", "Service", ns),
+        runtime_classes=owned_informer(workloads.RUNTIME_CLASS_API, "RuntimeClass", None),
         pods=informers.Informer(
             objs,
             "v1",

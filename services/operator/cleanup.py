@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from metax_core.cluster import rbac
+from metax_core.cluster import rbac, workloads
 from metax_core.node import devices
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
@@ -49,6 +49,7 @@ def remove_everything(
     # The workloads first, then the RBAC that they use.
     where: list[tuple[str, str, str | None]] = [(v, k, namespace) for v, k in OWNED_KINDS]
     where += rbac.locations(namespace)
+    where.append((workloads.RUNTIME_CLASS_API, "RuntimeClass", None))
     for api_version, kind, scope in where:
         for obj in objects.list(api_version, kind, namespace=scope, label_selector=selector).items:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")

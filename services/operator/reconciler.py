@@ -94,7 +94,9 @@ class Reconciler:
         self.caches = caches
         self.clock = clock
         self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
-        self.render_settings = workloads.RenderSettings(namespace=settings.namespace, version=settings.version)
+        self.render_settings = workloads.RenderSettings(
+            namespace=settings.namespace, version=settings.version, host_path_prefix=settings.host_path_prefix
+        )
         self.status_writes = 0
         self._warned_confirmation = ""
 
@@ -259,6 +261,7 @@ class Reconciler:
         for component in undeployed:
             why = why_by_component.get(component.value, f"component {component.value} is disabled")
             self.applier.prune_absent(rbac.to_remove([component], self.settings.namespace, rendered), why)
+            self.applier.prune_absent(workloads.cluster_objects(component), why)
 
     def _rollout(
         self, s: spec.ClusterOperatorSpec, cr: RawObject, desired: Mapping[str, Any], now: dt.datetime

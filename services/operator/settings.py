@@ -45,6 +45,9 @@ class Settings:
     """METAX_DRIVER_READY_TIMEOUT: seconds a new driver pod may take to become Ready before it counts as failed."""
     uninstall_timeout: float = attrs.field(default=180.0, metadata=env("METAX_UNINSTALL_TIMEOUT"))
     """METAX_UNINSTALL_TIMEOUT: seconds the finalizer waits for the nodes' agents to undo their host changes."""
+    host_path_prefix: str = attrs.field(default="", metadata=env("METAX_TEST_HOST_PATH_PREFIX"))
+    """METAX_TEST_HOST_PATH_PREFIX: TEST ONLY (docs/realnode.md): put in front of every hostPath of the node agents,
+    so that a test node's agents see a fake GPU host; "" (the default) renders the real paths."""
     crash_loop_restarts: int = 3
     """A driver pod whose container restarted this often (or waits in CrashLoopBackOff) has failed."""
     backoff_base: float = 0.5

@@ -42,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from metax_core.node import readiness
 from metax_dev.controlplane import build, errors, processes
 from metax_dev.controlplane import cluster as controlplane
+from metax_dev.images import build as images_build
 from metax_dev.realnode import launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
@@ -67,6 +68,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         build.build()
     except errors.ControlPlaneError as exc:
         _build_error = exc
+    if any(i.module.__name__.endswith("test_helm_install") for i in session.items if i.module is not None):
+        images_build.build()  # the product's images (docs/images.md): cached, seconds when nothing changed
 
 
 @pytest.fixture(scope="session")

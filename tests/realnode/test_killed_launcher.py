@@ -1,7 +1,7 @@
 """A launcher killed outright (SIGKILL) leaves containers and shims behind (its kubelet, containerd and
 control plane die with it by parent-death signal); ``python -m metax_dev.realnode down`` finds its work
-dir and removes what is left: no process of it, no container or tracking cgroup, the sysctls as before,
-no work dir."""
+dir and removes what is left: no process of it, no container or tracking cgroup, no pod network (the node's
+nat chain, its /24 claim, the pod's veth), the sysctls as before, no work dir."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from metax_dev.controlplane import processes
-from metax_dev.realnode import hygiene, launcher
+from metax_dev.realnode import hygiene, launcher, podnet
 
 from . import pods
 
@@ -65,6 +65,7 @@ def test_down_cleans_up_after_a_killed_launcher(tmp_path: Path) -> None:
         )
         containers = workdir / "real-node-0/containerd/state/io.containerd.runtime.v2.task/k8s.io"
         ids = sorted(p.name for p in containers.iterdir())
+        network = podnet.PodNetwork(**json.loads((workdir / "real-node-0" / podnet.RECORD).read_text()))
     finally:
         os.kill(up.pid, signal.SIGKILL)
         up.wait()
@@ -74,6 +75,7 @@ def test_down_cleans_up_after_a_killed_launcher(tmp_path: Path) -> None:
     left = hygiene.snapshot([str(workdir)])
     assert any("containerd-shim" in line for line in left.processes), left.processes  # the reason for `down`
     assert ids and any((h / "k8s.io" / i).exists() for h in hygiene.hierarchies() for i in ids)
+    assert any(network.chain in rule for rule in podnet.host_state()["iptables"])  # left by the killed launcher
 
     done = subprocess.run(
         [sys.executable, "-m", "metax_dev.realnode", "down"],
@@ -92,5 +94,9 @@ def test_down_cleans_up_after_a_killed_launcher(tmp_path: Path) -> None:
     assert after.sysctls == before.sysctls
     assert after.mounts == before.mounts
     assert not workdir.exists()
+    state = podnet.host_state()
+    assert not [r for r in state["iptables"] if network.chain in r], state
+    assert not [r for r in state["routes"] if network.subnet in r], state
+    assert not [link for link in state["links"] if link.startswith(network.veth_prefix)], state
     processes.reap_stale_workdirs(Path("/tmp"))  # the killed control plane's own work dir
     assert launcher.reap_stale() == []

@@ -20,7 +20,7 @@ from metax_dev import chart
 from metax_dev.controlplane import build
 from metax_k8s.api import Api
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "charts" / "metax-operator"
 NAMESPACE = "metax-operator"
 RELEASE = "metax-operator"

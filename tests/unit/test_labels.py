@@ -73,7 +73,6 @@ def inventory(**kw: object) -> labels.NodeInventory:
         "metrics": (metric(1), metric(2)),
         "health": {addr(1): GpuHealth(addr(1), True), addr(2): GpuHealth(addr(2), False, "ecc")},
         "module": ModuleState(name="metax", version=DriverVersion("2.32.0")),
-        "maca_versions": ("maca-2.18.0.3", "2.9.1", "maca-2.18.0.10"),
     }
     defaults.update(kw)
     return labels.NodeInventory(**defaults)  # type: ignore[arg-type]
@@ -135,7 +134,6 @@ def test_labels_of_a_c500_node() -> None:
         labels.GPU_DRIVER_MAJOR: "2",
         labels.GPU_DRIVER_MINOR: "32",
         labels.GPU_DRIVER_PATCH: "0",
-        labels.GPU_MACA_VERSION: "2.18.0.10",
     }
 
 
@@ -151,8 +149,8 @@ def test_a_node_without_gpus_removes_every_label() -> None:
 
 
 def test_stale_driver_labels_are_removed_when_the_module_is_unloaded() -> None:
-    result = labels.node_labels(inventory(module=None, maca_versions=()))
-    for key in (labels.GPU_DRIVER_MAJOR, labels.GPU_DRIVER_MINOR, labels.GPU_DRIVER_PATCH, labels.GPU_MACA_VERSION):
+    result = labels.node_labels(inventory(module=None))
+    for key in (labels.GPU_DRIVER_MAJOR, labels.GPU_DRIVER_MINOR, labels.GPU_DRIVER_PATCH):
         assert key in result and result[key] is None
 
 
@@ -223,12 +221,13 @@ gpu_functions = st.lists(
     maca=st.lists(st.text(max_size=12), max_size=3),
 )
 def test_labels_property(functions: list[PciFunction], name: str, driver: str | None, maca: list[str]) -> None:
+    maca_label, _ = labels.maca_metadata(maca)
+    assert all(v is None or labels.is_valid_label_value(v) for v in maca_label.values())
     inv = labels.NodeInventory(
         node_name="n",
         functions=tuple(functions),
         metrics=tuple(GpuMetrics(address=f.address, index=0, name=name) for f in functions),
         module=None if driver is None else ModuleState(name="metax", version=DriverVersion(driver)),
-        maca_versions=tuple(maca),
     )
     result = labels.node_labels(inv)
     assert set(result) == set(labels.OWNED_LABELS)
@@ -261,7 +260,14 @@ def test_hami_annotation_fields() -> None:
     }
     assert entries[1]["uuid"] == labels.device_uuid("sample-node1", addr(2))
     assert (entries[1]["healthy"], entries[1]["linkZone"]) == (False, 1)
-    assert annotations[labels.MACA_VERSIONS] == "2.18.0.10,2.18.0.3,2.9.1"
+
+
+def test_maca_metadata_newest_label_and_all_in_the_annotation() -> None:
+    label, annotation = labels.maca_metadata(("maca-2.18.0.3", "2.9.1", "maca-2.18.0.10"))
+    assert label == {labels.GPU_MACA_VERSION: "2.18.0.10"}
+    assert annotation == {labels.MACA_VERSIONS: "2.18.0.10,2.18.0.3,2.9.1"}
+    assert labels.maca_metadata(()) == ({labels.GPU_MACA_VERSION: None}, {labels.MACA_VERSIONS: None})
+    assert labels.GPU_MACA_VERSION not in labels.OWNED_LABELS  # maca's, not gpu-label's (it would remove it)
 
 
 def test_derived_uuids_are_stable_and_distinct() -> None:
@@ -287,8 +293,8 @@ def test_hami_lists_what_gpu_device_shares() -> None:
 
 
 def test_annotations_are_removed_when_nothing_is_left() -> None:
-    inv = inventory(functions=(pf(1, driver="vfio-pci"),), maca_versions=())
-    assert labels.node_annotations(inv) == {labels.NODE_GPU_DEVICES: None, labels.MACA_VERSIONS: None}
+    inv = inventory(functions=(pf(1, driver="vfio-pci"),))
+    assert labels.node_annotations(inv) == {labels.NODE_GPU_DEVICES: None}
 
 
 def test_link_zones() -> None:

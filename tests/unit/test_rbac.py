@@ -165,3 +165,23 @@ def test_every_rendered_rbac_object_lives_where_the_operator_watches_and_cleans_
     for api_version, kind, scope in where:  # a binding is removed before the role it names
         if kind in ("Role", "ClusterRole"):
             assert where.index((api_version, f"{kind}Binding", scope)) < where.index((api_version, kind, scope))
+
+
+def test_every_node_agent_may_watch_its_own_node() -> None:
+    """The node agents watch their Node by name (services/_agent/watch.py: a list + watch with
+    ``fieldSelector=metadata.name``); RBAC cannot scope that to a name the role does not know, so every
+    DaemonSet account that reads its node holds get, list and watch on nodes. With get and patch only, the
+    real node's pods were refused (403) and noticed changes only at their resync."""
+    daemonsets = {
+        w.service_account
+        for info in components.CATALOGUE
+        for w in info.workloads
+        if w.kind is components.WorkloadKind.DAEMON_SET and w.service_account
+    }
+    assert daemonsets
+    for account in daemonsets:
+        rules = rbac.component_rules(account)
+        node_rules = [r for r in rules.cluster if "nodes" in r.resources and r.group == "" and not r.names]
+        assert node_rules, account
+        verbs = {v for r in node_rules for v in r.verbs}
+        assert {"get", "list", "watch", "patch"} <= verbs, (account, sorted(verbs))

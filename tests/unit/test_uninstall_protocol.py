@@ -58,7 +58,7 @@ def test_unreadable_or_foreign_answers_are_no_answer() -> None:
     }
     assert uninstall.answers(annotations) == {}
     with pytest.raises(ValueError, match="unknown agent"):
-        uninstall.done_key("maca")
+        uninstall.done_key("topo-worker")
 
 
 # --- the finalizer's decision --------------------------------------------------------------------------------

@@ -69,6 +69,26 @@ def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
     assert driver_mounts["/host/lib/modules"] is True
 
 
+def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
+    """`RenderSettings.host_path_prefix` (test only, docs/realnode.md) prefixes each hostPath; the mount paths in
+    the container, and the default render, stay the real ones."""
+    spec = validation.parse(BASE)
+    plain = workloads.render(spec, workloads.RenderSettings(version="9.9.9"))
+    moved = workloads.render(spec, workloads.RenderSettings(version="9.9.9", host_path_prefix="/tmp/fake-host/"))
+    for before, after in zip(plain.objects, moved.objects, strict=True):
+        if before["kind"] != "DaemonSet":
+            assert before == after
+            continue
+        pod_before, pod_after = _pod(dict(before)), _pod(dict(after))
+        assert pod_before["containers"][0].get("volumeMounts") == pod_after["containers"][0].get("volumeMounts")
+        for v_before, v_after in zip(pod_before.get("volumes", []), pod_after.get("volumes", []), strict=True):
+            if "hostPath" in v_before:
+                assert v_before["hostPath"]["path"] in workloads.ALLOWED_HOST_PATHS
+                assert v_after["hostPath"]["path"] == "/tmp/fake-host" + v_before["hostPath"]["path"]
+            else:
+                assert v_before == v_after
+
+
 def test_unprivileged_deployments_are_locked_down() -> None:
     pod = _pod(_render(BASE)["Deployment/metax-topo-master"])
     context = pod["containers"][0]["securityContext"]
@@ -178,11 +198,11 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             }
             assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
     C = components.Component
-    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER}
+    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA}
 
 
 def test_a_component_gets_its_probe_by_declaring_it() -> None:
-    assert components.BY_COMPONENT[components.Component.MACA].probe is None  # no agent code yet: no probe
+    assert components.BY_COMPONENT[components.Component.EXPORTER].probe is None  # no agent code yet: no probe
     declared = components.ReadinessProbe(file="/tmp/maca-ready", period_seconds=7)
     assert workloads.readiness_probe(declared) == {
         "exec": {"command": ["test", "-f", "/tmp/maca-ready"]},
@@ -191,8 +211,8 @@ def test_a_component_gets_its_probe_by_declaring_it() -> None:
     }
     s = validation.parse({"driver": {"payload": {"version": "2.18.0"}}})
     common = {"log_level": "INFO", "host_root": "/host", "required": ""}
-    probed = agent_env.render(s, components.Component.MACA, probe_file=declared.file, **common)
+    probed = agent_env.render(s, components.Component.EXPORTER, probe_file=declared.file, **common)
     assert {"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"} in probed
     assert "METAX_PROBE_FILE" not in {
-        e["name"] for e in agent_env.render(s, components.Component.MACA, probe_file=None, **common)
+        e["name"] for e in agent_env.render(s, components.Component.EXPORTER, probe_file=None, **common)
     }

@@ -28,7 +28,7 @@ from operator_helpers import NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
 from metax_core.cluster import diff, workloads
-from metax_core.errors import ClusterError
+from metax_core.errors import ClusterError, NotFound
 from metax_core.spec import validation
 from services.cli import diff as cli_diff
 from services.cli import main
@@ -95,6 +95,17 @@ def dry_run(env: Env, live: dict[str, Any], new: dict[str, Any]) -> dict[tuple[s
     return cli_diff.server_side(env.api, prediction, parsed, settings)[1]
 
 
+def still_there(env: Env, objects: list[tuple[str, str, str, str | None]]) -> list[tuple[str, str]]:
+    found = []
+    for api_version, kind, name, namespace in objects:
+        try:
+            env.api.get(api_version, kind, name, namespace)
+        except NotFound:
+            continue
+        found.append((kind, name))
+    return found
+
+
 def settled(env: Env) -> bool:
     cr = env.cr()
     status = cr.get("status") or {}
@@ -152,19 +163,19 @@ def test_diff_predicts_what_an_edit_then_does(
     # a component disabled: its objects deleted, its pods removed, nothing else restarted
     disabled = {**tolerated, "vfioManager": {"deploy": False}}
     code, told = predict(capsys, env, disabled)
-    deleted = [(o["kind"], o["name"], o["namespace"]) for o in told["objects"] if o["action"] == "delete"]
-    assert ("DaemonSet", "metax-vfio-manager", NS) in deleted and code == cli_diff.EXIT_CHANGES
+    deleted = [
+        (o["apiVersion"], o["kind"], o["name"], o["namespace"]) for o in told["objects"] if o["action"] == "delete"
+    ]
+    assert ("apps/v1", "DaemonSet", "metax-vfio-manager", NS) in deleted and code == cli_diff.EXIT_CHANGES
     assert [(r["workload"], r["action"]) for r in told["restarts"]] == [("metax-vfio-manager", "delete")]
     assert told["driver"] is None
     before = pods(env)
     apply(env, disabled)
     wait_for("the vfio-manager pods gone", lambda: not any(w == "metax-vfio-manager" for w, _ in pods(env)), 120)
-    for kind, name, namespace in deleted:
-        api_version = (
-            "apps/v1" if kind == "DaemonSet" else "v1" if kind == "ServiceAccount" else "rbac.authorization.k8s.io/v1"
-        )
-        with pytest.raises(ClusterError, match="404"):
-            env.api.get(api_version, kind, name, namespace)
+    try:
+        wait_for("every object predicted deleted gone", lambda: not still_there(env, deleted), timeout=60)
+    except AssertionError:
+        raise AssertionError(f"still there: {still_there(env, deleted)}") from None
     after = pods(env)
     assert {k: v for k, v in before.items() if k[0] != "metax-vfio-manager"} == after  # nothing else restarted
 

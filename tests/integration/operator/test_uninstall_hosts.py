@@ -41,15 +41,15 @@ from deviceplugin.kubelet import Kubelet
 pytestmark = pytest.mark.integration
 
 GPU = "metax-tech.com/gpu"
-AGENTS = ("gpu-label", "driver-manager", "vfio-manager", "gpu-device")
-STAND_INS = ("container-runtime", "maca")
+AGENTS = ("gpu-label", "driver-manager", "vfio-manager", "gpu-device", "maca")
+STAND_INS = ("container-runtime",)
 STAYS = {"run/cdi": "dir 0o755"}
 """docs/operator.md, "Uninstall": the CDI spec directory stays, empty (a tmpfs directory other CDI producers share)."""
 HOST_PARAMS = {"xcore_page_size": "0"}
 
 
 class Host:
-    """One kwok node's fake host, its test kubelet and its four agent processes."""
+    """One kwok node's fake host, its test kubelet and its five agent processes."""
 
     def __init__(
         self, name: str, workdir: pathlib.Path, kubeconfig: pathlib.Path, *, driver: bool, gpus: int = 2

@@ -12,12 +12,15 @@ import attrs
 import pytest
 
 from metax_core.cluster import agent_env, components, workloads
+from metax_core.runtime import handler
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
+from services.container_edit import config as edit_config
 from services.container_runtime import config as runtime_config
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
+from services.maca import config as maca_config
 from services.vfio_manager import config as vfio_config
 
 VALUES: dict[str, Any] = {
@@ -30,6 +33,7 @@ VALUES: dict[str, Any] = {
     },
     "gpuDevice": {"healthyInterval": 7},
     "vfioManager": {"deploy": True},
+    "maca": {"payload": {"images": ["maca-c500:2.18.0.3-ubuntu22.04-amd64", "maca-c500:2.9.1"]}},
 }
 
 LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
@@ -38,6 +42,7 @@ LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
     "metax-vfio-manager": (vfio_config.from_env, vfio_config.Settings),
     "metax-gpu-device": (gpu_device_config.from_env, gpu_device_config.Settings),
     "metax-container-runtime": (runtime_config.from_env, runtime_config.Settings),
+    "metax-maca": (maca_config.from_env, maca_config.Settings),
 }
 DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
 
@@ -97,6 +102,17 @@ def test_gpu_device_waits_for_what_the_dependency_graph_says() -> None:
     assert s.required_components == tuple(components.BY_COMPONENT[c].signal for c in wanted)
 
 
+def test_maca_gets_its_payload_images_in_order_and_sees_runc_state_through_host_pid() -> None:
+    s = maca_config.from_env(rendered_env("metax-maca"))
+    assert s.payload_images == (
+        "reg.example/metax/maca-c500:2.18.0.3-ubuntu22.04-amd64",
+        "reg.example/metax/maca-c500:2.9.1",
+    )
+    assert str(s.payload_dir) == workloads.PAYLOAD_DIR
+    assert str(s.state_root) == "/proc/1/root"
+    assert s.probe_file == workloads.PROBE_FILE
+
+
 def test_settings_render_back_to_the_same_environment() -> None:
     s = driver_config.from_env(rendered_env("metax-driver"))
     assert driver_config.from_env(agent_settings.render_env(s)) == s
@@ -108,6 +124,7 @@ COMPONENT_OF = {
     "metax-vfio-manager": components.Component.VFIO_MANAGER,
     "metax-gpu-device": components.Component.GPU_DEVICE,
     "metax-container-runtime": components.Component.RUNTIME,
+    "metax-maca": components.Component.MACA,
 }
 
 
@@ -119,3 +136,23 @@ def test_every_declared_variable_is_a_setting_of_the_agent(name: str) -> None:
     declared = {v.name for v in agent_env.SPEC_FED[COMPONENT_OF[name]]}
     assert declared <= variables(cls), f"declared but not read: {declared - variables(cls)}"
     assert set(agent_env.DOWNWARD) <= variables(cls)
+
+
+def test_the_edit_service_runs_beside_maca_and_reads_what_it_is_given() -> None:
+    objects = workloads.render(validation.parse(VALUES)).objects
+    pod = next(o for o in objects if o["metadata"]["name"] == "metax-maca" and o["kind"] == "DaemonSet")
+    edit = pod["spec"]["template"]["spec"]["containers"][1]
+    assert (edit["name"], edit["command"]) == (workloads.EDIT_SERVICE_CONTAINER, ["metax-container-edit"])
+    mounts = {m["mountPath"]: m["readOnly"] for m in edit["volumeMounts"]}
+    assert mounts == {
+        "/host/run/metax": False,
+        "/host/var/lib/metax": True,
+        "/host/dev": True,
+        "/host/var/run/cdi": True,
+    }
+    env = {e["name"]: e["value"] for e in edit["env"]}
+    assert set(env) <= variables(edit_config.Settings)
+    s = edit_config.from_env(env)
+    assert (str(s.host_root), s.socket) == (workloads.HOST_ROOT_IN_CONTAINER, handler.EDIT_SOCKET_HOST_PATH)
+    assert s.probe_file == workloads.PROBE_FILE  # its own container's /tmp: present while it listens
+    assert edit["readinessProbe"] == pod["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]

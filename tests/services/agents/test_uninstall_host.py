@@ -1,8 +1,9 @@
-"""Uninstall on one node: the four agents undo what they did, and the host is as it was found (R-INSTALL).
+"""Uninstall on one node: the five agents undo what they did, and the host is as it was found (R-INSTALL).
 
 A fake host and the in-memory cluster; gpu-label, driver-manager (PreferCloud payload over the host's own
-driver, with module parameters and VFs from driver-config), vfio-manager (a VF on vfio-pci) and gpu-device
-(plugin servers registered with the test kubelet, a CDI spec) run their rounds until the node is in use, then
+driver, with module parameters and VFs from driver-config), vfio-manager (a VF on vfio-pci), gpu-device
+(plugin servers registered with the test kubelet, a CDI spec) and maca (two MXMACA versions installed from
+fake payload images) run their rounds until the node is in use, then
 the finalizer's request lands on the Node. Covers: every agent answers (`metax_core.node.uninstall`), its
 own annotations and readiness signal are gone, the host tree is byte-identical to before install (the fake's
 own area aside, `metax_hw_fake.snapshot`) with the host's module and parameters back; agents that keep
@@ -26,6 +27,7 @@ import pytest
 from metax_core.node import labels, readiness, uninstall, vfio, vfio_config_map
 from metax_core.spec import model as spec_model
 from metax_core.spec.model import VfioConfigEntry
+from metax_dev import fake_sdk
 from metax_hw_fake import builder, snapshot
 from services.driver_manager import agent as driver_agent
 from services.driver_manager import bootstrap as driver_bootstrap
@@ -35,6 +37,8 @@ from services.gpu_device import config as device_config
 from services.gpu_label import agent as label_agent
 from services.gpu_label import bootstrap as label_bootstrap
 from services.gpu_label import config as label_config
+from services.maca import bootstrap as maca_bootstrap
+from services.maca import config as maca_config
 from services.vfio_manager import agent as vfio_agent
 from services.vfio_manager import bootstrap as vfio_bootstrap
 from services.vfio_manager import config as vfio_config
@@ -48,7 +52,7 @@ UID = "cluster-operator-uid"
 HOST_PARAMS = {"xcore_page_size": "0"}
 STAYS = {"run/cdi": "dir 0o755"}
 """Documented to stay (docs/operator.md, "Uninstall"): the CDI spec directory, empty, on the /run tmpfs."""
-STAND_INS = ("container-runtime", "maca")
+STAND_INS = ("container-runtime",)
 """Readiness signals of components without agents yet: the test publishes and withdraws them, as they will."""
 
 
@@ -69,6 +73,16 @@ class Agents:
             ports=n.ports("vfio-manager"),
             clock=n.clock,
         )
+        images = []
+        for i, version in enumerate(("2.18.0.3", "2.9.1")):  # the payload images outside the host root
+            archive = fake_sdk.write_payload_image(n.payload.parent / "maca-images", version)
+            fake_sdk.unpack_payload(archive, n.payload.parent / "maca-payload" / str(i))
+            images.append(fake_sdk.reference(version))
+        self.maca = maca_bootstrap.bootstrap(
+            maca_config.Settings(**common, payload_dir=n.payload.parent / "maca-payload", payload_images=tuple(images)),  # type: ignore[arg-type]
+            ports=n.ports("maca"),
+            clock=n.clock,
+        )
         self.device = device_bootstrap.bootstrap(
             device_config.Settings(**common, healthy_interval=0),  # type: ignore[arg-type]
             inventory=n.fake.devices,
@@ -87,8 +101,9 @@ class Agents:
                 self.label.tick()
                 self.driver.tick()
                 self.vfio.tick()
+                self.maca.tick()
             self.n.clock.advance(60)
-            for a in (self.label, self.driver, self.vfio):
+            for a in (self.label, self.driver, self.vfio, self.maca):
                 a.wake()
 
 
@@ -132,6 +147,7 @@ def in_use(n: Node) -> tuple[Agents, Kubelet]:
     assert labels.NODE_GPU_DEVICES in n.annotations()
     assert kubelet.registered("metax-tech.com/gpu") >= 1
     assert any((n.root / "run/cdi").iterdir())
+    assert sorted(p.name for p in (n.root / "var/lib/metax/maca").iterdir()) == ["2.18.0.3", "2.9.1"]
     return agents, kubelet
 
 

@@ -1,0 +1,22 @@
+"""The composition root of maca: its `Recipe` for the shared builder (services._agent.builder)."""
+
+from __future__ import annotations
+
+from services._agent import builder
+from services.maca import agent, config, store
+
+
+def production_hardware(settings: config.Settings) -> store.Store:
+    return agent.production_store(settings)
+
+
+RECIPE = builder.Recipe(
+    component="maca",
+    settings=config.from_env,
+    hardware=production_hardware,
+    agent=agent.Maca,
+    watches=lambda s: (builder.own_node(s),),
+)
+bootstrap = RECIPE.bootstrap
+runner = RECIPE.runner
+build = RECIPE.build

@@ -1,0 +1,195 @@
+"""The product installed with the real ``helm install`` on a real node, from its own images (issue 21 item 3).
+
+Shared by ``test_helm_install.py`` and ``benchmarks/realpods.py``: a real node (kubelet + containerd + runc
+built here) on its own fake MetaX host, whose containerd imported the product's images (``./run images``,
+`metax_dev.images.build`) and a TEST driver payload image (one layer written by
+`metax_dev.realnode.images.write_payload_image`: busybox for the init container's ``cp``, the fake payload's
+``driver/metax.ko`` under ``/payload``); the chart installed with the values in `install_args`.
+
+The values beyond the README's install command, and why:
+
+* ``operator.testOnly.hostPathPrefix=<fake host root>`` (TEST ONLY, docs/realnode.md): the agents' hostPaths
+  are the fake host's ``/sys``, ``/dev``, ``/var/lib/metax``, ... instead of the node's own;
+* ``operator.nodeSelector`` and ``podTemplateSpec.nodeSelector``: this node (other real nodes of the session's
+  control plane have no product images);
+* ``topo``, ``exporter``, ``gpuScheduler``: ``deploy: false`` (no program yet, ``images/images.toml``
+  [pending]; nothing depends on them);
+* ``runtime`` and ``maca`` have no program yet either, but the driver and gpu-device depend on them
+  (`metax_core.cluster.components`: disabling them blocks both, ``PrerequisiteDisabled``), so they stay deployed
+  with a ``podTemplateSpec`` node selector no node matches (DaemonSets of 0 pods), and the test publishes
+  their readiness signals on the fake host, as ``test_agents.py`` does, until their agents land;
+* ``operator.image.pullPolicy=Never``: nothing is ever pulled (the components' images are present, so their
+  ``IfNotPresent`` never pulls either).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metax_core.node import readiness
+from metax_dev import agents
+from metax_dev.controlplane import build as controlplane_build
+from metax_dev.controlplane import cluster as controlplane
+from metax_dev.images import build as images_build
+from metax_dev.realnode import images, launcher, node
+from metax_hw import hostfiles
+from metax_hw_fake import builder, host
+
+from . import gpus
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "metax-operator"
+NAMESPACE = "metax-operator"
+RELEASE = "metax-operator"
+PFS = 2
+#: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
+DRIVER_VERSION = "2.18.0"
+PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
+DISABLED = ("topo", "exporter", "gpuScheduler")
+#: Deployed, but scheduled on no node: no program yet, and prerequisites of the driver and gpu-device.
+NOWHERE = ("runtime", "maca")
+NO_NODE = {"metax.test/no-program-yet": "true"}
+
+
+@dataclass
+class Release:
+    """The node, its fake host, and helm/kubectl runners on the control plane."""
+
+    plane: controlplane.ControlPlane
+    member: node.RealNode
+    fake: host.FakeHost
+    helm_home: Path
+    timings: dict[str, float] = field(default_factory=dict)
+    host_before: set[str] = field(default_factory=set)
+
+    @property
+    def node(self) -> str:
+        return self.member.name
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.plane.kubeconfig_path),
+            "HELM_CACHE_HOME": str(self.helm_home / "cache"),
+            "HELM_CONFIG_HOME": str(self.helm_home / "config"),
+            "HELM_DATA_HOME": str(self.helm_home / "data"),
+        }
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        binary = str(controlplane_build.build(quiet=True).binary("helm"))
+        done = subprocess.run(
+            [binary, *args], cwd=REPO, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return done
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        binary = str(controlplane_build.build(quiet=True).binary("kubectl"))
+        return subprocess.run(
+            [binary, *args], input=stdin, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def install_args(self) -> list[str]:
+        pin = {"kubernetes.io/hostname": self.node}
+        args = [
+            "install",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"driver.payload.version={DRIVER_VERSION}",
+            "--set",
+            f"operator.testOnly.hostPathPrefix={self.fake.root}",
+            "--set",
+            "operator.image.pullPolicy=Never",
+            "--set",
+            "operator.uninstallTimeoutSeconds=30",
+            "--set-json",
+            "operator.nodeSelector=" + json.dumps(pin),
+            "--set-json",
+            "podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": pin}}),
+            "--wait",
+            "--timeout=3m",
+        ]
+        for component in DISABLED:
+            args += ["--set", f"{component}.deploy=false"]
+        for component in NOWHERE:
+            args += ["--set-json", f"{component}.podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": NO_NODE}})]
+        return args
+
+    def stand_in_for_runtime_and_maca(self) -> None:
+        """container-runtime and maca have no agents yet: publish their readiness signals, as they will."""
+        board = hostfiles.FileReadinessBoard(self.fake.root)
+        for component in ("container-runtime", "maca"):
+            board.publish(readiness.ComponentReadiness(component, True, "test: no agent yet"))
+
+
+def payload_image(directory: Path) -> Path:
+    """The TEST driver payload image: the fake payload (`metax_dev.agents.write_payload`) under ``/payload``."""
+    payload = agents.write_payload(directory / "payload", DRIVER_VERSION)
+    return images.write_payload_image(directory / "driver-image.tar", PAYLOAD_IMAGE, payload)
+
+
+@contextmanager
+def real_node(plane: controlplane.ControlPlane, built: images_build.Built) -> Iterator[Release]:
+    """A real node with the product's images on its own fake host (udev stand-in running), torn down after."""
+    work = Path(tempfile.mkdtemp(prefix="metax-helmnode-"))
+    nodes = launcher.RealNodes(plane, 0, prefix="helm-node")
+    fake = builder.FakeHostBuilder().gpus(PFS).vfio(True).host_driver(DRIVER_VERSION).build(work / "host")
+    gpus.make_device_nodes_real(fake.root)
+    try:
+        with gpus.udev(fake.root):
+            nodes.start()
+            started = time.monotonic()
+            member = nodes.add_node(
+                device_root=fake.root, images=[*built.archives.values(), payload_image(work / "payload")]
+            )
+            release = Release(plane, member, fake, work / "helm")
+            release.timings["node with images"] = time.monotonic() - started
+            yield release
+    finally:
+        nodes.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def pods(release: Release) -> list[dict[str, Any]]:
+    done = release.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    items: list[dict[str, Any]] = json.loads(done.stdout)["items"]
+    return items
+
+
+def ready_seconds(pod: dict[str, Any]) -> float | None:
+    """Seconds from the pod's creation to its Ready condition (None: not Ready)."""
+    from datetime import datetime
+
+    created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Ready" and condition["status"] == "True":
+            ready = datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
+            return (ready - created).total_seconds()
+    return None
+
+
+def wait(predicate: Callable[[], Any], what: str, timeout: float, explain: Callable[[], str]) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{explain()}")
+        time.sleep(0.5)

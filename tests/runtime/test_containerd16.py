@@ -1,0 +1,166 @@
+"""R-MACA on Debian's containerd 1.6 (config version 2, no CDI): a container started through the wrapper with
+ctr gets the SDK its prefix chose AND its MetaX devices, which on 1.6 only the edit can inject (from the node's
+CDI spec, for the devices its CDI annotation names).
+
+containerd 1.6 runs with its own root, state and socket (CRI off: ctr is the client), the shim runs the wrapper
+as the runtime binary (``--runc-binary``, what a ``metax`` handler's ``BinaryName`` does), the wrapper finds the
+harness's runc and the edit socket in its ``.conf``. The SDK versions are installed by the real maca agent
+(tests/runtime/conftest.py); the device nodes are real character devices (the numbers of /dev/null) made here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import IO
+
+import pytest
+
+from metax_core.node import cdi
+from metax_dev.realnode import images
+
+from .conftest import RuntimeHost
+
+pytestmark = pytest.mark.realnode  # the harness's runc, root, namespaces (deselect with -m 'not realnode')
+
+CONTAINERD = pathlib.Path("/usr/bin/containerd")
+CTR = pathlib.Path("/usr/bin/ctr")
+NS = "metax-test"
+DEVICE = "0000-09-00.0"
+
+
+class Containerd16:
+    def __init__(self, base: pathlib.Path) -> None:
+        self.base = base
+        self.socket = base / "c.sock"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        config = self.base / "config.toml"
+        config.write_text(
+            "version = 2\n"
+            f'root = "{self.base / "root"}"\n'
+            f'state = "{self.base / "state"}"\n'
+            'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+            f'[grpc]\n  address = "{self.socket}"\n'
+            f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
+            '[metrics]\n  address = ""\n'
+        )
+        self.log = (self.base / "containerd.log").open("wb")
+        self.process = subprocess.Popen([str(CONTAINERD), "--config", str(config)], stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while self.ctr("version").returncode != 0:
+            assert self.process.poll() is None, (self.base / "containerd.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "containerd 1.6 did not start serving"
+            time.sleep(0.1)
+
+    def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        argv = [str(CTR), "--address", str(self.socket), "-n", NS, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def stop(self) -> None:
+        for c in self.ctr("containers", "ls", "-q").stdout.split():
+            self.ctr("tasks", "kill", "-s", "KILL", c)
+            self.ctr("tasks", "delete", "-f", c)
+            self.ctr("containers", "delete", c)
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        if self.log is not None:
+            self.log.close()
+
+
+@pytest.fixture
+def containerd16(node: RuntimeHost) -> Iterator[Containerd16]:
+    if not CONTAINERD.is_file():
+        pytest.fail("Debian's containerd 1.6 is missing: install the package containerd (`./run test` does)")
+    daemon = Containerd16(pathlib.Path(f"/tmp/c16-{os.getpid()}-{time.monotonic_ns() % 10**6}"))
+    daemon.base.mkdir()
+    try:
+        daemon.start()
+        archive = images.write_image(
+            daemon.base / "busybox.tar",
+            images.BUSYBOX_IMAGE,
+            [
+                images.Entry("bin/busybox", images.BUSYBOX),
+                *(images.Entry(f"bin/{a}", link="busybox") for a in ("sh", "cat", "ls", "stat")),
+            ],
+            directories=["bin", "dev", "proc", "sys", "tmp"],
+        )
+        imported = daemon.ctr("images", "import", str(archive))
+        assert imported.returncode == 0, imported.stderr
+        yield daemon
+    finally:
+        daemon.stop()
+        shutil.rmtree(daemon.base, ignore_errors=True)
+
+
+def installed_wrapper(node: RuntimeHost) -> pathlib.Path:
+    target = node.tmp / "toolkit" / "metax-container-runtime"
+    target.parent.mkdir(exist_ok=True)
+    shutil.copy2(node.wrapper, target)
+    target.with_name(target.name + ".conf").write_text(f"runc={node.runc}\nsocket={node.socket}\n")
+    return target
+
+
+def node_cdi_spec(node: RuntimeHost) -> pathlib.Path:
+    """gpu-device's spec for one GPU; its device nodes real character devices (the numbers of /dev/null)."""
+    null = os.stat("/dev/null").st_rdev
+    nodes = {"/dev/dri/card7": node.tmp / "dev/dri/card7", "/dev/mxcd": node.tmp / "dev/mxcd"}
+    for host in nodes.values():
+        host.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(host, stat.S_IFCHR | 0o666, null)
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": cdi.KIND,
+        "devices": [
+            {
+                "name": DEVICE,
+                "containerEdits": {"deviceNodes": [{"path": p, "hostPath": str(h)} for p, h in nodes.items()]},
+            }
+        ],
+    }
+    path = node.tmp / "cdi" / cdi.spec_file_name()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_ctr_run_through_the_wrapper_gets_devices_and_sdk(node: RuntimeHost, containerd16: Containerd16) -> None:
+    node_cdi_spec(node)
+    wrapper = installed_wrapper(node)
+    script = "cat /opt/maca/version; echo PATH=$PATH; stat -c '%n %F %t:%T' /dev/dri/card7 /dev/mxcd"
+    done = containerd16.ctr(
+        "run", "--rm", "--runc-binary", str(wrapper),
+        "--annotation", f"cdi.k8s.io/metax-gpu-device_0={cdi.qualified_name(DEVICE)}",
+        "--env", "METAX_MACA_VERSION=maca-2.18",
+        images.BUSYBOX_IMAGE,
+        "c16-gpu", "sh", "-c", script,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0] == "2.18.0.3"
+    assert lines[1].endswith(":/opt/maca/bin:/opt/maca/mxgpu_llvm/bin")
+    major, minor = os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev)
+    assert lines[2:] == [
+        f"/dev/dri/card7 character special file {major:x}:{minor:x}",
+        f"/dev/mxcd character special file {major:x}:{minor:x}",
+    ]
+
+
+def test_ctr_run_with_a_bad_prefix_fails_with_the_message(node: RuntimeHost, containerd16: Containerd16) -> None:
+    node_cdi_spec(node)
+    done = containerd16.ctr(
+        "run", "--rm", "--runc-binary", str(installed_wrapper(node)),
+        "--annotation", f"cdi.k8s.io/metax-gpu-device_0={cdi.qualified_name(DEVICE)}",
+        "--env", "METAX_MACA_VERSION=maca-3", images.BUSYBOX_IMAGE, "c16-bad", "true",
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "METAX_MACA_VERSION='maca-3': no installed MXMACA version matches" in done.stderr

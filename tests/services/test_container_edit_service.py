@@ -1,0 +1,102 @@
+"""The container-edit service over a real unix socket (services/container_edit/server.py).
+
+Aspects: a request that is not ours gets a refusal saying why (never a dropped connection or a crash); a
+non-MetaX config is ``unchanged``; a MetaX one with a version request is ``edited`` and its in-use record is
+written before the answer, readable by the maca agent's store (one format, `metax_core.runtime.sdk`); a version
+that disappears between the resolve and the check (the GC's removal protocol) is resolved again and then
+refused; the probe file exists while it listens; the socket and the probe file are removed when it stops.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from metax_core import versions
+from metax_core.runtime import edit_wire
+from services.container_edit import config, server
+from services.maca import store
+
+GPU_CONFIG = json.dumps(
+    {"process": {"env": ["PATH=/bin", "METAX_VISIBLE_DEVICES=0000:09:00.0", "METAX_MACA_VERSION=maca-2"]}}
+).encode()
+
+
+def settings(tmp: pathlib.Path) -> config.Settings:
+    return config.Settings(
+        host_root=pathlib.Path("/"),
+        socket=str(tmp / "e.sock"),  # type: ignore[arg-type]
+        sdk_dir=str(tmp / "maca"),  # type: ignore[arg-type]
+        in_use_dir=str(tmp / "in-use"),  # type: ignore[arg-type]
+        cdi_dir=str(tmp / "cdi"),  # type: ignore[arg-type]
+        probe_file=str(tmp / "ready"),
+    )
+
+
+@pytest.fixture
+def running(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    (tmp_path / "maca" / "2.18.0.3").mkdir(parents=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(settings(tmp_path), stop), daemon=True)
+    thread.start()
+    while not (tmp_path / "ready").exists():  # the probe file: written once it listens
+        time.sleep(0.01)
+    assert (tmp_path / "e.sock").exists()
+    yield tmp_path
+    stop.set()
+    thread.join(10)
+    assert not (tmp_path / "e.sock").exists() and not (tmp_path / "ready").exists()
+
+
+def ask(path: pathlib.Path, data: bytes) -> edit_wire.Response:
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(str(path))
+        conn.sendall(data)
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return edit_wire.parse_response(answer)
+
+
+def test_a_foreign_request_is_refused_with_why(running: pathlib.Path) -> None:
+    got = ask(running / "e.sock", b"GET / HTTP/1.1\n\n")
+    assert got.status is edit_wire.Status.REFUSED and "must start with 'metax-edit/1'" in got.message
+
+
+def test_unchanged_and_edited_with_the_record_first(running: pathlib.Path) -> None:
+    plain = edit_wire.Request("c0", "/b", None, b'{"process": {"env": ["PATH=/bin"]}}')
+    assert ask(running / "e.sock", edit_wire.render_request(plain)).status is edit_wire.Status.UNCHANGED
+    request = edit_wire.Request("c1", "/b", "/run/containerd/runc/k8s.io", GPU_CONFIG)
+    got = ask(running / "e.sock", edit_wire.render_request(request))
+    assert got.status is edit_wire.Status.EDITED
+    assert json.loads(got.body)["mounts"][0]["source"] == str(running / "maca" / "2.18.0.3")
+    (running / "state/run/containerd/runc/k8s.io/c1").mkdir(parents=True)
+    (running / "state/run/containerd/runc/k8s.io/c1/state.json").write_text("{}")
+    live, gone = store.Store(running / "maca", running / "in-use", running / "state").uses()
+    assert [(u.container_id, u.version) for u in live] == [("c1", "2.18.0.3")] and gone == []
+
+
+def test_bad_json_is_refused(running: pathlib.Path) -> None:
+    got = ask(running / "e.sock", edit_wire.render_request(edit_wire.Request("c2", "/b", None, b"{nope")))
+    assert got.status is edit_wire.Status.REFUSED and "config.json of container c2 is not JSON" in got.message
+
+
+class _Vanishing(server.Editor):
+    """The version is listed, but its directory is gone by the check (the GC hid it in between)."""
+
+    def installed(self) -> tuple[versions.Version, ...]:
+        return (versions.parse("2.20.0"),)
+
+
+def test_a_version_removed_during_the_start_is_refused(tmp_path: pathlib.Path) -> None:
+    editor = _Vanishing(settings(tmp_path))
+    got = editor.answer(edit_wire.Request("c3", "/b", None, GPU_CONFIG))
+    assert got.status is edit_wire.Status.REFUSED
+    assert "removed while the container started" in got.message
