@@ -11,7 +11,7 @@ its evidence (label values, the pod's state, the agent's last Event) and the nex
 
 The readiness signal as the cluster sees it is the pod's Ready condition: every agent keeps its readinessProbe
 file exactly while its signal says ready (`services._agent.probe`, declared once per component as
-``ComponentInfo.probe``). A component that declares no probe (its agent is not built yet: maca,
+``ComponentInfo.probe``). A component that declares no probe (its agent is not built yet:
 data-exporter, topology) publishes no signal anyone can see, and that is a broken link: gpu-device
 waits for its signal too. New components appear here by being added to the table, nothing else.
 """
