@@ -99,6 +99,20 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
         {"type": "integer", "minimum": 1},
         "Lifetime of the serving certificate; it is renewed when a third of it is left.",
     ),
+    (
+        "doctor.enabled",
+        False,
+        {"type": "boolean"},
+        "Install the read-only ServiceAccount `metax-operator-doctor` and its roles, for `metax-operator doctor`"
+        " (R-DOCTOR; docs/doctor.md).",
+    ),
+    (
+        "doctor.subjects",
+        [],
+        {"type": "array", "items": {"type": "object"}},
+        "More RBAC subjects (users, groups) bound to the doctor's roles, e.g."
+        " `[{kind: Group, name: gpu-admins, apiGroup: rbac.authorization.k8s.io}]`.",
+    ),
 )
 
 
@@ -411,6 +425,10 @@ without a token, so it has none.
 
 {rbac_table}
 
+`metax-operator doctor` (docs/doctor.md) reads only: with `--set operator.doctor.enabled=true` the chart adds the
+ServiceAccount `metax-operator-doctor` and the read-only roles above, bound to it and to every subject in
+`operator.doctor.subjects` (e.g. your admins' group); without it, doctor needs an identity that may read the same.
+
 ## Options: the ClusterOperator spec
 
 Every option, its type, default and meaning, from the spec model (001 Tables 3.1–3.18). Bad values are
@@ -444,9 +462,10 @@ def _rules_cell(rules: tuple[rbac.Rule, ...]) -> str:
 
 def rbac_table() -> str:
     lines = ["| ServiceAccount | cluster-wide | operator namespace | `default` (node Events) |", "|---|---|---|---|"]
-    for account in [rbac.operator_rules(), *rbac.COMPONENT_RULES.values()]:
+    for account in [rbac.operator_rules(), *rbac.COMPONENT_RULES.values(), rbac.doctor_rules()]:
         cells = [_rules_cell(account.cluster), _rules_cell(account.namespace), _rules_cell(account.events)]
-        lines.append(f"| `{account.account}` | " + " | ".join(cells) + " |")
+        only = " (only with `operator.doctor.enabled`)" if account.account == rbac.DOCTOR_ACCOUNT else ""
+        lines.append(f"| `{account.account}`{only} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -490,6 +509,44 @@ def render_operator_rbac() -> str:
             f"roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: {kind}\n  name: {role_name}\n{subject}"
         )
     return f"# {GENERATED}\n# Source: metax_core/cluster/rbac.py operator_rules().\n" + "---\n".join(docs)
+
+
+# --- templates/doctor-rbac.yaml ---------------------------------------------------------------------------
+
+
+def render_doctor_rbac() -> str:
+    """The doctor's read-only account and roles (`metax_core.cluster.rbac.doctor_rules`), when
+    ``operator.doctor.enabled``; bound to its ServiceAccount and to ``operator.doctor.subjects``."""
+    rules = rbac.doctor_rules()
+    name = rbac.DOCTOR_ACCOUNT
+    labels = '    {{- include "metax-operator.labels" . | nindent 4 }}'
+    subjects = (
+        "subjects:\n  - kind: ServiceAccount\n    name: " + name + "\n    namespace: {{ .Release.Namespace }}\n"
+        "  {{- with .Values.operator.doctor.subjects }}\n  {{- toYaml . | nindent 2 }}\n  {{- end }}\n"
+    )
+    docs = [
+        f"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n  namespace: {{{{ .Release.Namespace }}}}\n"
+        f"  labels:\n{labels}\n"
+    ]
+    for scope, items in rules.by_scope().items():
+        kind = "ClusterRole" if scope is rbac.Scope.CLUSTER else "Role"
+        namespace = {rbac.Scope.CLUSTER: None, rbac.Scope.NAMESPACE: "{{ .Release.Namespace }}"}.get(
+            scope, rbac.EVENTS_NAMESPACE
+        )
+        role_name = rbac.role_name(name, scope)
+        meta = f"metadata:\n  name: {role_name}\n" + (f"  namespace: {namespace}\n" if namespace else "")
+        meta += "  labels:\n" + labels + "\n"
+        rule_lines = yaml.safe_dump({"rules": [r.manifest() for r in items]}, sort_keys=False, width=200)
+        docs.append(f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\n{meta}{rule_lines}")
+        docs.append(
+            f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}Binding\n{meta}"
+            f"roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: {kind}\n  name: {role_name}\n{subjects}"
+        )
+    body = "---\n".join(docs)
+    return (
+        f"# {GENERATED}\n# Source: metax_core/cluster/rbac.py doctor_rules().\n"
+        f"{{{{- if .Values.operator.doctor.enabled }}}}\n{body}{{{{- end }}}}\n"
+    )
 
 
 # --- templates/_values.tpl --------------------------------------------------------------------------------
@@ -556,6 +613,7 @@ def generated_files(chart_dir: Path = CHART_DIR) -> dict[Path, str]:
         chart_dir / "values.schema.json": render_schema(),
         chart_dir / "README.md": render_readme(docs_dir),
         chart_dir / "templates" / "operator-rbac.yaml": render_operator_rbac(),
+        chart_dir / "templates" / "doctor-rbac.yaml": render_doctor_rbac(),
         chart_dir / "templates" / "_values.tpl": render_values_template(),
     }
 

@@ -32,6 +32,8 @@ from metax_k8s.objects import retrying
 log = logging.getLogger(__name__)
 
 API_VERSION = "events.k8s.io/v1"
+CLUSTER_SCOPED_NAMESPACE = "default"
+"""Where Events about cluster-scoped objects (Nodes, cluster-operator) go, as the kubelet puts its own."""
 DEFAULT_WINDOW = dt.timedelta(minutes=6)
 NOTE_LIMIT = 1024
 """events.k8s.io/v1 refuses a note longer than 1 kB."""
@@ -87,7 +89,7 @@ class K8sEvents:
         reporting_instance: str,
         window: dt.timedelta = DEFAULT_WINDOW,
         clock: Callable[[], dt.datetime] = _utc_now,
-        cluster_scoped_namespace: str = "default",
+        cluster_scoped_namespace: str = CLUSTER_SCOPED_NAMESPACE,
         policy: retry.RetryPolicy | None = None,
     ) -> None:
         self.api = retrying(api, policy)

@@ -323,3 +323,41 @@ def operator_rules() -> AccountRules:
         namespace += rules.namespace
         events += rules.events
     return AccountRules(OPERATOR_ACCOUNT, cluster=_union(own), namespace=_union(namespace), events=_union(events))
+
+
+DOCTOR_ACCOUNT = "metax-operator-doctor"
+"""The read-only identity ``metax-operator doctor`` runs as, when the chart installs it (``operator.doctor``)."""
+
+
+def doctor_rules() -> AccountRules:
+    """What ``metax-operator doctor`` reads, and nothing else (R-DOCTOR, docs/doctor.md): cluster-operator and
+    the Nodes, the product's pods, DaemonSets and ``driver-config`` in the operator namespace, the Events
+    about Nodes in ``default``. Reads only: no watch, no write, no Secret, no pod logs."""
+    return AccountRules(
+        DOCTOR_ACCOUNT,
+        cluster=(
+            Rule(spec.API_GROUP, ("clusteroperators",), ("get",)),
+            Rule("", ("nodes",), ("get", "list")),
+        ),
+        namespace=(
+            Rule("", ("pods",), ("list",)),
+            Rule("apps", ("daemonsets",), ("list",)),
+            Rule("", ("configmaps",), ("get",), (DRIVER_CONFIG_MAP,)),
+        ),
+        events=(Rule("events.k8s.io", ("events",), ("list",)),),
+    )
+
+
+def doctor_objects(namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The doctor's ServiceAccount, ClusterRole, Roles and their bindings (the chart's ``doctor-rbac.yaml``
+    renders the same from `doctor_rules`)."""
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": DOCTOR_ACCOUNT, "namespace": namespace, "labels": dict(labels)},
+        }
+    ]
+    for scope, rules in doctor_rules().by_scope().items():
+        objects += _role_objects(DOCTOR_ACCOUNT, scope, rules, namespace, labels)
+    return objects

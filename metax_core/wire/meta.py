@@ -19,6 +19,9 @@ MANAGED_BY = "metax-operator"
 PRODUCT = "metax-gpu-operator"
 """The product's name: the Python distribution's (``metax-operator --version`` reads it) and ``part-of``'s value."""
 PART_OF = PRODUCT
+OPERATOR_FIELD_MANAGER = "metax-operator"
+"""The field manager the operator applies its objects with (server-side apply; ``metax-operator diff`` dry-runs
+as it, so a field the operator would drop shows as dropped)."""
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 """Selects every object the operator applies (its informers and its cleanup list with it)."""
 PART_OF_SELECTOR = f"{PART_OF_LABEL}={PART_OF}"

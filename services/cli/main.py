@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.rollout import fleet
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import documents, rollout, uninstall
+from services.cli import completion, diff, doctor, documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -87,9 +88,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return operator_main.main([])
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "metax-operator"
+PLUGIN = "kubectl-metax"
+"""The same command installed as a kubectl plugin: ``kubectl metax doctor``, ``kubectl metax rollout confirm``."""
+
+
+def program_name(argv0: str) -> str:
+    """How the command was invoked: the kubectl plugin or ``metax-operator``."""
+    return PLUGIN if os.path.basename(argv0) == PLUGIN else PROG
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="metax-operator", description="MetaX GPU Operator: validate, render and plan cluster configuration."
+        prog=prog, description="MetaX GPU Operator: validate, render and plan cluster configuration."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {documents.package_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -123,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_maca_resolve)
 
     rollout.add_parser(sub)
+    doctor.add_parser(sub)
+    diff.add_parser(sub)
     uninstall.add_parser(sub)
+
+    completion.add_parser(sub)
 
     p = sub.add_parser("run", help="run the operator (reconciles cluster-operator; env: see docs/operator.md)")
     p.set_defaults(func=cmd_run)
@@ -131,8 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(program_name(sys.argv[0]))
     args = parser.parse_args(argv)
+    if getattr(args, "completion", False):
+        try:
+            print(completion.script(parser, args.shell), end="")
+        except completion.MissingExtra as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return documents.EXIT_FAILED
+        return documents.EXIT_OK
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -150,6 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return documents.EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+
+
+def kubectl_complete(argv: Sequence[str] | None = None) -> int:
+    """``kubectl_complete-metax``: kubectl ≥ 1.26 runs it for ``kubectl metax <TAB>`` with the words typed."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    print(completion.kubectl_complete(build_parser(PLUGIN), words), end="")
+    return documents.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import attrs
 from metax_core.cluster import rbac
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 from services._agent import settings as env_settings
 from services._agent.settings import env
 
@@ -51,7 +52,7 @@ class Settings:
     """A driver pod whose container restarted this often (or waits in CrashLoopBackOff) has failed."""
     backoff_base: float = 0.5
     backoff_max: float = 300.0
-    field_manager: str = "metax-operator"
+    field_manager: str = meta.OPERATOR_FIELD_MANAGER
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:

@@ -45,7 +45,15 @@ def installed(
     operator_client.set_default_header("Impersonate-User", _user(rbac.OPERATOR_ACCOUNT))
     as_operator = client.HttpApi(operator_client)
     try:
-        helm.run(*install_command("r.example/metax", "2.18.0"))
+        # the doctor's optional read-only account too (operator.doctor.enabled, R-DOCTOR), with a subject
+        doctor_subjects = '[{"kind":"Group","name":"gpu-admins","apiGroup":"rbac.authorization.k8s.io"}]'
+        helm.run(
+            *install_command("r.example/metax", "2.18.0"),
+            "--set",
+            "operator.doctor.enabled=true",
+            "--set-json",
+            f"operator.doctor.subjects={doctor_subjects}",
+        )
         with pytest.raises(ClusterError, match="403"):  # the impersonation is real
             as_operator.list("v1", "Secret", namespace="kube-system")
         for obj in _component_objects():
@@ -96,10 +104,12 @@ def _allowed(
     return bool(answer.status.allowed)
 
 
-ACCOUNTS = [rbac.OPERATOR_ACCOUNT, *rbac.COMPONENT_RULES]
+ACCOUNTS = [rbac.OPERATOR_ACCOUNT, *rbac.COMPONENT_RULES, rbac.DOCTOR_ACCOUNT]
 
 
 def _needed(account: str) -> rbac.AccountRules:
+    if account == rbac.DOCTOR_ACCOUNT:
+        return rbac.doctor_rules()
     return rbac.operator_rules() if account == rbac.OPERATOR_ACCOUNT else rbac.component_rules(account)
 
 
@@ -173,6 +183,30 @@ def test_the_issue_examples_and_the_exporters_default_account(api: client.HttpAp
     assert _allowed(api, "metax-gpu-device", "get", "nodes", name="n1")
     assert not _allowed(api, "metax-gpu-device", "list", "pods")
     assert not _allowed(api, "metax-topo-master", "patch", "nodes", name="n1")
+    # The doctor reads only (R-DOCTOR): no write, no logs, no other ConfigMap; its extra subject gets the same.
+    assert _allowed(api, rbac.DOCTOR_ACCOUNT, "list", "pods", namespace=NAMESPACE)
+    for verb, resource, namespace, name in (
+        ("patch", "nodes", "", "n1"),
+        ("delete", "pods", NAMESPACE, "p"),
+        ("get", "pods", NAMESPACE, "p"),
+        ("watch", "nodes", "", ""),
+        ("get", "configmaps", NAMESPACE, "metax-vfio-config"),
+        ("create", "events", "default", ""),
+    ):
+        assert not _allowed(api, rbac.DOCTOR_ACCOUNT, verb, resource, namespace=namespace, name=name), (verb, resource)
+    assert not _allowed(api, rbac.DOCTOR_ACCOUNT, "get", "pods", namespace=NAMESPACE, name="p", subresource="log")
+    assert not _allowed(api, rbac.DOCTOR_ACCOUNT, "update", "clusteroperators", group="gpu.metax-tech.com", name="x")
+    group_review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": "alice",
+            "groups": ["gpu-admins", "system:authenticated"],
+            "resourceAttributes": {"verb": "list", "resource": "nodes"},
+        },
+    }
+    answer = kubernetes.client.AuthorizationV1Api(api.client).create_subject_access_review(group_review)
+    assert answer.status.allowed, "operator.doctor.subjects are bound to the doctor's roles"
     # The data-exporter runs on the namespace's default account, which gets nothing.
     for verb, resource in (("get", "nodes"), ("list", "pods"), ("get", "configmaps")):
         assert not _allowed(api, "default", verb, resource, namespace=NAMESPACE)

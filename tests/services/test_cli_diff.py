@@ -1,0 +1,35 @@
+"""`metax-operator diff`'s input side (R-DIFF): ``--set`` edits the live spec like Helm's ``--set`` for maps,
+and refuses what it cannot express with a message naming the argument; ``--set`` without a live
+cluster-operator is a usage error. (The prediction: tests/unit/test_diff.py; against a live install, applied and
+compared: tests/integration/operator/test_diff.py.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metax_core.spec import validation
+from services.cli import diff, documents
+
+
+def test_set_edits_nested_maps_and_reads_helm_scalars() -> None:
+    document: dict[str, Any] = {"driver": {"payload": {"version": "2.20.0"}}}
+    diff.set_path(document, "driver.payload.version=2.21.0")
+    diff.set_path(document, "driver.upgradePolicy.pause=true")
+    diff.set_path(document, "gpuDevice.healthyInterval=7")
+    assert document["driver"] == {"payload": {"version": "2.21.0"}, "upgradePolicy": {"pause": True}}
+    parsed = validation.parse(document)  # "7" is read as Helm's --set writes an integer (chart_values)
+    assert parsed.gpu_device.healthy_interval == 7 and parsed.driver.upgrade_policy.pause is True
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=x", "a..b=1", "tolerations[0].key=x"])
+def test_set_refuses_what_it_cannot_express(bad: str) -> None:
+    with pytest.raises(documents.UsageError, match="expected PATH=VALUE"):
+        diff.set_path({}, bad)
+
+
+def test_set_needs_a_live_cluster_operator() -> None:
+    with pytest.raises(documents.UsageError, match="there is none: use -f"):
+        diff._new_document(None, None, ["driver.payload.version=1"])
