@@ -18,11 +18,11 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator
-from typing import IO
 
 import pytest
 
 from metax_core.node import cdi
+from metax_dev import containerd_host
 from metax_dev.realnode import images
 
 from .conftest import RuntimeHost
@@ -36,15 +36,20 @@ DEVICE = "0000-09-00.0"
 
 
 class Containerd16:
+    """Debian's containerd 1.6 under the harness's service manager (`metax_dev.containerd_host.Supervisor`): in
+    a private mount namespace with its own ``/run``, so its runc state and FIFOs never reach the host's ``/run``
+    (ctr runs in the same namespace)."""
+
     def __init__(self, base: pathlib.Path) -> None:
         self.base = base
         self.socket = base / "c.sock"
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log: IO[bytes] | None = None
+        config = base / "config.toml"
+        self.supervisor = containerd_host.Supervisor(
+            CONTAINERD, config, base / "containerd.log", {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        )
 
     def start(self) -> None:
-        config = self.base / "config.toml"
-        config.write_text(
+        self.supervisor.config_path.write_text(
             "version = 2\n"
             f'root = "{self.base / "root"}"\n'
             f'state = "{self.base / "state"}"\n'
@@ -53,28 +58,28 @@ class Containerd16:
             f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
             '[metrics]\n  address = ""\n'
         )
-        self.log = (self.base / "containerd.log").open("wb")
-        self.process = subprocess.Popen([str(CONTAINERD), "--config", str(config)], stdout=self.log, stderr=self.log)
+        self.supervisor.start()
         deadline = time.monotonic() + 30
-        while self.ctr("version").returncode != 0:
-            assert self.process.poll() is None, (self.base / "containerd.log").read_text()[-2000:]
+        while self.supervisor.pid is None or self.ctr("version").returncode != 0:
+            assert self.supervisor.process is not None and self.supervisor.process.poll() is None, (
+                self.supervisor.log.read_text()[-2000:]
+            )
             assert time.monotonic() < deadline, "containerd 1.6 did not start serving"
             time.sleep(0.1)
 
     def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        argv = [str(CTR), "--address", str(self.socket), "-n", NS, *args]
+        argv = self.supervisor.enter([str(CTR), "--address", str(self.socket), "-n", NS, *args])
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
     def stop(self) -> None:
-        for c in self.ctr("containers", "ls", "-q").stdout.split():
-            self.ctr("tasks", "kill", "-s", "KILL", c)
-            self.ctr("tasks", "delete", "-f", c)
-            self.ctr("containers", "delete", c)
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        if self.log is not None:
-            self.log.close()
+        if self.supervisor.pid is not None:
+            for c in self.ctr("containers", "ls", "-q").stdout.split():
+                self.ctr("tasks", "kill", "-s", "KILL", c)
+                self.ctr("tasks", "delete", "-f", c)
+                self.ctr("containers", "delete", c)
+        self.supervisor.stop()
+        for path in (self.base / "root", self.base / "state"):
+            subprocess.run(["umount", "-R", "-q", str(path)], check=False, capture_output=True)
 
 
 @pytest.fixture
