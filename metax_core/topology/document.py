@@ -9,7 +9,7 @@ free); every judgement on them is `placement`'s.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -76,12 +76,10 @@ def build(
     links: Iterable[GpuLink] = (),
     interfaces: Iterable[NetworkInterface] = (),
     *,
-    nic_paths: Mapping[PciAddress, tuple[PciAddress, ...]] | None = None,
     free: Iterable[PciAddress] | None = None,
 ) -> NodeTopology:
     """The document from the hardware port's records: PFs only (VFs share their PF's place), MetaXLink peers
-    from the tool's MX links, NICs with the GPUs under the same root port. ``nic_paths`` gives a NIC's PCIe
-    path (its function is not a MetaX one); ``free`` defaults to every GPU."""
+    from the tool's MX links, NICs with the GPUs under the same root port; ``free`` defaults to every GPU."""
     pfs = sorted((f for f in functions if f.kind is FunctionKind.PF), key=lambda f: f.address)
     known = {f.address for f in pfs}
     peers: dict[PciAddress, set[PciAddress]] = {a: set() for a in known}
@@ -90,12 +88,11 @@ def build(
             peers[link.a].add(link.b)
             peers[link.b].add(link.a)
     gpus = tuple(Gpu(f.address, f.numa_node, tuple(f.pcie_path), tuple(sorted(peers[f.address]))) for f in pfs)
-    paths = nic_paths or {}
     nics = []
     for nic in sorted(interfaces, key=lambda n: n.name):
         if nic.pci_address is None:
             continue
-        path = tuple(paths.get(nic.pci_address, ()))
+        path = tuple(nic.pcie_path)
         near = tuple(g.address for g in gpus if _shares_root(g.pcie_path, path))
         nics.append(Nic(nic.name, nic.pci_address, nic.numa_node, path, near))
     chosen = known if free is None else {a for a in free if a in known}

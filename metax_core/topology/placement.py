@@ -80,9 +80,13 @@ def _pool(topology: document.NodeTopology, free: Iterable[PciAddress] | None) ->
     return pool
 
 
-def _search(pool: Sequence[document.Gpu], sizes: Collection[int]) -> dict[int, Choice]:
-    """Every subset of ``pool`` whose size is wanted, by depth-first extension with running sums."""
+def _search(
+    pool: Sequence[document.Gpu], sizes: Collection[int], must: Collection[PciAddress] = ()
+) -> dict[int, Choice]:
+    """Every subset of ``pool`` whose size is wanted (holding every ``must`` GPU), by depth-first extension
+    with running sums."""
     w = _weights(pool)
+    required = {i for i, g in enumerate(pool) if g.address in must}
     k = len(pool)
     row = [sum(r) for r in w]
     top = max(sizes, default=0)
@@ -90,7 +94,7 @@ def _search(pool: Sequence[document.Gpu], sizes: Collection[int]) -> dict[int, C
 
     def visit(members: tuple[int, ...], inner: int, start: int) -> None:
         n = len(members)
-        if n in sizes:
+        if n in sizes and required.issubset(members):
             cut = sum(row[m] for m in members) - 2 * inner
             key = (-inner, cut, members)
             if n not in best or key < best[n]:
@@ -111,12 +115,20 @@ def _search(pool: Sequence[document.Gpu], sizes: Collection[int]) -> dict[int, C
     return out
 
 
-def best_set(topology: document.NodeTopology, n: int, free: Iterable[PciAddress] | None = None) -> Choice | None:
-    """The best ``n`` GPUs among ``free`` (the document's free set when None); None when fewer are free."""
+def best_set(
+    topology: document.NodeTopology,
+    n: int,
+    free: Iterable[PciAddress] | None = None,
+    *,
+    must: Collection[PciAddress] = (),
+) -> Choice | None:
+    """The best ``n`` GPUs among ``free`` (the document's free set when None) holding every ``must`` one
+    (kubelet's must-include devices); None when fewer are free or more than ``n`` must be held."""
     pool = _pool(topology, free)
-    if n < 1 or n > len(pool):
+    held = set(must) & {g.address for g in pool}
+    if n < 1 or n > len(pool) or len(held) > n:
         return None
-    return _search(pool, {n})[n]
+    return _search(pool, {n}, held).get(n)
 
 
 def best_sets(topology: document.NodeTopology, free: Iterable[PciAddress] | None = None) -> dict[int, Choice]:

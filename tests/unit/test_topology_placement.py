@@ -130,12 +130,13 @@ def functions() -> list[PciFunction]:
 
 
 def test_build_keeps_pfs_metaxlink_peers_and_nics_under_the_same_root() -> None:
-    nic = NetworkInterface("ens1f0", PciAddress("0000:03:00.0"), 0)
+    nic = NetworkInterface(
+        "ens1f0", PciAddress("0000:03:00.0"), 0, pcie_path=(PciAddress("0000:00:01.0"), PciAddress("0000:01:00.0"))
+    )
     doc = document.build(
         functions(),
         [GpuLink(addr(0), addr(1), LinkKind.MX), GpuLink(addr(0), addr(1), LinkKind.PIX)],
         [nic, NetworkInterface("lo")],
-        nic_paths={nic.pci_address: (PciAddress("0000:00:01.0"), PciAddress("0000:01:00.0"))},  # type: ignore[dict-item]
     )
     assert [g.address for g in doc.gpus] == [addr(0), addr(1)] and doc.free == (addr(0), addr(1))
     assert doc.gpus[0].metaxlink == (addr(1),) and doc.gpus[1].metaxlink == (addr(0),)
@@ -178,3 +179,16 @@ def test_sixteen_gpus_are_placed_exactly_and_seventeen_refused() -> None:
     assert len(placement.best_sets(topo)) == 16
     with pytest.raises(InvalidSpec, match="at most 16"):
         placement.best_set(topo, 2, [g.address for g in gpus])
+
+
+@settings(max_examples=100, deadline=None)
+@given(topologies(), st.data())
+def test_must_include_gpus_are_held_and_the_rest_is_best(case: tuple, data: st.DataObject) -> None:
+    topo, free, n = case
+    if not free or n > len(free):
+        return
+    must = data.draw(st.lists(st.sampled_from(free), unique=True, max_size=n))
+    choice = placement.best_set(topo, n, free, must=must)
+    assert choice is not None and set(must) <= set(choice.gpus) <= set(free)
+    best = inner(topo, choice.gpus)
+    assert all(inner(topo, o) <= best for o in itertools.combinations(sorted(free), n) if set(must) <= set(o))
