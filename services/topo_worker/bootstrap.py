@@ -1,0 +1,24 @@
+"""The composition root of topo-worker: its `Recipe` for the shared builder (services._agent.builder)."""
+
+from __future__ import annotations
+
+from services._agent import builder
+from services.topo_worker import agent, config
+
+
+def production_hardware(settings: config.Settings) -> agent.Hardware:
+    from metax_hw import host
+
+    return agent.Hardware.of(host.open_host(settings.host_root))
+
+
+RECIPE = builder.Recipe(
+    component=agent.COMPONENT,
+    settings=config.from_env,
+    hardware=production_hardware,
+    agent=agent.TopoWorker,
+    watches=lambda s: (builder.own_node(s),),
+)
+bootstrap = RECIPE.bootstrap
+runner = RECIPE.runner
+build = RECIPE.build
