@@ -19,6 +19,7 @@ from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
 from metax_core.spec import names
+from metax_core.topology import extender
 from metax_core.wire import meta
 
 # The names other processes read are defined by their owners (issue 20); these are the same objects.
@@ -69,7 +70,7 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
     ),
     "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _LOG),
     "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
-    "metax-topo-worker": (("/sys", True), _RUN, _LOG),
+    "metax-topo-worker": (("/sys", True), ("/dev", True), _RUN, _LOG),
 }
 ALLOWED_HOST_PATHS = frozenset(
     {
@@ -223,6 +224,9 @@ def workload_manifest(
         container["readinessProbe"] = readiness_probe(declared)
     if component is Component.EXPORTER:
         container["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
+    if component is Component.GPU_SCHEDULER:
+        container["ports"] = [{"name": "extender", "containerPort": extender.PORT}]
+        container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "extender"}, "periodSeconds": 5}
     pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
     pod_spec["containers"] = [container]
     if workload.service_account is None:
@@ -350,6 +354,19 @@ def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> d
     }
 
 
+def scheduler_service(settings: RenderSettings) -> dict[str, Any]:
+    """The Service kube-scheduler calls the extender through (docs/scheduler.md: its ``urlPrefix``)."""
+    workload = components.BY_COMPONENT[Component.GPU_SCHEDULER].workloads[0]
+    labels = _labels(Component.GPU_SCHEDULER, workload)
+    port = {"name": "extender", "port": extender.PORT, "targetPort": "extender", "protocol": "TCP"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
+        "spec": {"type": "ClusterIP", "ports": [port], "selector": {APP_LABEL: labels[APP_LABEL]}},
+    }
+
+
 def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSettings()) -> Rendered:
     """Every object of every deployable component, in deploy order; blocked ones are in ``plan``."""
     deploy_plan = components.plan(components.enabled(s))
@@ -360,6 +377,8 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
             objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
+        if component is Component.GPU_SCHEDULER:
+            objects.append(scheduler_service(settings))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
 
 
