@@ -56,6 +56,12 @@ class NodeFacts:
     scores: Mapping[int, int] = attrs.field(factory=dict)
     problem: str = ""
     """Why the published topology could not be read (the node is then ranked as one without topology)."""
+    published_free: int | None = attrs.field(init=False)
+    """How many GPUs the document says are free (None: no document), counted once."""
+
+    @published_free.default
+    def _count(self) -> int | None:
+        return None if self.topology is None else len(self.topology.free)
 
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> NodeFacts:
@@ -71,7 +77,7 @@ class NodeFacts:
 
     def free(self, used: int) -> int:
         left = max(0, self.allocatable - used)
-        return left if self.topology is None else min(left, len(self.topology.free))
+        return left if self.published_free is None else min(left, self.published_free)
 
 
 @attrs.frozen
@@ -82,13 +88,13 @@ class Verdict:
 
 def filter_nodes(n: int, names: Iterable[str], facts: Mapping[str, NodeFacts], used: Mapping[str, int]) -> Verdict:
     """Nodes with at least ``n`` free GPUs; the others with the reason kube-scheduler shows on the pod."""
+    if n <= 0:
+        return Verdict(tuple(names), {})
     passed: list[str] = []
     failed: dict[str, str] = {}
     for name in names:
         f = facts.get(name)
-        if n <= 0:
-            passed.append(name)
-        elif f is None:
+        if f is None:
             failed[name] = "node not in the gpu-scheduler's cache yet"
         elif (free := f.free(used.get(name, 0))) < n:
             failed[name] = f"{free} free {GPU}, {n} requested"
@@ -106,7 +112,14 @@ def priority(n: int, f: NodeFacts | None) -> int:
 
 
 def prioritize(n: int, names: Iterable[str], facts: Mapping[str, NodeFacts]) -> list[tuple[str, int]]:
-    return [(name, priority(n, facts.get(name))) for name in names]
+    if n <= 0:
+        return [(name, 0) for name in names]
+    out = []
+    for name in names:
+        f = facts.get(name)
+        score = 0 if f is None else f.scores.get(n, 0) * MAX_PRIORITY // 100
+        out.append((name, max(0, min(MAX_PRIORITY, score))))
+    return out
 
 
 # --- the extender protocol (k8s.io/kube-scheduler/extender/v1, JSON) ----------------------------------------
