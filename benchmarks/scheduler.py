@@ -70,7 +70,7 @@ def filled_cache(nodes: int, rng: random.Random) -> tuple[cache.Cache, list[str]
     for name in names:
         key = rng.randrange(64)  # 64 distinct layouts: the scores search runs once per layout, as topo-worker would
         if key not in published:
-            published[key] = topo_agent.annotations(topology(random.Random(key)))  # type: ignore[index]
+            published[key] = topo_agent.published(topology(random.Random(key)))  # type: ignore[index]
         state.put_node(
             {
                 "metadata": {"name": name, "annotations": published[key]},  # type: ignore[index]
@@ -97,7 +97,7 @@ def trivial_server() -> http.server.ThreadingHTTPServer:
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def do_POST(self) -> None:
@@ -203,7 +203,7 @@ def plane_rate(pods: int, nodes: int, with_extender: bool) -> float:
         for name in plane.node_names:
             doc = topology(rng)
             doc = document.NodeTopology(gpus=doc.gpus, free=tuple(g.address for g in doc.gpus))
-            core.patch_node(name, {"metadata": {"annotations": topo_agent.annotations(doc)}})
+            core.patch_node(name, {"metadata": {"annotations": topo_agent.published(doc)}})
             core.patch_node_status(name, {"status": {"allocatable": {GPU: "8"}, "capacity": {GPU: "8"}}})
         wait(lambda: len([f for f in state.snapshot()[0].values() if f.topology]) == nodes, "the cache")
         wait(

@@ -31,9 +31,9 @@ from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortErro
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
 from metax_core.node import cdi_sync, devices, readiness, uninstall
 from metax_core.ports import node as node_ports
-from metax_core.topology import document, handout
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
+from metax_core.topology import document, handout
 from services._agent import loop, probe
 from services.gpu_device import cdi_keeper, undo
 from services.gpu_device.config import Settings

@@ -99,7 +99,11 @@ class Cache:
                 version = listing.resource_version
                 while not stop.is_set():
                     for event in self.objects.watch(
-                        "v1", kind, field_selector=selector, resource_version=version, timeout_seconds=self.watch_seconds
+                        "v1",
+                        kind,
+                        field_selector=selector,
+                        resource_version=version,
+                        timeout_seconds=self.watch_seconds,
                     ):
                         version = str((event.object.get("metadata") or {}).get("resourceVersion") or version)
                         if event.type is WatchEventType.DELETED:

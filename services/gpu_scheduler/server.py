@@ -20,7 +20,7 @@ def handler(state: cache.Cache) -> type[http.server.BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)
 
         def _answer(self, code: int, body: bytes) -> None:

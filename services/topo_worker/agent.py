@@ -43,7 +43,7 @@ class Hardware:
         return cls(host.devices, host.monitor, host.monitor, host.network)
 
 
-def annotations(doc: document.NodeTopology) -> dict[str, str | None]:
+def published(doc: document.NodeTopology) -> dict[str, str | None]:
     """Everything topo-worker publishes for ``doc`` (scores and losses absent when no GPU is free)."""
     out: dict[str, str | None] = {document.TOPOLOGY: document.encode(doc)}
     if doc.free:
@@ -71,7 +71,9 @@ class TopoWorker:
         self.chores = loop.Chores(clock)
         self.say = loop.Say(log)
         # No readiness signal: nothing on the node waits for topology (gpu-device falls back to its inventory).
-        self.publisher = publisher.Publisher(settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=None)
+        self.publisher = publisher.Publisher(
+            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=None
+        )
         self.probe = probe.ProbeFile(settings.probe_file)
         self._links: tuple[GpuLink, ...] = ()
         self._health: Mapping[PciAddress, GpuHealth] = {}
@@ -90,7 +92,7 @@ class TopoWorker:
             self.probe.not_ready()
             return
         try:
-            wanted = annotations(doc)
+            wanted = published(doc)
         except InvalidSpec as exc:
             self.say("document", f"cannot publish the topology: {exc}", logging.ERROR)
             self.probe.not_ready()

@@ -88,7 +88,7 @@ class Rig:
         node = self.meta.get_node(NODE)
         assert node is not None
         facts = extender.NodeFacts.of({**node, "status": {"allocatable": {GPU: "8"}}})
-        [(name, score)] = extender.prioritize(n, [NODE], {NODE: facts})
+        [(_, score)] = extender.prioritize(n, [NODE], {NODE: facts})
         return score
 
 

@@ -33,7 +33,13 @@ def gpu(i: int, *, numa: int, root: int, switch: int | None, mx: tuple[int, ...]
 def eight() -> document.NodeTopology:
     """Two NUMA nodes, two switches each with two GPUs, GPUs 0–3 on MetaXLink."""
     gpus = [
-        gpu(i, numa=i // 4, root=1 + (i // 2) % 2, switch=i // 2, mx=tuple(m for m in range(4) if m != i) if i < 4 else ())
+        gpu(
+            i,
+            numa=i // 4,
+            root=1 + (i // 2) % 2,
+            switch=i // 2,
+            mx=tuple(m for m in range(4) if m != i) if i < 4 else (),
+        )
         for i in range(8)
     ]
     return document.NodeTopology(gpus=tuple(gpus), free=tuple(g.address for g in gpus))
@@ -123,9 +129,7 @@ def functions() -> list[PciFunction]:
     return [
         PciFunction(addr(0), 0x9999, 0x4000, numa_node=0, pcie_path=(root, up, PciAddress("0000:02:01.0"))),
         PciFunction(addr(1), 0x9999, 0x4000, numa_node=0, pcie_path=(root, up, PciAddress("0000:02:02.0"))),
-        PciFunction(
-            PciAddress("0000:11:00.1"), 0x9999, 0x4001, kind=FunctionKind.VF, physfn=addr(1), numa_node=0
-        ),
+        PciFunction(PciAddress("0000:11:00.1"), 0x9999, 0x4001, kind=FunctionKind.VF, physfn=addr(1), numa_node=0),
     ]
 
 

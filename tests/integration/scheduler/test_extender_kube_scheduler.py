@@ -3,7 +3,7 @@
 A control plane of its own (the session's keeps its default scheduler): kube-scheduler started with a
 KubeSchedulerConfiguration whose ``extenders`` entry is the one the product documents
 (`extender.scheduler_extender`), the extender served in this process from its watch cache over the real
-API server, three kwok nodes whose topology is published with topo-worker's writer (`topo_worker.agent.annotations`)
+API server, three kwok nodes whose topology is published with topo-worker's writer (`topo_worker.agent.published`)
 and whose GPUs are allocatable as a kubelet would make them:
 
 - a 4-GPU pod lands on the node whose best free 4-set scores best (a MetaXLink group), not on the node with
@@ -78,7 +78,7 @@ class Cluster:
     def publish(self, name: str, doc: document.NodeTopology, allocatable: int = 8) -> None:
         """What topo-worker and a kubelet with gpu-device would have on the Node."""
         self.docs[name] = doc
-        self.core.patch_node(name, {"metadata": {"annotations": topo_agent.annotations(doc)}})
+        self.core.patch_node(name, {"metadata": {"annotations": topo_agent.published(doc)}})
         self.core.patch_node_status(name, {"status": {"allocatable": {GPU: str(allocatable)}, "capacity": {GPU: "8"}}})
         wanted = document.encode(doc)
 
@@ -158,6 +158,7 @@ def namespace(gpu_cluster: Cluster) -> Iterator[str]:
         "the default service account",
     )
     yield name
+    gpu_cluster.core.delete_namespace(name)
 
 
 def test_multi_gpu_pods_follow_the_best_free_set_and_the_extender_filters(gpu_cluster: Cluster, namespace: str) -> None:
