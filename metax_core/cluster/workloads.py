@@ -19,7 +19,7 @@ from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
 from metax_core.spec import names
-from metax_core.topology import extender
+from metax_core.topology import cluster_view, extender
 from metax_core.wire import meta
 
 # The names other processes read are defined by their owners (issue 20); these are the same objects.
@@ -367,6 +367,21 @@ def scheduler_service(settings: RenderSettings) -> dict[str, Any]:
     }
 
 
+def topology_view(settings: RenderSettings) -> dict[str, Any]:
+    """The cluster view's ConfigMap without data: the operator owns the object (and deletes it on uninstall),
+    topo-master fills ``data`` under its own field manager (docs/topology.md)."""
+    workload = components.BY_COMPONENT[Component.TOPO].workloads[0]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": cluster_view.NAME,
+            "namespace": settings.namespace,
+            "labels": _labels(Component.TOPO, workload),
+        },
+    }
+
+
 def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSettings()) -> Rendered:
     """Every object of every deployable component, in deploy order; blocked ones are in ``plan``."""
     deploy_plan = components.plan(components.enabled(s))
@@ -379,6 +394,8 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
             objects.append(exporter_service(s, settings))
         if component is Component.GPU_SCHEDULER:
             objects.append(scheduler_service(settings))
+        if component is Component.TOPO:
+            objects.append(topology_view(settings))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
 
 

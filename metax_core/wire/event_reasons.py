@@ -56,6 +56,12 @@ INVALID_VFIO_CONFIG: Final = "InvalidVfioConfig"
 VFIO_BIND_FAILED: Final = "VfioBindFailed"
 IOMMU_DISABLED: Final = "IOMMUDisabled"
 
+# -- topo-master, on a Node -------------------------------------------------------------------------------------
+TOPOLOGY_UNREADABLE: Final = "TopologyUnreadable"
+"""The Node's published topology document or scores do not parse (the message names the field)."""
+TOPOLOGY_INCONSISTENT: Final = "TopologyInconsistent"
+"""The Node's topology document disagrees with its labels (GPU count) or allocatable GPUs."""
+
 
 def driver_rollout(step_state: str) -> str:
     """The reason of the Event for a rollout step that entered ``step_state`` (e.g. ``StepPaused``)."""
@@ -87,5 +93,7 @@ ALL: Final = (
     INVALID_VFIO_CONFIG,
     VFIO_BIND_FAILED,
     IOMMU_DISABLED,
+    TOPOLOGY_UNREADABLE,
+    TOPOLOGY_INCONSISTENT,
 )
 """Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""
