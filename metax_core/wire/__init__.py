@@ -16,6 +16,7 @@ this package holds the rest:
 | node annotations ``gpu.topology`` (the topology document) | `metax_core.topology.document` |
 | node annotations ``gpu.topology.scores`` / ``.losses`` (HAMi's) | `metax_core.topology.placement` |
 | the kube-scheduler extender protocol and its configuration entry | `metax_core.topology.extender` |
+| ConfigMap ``metax-topology`` (topo-master's cluster view) | `metax_core.topology.cluster_view` |
 | readiness signal names (agents → gpu-device, doctor) | `metax_core.cluster.components.signal` |
 | labels, annotations and finalizer on the objects the operator owns and on cluster-operator | `meta` |
 | Event reasons | `event_reasons` |

@@ -105,7 +105,7 @@ def inner(topo: document.NodeTopology, members: tuple[PciAddress, ...]) -> int:
     return sum(placement.WEIGHTS[placement.link(t[a], t[b])] for a, b in itertools.combinations(members, 2))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(topologies())
 def test_the_chosen_set_is_free_of_size_n_and_none_scores_better(case: tuple) -> None:
     topo, free, n = case
@@ -185,7 +185,7 @@ def test_sixteen_gpus_are_placed_exactly_and_seventeen_refused() -> None:
         placement.best_set(topo, 2, [g.address for g in gpus])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(topologies(), st.data())
 def test_must_include_gpus_are_held_and_the_rest_is_best(case: tuple, data: st.DataObject) -> None:
     topo, free, n = case
