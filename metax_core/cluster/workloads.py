@@ -70,7 +70,7 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
     ),
     "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _LOG),
     "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
-    "metax-topo-worker": (("/sys", True), ("/dev", True), _RUN, _LOG),
+    "metax-topo-worker": (("/sys", True), ("/dev", True), ("/var/lib/kubelet/pod-resources", True), _RUN, _LOG),
 }
 ALLOWED_HOST_PATHS = frozenset(
     {

@@ -1,23 +1,23 @@
-"""topo-worker's round: PCI functions, mx-smi's links and health, the NICs → `document.build` → the node's
-topology document and HAMi's scores/losses (`placement.hami_annotations`) → a patch of what differs.
+"""topo-worker's round: PCI functions, mx-smi's links and health, the NICs, the devices pods hold → `document.build`
+→ the node's topology document and HAMi's scores/losses (`placement.hami_annotations`) → a patch of what differs.
 
-The free set is the node's healthy GPUs: which of them pods hold is kubelet's (gpu-device hands them out with
-the same `placement.best_set`), not read here (docs/topology.md says what that means for the scores).
-mx-smi failing keeps the last links and health it read; the PCI inventory failing keeps the annotations as
-they are. A round that changes nothing writes nothing (steady state is quiet).
+The free set is the node's healthy GPUs that no pod holds, as kubelet's PodResources API lists them (a VF or an
+sGPU share held makes its GPU not free); when that API cannot be read, the last answer is kept (none held
+before the first). mx-smi failing keeps the last links and health it read; the PCI inventory failing keeps the
+annotations as they are. A round that changes nothing writes nothing (steady state is quiet).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from metax_core.errors import ClusterError, HardwareError, InvalidSpec
-from metax_core.inventory import FunctionKind, GpuHealth, GpuLink, NetworkInterface, PciAddress
+from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
+from metax_core.inventory import FunctionKind, GpuHealth, GpuLink, NetworkInterface, PciAddress, PciFunction
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.topology import document, placement
@@ -29,6 +29,7 @@ from services.topo_worker.config import Settings
 log = logging.getLogger(__name__)
 
 COMPONENT = "topo-worker"
+HeldDevices = Callable[[], Mapping[str, Sequence[str]]]
 
 
 @attrs.frozen
@@ -37,10 +38,25 @@ class Hardware:
     monitor: hardware.GpuMonitor
     topology: hardware.GpuTopology
     network: hardware.NetworkInterfaces
+    held: HeldDevices = dict
+    """kubelet's PodResources: resource name → device IDs pods hold (production: `bootstrap.pod_resources`)."""
 
     @classmethod
-    def of(cls, host: Any) -> Hardware:
-        return cls(host.devices, host.monitor, host.monitor, host.network)
+    def of(cls, host: Any, held: HeldDevices | None = None) -> Hardware:
+        return cls(host.devices, host.monitor, host.monitor, host.network, held or (dict))
+
+
+def held_gpus(held: Mapping[str, Sequence[str]], functions: Sequence[PciFunction]) -> set[PciAddress]:
+    """The physical GPUs behind the device IDs pods hold: a PF itself, a VF's PF, an sGPU share's GPU
+    (``<address>-NN``, `devices.share_id`)."""
+    by_address = {f.address: f for f in functions}
+    out: set[PciAddress] = set()
+    for ids in held.values():
+        for device_id in ids:
+            f = by_address.get(PciAddress(device_id)) or by_address.get(PciAddress(device_id.rsplit("-", 1)[0]))
+            if f is not None:
+                out.add(f.physfn or f.address)
+    return out
 
 
 def published(doc: document.NodeTopology) -> dict[str, str | None]:
@@ -77,6 +93,7 @@ class TopoWorker:
         self.probe = probe.ProbeFile(settings.probe_file)
         self._links: tuple[GpuLink, ...] = ()
         self._health: Mapping[PciAddress, GpuHealth] = {}
+        self._held: Mapping[str, Sequence[str]] = {}
         self.uninstalling = agent_uninstall.Latch()
 
     def wake(self, chore: str = "sync") -> None:
@@ -139,8 +156,16 @@ class TopoWorker:
             nics = tuple(self.hw.network.interfaces())
         except HardwareError as exc:
             self.say("network", f"cannot list network interfaces, publishing none: {exc}", logging.WARNING)
+        try:
+            self._held = dict(self.hw.held())
+            self.say("held", "kubelet's PodResources answers")
+        except PortError as exc:
+            self.say(
+                "held", f"cannot ask kubelet which GPUs pods hold, keeping the last answer: {exc}", logging.WARNING
+            )
+        taken = held_gpus(self._held, functions)
         pfs = [f.address for f in functions if f.kind is FunctionKind.PF]
-        free = [a for a in pfs if self._health.get(a, GpuHealth(a, True)).healthy]
+        free = [a for a in pfs if self._health.get(a, GpuHealth(a, True)).healthy and a not in taken]
         return document.build(functions, self._links, nics, free=free)
 
     def shutdown(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 
+from metax_core.errors import PortError
 from metax_core.node import uninstall
 from metax_core.topology import document, placement
 from metax_hw_fake import builder
@@ -71,6 +72,33 @@ def test_steady_state_makes_no_write_and_an_unhealthy_gpu_leaves_the_counts(tmp_
     doc = document.decode(n.annotations()[document.TOPOLOGY])
     assert gone not in doc.free and len(doc.free) == 7
     assert sorted(placement.decode_counts(n.annotations()[document.SCORES])) == list(range(1, 8))
+
+
+def test_gpus_pods_hold_are_not_free_and_a_silent_kubelet_keeps_the_last_answer(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, eight_gpus())
+    first, second = n.fake.gpu_addresses()[:2]
+    answers: list[object] = [{"metax-tech.com/gpu": [first], "metax-tech.com/sgpu": [f"{second}-03"]}]
+
+    def held() -> dict[str, list[str]]:
+        answer = answers[-1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    s = config.Settings(node_name=NODE, host_root=n.root, namespace=NAMESPACE)
+    w = bootstrap.bootstrap(s, hw=agent.Hardware.of(n.fake.hw, held=held), ports=n.ports("topo-worker"), clock=n.clock)
+    w.tick()
+    doc = document.decode(n.annotations()[document.TOPOLOGY])
+    assert first not in doc.free and second not in doc.free and len(doc.free) == 6
+    assert sorted(placement.decode_counts(n.annotations()[document.SCORES])) == list(range(1, 7))
+    answers.append(PortError("kubelet PodResources List failed: UNAVAILABLE"))
+    n.clock.advance(31)
+    w.tick()
+    assert document.decode(n.annotations()[document.TOPOLOGY]).free == doc.free
+    answers.append({})
+    n.clock.advance(31)
+    w.tick()
+    assert len(document.decode(n.annotations()[document.TOPOLOGY]).free) == 8
 
 
 def test_mx_smi_failing_keeps_the_last_links(tmp_path: pathlib.Path) -> None:
