@@ -108,6 +108,8 @@ class NetworkInterface:
     numa_node: int | None = None
     mac: str | None = None
     up: bool = False
+    pcie_path: tuple[PciAddress, ...] = ()
+    """Bridges from the root port down to the NIC's function (exclusive), as `PciFunction.pcie_path`."""
 
 
 class LinkKind(enum.Enum):

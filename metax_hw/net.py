@@ -86,7 +86,8 @@ class PyrouteNetworkInterfaces:
     def interfaces(self) -> Sequence[NetworkInterface]:
         found: list[NetworkInterface] = []
         for link in self.source():
-            address = self.pci_address(link.name)
+            path = self.pci_path(link.name)
+            address = path[-1] if path else None
             numa = None
             if address is not None:
                 numa = self.tree.read_int(
@@ -99,21 +100,27 @@ class PyrouteNetworkInterfaces:
                     numa_node=numa if numa is not None and numa >= 0 else None,
                     mac=link.mac,
                     up=link.up,
+                    pcie_path=path[:-1],
                 )
             )
         return sorted(found, key=lambda i: i.name)
 
     def pci_address(self, name: str) -> PciAddress | None:
         """The PCI function behind an interface: the last PCI address on its resolved ``device`` path."""
+        path = self.pci_path(name)
+        return path[-1] if path else None
+
+    def pci_path(self, name: str) -> tuple[PciAddress, ...]:
+        """Every PCI address on the interface's resolved ``device`` path, root port first (empty: none)."""
         device = self.tree.path("/sys/class/net") / name / "device"
         if not device.is_symlink() and not device.exists():
-            return None
+            return ()
         try:
             resolved = self.tree.resolve(device)
         except OSError as exc:
             raise errors.HardwareError(_OP, name, sysfs.describe_os_error(exc)) from exc
         addresses = [p for p in resolved.relative_to(self.tree.root).parts if pci.is_pci_address(p)]
-        return PciAddress(addresses[-1]) if addresses else None
+        return tuple(PciAddress(a) for a in addresses)
 
 
 class SysfsNetworkInterfaces(PyrouteNetworkInterfaces):

@@ -106,7 +106,9 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
     ),
     ComponentInfo(C.EXPORTER, "data-exporter", (C.GPU_LABEL, C.DRIVER), (_ds("metax-data-exporter", own_sa=False),)),
     ComponentInfo(C.VFIO_MANAGER, "vfio-manager", (C.GPU_LABEL,), (_ds("metax-vfio-manager"),), AGENT_PROBE),
-    ComponentInfo(C.TOPO, "topo", (C.GPU_LABEL,), (_deploy("metax-topo-master"), _ds("metax-topo-worker"))),
+    ComponentInfo(
+        C.TOPO, "topo", (C.GPU_LABEL,), (_deploy("metax-topo-master"), _ds("metax-topo-worker")), AGENT_PROBE
+    ),
     ComponentInfo(C.GPU_SCHEDULER, "gpu-scheduler", (C.GPU_LABEL, C.TOPO), (_deploy("metax-gpu-scheduler"),)),
 )
 BY_COMPONENT: Mapping[Component, ComponentInfo] = {info.component: info for info in CATALOGUE}

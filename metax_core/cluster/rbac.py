@@ -29,6 +29,7 @@ from metax_core.cluster.components import Component
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.runtime import handler
 from metax_core.spec import model as spec
+from metax_core.topology import cluster_view
 from metax_core.wire import meta
 
 MANAGED_BY_LABEL = meta.MANAGED_BY_LABEL
@@ -133,8 +134,14 @@ COMPONENT_RULES: Mapping[str, AccountRules] = {
         _agent("metax-vfio-manager", _NODE_LABELS, namespace=_config_map(VFIO_CONFIG_MAP)),
         # Topology annotations on its node.
         _agent("metax-topo-worker", _NODE_LABELS),
-        # The cluster view of topology: reads every node's annotations.
-        AccountRules("metax-topo-master", cluster=(_NODE_WATCH,), events=_EVENTS),
+        # The cluster view of topology: reads every node's annotations, fills its one ConfigMap's data (the
+        # operator creates the ConfigMap, so no create here).
+        AccountRules(
+            "metax-topo-master",
+            cluster=(_NODE_WATCH,),
+            namespace=(Rule("", ("configmaps",), ("get", "patch"), (cluster_view.NAME,)),),
+            events=_EVENTS,
+        ),
         # Placement help: reads nodes and pods, writes nothing but Events.
         AccountRules("metax-gpu-scheduler", cluster=(_NODE_WATCH, Rule("", ("pods",), READ)), events=_EVENTS),
     )

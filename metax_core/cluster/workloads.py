@@ -20,6 +20,7 @@ from metax_core.node import labels as node_labels
 from metax_core.runtime import handler
 from metax_core.spec import model as spec
 from metax_core.spec import names
+from metax_core.topology import cluster_view, extender
 from metax_core.wire import meta
 
 # The names other processes read are defined by their owners (issue 20); these are the same objects.
@@ -72,7 +73,7 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
     ),
     "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _LOG),
     "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
-    "metax-topo-worker": (("/sys", True), _RUN, _LOG),
+    "metax-topo-worker": (("/sys", True), ("/dev", True), ("/var/lib/kubelet/pod-resources", True), _RUN, _LOG),
 }
 ALLOWED_HOST_PATHS = frozenset(
     {
@@ -233,6 +234,9 @@ def workload_manifest(
         container["readinessProbe"] = readiness_probe(declared)
     if component is Component.EXPORTER:
         container["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
+    if component is Component.GPU_SCHEDULER:
+        container["ports"] = [{"name": "extender", "containerPort": extender.PORT}]
+        container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "extender"}, "periodSeconds": 5}
     pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
     pod_spec["containers"] = [container, *_sidecars(component, container)]
     if workload.service_account is None:
@@ -390,6 +394,34 @@ def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> d
     }
 
 
+def scheduler_service(settings: RenderSettings) -> dict[str, Any]:
+    """The Service kube-scheduler calls the extender through (docs/scheduler.md: its ``urlPrefix``)."""
+    workload = components.BY_COMPONENT[Component.GPU_SCHEDULER].workloads[0]
+    labels = _labels(Component.GPU_SCHEDULER, workload)
+    port = {"name": "extender", "port": extender.PORT, "targetPort": "extender", "protocol": "TCP"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
+        "spec": {"type": "ClusterIP", "ports": [port], "selector": {APP_LABEL: labels[APP_LABEL]}},
+    }
+
+
+def topology_view(settings: RenderSettings) -> dict[str, Any]:
+    """The cluster view's ConfigMap without data: the operator owns the object (and deletes it on uninstall),
+    topo-master fills ``data`` under its own field manager (docs/topology.md)."""
+    workload = components.BY_COMPONENT[Component.TOPO].workloads[0]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": cluster_view.NAME,
+            "namespace": settings.namespace,
+            "labels": _labels(Component.TOPO, workload),
+        },
+    }
+
+
 def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSettings()) -> Rendered:
     """Every object of every deployable component, in deploy order; blocked ones are in ``plan``."""
     deploy_plan = components.plan(components.enabled(s))
@@ -401,6 +433,10 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
         objects.extend(cluster_objects(component))
+        if component is Component.GPU_SCHEDULER:
+            objects.append(scheduler_service(settings))
+        if component is Component.TOPO:
+            objects.append(topology_view(settings))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
 
 

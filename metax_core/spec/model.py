@@ -360,7 +360,15 @@ class Topo:
 class GpuScheduler:
     """Extension: topology-aware scheduling help (C9); opt-in because it changes placement."""
 
-    deploy: bool = attrs.field(default=False, metadata={DESCRIPTION: "Whether the operator deploys this component."})
+    deploy: bool = attrs.field(
+        default=False,
+        metadata={
+            DESCRIPTION: (
+                "Whether the operator deploys the kube-scheduler extender (Deployment and Service "
+                "metax-gpu-scheduler); the cluster's scheduler configuration then lists it (docs/scheduler.md)."
+            )
+        },
+    )
     log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
     pod_template_spec: PodTemplateSpec | None = attrs.field(
         default=None,

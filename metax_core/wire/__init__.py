@@ -13,6 +13,10 @@ this package holds the rest:
 | node labels (gpu-label's, driver-manager's, the administrator's gpu-device mode) | `metax_core.node.labels` |
 | node annotations ``node-gpu-devices``, ``maca.versions`` | `metax_core.node.labels` |
 | node annotation ``gpu-vfio`` (value rendered and parsed) | `metax_core.node.vfio` |
+| node annotations ``gpu.topology`` (the topology document) | `metax_core.topology.document` |
+| node annotations ``gpu.topology.scores`` / ``.losses`` (HAMi's) | `metax_core.topology.placement` |
+| the kube-scheduler extender protocol and its configuration entry | `metax_core.topology.extender` |
+| ConfigMap ``metax-topology`` (topo-master's cluster view) | `metax_core.topology.cluster_view` |
 | readiness signal names (agents → gpu-device, doctor) | `metax_core.cluster.components.signal` |
 | labels, annotations and finalizer on the objects the operator owns and on cluster-operator | `meta` |
 | Event reasons | `event_reasons` |

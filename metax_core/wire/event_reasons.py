@@ -79,6 +79,13 @@ RUNTIME_UNSUPPORTED: Final = "RuntimeUnsupported"
 """No supported runtime found on the node, or one too old (the message names what was found)."""
 
 
+# -- topo-master, on a Node -------------------------------------------------------------------------------------
+TOPOLOGY_UNREADABLE: Final = "TopologyUnreadable"
+"""The Node's published topology document or scores do not parse (the message names the field)."""
+TOPOLOGY_INCONSISTENT: Final = "TopologyInconsistent"
+"""The Node's topology document disagrees with its labels (GPU count) or allocatable GPUs."""
+
+
 def driver_rollout(step_state: str) -> str:
     """The reason of the Event for a rollout step that entered ``step_state`` (e.g. ``StepPaused``)."""
     return DRIVER_ROLLOUT_PREFIX + step_state
@@ -114,5 +121,7 @@ ALL: Final = (
     RUNTIME_RESTART_FAILED,
     RUNTIME_CONFIG_REPAIRED,
     RUNTIME_UNSUPPORTED,
+    TOPOLOGY_UNREADABLE,
+    TOPOLOGY_INCONSISTENT,
 )
 """Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""

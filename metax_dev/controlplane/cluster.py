@@ -77,6 +77,7 @@ class ControlPlane:
         keep_workdir: bool | None = None,
         workdir_parent: Path | None = None,
         verbosity: int = 1,
+        scheduler_extenders: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         if nodes < 0:
             raise ValueError("nodes must be >= 0")
@@ -95,6 +96,8 @@ class ControlPlane:
         )
         self.workdir_parent = workdir_parent
         self.verbosity = verbosity
+        self.scheduler_extenders = [dict(e) for e in scheduler_extenders or ()]
+        """KubeSchedulerConfiguration ``extenders`` for kube-scheduler (empty: its built-in defaults, no config)."""
         self.timings = Timings()
         self.node_names: list[str] = []
         self.build_result: build.BuildResult | None = None
@@ -214,7 +217,7 @@ class ControlPlane:
         self._start("kwok", config.kwok_args())
         if self.workloads:
             self._start("kube-controller-manager", config.controller_manager_args())
-            self._start("kube-scheduler", config.scheduler_args())
+            self._start("kube-scheduler", config.scheduler_args(self.scheduler_extenders))
 
         nodes_started = time.monotonic()
         if self.initial_nodes:

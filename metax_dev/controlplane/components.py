@@ -11,8 +11,9 @@ runs are ``kwok default-stages``, whose output (plus a test-only crash-loop stag
 from __future__ import annotations
 
 import ipaddress
+import json
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -278,8 +279,23 @@ class Config:
             "--kube-api-burst=400",
         ]
 
-    def scheduler_args(self) -> list[str]:
-        return self._component_common("kube-scheduler")
+    def scheduler_args(self, extenders: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+        """kube-scheduler's flags; with ``extenders``, a KubeSchedulerConfiguration file carrying them (the
+        client connection and leader election then come from the file: kube-scheduler ignores those flags
+        when ``--config`` is given)."""
+        common = self._component_common("kube-scheduler")
+        if not extenders:
+            return common
+        path = self.workdir / "kube-scheduler-config.json"
+        document = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.workdir / "kube-scheduler.kubeconfig")},
+            "leaderElection": {"leaderElect": False},
+            "extenders": [dict(e) for e in extenders],
+        }
+        path.write_text(json.dumps(document, indent=2))
+        return [f"--config={path}", *(a for a in common if not a.startswith(("--kubeconfig=", "--leader-elect=")))]
 
     def kwok_args(self) -> list[str]:
         port = self.ports["kwok"]

@@ -27,12 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from metax_core.errors import ClusterError, HardwareError, PortError
+from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
 from metax_core.inventory import GpuHealth, PciAddress, PciFunction
 from metax_core.node import cdi_sync, devices, readiness, uninstall
 from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
+from metax_core.topology import document, handout
 from services._agent import loop, probe
 from services.gpu_device import cdi_keeper, undo
 from services.gpu_device.config import Settings
@@ -55,6 +56,8 @@ class Snapshot:
     node: devices.NodeSettings = devices.NodeSettings()
     resolvable: frozenset[str] | None = None
     """CDI device names in the spec on disk (None: CDI off)."""
+    topology: document.NodeTopology | None = None
+    """The node's published topology document (topo-worker's), None when absent or unreadable."""
 
 
 class Agent:
@@ -99,6 +102,7 @@ class Agent:
         self._failed_checks = 0
         self._last_failure = ""
         self._node = devices.NodeSettings()
+        self._topology: document.NodeTopology | None = None
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
         self._advertising = False
         self._said = loop.Say(log)
@@ -145,6 +149,11 @@ class Agent:
         self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> Sequence[str]:
         known = self.snapshot.plan.by_id(resource)
+        if resource is devices.Resource.GPU:
+            functions = [d.function for d in known.values()]
+            whole = handout.preferred(self.snapshot.topology, functions, available, must_include, size)
+            if whole is not None:
+                return whole
         placements = [devices.Placement.of(known[i]) if i in known else devices.Placement(i) for i in available]
         return devices.preferred_allocation(placements, must_include, size)
 
@@ -285,7 +294,16 @@ class Agent:
         elif self._uninstall is not None:  # once asked, uninstalled until it exits (the request goes last)
             self._uninstall = (self._uninstall[0], node)
         self._node = devices.settings_from_labels(labels)
+        self._topology = self._read_topology((node.get("metadata") or {}).get("annotations") or {})
         self._say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
+
+    def _read_topology(self, annotations: Mapping[str, str]) -> document.NodeTopology | None:
+        text = annotations.get(document.TOPOLOGY)
+        try:
+            return None if text is None else document.decode(text)
+        except InvalidSpec as exc:
+            self._say("topology", f"ignoring the node's topology document: {exc}", logging.WARNING)
+            return None
 
     def _read_readiness(self) -> None:
         try:
@@ -330,7 +348,7 @@ class Agent:
             else:
                 self._said.forget("withheld")
             plan = offer.plan
-        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node, resolvable)
+        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node, resolvable, self._topology)
         if not self._advertising:
             if not self._decision.may_advertise:
                 self._say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)

@@ -23,6 +23,7 @@ import attrs
 
 from metax_core import errors, inventory
 from metax_core.inventory import FunctionKind, PciAddress
+from metax_core.topology import document, placement
 from metax_hw import host, sysfs
 
 VFIO = inventory.VFIO_DRIVER
@@ -373,6 +374,24 @@ def killed_mid_vf_change_converges(rig: Rig) -> None:
     check_vfs(rig, second)
 
 
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def topology_document_matches_sysfs(rig: Rig) -> None:
+    """topo-worker's document (C7) built from the adapter: each PF's PCIe path (the bridges on its resolved
+    sysfs path) and NUMA node (-1: none) as the kernel shows them, and the free set placed whole."""
+    doc = document.build(rig.hw.devices.functions())
+    check(rig.pf in [g.address for g in doc.gpus], f"{rig.pf} missing from the topology document")
+    for g in doc.gpus:
+        parts = [p for p in os.path.realpath(rig.dev(g.address)).split("/") if _PCI_ADDRESS.match(p)]
+        check(list(g.pcie_path) == parts[:-1], f"{g.address}: path {list(g.pcie_path)}, sysfs says {parts[:-1]}")
+        numa = int(rig.raw(g.address, "numa_node"))
+        check(g.numa_node == (None if numa < 0 else numa), f"{g.address}: NUMA {g.numa_node}, sysfs says {numa}")
+    whole = placement.best_set(doc, len(doc.gpus))
+    check(whole is not None and set(whole.gpus) == set(doc.free), "the whole free set is not placeable")
+    check(document.decode(document.encode(doc)) == doc, "the document does not read back")
+
+
 CASES: dict[str, Callable[[Rig], None]] = {
     case.__name__: case
     for case in (
@@ -386,6 +405,7 @@ CASES: dict[str, Callable[[Rig], None]] = {
         module_parameter_read_back,
         killed_mid_bind_converges,
         killed_mid_vf_change_converges,
+        topology_document_matches_sysfs,
     )
 }
 

@@ -4,7 +4,8 @@ Aspects covered (all inside one QEMU boot of Debian's stock kernel, through `met
 against QEMU's SR-IOV NVMe controller): VF counts 0 -> 2 -> 3 -> 0 through zero, the kernel's EBUSY/ERANGE
 rules for ``sriov_numvfs``, refusal above ``sriov_totalvfs``, a VF to vfio-pci and back with its
 ``/dev/vfio/<group>``, whole IOMMU groups, modprobe/modinfo/rmmod of vfio-pci with a parameter read back from
-``/sys/module``, and a process killed between two writes of a bind converging on the next run. The same
+``/sys/module``, a process killed between two writes of a bind converging on the next run, and the topology document
+(C7) built from the PF's real PCIe path and NUMA node. The same
 cases run on the fake host in tests/contract/hardware/test_kernel_cases.py.
 """
 

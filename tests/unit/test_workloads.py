@@ -187,6 +187,10 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             assert obj is not None, workload.name
             container = _pod(obj)["containers"][0]
             env = {e["name"]: e.get("value") for e in container["env"]}
+            if workload.name == "metax-gpu-scheduler":  # an HTTP server: kubelet asks its /healthz
+                assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "extender"}
+                assert container["ports"] == [{"name": "extender", "containerPort": 8088}]
+                continue
             if info.probe is None or workload.kind is components.WorkloadKind.DEPLOYMENT:
                 assert "readinessProbe" not in container and "METAX_PROBE_FILE" not in env, workload.name
                 continue
@@ -198,7 +202,15 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             }
             assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
     C = components.Component
-    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA}
+    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA, C.TOPO}
+
+
+def test_gpu_scheduler_gets_the_service_kube_scheduler_calls() -> None:
+    objs = _render({**BASE, "gpuScheduler": {"deploy": True}})
+    service = objs["Service/metax-gpu-scheduler"]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "metax-gpu-scheduler"}
+    assert service["spec"]["ports"] == [{"name": "extender", "port": 8088, "targetPort": "extender", "protocol": "TCP"}]
+    assert "Service/metax-gpu-scheduler" not in _render(BASE)
 
 
 def test_a_component_gets_its_probe_by_declaring_it() -> None:

@@ -185,6 +185,7 @@ def test_network_interfaces_match_sys_class_net(backend: Backend) -> None:
         if device.exists():
             addresses = [p for p in os.path.realpath(device).split("/") if pci.is_pci_address(p)]
             assert interface.pci_address == addresses[-1]
+            assert list(interface.pcie_path) == addresses[:-1]
         else:
             assert interface.pci_address is None
     if backend.name == "fake":

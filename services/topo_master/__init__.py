@@ -1,0 +1,1 @@
+"""topo-master (C7): the cluster view of GPU topology, one ConfigMap (docs/topology.md)."""
