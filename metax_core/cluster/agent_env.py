@@ -54,12 +54,15 @@ FW_ENABLE_VIRT = Var("METAX_FW_ENABLE_VIRT", lambda s: str(s.driver.fw_enable_vi
 DRIVER_VERSION = Var("METAX_DRIVER_VERSION", lambda s: s.driver.payload.version or None)
 DRIVER_CONFIG = Var("METAX_DRIVER_CONFIG", lambda s: driver_config.CONFIGMAP_NAME)
 VFIO_CONFIG = Var("METAX_VFIO_CONFIG", lambda s: vfio_config_map.NAME)
+SAMPLE_INTERVAL = Var("METAX_EXPORTER_SAMPLE_INTERVAL", lambda s: str(s.exporter.sample_interval))
+EXPORTED_POD_LABELS = Var("METAX_EXPORTER_EXPORTED_POD_LABELS", lambda s: str(s.exporter.exported_pod_labels).lower())
 
 SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.GPU_LABEL: (SGPU_SHARES,),
     Component.DRIVER: (DEPLOY_POLICY, FW_UPGRADE_POLICY, FW_ENABLE_VIRT, DRIVER_CONFIG, DRIVER_VERSION),
     Component.VFIO_MANAGER: (VFIO_CONFIG,),
     Component.GPU_DEVICE: (HEALTHY_INTERVAL, SGPU_SHARES),
+    Component.EXPORTER: (SAMPLE_INTERVAL, EXPORTED_POD_LABELS),
 }
 """The node agents and the spec-fed variables each reads; an agent not listed here reads none (yet)."""
 
