@@ -14,6 +14,7 @@ import pytest
 from metax_core.cluster import agent_env, components, workloads
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
+from services.data_exporter import config as data_exporter_config
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
@@ -29,6 +30,7 @@ VALUES: dict[str, Any] = {
     },
     "gpuDevice": {"healthyInterval": 7},
     "vfioManager": {"deploy": True},
+    "exporter": {"deploy": True, "sampleInterval": 3, "exportedPodLabels": True},
 }
 
 LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
@@ -36,6 +38,7 @@ LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
     "metax-driver": (driver_config.from_env, driver_config.Settings),
     "metax-vfio-manager": (vfio_config.from_env, vfio_config.Settings),
     "metax-gpu-device": (gpu_device_config.from_env, gpu_device_config.Settings),
+    "metax-data-exporter": (data_exporter_config.from_env, data_exporter_config.Settings),
 }
 DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
 
@@ -89,6 +92,14 @@ def test_gpu_device_waits_for_what_the_dependency_graph_says() -> None:
     assert s.required_components == tuple(components.BY_COMPONENT[c].signal for c in wanted)
 
 
+def test_data_exporter_gets_its_sampling_and_label_settings() -> None:
+    s = data_exporter_config.from_env(rendered_env("metax-data-exporter"))
+    assert (s.sample_interval, s.exported_pod_labels, s.port) == (3.0, True, workloads.EXPORTER_PORT)
+    deployed = workloads.render(validation.parse(VALUES)).plan.deploy
+    wanted = components.requirements(components.Component.EXPORTER, deployed)
+    assert s.required_components == tuple(components.BY_COMPONENT[c].signal for c in wanted)
+
+
 def test_settings_render_back_to_the_same_environment() -> None:
     s = driver_config.from_env(rendered_env("metax-driver"))
     assert driver_config.from_env(agent_settings.render_env(s)) == s
@@ -99,6 +110,7 @@ COMPONENT_OF = {
     "metax-driver": components.Component.DRIVER,
     "metax-vfio-manager": components.Component.VFIO_MANAGER,
     "metax-gpu-device": components.Component.GPU_DEVICE,
+    "metax-data-exporter": components.Component.EXPORTER,
 }
 
 
