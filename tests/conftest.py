@@ -17,7 +17,7 @@ import os
 # (a test's kubelet) a forked child can abort in them. Must be set before grpc is first imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci", derandomize=True, database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]

@@ -9,8 +9,8 @@ import sys
 # no use there (the child execs at once) and can abort a child forked mid-call. Set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from services._agent import loop  # noqa: E402
-from services.data_exporter import bootstrap  # noqa: E402
+from services._agent import loop
+from services.data_exporter import bootstrap
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,9 @@ def silent(address: PciAddress) -> telemetry.GpuReading:
     )
 
 
-def series(rendered: tuple[exposition.Series, ...], family: names.Family, exported: bool = False) -> list[dict[str, str | float]]:
+def series(
+    rendered: tuple[exposition.Series, ...], family: names.Family, exported: bool = False
+) -> list[dict[str, str | float]]:
     keys = family.label_keys(exported)
     found = next(s for s in rendered if s.family == family)
     return [{**dict(zip(keys, values, strict=True)), "value": value} for values, value in found.samples]

@@ -70,7 +70,9 @@ def test_telemetry_changes_show_up_and_a_gpu_that_stops_answering_keeps_its_seri
 
     running.fake.stop_answering(PF1)
     wait_for("PF1 unavailable", lambda: by_address(running.samples("mx_gpu_state")).get(PF1) == 0.0, timeout=30)
-    state = {labels["pci_address"]: labels.get("unavailable_reason", "") for labels, _ in running.samples("mx_gpu_state")}
+    state = {
+        labels["pci_address"]: labels.get("unavailable_reason", "") for labels, _ in running.samples("mx_gpu_state")
+    }
     assert "not listed by mx-smi" in state[PF1] and state[PF0] == ""
     assert by_address(running.samples("mx_gpu_usage"))[PF1] == 87.0  # the last value, not a vanished series
     first = by_address(running.samples("metax_exporter_gpu_sample_age_seconds"))[PF1]
@@ -94,7 +96,7 @@ def test_a_hung_tool_keeps_every_series_unavailable_and_the_sample_ages(running:
     )
     reasons = {labels["unavailable_reason"] for labels, _ in running.samples("mx_gpu_state")}
     assert reasons == {NOT_ANSWERING}
-    errors = dict((labels["collector"], v) for labels, v in running.samples("metax_exporter_collection_errors_total"))
+    errors = {labels["collector"]: v for labels, v in running.samples("metax_exporter_collection_errors_total")}
     assert errors["telemetry"] >= 1
     age = running.samples("metax_exporter_sample_age_seconds")[0][1]
     wait_for("the sample to age", lambda: running.samples("metax_exporter_sample_age_seconds")[0][1] > age, timeout=30)
