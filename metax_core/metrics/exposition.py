@@ -84,9 +84,62 @@ def render(
     stats: Mapping[names.Collector, CollectorStats],
     options: Options,
     now: float,
+    families: tuple[names.Family, ...] = names.ALL,
 ) -> tuple[Series, ...]:
-    """Every family of `names.ALL`, in that order (a family without samples is still described)."""
-    out: dict[names.Family, list[tuple[LabelValues, float]]] = {f: [] for f in names.ALL}
+    """Every one of ``families`` (default `names.ALL`), in that order (a family without samples is still
+    described); ``now`` matters only to `names.AGES`."""
+    out: dict[names.Family, list[tuple[LabelValues, float]]] = {f: [] for f in families}
+    if any(f.per_gpu for f in families):
+        _per_gpu(out, sample, holdings, options)
+    for origin in origins(sample, holdings, options):
+        if origin.family in out:
+            out[origin.family].extend((labels, max(0.0, now - at)) for labels, at in origin.samples)
+    for collector in names.Collector:
+        s = stats.get(collector, CollectorStats())
+        key = (collector.value,)
+        if names.COLLECTION_ERRORS in out:
+            out[names.COLLECTION_ERRORS].append((key, float(s.errors)))
+        if s.duration is not None and names.COLLECTION_DURATION in out:
+            out[names.COLLECTION_DURATION].append((key, s.duration))
+        if s.ok is not None and names.COLLECTOR_SUCCESS in out:
+            out[names.COLLECTOR_SUCCESS].append((key, 1.0 if s.ok else 0.0))
+    if names.BUILD_INFO in out:
+        out[names.BUILD_INFO].append(((options.version,), 1.0))
+    if sample.sampled_at is not None and names.DRIVER_INFO in out:
+        out[names.DRIVER_INFO].append(((options.hostname, sample.driver_version, sample.maca_version), 1.0))
+    return tuple(Series(f, tuple(samples)) for f, samples in out.items())
+
+
+def origins(sample: Sample, holdings: attribution.Holdings, options: Options) -> tuple[Series, ...]:
+    """The `names.AGES` families with each series' origin (the monotonic time it counts from) as its value:
+    a scrape at ``now`` serves ``now - origin``. Depends on the sample only, so it is computed per sampling."""
+    gpu_ages: list[tuple[LabelValues, float]] = []
+    for gpu in sample.gpus:
+        if gpu.answered_at is None:
+            continue
+        base = _gpu_labels(gpu, sample, options)
+        gpu_ages += [((*base, *holder), gpu.answered_at) for holder, _ in _holders(gpu, holdings)]
+    sampled = (((), sample.sampled_at),) if sample.sampled_at is not None else ()
+    return (Series(names.GPU_SAMPLE_AGE, tuple(gpu_ages)), Series(names.SAMPLE_AGE, sampled))
+
+
+class _Drop(list[tuple[LabelValues, float]]):
+    """Where samples of a family not asked for go."""
+
+    def append(self, item: tuple[LabelValues, float]) -> None:
+        pass
+
+
+def _per_gpu(
+    asked: dict[names.Family, list[tuple[LabelValues, float]]],
+    sample: Sample,
+    holdings: attribution.Holdings,
+    options: Options,
+) -> None:
+    drop = _Drop()
+    out = {f: asked.get(f, drop) for f in names.ALL}
+    values = [(f, v) for f, v in _VALUES if f in asked]
+    memory = names.MEMORY_TOTAL in asked or names.MEMORY_USED in asked or names.MEMORY_USAGE in asked
     for gpu in sample.gpus:
         base = _gpu_labels(gpu, sample, options)
         m = gpu.metrics
@@ -95,31 +148,15 @@ def render(
             out[names.GPU_STATE].append(((gpu.reason, *labels), 1.0 if gpu.available else 0.0))
             if holding is not None:
                 out[names.GPU_HOLDERS].append(((holding.resource, *labels), float(holding.count)))
-            if gpu.answered_at is not None:
-                out[names.GPU_SAMPLE_AGE].append((labels, max(0.0, now - gpu.answered_at)))
             if m is None:
                 continue
-            for family, value in _VALUES:
+            for family, value in values:
                 v = value(m)
                 if v is not None:
                     out[family].append((labels, float(v)))
-            if m.memory_total_bytes is not None and m.memory_used_bytes is not None:
+            if memory and m.memory_total_bytes is not None and m.memory_used_bytes is not None:
                 vram = (names.Memory.VRAM.value, *labels)
                 out[names.MEMORY_TOTAL].append((vram, float(m.memory_total_bytes // 1024)))
                 out[names.MEMORY_USED].append((vram, float(m.memory_used_bytes // 1024)))
                 if m.memory_total_bytes > 0:
                     out[names.MEMORY_USAGE].append((vram, 100.0 * m.memory_used_bytes / m.memory_total_bytes))
-    if sample.sampled_at is not None:
-        out[names.SAMPLE_AGE].append(((), max(0.0, now - sample.sampled_at)))
-    for collector in names.Collector:
-        s = stats.get(collector, CollectorStats())
-        key = (collector.value,)
-        out[names.COLLECTION_ERRORS].append((key, float(s.errors)))
-        if s.duration is not None:
-            out[names.COLLECTION_DURATION].append((key, s.duration))
-        if s.ok is not None:
-            out[names.COLLECTOR_SUCCESS].append((key, 1.0 if s.ok else 0.0))
-    out[names.BUILD_INFO].append(((options.version,), 1.0))
-    if sample.sampled_at is not None:
-        out[names.DRIVER_INFO].append(((options.hostname, sample.driver_version, sample.maca_version), 1.0))
-    return tuple(Series(f, tuple(samples)) for f, samples in out.items())

@@ -177,6 +177,11 @@ OWN_FAMILIES: tuple[Family, ...] = (
 
 ALL: tuple[Family, ...] = MX_FAMILIES + OWN_FAMILIES
 
+AGES: tuple[Family, ...] = (GPU_SAMPLE_AGE, SAMPLE_AGE)
+"""The families whose values change with the time of the scrape; every other one changes only per sampling
+(so the exporter renders those once per sampling and these on each scrape)."""
+PER_SAMPLING: tuple[Family, ...] = tuple(f for f in ALL if f not in AGES)
+
 
 class Collector(enum.Enum):
     """What the sampler reads, each counted on its own (``collector`` label)."""

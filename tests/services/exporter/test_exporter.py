@@ -223,3 +223,33 @@ def test_readyz_and_the_probe_file_say_the_exporter_serves(running: Running, tmp
     with urllib.request.urlopen(running.url + "/readyz", timeout=10) as response:
         assert response.status == 200 and b"serving 1 GPU" in response.read()
     assert (tmp_path / "probe").exists()
+
+
+def test_the_ages_laid_out_per_sampling_read_back_as_prometheus_client_renders_them(running: Running) -> None:
+    """`collector.Ages` writes the age lines itself (a scrape only subtracts): the text parser reads them back
+    as the same samples prometheus_client's own rendering of those families gives, odd label values included."""
+    import prometheus_client
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from metax_core.metrics import attribution
+    from services.data_exporter import collector
+
+    odd = attribution.Holder('team "a"', "pod\\with\nnewline", "c")
+    view = collector.View(
+        sample=running.exporter.view.sample,
+        holdings={VF1: (attribution.Holding(odd, "metax-tech.com/gpu", 1),)},
+    )
+    options = running.exporter.options
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(collector.SampleCollector(lambda: view, options, lambda: 5000.0, families=names.AGES))
+
+    def parsed(text: str) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        )
+
+    ours = parsed(collector.Ages.of(view, options).text(5000.0).decode())
+    assert ours == parsed(prometheus_client.generate_latest(registry).decode())
+    assert any(dict(labels).get("pod") == "pod\\with\nnewline" for _, labels, _ in ours)
