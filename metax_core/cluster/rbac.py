@@ -287,11 +287,22 @@ def operator_rules() -> AccountRules:
             (WEBHOOK_NAME,),
         ),
         Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
+        # Whether the Prometheus Operator's CRD exists: the exporter's ServiceMonitor is rendered only then.
+        Rule(
+            "apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), ("servicemonitors.monitoring.coreos.com",)
+        ),
     ]
     namespace = [
         Rule("apps", ("daemonsets", "deployments"), (*READ, *WRITE)),
         Rule("", ("services", "configmaps", "serviceaccounts"), (*READ, *WRITE)),
         Rule("", ("pods",), ("delete",)),
+        Rule("monitoring.coreos.com", ("servicemonitors",), ("create",)),
+        Rule(
+            "monitoring.coreos.com",
+            ("servicemonitors",),
+            ("get", "update", "patch", "delete"),
+            ("metax-data-exporter",),
+        ),
         Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, *WRITE)),
         Rule("rbac.authorization.k8s.io", ("roles",), ("bind",), _component_role_names(Scope.NAMESPACE)),
         Rule("coordination.k8s.io", ("leases",), (*READ, "create", "update", "patch")),
