@@ -178,3 +178,13 @@ def test_every_family_is_rendered_with_label_values_matching_its_keys() -> None:
             assert len(values) == len(s.family.label_keys())
     assert len({f.name for f in names.ALL}) == len(names.ALL)
     assert all(f.name.startswith(("mx_", "metax_exporter_")) for f in names.ALL)
+
+
+def test_docs_exporter_md_names_every_family_and_every_one_not_served() -> None:
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "exporter.md").read_text()
+    for family in names.ALL:
+        assert f"`{names.exposed_name(family)}`" in text or f"`{family.name}`" in text, family.name
+    for name in names.NOT_FROM_MX_SMI:
+        assert f"`{name}`" in text, name
