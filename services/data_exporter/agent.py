@@ -71,7 +71,7 @@ class DataExporter:
         self.options = exposition.Options(
             hostname=settings.node_name, exported_pod_labels=settings.exported_pod_labels, version=_version()
         )
-        # What changes only per sampling is rendered once per sampling (`rendered`, `ages`' lines); a scrape
+        # What changes only per sampling is rendered once per sampling (`served`: its text, the ages' lines); a scrape
         # adds the ages as of now and the process's own metrics (`registry`): cheap whatever the GPU count (P7).
         self.per_sampling = prometheus_client.CollectorRegistry(auto_describe=False)
         self.per_sampling.register(
@@ -79,8 +79,7 @@ class DataExporter:
         )
         self.registry = prometheus_client.CollectorRegistry(auto_describe=False)
         prometheus_client.ProcessCollector(registry=self.registry)
-        self.rendered = prometheus_client.generate_latest(self.per_sampling)
-        self.ages = collector.Ages.of(self.view, self.options)
+        self.served = self._render()
         self.server: endpoints.Endpoints | None = None
 
     def wake(self, chore: str = "sample") -> None:
@@ -107,7 +106,7 @@ class DataExporter:
 
     def metrics(self, request: endpoints.Request) -> endpoints.Response:
         """``/metrics``: the latest sampling's text, then the ages as of now and the process's metrics."""
-        rendered, ages = self.rendered, self.ages
+        rendered, ages = self.served  # one reference: both from the same sampling
         body = rendered + ages.text(self.clock()) + prometheus_client.generate_latest(self.registry)
         return endpoints.Response(200, body, prometheus_client.CONTENT_TYPE_LATEST)
 
@@ -143,9 +142,11 @@ class DataExporter:
                     "pods", f"cannot read the kubelet's PodResources, keeping the last holders: {exc}", logging.WARNING
                 )
         self.view = collector.View(sample=current, holdings=holdings, stats=stats)
-        self.rendered = prometheus_client.generate_latest(self.per_sampling)
-        self.ages = collector.Ages.of(self.view, self.options)
+        self.served = self._render()
         self.probe.ready("serving metrics")
+
+    def _render(self) -> tuple[bytes, collector.Ages]:
+        return prometheus_client.generate_latest(self.per_sampling), collector.Ages.of(self.view, self.options)
 
     def _stat(
         self, stats: dict[names.Collector, exposition.CollectorStats], which: names.Collector, started: float, ok: bool

@@ -222,7 +222,8 @@ def test_readyz_and_the_probe_file_say_the_exporter_serves(running: Running, tmp
 
     with urllib.request.urlopen(running.url + "/readyz", timeout=10) as response:
         assert response.status == 200 and b"serving 1 GPU" in response.read()
-    assert (tmp_path / "probe").exists()
+    # The probe file is written right after the sample that /readyz reports is published.
+    wait_for("the probe file", (tmp_path / "probe").exists, timeout=30)
 
 
 def test_the_ages_laid_out_per_sampling_read_back_as_prometheus_client_renders_them(running: Running) -> None:
