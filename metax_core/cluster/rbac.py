@@ -287,9 +287,13 @@ def operator_rules() -> AccountRules:
             (WEBHOOK_NAME,),
         ),
         Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
-        # Whether the Prometheus Operator's CRD exists: the exporter's ServiceMonitor is rendered only then.
+        # Whether the Prometheus Operator's CRD exists (watched by name): the exporter's ServiceMonitor is
+        # rendered only then.
         Rule(
-            "apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), ("servicemonitors.monitoring.coreos.com",)
+            "apiextensions.k8s.io",
+            ("customresourcedefinitions",),
+            ("get", "list", "watch"),
+            ("servicemonitors.monitoring.coreos.com",),
         ),
     ]
     namespace = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from metax_core.cluster import rbac
+from metax_core.cluster import rbac, workloads
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
 from metax_k8s import client, connect, events, lease, nodes, objects
@@ -95,6 +95,16 @@ def bootstrap(
             namespace=ns,
             label_selector=meta.PART_OF_SELECTOR,
             slim=informers.slim_pod,
+            on_change=wake,
+            watch_seconds=watch_seconds,
+        ),
+        # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.
+        service_monitor_crd=informers.Informer(
+            objs,
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            field_selector=f"metadata.name={workloads.SERVICE_MONITOR_CRD}",
+            slim=lambda o: {"metadata": o.get("metadata") or {}, "status": o.get("status") or {}},
             on_change=wake,
             watch_seconds=watch_seconds,
         ),
