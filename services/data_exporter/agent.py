@@ -111,9 +111,16 @@ class DataExporter:
         return endpoints.Response(200, body, prometheus_client.CONTENT_TYPE_LATEST)
 
     def tick(self) -> None:
-        self.serve()
+        try:
+            server = self.serve()
+            self.say("serve", f"serving /metrics on {self.settings.address}:{server.port}")
+        except PortError as exc:  # retried every tick, said once; sampling goes on meanwhile
+            self.say("serve", str(exc), logging.ERROR)
+            self.probe.not_ready()
         if self.chores.due("sample", self.settings.sample_interval):
             self.sample()
+        elif self.server is not None and self.view.sample.sampled_at is not None:
+            self.probe.ready("serving metrics")  # written only when it changes
 
     def sample(self) -> None:
         stats = dict(self.view.stats)
@@ -143,7 +150,8 @@ class DataExporter:
                 )
         self.view = collector.View(sample=current, holdings=holdings, stats=stats)
         self.served = self._render()
-        self.probe.ready("serving metrics")
+        if self.server is not None:
+            self.probe.ready("serving metrics")
 
     def _render(self) -> tuple[bytes, collector.Ages]:
         return prometheus_client.generate_latest(self.per_sampling), collector.Ages.of(self.view, self.options)

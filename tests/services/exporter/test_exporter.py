@@ -254,3 +254,34 @@ def test_the_ages_laid_out_per_sampling_read_back_as_prometheus_client_renders_t
     ours = parsed(collector.Ages.of(view, options).text(5000.0).decode())
     assert ours == parsed(prometheus_client.generate_latest(registry).decode())
     assert any(dict(labels).get("pod") == "pod\\with\nnewline" for _, labels, _ in ours)
+
+
+def test_a_port_in_use_is_said_once_and_retried_while_sampling_goes_on(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import socket
+
+    from services.data_exporter import bootstrap, config
+
+    fake = builder.FakeHostBuilder().gpus(1).host_driver("2.18.0").build(tmp_path / "host")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = config.from_env(
+            {"NODE_NAME": NODE, "METAX_EXPORTER_ADDRESS": "127.0.0.1", "METAX_EXPORTER_PORT": str(port)}
+        )
+        exporter = bootstrap.bootstrap(settings, hw=agent.Sources(fake.monitor, None))
+        with caplog.at_level(logging.ERROR, logger="services.data_exporter.agent"):
+            for _ in range(3):
+                exporter.wake()
+                exporter.tick()
+        assert exporter.server is None and exporter.view.sample.sampled_at is not None
+        [said] = [r.getMessage() for r in caplog.records]  # three failing ticks, one line
+        assert f"cannot listen on 127.0.0.1:{port}" in said
+    exporter.tick()  # the port is free again
+    try:
+        assert exporter.server is not None and exporter.server.port == port
+    finally:
+        exporter.shutdown()
