@@ -28,6 +28,7 @@ import yaml
 from metax_core.cluster import rbac
 from metax_core.spec import chart_values, converter
 from metax_core.spec import model as spec
+from metax_dev import dashboard
 from metax_k8s import crd
 
 CHART_DIR: Final = Path(__file__).resolve().parent.parent / "charts" / "metax-operator"
@@ -615,6 +616,7 @@ def generated_files(chart_dir: Path = CHART_DIR) -> dict[Path, str]:
         chart_dir / "templates" / "operator-rbac.yaml": render_operator_rbac(),
         chart_dir / "templates" / "doctor-rbac.yaml": render_doctor_rbac(),
         chart_dir / "templates" / "_values.tpl": render_values_template(),
+        chart_dir / dashboard.FILE: dashboard.render(),
     }
 
 

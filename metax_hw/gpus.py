@@ -25,6 +25,7 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
+from metax_core.metrics import telemetry as telemetry_model
 from metax_hw import mxsmi, pci, tools
 
 logger = logging.getLogger(__name__)
@@ -91,22 +92,29 @@ class MxSmiMonitor:
     def metrics(self) -> Sequence[GpuMetrics]:
         if not any(self.is_native(f) for f in self.devices.functions()):
             return []
-        samples: list[GpuMetrics] = []
-        for gpu in self.summary().gpus:
-            samples.append(
-                GpuMetrics(
-                    address=gpu.address,
-                    index=gpu.index,
-                    name=gpu.name,
-                    utilization_percent=gpu.utilization_percent,
-                    temperature_celsius=gpu.temperature_celsius,
-                    power_milliwatts=gpu.power_watts * 1000 if gpu.power_watts is not None else None,
-                    power_cap_milliwatts=gpu.power_cap_watts * 1000 if gpu.power_cap_watts is not None else None,
-                    memory_used_bytes=gpu.memory_used_bytes,
-                    memory_total_bytes=gpu.memory_total_bytes,
-                )
+        return sorted((_metrics(gpu) for gpu in self.summary().gpus), key=lambda m: m.address)
+
+    def telemetry(self) -> telemetry_model.Telemetry:
+        """`GpuTelemetry`: the sysfs functions, one mx-smi run, health judged as `health` does."""
+        functions = self.devices.functions()
+        summary = mxsmi.SmiSummary(header=mxsmi.SmiHeader(), gpus=())
+        if any(self.is_native(f) for f in functions):
+            summary = self.summary()
+        listed = {g.address: g for g in summary.gpus}
+        verdicts: dict[PciAddress, GpuHealth] = {}
+        readings: list[telemetry_model.GpuReading] = []
+        for function in functions:
+            verdicts[function.address] = self._judge(function, listed, verdicts)
+            gpu = listed.get(function.address) if self.is_native(function) else None
+            readings.append(
+                telemetry_model.GpuReading(function, verdicts[function.address], _metrics(gpu) if gpu else None)
             )
-        return sorted(samples, key=lambda m: m.address)
+        return telemetry_model.Telemetry(
+            gpus=tuple(readings),
+            driver_version=summary.header.driver_version,
+            maca_version=summary.header.maca_version,
+            bios_version=summary.header.bios_version,
+        )
 
     def processes(self) -> Sequence[GpuProcess]:
         if not any(self.is_native(f) for f in self.devices.functions()):
@@ -132,6 +140,20 @@ class MxSmiMonitor:
                 continue
             links.append(GpuLink(a=a, b=b, kind=kind))
         return links
+
+
+def _metrics(gpu: mxsmi.SmiGpu) -> GpuMetrics:
+    return GpuMetrics(
+        address=gpu.address,
+        index=gpu.index,
+        name=gpu.name,
+        utilization_percent=gpu.utilization_percent,
+        temperature_celsius=gpu.temperature_celsius,
+        power_milliwatts=gpu.power_watts * 1000 if gpu.power_watts is not None else None,
+        power_cap_milliwatts=gpu.power_cap_watts * 1000 if gpu.power_cap_watts is not None else None,
+        memory_used_bytes=gpu.memory_used_bytes,
+        memory_total_bytes=gpu.memory_total_bytes,
+    )
 
 
 class MxSmiFirmware:

@@ -206,6 +206,7 @@ class FakeHostBuilder:
                 "in_use": [],
                 "smi": None,
                 "flash_fails": {},
+                "silent": [],
             },
         }
 

@@ -134,9 +134,12 @@ class FakeHost:
     # --- changes and faults ----------------------------------------------------------------------------
 
     def set_gpu(self, address: str, **values: Any) -> None:
-        """Change what mx-smi reports for a GPU: ``state``, ``temp``, ``util``, ``power``, ``mem_used_mib``..."""
+        """Change what mx-smi reports for a GPU or VF: ``state``, ``temp``, ``util``, ``power``, ``mem_used_mib``..."""
         with state.transaction(self.root) as st:
-            st["gpus"][address].update(values)
+            if address in st["gpus"]:
+                st["gpus"][address].update(values)
+            else:  # a VF: what mx-smi prints for it on top of what it inherits from its PF
+                st.setdefault("vf_values", {}).setdefault(address, {}).update(values)
 
     def add_process(self, address: str, pid: int, name: str, mem_mib: int = 1024) -> None:
         """A process holding the GPU (mx-smi lists it; the driver module is then in use)."""
@@ -157,6 +160,16 @@ class FakeHost:
             for function in [address, *self.vfs_of(address)]:  # its VFs die with it
                 st["faults"]["fallen"].append(function)
                 layout.put(pcidev.device_dir(self.root, function) / "config", b"\xff" * 64)
+
+    def stop_answering(self, address: str, answering: bool = False) -> None:
+        """The GPU stays on the bus and bound, but mx-smi no longer reports it (a hung GPU: the tool's table
+        leaves it out, health says "not listed"); ``answering=True`` brings it back."""
+        with state.transaction(self.root) as st:
+            silent = st["faults"].setdefault("silent", [])
+            if answering and address in silent:
+                silent.remove(address)
+            elif not answering and address not in silent:
+                silent.append(address)
 
     def refuse_bind(self, address: str, driver: str = "*", code: int = errno.EBUSY) -> None:
         """Probing ``address`` with ``driver`` ("*": any) fails with ``code``."""
@@ -234,6 +247,7 @@ class FakeHost:
                 "in_use": [],
                 "smi": None,
                 "flash_fails": {},
+                "silent": [],
             }
 
     def reboot_firmware(self) -> list[str]:

@@ -35,6 +35,8 @@ def listed(root: Path, st: State) -> list[Gpu]:
         addr = entry.name
         if pcidev.driver_of(root, addr) != native or addr in st["faults"]["fallen"]:
             continue
+        if addr in st["faults"].get("silent", ()):
+            continue
         record = st["gpus"].get(addr)
         if record is None:
             physfn = layout.link_name(entry / "physfn")
@@ -43,6 +45,7 @@ def listed(root: Path, st: State) -> list[Gpu]:
                 continue
             numvfs = max(1, int(layout.get(layout.devices_dir(root) / str(physfn) / "sriov_numvfs") or "1"))
             record = dict(parent, util=0, mem_used_mib=0, mem_total_mib=int(parent["mem_total_mib"]) // numvfs, power=0)
+            record.update(st.get("vf_values", {}).get(addr, {}))
         found.append(Gpu(len(found), addr, record))
     return found
 

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import os
 
+# Agents that serve or call gRPC also spawn mx-smi (gpu-device, data-exporter; their __main__ sets the same):
+# gRPC's fork handlers are of no use to a child that execs at once, and with gRPC threads busy in this process
+# (a test's kubelet) a forked child can abort in them. Must be set before grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

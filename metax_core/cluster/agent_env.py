@@ -56,6 +56,8 @@ DRIVER_CONFIG = Var("METAX_DRIVER_CONFIG", lambda s: driver_config.CONFIGMAP_NAM
 VFIO_CONFIG = Var("METAX_VFIO_CONFIG", lambda s: vfio_config_map.NAME)
 CONTAINER_STATE_ROOT = Var("METAX_CONTAINER_STATE_ROOT", lambda s: "/proc/1/root")
 """Where maca sees runc's state directories: the host's root through hostPID (its in-use check)."""
+SAMPLE_INTERVAL = Var("METAX_EXPORTER_SAMPLE_INTERVAL", lambda s: str(s.exporter.sample_interval))
+EXPORTED_POD_LABELS = Var("METAX_EXPORTER_EXPORTED_POD_LABELS", lambda s: str(s.exporter.exported_pod_labels).lower())
 
 SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.GPU_LABEL: (SGPU_SHARES,),
@@ -64,6 +66,7 @@ SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.VFIO_MANAGER: (VFIO_CONFIG,),
     Component.GPU_DEVICE: (HEALTHY_INTERVAL, SGPU_SHARES),
     Component.MACA: (CONTAINER_STATE_ROOT,),
+    Component.EXPORTER: (SAMPLE_INTERVAL, EXPORTED_POD_LABELS),
 }
 """The node agents and the spec-fed variables each reads; an agent not listed here reads none (yet)."""
 

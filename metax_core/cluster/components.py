@@ -104,7 +104,9 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
         (_ds("metax-gpu-device", host_pid=True),),
         AGENT_PROBE,
     ),
-    ComponentInfo(C.EXPORTER, "data-exporter", (C.GPU_LABEL, C.DRIVER), (_ds("metax-data-exporter", own_sa=False),)),
+    ComponentInfo(
+        C.EXPORTER, "data-exporter", (C.GPU_LABEL, C.DRIVER), (_ds("metax-data-exporter", own_sa=False),), AGENT_PROBE
+    ),
     ComponentInfo(C.VFIO_MANAGER, "vfio-manager", (C.GPU_LABEL,), (_ds("metax-vfio-manager"),), AGENT_PROBE),
     ComponentInfo(
         C.TOPO, "topo", (C.GPU_LABEL,), (_deploy("metax-topo-master"), _ds("metax-topo-worker")), AGENT_PROBE

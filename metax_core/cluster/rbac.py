@@ -302,11 +302,26 @@ def operator_rules() -> AccountRules:
         # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
         Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
         Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),
+        # Whether the Prometheus Operator's CRD exists (watched by name): the exporter's ServiceMonitor is
+        # rendered only then.
+        Rule(
+            "apiextensions.k8s.io",
+            ("customresourcedefinitions",),
+            ("get", "list", "watch"),
+            ("servicemonitors.monitoring.coreos.com",),
+        ),
     ]
     namespace = [
         Rule("apps", ("daemonsets", "deployments"), (*READ, *WRITE)),
         Rule("", ("services", "configmaps", "serviceaccounts"), (*READ, *WRITE)),
         Rule("", ("pods",), ("delete",)),
+        Rule("monitoring.coreos.com", ("servicemonitors",), ("create",)),
+        Rule(
+            "monitoring.coreos.com",
+            ("servicemonitors",),
+            ("get", "update", "patch", "delete"),
+            ("metax-data-exporter",),
+        ),
         Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, *WRITE)),
         Rule("rbac.authorization.k8s.io", ("roles",), ("bind",), _component_role_names(Scope.NAMESPACE)),
         Rule("coordination.k8s.io", ("leases",), (*READ, "create", "update", "patch")),

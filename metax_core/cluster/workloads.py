@@ -33,6 +33,11 @@ PART_OF = meta.PART_OF
 GPU_NODE_LABEL = node_labels.GPU_INSTALLED
 """gpu-label writes it (`metax_core.node.labels`); the GPU components' DaemonSets select on it."""
 EXPORTER_PORT = 9400
+EXPORTER_NAME = "metax-data-exporter"
+"""The exporter's DaemonSet, Service and ServiceMonitor."""
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1"
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+"""The Prometheus Operator's CRD: the operator renders a ServiceMonitor only while the cluster has it."""
 DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
 VFIO_CONFIG_MAP = vfio_config_map.NAME
 
@@ -111,6 +116,8 @@ class RenderSettings:
     """TEST ONLY (chart value ``operator.testOnly.hostPathPrefix``, docs/realnode.md): a directory put in front of
     every hostPath the node agents mount, so that a test node's agents see a fake GPU host there instead of the
     node's own ``/sys``, ``/dev``, ... The product's default is "" (the real paths)."""
+    service_monitor: bool = False
+    """Whether the cluster serves ServiceMonitors (the operator looks for `SERVICE_MONITOR_CRD`)."""
 
 
 @attrs.frozen
@@ -422,6 +429,29 @@ def topology_view(settings: RenderSettings) -> dict[str, Any]:
     }
 
 
+def exporter_service_monitor(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:
+    """The Prometheus Operator's scrape of the exporter Service. ``honorLabels``: the exporter's ``namespace``,
+    ``pod`` and ``container`` name the GPU's holder, not the exporter's pod, and must not become
+    ``exported_*`` (dcgm-exporter's users' complaint); scraped at the exporter's sampling pace at most."""
+    labels = _labels(Component.EXPORTER, components.BY_COMPONENT[Component.EXPORTER].workloads[0])
+    endpoint = {
+        "port": "metrics",
+        "path": "/metrics",
+        "honorLabels": True,
+        "interval": f"{s.exporter.sample_interval}s",
+    }
+    return {
+        "apiVersion": SERVICE_MONITOR_API,
+        "kind": "ServiceMonitor",
+        "metadata": {"name": EXPORTER_NAME, "namespace": settings.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {APP_LABEL: labels[APP_LABEL]}},
+            "namespaceSelector": {"matchNames": [settings.namespace]},
+            "endpoints": [endpoint],
+        },
+    }
+
+
 def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSettings()) -> Rendered:
     """Every object of every deployable component, in deploy order; blocked ones are in ``plan``."""
     deploy_plan = components.plan(components.enabled(s))
@@ -432,6 +462,8 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
             objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
+            if settings.service_monitor and s.exporter.service.type is not spec.ServiceType.EXTERNAL_NAME:
+                objects.append(exporter_service_monitor(s, settings))
         objects.extend(cluster_objects(component))
         if component is Component.GPU_SCHEDULER:
             objects.append(scheduler_service(settings))

@@ -411,3 +411,11 @@ def cdi_devices(plan: Plan, device_nodes: Mapping[PciAddress, Sequence[str]]) ->
     """The CDI devices to describe: one per function the gpu or sgpu resource hands out."""
     functions = {d.function.address: d.function for r in (Resource.GPU, Resource.SGPU) for d in plan.devices.get(r, ())}
     return tuple(cdi.CdiDevice(cdi.device_name(a), tuple(device_nodes.get(a, ()))) for a in sorted(functions))
+
+
+def device_address(resource: Resource, device_id: str) -> PciAddress:
+    """The PCI function behind a device ID this plugin advertised (an sGPU share's ID names its GPU,
+    `share_id`); the reader of the IDs kubelet's PodResources API hands back (the data-exporter)."""
+    if resource is Resource.SGPU:
+        return PciAddress(device_id.rpartition("-")[0] or device_id)
+    return PciAddress(device_id)

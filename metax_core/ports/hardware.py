@@ -21,6 +21,7 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
+from metax_core.metrics import telemetry
 from metax_core.node import payload_layout
 
 
@@ -102,6 +103,14 @@ class GpuMonitor(Protocol):
     def health(self) -> Mapping[PciAddress, GpuHealth]: ...
 
     def metrics(self) -> Sequence[GpuMetrics]: ...
+
+
+class GpuTelemetry(Protocol):
+    """Every MetaX function's health and telemetry from one reading (one mx-smi run), for the data-exporter."""
+
+    def telemetry(self) -> telemetry.Telemetry:
+        """A function the tool does not report has ``metrics`` None (and its health says why)."""
+        ...
 
 
 class GpuTopology(Protocol):

@@ -337,6 +337,24 @@ class Exporter:
     service: ExporterService = attrs.field(
         default=ExporterService(), metadata={DESCRIPTION: "The Service in front of the exporter."}
     )
+    sample_interval: int = attrs.field(
+        default=5,
+        metadata={
+            DESCRIPTION: (
+                "Extension: seconds between telemetry samples (mx-smi and the kubelet's PodResources); a scrape "
+                "serves the latest sample and never waits on the hardware."
+            )
+        },
+    )
+    exported_pod_labels: bool = attrs.field(
+        default=False,
+        metadata={
+            DESCRIPTION: (
+                "Extension: label pods exported_namespace/exported_pod/exported_container as MetaX's mx-exporter "
+                "does, instead of namespace/pod/container."
+            )
+        },
+    )
 
 
 @attrs.frozen

@@ -46,6 +46,8 @@ class Recipe(Generic[S, H, A]):
     """The agent class: ``agent(settings, hw=, ports=, board=[, clock=])``."""
     watches: Callable[[S], Sequence[watch.Target]]
     """The objects whose change makes a chore due at once (its Node, its ConfigMaps)."""
+    cluster_ports: Callable[[str, str], cluster.ClusterPorts] = cluster.production
+    """The cluster ports from (component, node name); `cluster.no_api` for an agent without API access."""
 
     def bootstrap(
         self,
@@ -62,7 +64,7 @@ class Recipe(Generic[S, H, A]):
         return self.agent(
             settings,
             hw=hw if hw is not None else self.hardware(settings),
-            ports=ports or cluster.production(self.component, settings.node_name),
+            ports=ports or self.cluster_ports(self.component, settings.node_name),
             board=board or hostfiles.FileReadinessBoard(settings.host_root),
             **extra,
         )

@@ -7,7 +7,7 @@ $KUBECONFIG when run as a local process next to kwok nodes); tests build them on
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -38,6 +38,26 @@ def production(component: str, node_name: str) -> ClusterPorts:
         nodes=nodes.K8sNodeMetadata(api, field_manager=manager),
         events=events.K8sEvents(api, reporting_controller=f"metax-tech.com/{component}", reporting_instance=node_name),
     )
+
+
+class _NoApi:
+    """The cluster ports of an agent that runs without a ServiceAccount token (the data-exporter, 000 Table
+    1.3.1): any use is a ClusterError saying so, never a silent no-op."""
+
+    def __init__(self, component: str) -> None:
+        self.component = component
+
+    def __getattr__(self, name: str) -> Any:
+        def refuse(*args: object, **kwargs: object) -> NoReturn:
+            raise ClusterError(name, "the Kubernetes API", f"{self.component} runs without API access")
+
+        return refuse
+
+
+def no_api(component: str, node_name: str) -> ClusterPorts:
+    """Ports for an agent that never talks to the API server (its watches must be empty)."""
+    unused: Any = _NoApi(component)
+    return ClusterPorts(objects=unused, nodes=unused, events=None)
 
 
 def in_memory(cluster: Any, component: str, node_name: str) -> ClusterPorts:

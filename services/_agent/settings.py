@@ -35,6 +35,10 @@ HostPath = NewType("HostPath", str)
 """An absolute path on the host (taken under the agent's host root)."""
 PositiveInt = NewType("PositiveInt", int)
 """A whole number >= 1 (a port, a count of days)."""
+Port = NewType("Port", int)
+"""A TCP port, 0 to 65535 (0: any free one)."""
+Interval = NewType("Interval", float)
+"""A duration in seconds, > 0 (a period: zero would spin)."""
 Names = NewType("Names", tuple[str, ...])
 """A comma-separated list: ``"a, b,c"`` → ``("a", "b", "c")`` without blanks or repeats."""
 
@@ -77,6 +81,20 @@ def _positive_int(text: object, _: object) -> int:
     if not word.isdigit() or int(word) < 1:
         raise ValueError(f"must be a positive integer, got {text!r}")
     return int(word)
+
+
+def _port(text: object, _: object) -> int:
+    word = str(text).strip()
+    if not word.isdigit() or int(word) > 65535:
+        raise ValueError(f"must be a port number from 0 to 65535, got {text!r}")
+    return int(word)
+
+
+def _interval(text: object, _: object) -> float:
+    number = _seconds(text, _)
+    if number <= 0:
+        raise ValueError(f"must be a number of seconds > 0, got {text!r}")
+    return number
 
 
 def _int(text: object, _: object) -> int:
@@ -135,6 +153,8 @@ def _make_converter() -> cattrs.Converter:
     c.register_structure_hook(bool, _bool)
     c.register_structure_hook(int, _int)
     c.register_structure_hook(PositiveInt, _positive_int)
+    c.register_structure_hook(Port, _port)
+    c.register_structure_hook(Interval, _interval)
     c.register_structure_hook(str, _str)
     c.register_structure_hook(HostPath, _host_path)
     c.register_structure_hook(Names, _names)

@@ -99,6 +99,16 @@ def bootstrap(
             on_change=wake,
             watch_seconds=watch_seconds,
         ),
+        # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.
+        service_monitor_crd=informers.Informer(
+            objs,
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            field_selector=f"metadata.name={workloads.SERVICE_MONITOR_CRD}",
+            slim=lambda o: {"metadata": o.get("metadata") or {}, "status": o.get("status") or {}},
+            on_change=wake,
+            watch_seconds=watch_seconds,
+        ),
         **rbac_informers,
     )
     ev = events.K8sEvents(api, reporting_controller="metax-operator", reporting_instance=s.identity, clock=clock)

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterable
 
 from metax_core.cluster import rbac, workloads
+from metax_core.errors import ClusterError
 from metax_core.node import devices
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
@@ -40,6 +41,27 @@ def product_keys(keys: Iterable[str]) -> list[str]:
     return sorted(k for k in keys if k.startswith(PREFIX) and k not in ADMIN_LABELS)
 
 
+def serves_service_monitors(objects: Objects) -> bool:
+    """Whether the cluster has the Prometheus Operator's ServiceMonitor CRD (looked up each reconcile, so
+    installing the Prometheus Operator later brings the exporter's ServiceMonitor at the next one)."""
+    try:
+        crd = objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", workloads.SERVICE_MONITOR_CRD)
+    except ClusterError as exc:
+        log.warning(
+            "cannot tell whether %s exists, rendering no ServiceMonitor: %s", workloads.SERVICE_MONITOR_CRD, exc
+        )
+        return False
+    return crd is not None
+
+
+def service_monitor(objects: Objects, namespace: str) -> RawObject | None:
+    """The exporter's live ServiceMonitor (with apiVersion and kind), None when absent or the CRD is."""
+    if not serves_service_monitors(objects):
+        return None
+    found = objects.get(workloads.SERVICE_MONITOR_API, "ServiceMonitor", workloads.EXPORTER_NAME, namespace)
+    return None if found is None else {"apiVersion": workloads.SERVICE_MONITOR_API, "kind": "ServiceMonitor", **found}
+
+
 def remove_everything(
     objects: Objects, nodes: NodeMetadata, apply: applier.Applier, namespace: str, node_list: Iterable[RawObject]
 ) -> int:
@@ -54,6 +76,10 @@ def remove_everything(
         for obj in objects.list(api_version, kind, namespace=scope, label_selector=selector).items:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
             writes += 1
+    monitor = service_monitor(objects, namespace)
+    if monitor is not None:
+        apply.prune(monitor, "cluster-operator is being deleted")
+        writes += 1
     for node in node_list:
         metadata = node.get("metadata") or {}
         labels = product_keys((metadata.get("labels") or {}).keys())

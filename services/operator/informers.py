@@ -43,6 +43,7 @@ class Informer:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         slim: Slim | None = None,
         on_change: OnChange | None = None,
         watch_seconds: int = 300,
@@ -50,6 +51,7 @@ class Informer:
         self.objects = objects
         self.api_version, self.kind = api_version, kind
         self.namespace, self.label_selector = namespace, label_selector
+        self.field_selector = field_selector
         self._slim = slim or (lambda o: o)
         self._on_change = on_change or (lambda old, new: None)
         self._watch_seconds = watch_seconds
@@ -91,6 +93,7 @@ class Informer:
             self.kind,
             namespace=self.namespace,
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             transform=self._slim,
         )
         listed = {key_of(o): o for o in listing.items}
@@ -114,6 +117,7 @@ class Informer:
                     self.kind,
                     namespace=self.namespace,
                     label_selector=self.label_selector,
+                    field_selector=self.field_selector,
                     resource_version=version,
                     timeout_seconds=self._watch_seconds,
                 )

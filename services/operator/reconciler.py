@@ -24,6 +24,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from metax_core.cluster import components, configmaps, gpu_workloads, rbac, workloads
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
@@ -152,7 +154,8 @@ class Reconciler:
             configmaps.vfio_config_map(s, self.settings.namespace), self._lookup("ConfigMap", workloads.VFIO_CONFIG_MAP)
         )
 
-        rendered = workloads.render(s, self.render_settings)
+        monitoring = cleanup.serves_service_monitors(self.objects)
+        rendered = workloads.render(s, attrs.evolve(self.render_settings, service_monitor=monitoring))
         objects = list(rendered.objects)
         outcome = None
         index = workloads.driver_daemonset_index(objects)
@@ -257,6 +260,11 @@ class Reconciler:
                 component = (obj["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
                 why = why_by_component.get(component, f"component {component or '?'} is disabled")
                 self.applier.prune({"apiVersion": api_version, "kind": kind, **obj}, why)
+        if ("ServiceMonitor", workloads.EXPORTER_NAME) not in wanted:
+            live = cleanup.service_monitor(self.objects, self.settings.namespace)
+            if live is not None:
+                why = why_by_component.get(Component.EXPORTER.value, "no exporter Service to scrape")
+                self.applier.prune(live, why)
         undeployed = [*plan.disabled, *(b.component for b in plan.blocked)]
         for component in undeployed:
             why = why_by_component.get(component.value, f"component {component.value} is disabled")

@@ -22,7 +22,7 @@ from metax_dev.images import definitions
 from tests.images.conftest import run_in_image
 
 SCRIPTS = sorted(tomllib.loads((definitions.REPO / "pyproject.toml").read_text())["project"]["scripts"])
-AGENT_IMAGES = ("metax-gpu-label", "metax-driver", "metax-vfio-manager", "metax-gpu-device")
+AGENT_IMAGES = ("metax-gpu-label", "metax-driver", "metax-vfio-manager", "metax-gpu-device", "metax-data-exporter")
 
 
 def _random_uid() -> int:

@@ -202,7 +202,7 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             }
             assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
     C = components.Component
-    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA, C.TOPO}
+    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA, C.TOPO, C.EXPORTER}
 
 
 def test_gpu_scheduler_gets_the_service_kube_scheduler_calls() -> None:
@@ -214,7 +214,6 @@ def test_gpu_scheduler_gets_the_service_kube_scheduler_calls() -> None:
 
 
 def test_a_component_gets_its_probe_by_declaring_it() -> None:
-    assert components.BY_COMPONENT[components.Component.EXPORTER].probe is None  # no agent code yet: no probe
     declared = components.ReadinessProbe(file="/tmp/maca-ready", period_seconds=7)
     assert workloads.readiness_probe(declared) == {
         "exec": {"command": ["test", "-f", "/tmp/maca-ready"]},
@@ -228,3 +227,30 @@ def test_a_component_gets_its_probe_by_declaring_it() -> None:
     assert "METAX_PROBE_FILE" not in {
         e["name"] for e in agent_env.render(s, components.Component.EXPORTER, probe_file=None, **common)
     }
+
+
+def test_the_exporter_service_monitor_is_rendered_only_where_the_cluster_serves_it() -> None:
+    """C8: the ServiceMonitor selects the exporter Service's pods on its named port with honorLabels (the
+    holders' namespace/pod stay as the exporter writes them); not rendered without the CRD nor for an
+    ExternalName Service (nothing to scrape through it)."""
+    values = {**BASE, "exporter": {"deploy": True, "sampleInterval": 7}}
+    s = validation.parse(values)
+    without = workloads.render(s).objects
+    assert not [o for o in without if o["kind"] == "ServiceMonitor"]
+    rendered = workloads.render(s, workloads.RenderSettings(service_monitor=True)).objects
+    [monitor] = [o for o in rendered if o["kind"] == "ServiceMonitor"]
+    [service] = [o for o in rendered if o["kind"] == "Service"]
+    assert monitor["apiVersion"] == workloads.SERVICE_MONITOR_API
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items()
+    assert monitor["spec"]["endpoints"] == [
+        {"port": service["spec"]["ports"][0]["name"], "path": "/metrics", "honorLabels": True, "interval": "7s"}
+    ]
+    assert monitor["metadata"]["labels"][workloads.COMPONENT_LABEL] == "exporter"
+    external = validation.parse(
+        {**BASE, "exporter": {"deploy": True, "service": {"type": "ExternalName", "externalName": "m.example.com"}}}
+    )
+    assert not [
+        o
+        for o in workloads.render(external, workloads.RenderSettings(service_monitor=True)).objects
+        if o["kind"] == "ServiceMonitor"
+    ]

@@ -33,6 +33,8 @@
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "service" "port") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "sampleInterval") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "exportedPodLabels") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "topo" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "topo" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "deploy") "kind" "bool") -}}

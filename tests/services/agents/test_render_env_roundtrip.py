@@ -17,6 +17,7 @@ from metax_core.spec import validation
 from services._agent import settings as agent_settings
 from services.container_edit import config as edit_config
 from services.container_runtime import config as runtime_config
+from services.data_exporter import config as data_exporter_config
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
@@ -34,6 +35,7 @@ VALUES: dict[str, Any] = {
     "gpuDevice": {"healthyInterval": 7},
     "vfioManager": {"deploy": True},
     "maca": {"payload": {"images": ["maca-c500:2.18.0.3-ubuntu22.04-amd64", "maca-c500:2.9.1"]}},
+    "exporter": {"deploy": True, "sampleInterval": 3, "exportedPodLabels": True},
 }
 
 LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
@@ -43,6 +45,7 @@ LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
     "metax-gpu-device": (gpu_device_config.from_env, gpu_device_config.Settings),
     "metax-container-runtime": (runtime_config.from_env, runtime_config.Settings),
     "metax-maca": (maca_config.from_env, maca_config.Settings),
+    "metax-data-exporter": (data_exporter_config.from_env, data_exporter_config.Settings),
 }
 DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
 
@@ -113,6 +116,14 @@ def test_maca_gets_its_payload_images_in_order_and_sees_runc_state_through_host_
     assert s.probe_file == workloads.PROBE_FILE
 
 
+def test_data_exporter_gets_its_sampling_and_label_settings() -> None:
+    s = data_exporter_config.from_env(rendered_env("metax-data-exporter"))
+    assert (s.sample_interval, s.exported_pod_labels, s.port) == (3.0, True, workloads.EXPORTER_PORT)
+    deployed = workloads.render(validation.parse(VALUES)).plan.deploy
+    wanted = components.requirements(components.Component.EXPORTER, deployed)
+    assert s.required_components == tuple(components.BY_COMPONENT[c].signal for c in wanted)
+
+
 def test_settings_render_back_to_the_same_environment() -> None:
     s = driver_config.from_env(rendered_env("metax-driver"))
     assert driver_config.from_env(agent_settings.render_env(s)) == s
@@ -125,6 +136,7 @@ COMPONENT_OF = {
     "metax-gpu-device": components.Component.GPU_DEVICE,
     "metax-container-runtime": components.Component.RUNTIME,
     "metax-maca": components.Component.MACA,
+    "metax-data-exporter": components.Component.EXPORTER,
 }
 
 

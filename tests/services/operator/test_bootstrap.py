@@ -18,8 +18,13 @@ def _scope(namespace: str | None, operator_namespace: str) -> rbac.Scope:
     return rbac.Scope.EVENTS
 
 
-def _allows(rules: tuple[rbac.Rule, ...], group: str, resource: str, verb: str) -> bool:
-    return any(r.group == group and resource in r.resources and verb in r.verbs and not r.names for r in rules)
+def _allows(rules: tuple[rbac.Rule, ...], group: str, resource: str, verb: str, name: str | None = None) -> bool:
+    """Whether ``rules`` allow ``verb``; a rule naming objects allows a list or watch only of one of them by a
+    ``metadata.name`` field selector (how the API server authorizes it against resourceNames)."""
+    return any(
+        r.group == group and resource in r.resources and verb in r.verbs and (not r.names or name in r.names)
+        for r in rules
+    )
 
 
 def test_every_informer_of_the_operator_is_allowed_to_list_and_watch_by_its_own_role() -> None:
@@ -34,7 +39,9 @@ def test_every_informer_of_the_operator_is_allowed_to_list_and_watch_by_its_own_
         for verb in ("list", "watch"):
             # A namespaced resource watched in one namespace is also allowed by a cluster-wide rule.
             scopes = (scope,) if scope is rbac.Scope.CLUSTER else (scope, rbac.Scope.CLUSTER)
-            assert any(_allows(granted[where], group, resource, verb) for where in scopes), (
+            selector = informer.field_selector or ""
+            name = selector.removeprefix("metadata.name=") if selector.startswith("metadata.name=") else None
+            assert any(_allows(granted[where], group, resource, verb, name) for where in scopes), (
                 verb,
                 group,
                 resource,

@@ -1,0 +1,190 @@
+"""metax_core.metrics (C8, R-EXPORTER): the sample over time, who holds which GPU, what a scrape renders.
+
+Aspects: a GPU that stops answering keeps its series, unavailable, with its last values and growing age; a
+sampling that fails as a whole keeps every series and the sample's age grows; vfio-bound functions are
+available without telemetry; device IDs of each resource (GPU, VF, vfio-gpu, sGPU share) attributed to their
+function, other vendors' devices ignored; one series per holder; exported_* label keys; units (KB, mW).
+"""
+
+from __future__ import annotations
+
+from metax_core.inventory import FunctionKind, GpuHealth, GpuMetrics, PciAddress, PciFunction
+from metax_core.metrics import attribution, exposition, names, telemetry
+
+A = PciAddress("0000:03:00.0")
+B = PciAddress("0000:83:00.0")
+VF = PciAddress("0000:03:00.1")
+OPTIONS = exposition.Options(hostname="node-1", version="0.1.0")
+
+
+def function(address: PciAddress, driver: str = "metax", kind: FunctionKind = FunctionKind.PF) -> PciFunction:
+    return PciFunction(address=address, vendor_id=0x9999, device_id=0x4000, kind=kind, driver=driver)
+
+
+def metrics(address: PciAddress, index: int, util: float = 10.0) -> GpuMetrics:
+    return GpuMetrics(
+        address=address,
+        index=index,
+        name="MetaX C500",
+        utilization_percent=util,
+        temperature_celsius=40.0,
+        power_milliwatts=57000.0,
+        power_cap_milliwatts=350000.0,
+        memory_used_bytes=1024 * 1024,
+        memory_total_bytes=4 * 1024 * 1024,
+    )
+
+
+def reading(*gpus: telemetry.GpuReading) -> telemetry.Telemetry:
+    return telemetry.Telemetry(gpus=gpus, driver_version="2.18.0", maca_version="2.32.0.6", bios_version="1.13.0.0")
+
+
+def ok(address: PciAddress, index: int, util: float = 10.0) -> telemetry.GpuReading:
+    return telemetry.GpuReading(function(address), GpuHealth(address, True), metrics(address, index, util))
+
+
+def silent(address: PciAddress) -> telemetry.GpuReading:
+    return telemetry.GpuReading(
+        function(address), GpuHealth(address, False, "bound to the driver but not listed by mx-smi"), None
+    )
+
+
+def series(
+    rendered: tuple[exposition.Series, ...], family: names.Family, exported: bool = False
+) -> list[dict[str, str | float]]:
+    keys = family.label_keys(exported)
+    found = next(s for s in rendered if s.family == family)
+    return [{**dict(zip(keys, values, strict=True)), "value": value} for values, value in found.samples]
+
+
+def test_a_gpu_that_stops_answering_keeps_its_series_unavailable_with_growing_age() -> None:
+    first = telemetry.advance(telemetry.Sample(), reading(ok(A, 0, util=33), ok(B, 1)), at=100.0)
+    second = telemetry.advance(first, reading(silent(A), ok(B, 1)), at=105.0)
+    out = exposition.render(second, {}, {}, OPTIONS, now=107.0)
+
+    state = {s["pci_address"]: s for s in series(out, names.GPU_STATE)}
+    assert state[A]["value"] == 0.0 and state[A]["unavailable_reason"] == "bound to the driver but not listed by mx-smi"
+    assert state[B]["value"] == 1.0 and state[B]["unavailable_reason"] == ""
+    usage = {s["pci_address"]: s["value"] for s in series(out, names.GPU_USAGE)}
+    assert usage == {A: 33.0, B: 10.0}  # A keeps its last value
+    age = {s["pci_address"]: s["value"] for s in series(out, names.GPU_SAMPLE_AGE)}
+    assert age == {A: 7.0, B: 2.0}
+    assert series(out, names.SAMPLE_AGE) == [{"value": 2.0}]
+
+
+def test_a_failed_sampling_keeps_every_series_and_the_sample_ages() -> None:
+    first = telemetry.advance(telemetry.Sample(), reading(ok(A, 0), ok(B, 1)), at=100.0)
+    out = exposition.render(telemetry.failed(telemetry.failed(first)), {}, {}, OPTIONS, now=130.0)
+    assert {s["pci_address"]: (s["value"], s["unavailable_reason"]) for s in series(out, names.GPU_STATE)} == {
+        A: (0.0, telemetry.NOT_ANSWERING),
+        B: (0.0, telemetry.NOT_ANSWERING),
+    }
+    assert series(out, names.SAMPLE_AGE) == [{"value": 30.0}]
+    assert len(series(out, names.GPU_USAGE)) == 2
+
+
+def test_a_gpu_removed_from_the_bus_is_dropped_and_a_vfio_gpu_is_available_without_telemetry() -> None:
+    first = telemetry.advance(telemetry.Sample(), reading(ok(A, 0), ok(B, 1)), at=1.0)
+    vfio = telemetry.GpuReading(function(B, driver="vfio-pci"), GpuHealth(B, True, "bound to vfio-pci"), None)
+    out = exposition.render(telemetry.advance(first, reading(vfio), at=2.0), {}, {}, OPTIONS, now=2.0)
+    assert [(s["pci_address"], s["value"]) for s in series(out, names.GPU_STATE)] == [(B, 1.0)]
+
+
+def test_units_are_mx_exporters_kb_and_milliwatts_and_info_metrics_carry_versions() -> None:
+    out = exposition.render(telemetry.advance(telemetry.Sample(), reading(ok(A, 0)), at=1.0), {}, {}, OPTIONS, now=1.0)
+    [total] = series(out, names.MEMORY_TOTAL)
+    [used] = series(out, names.MEMORY_USED)
+    [usage] = series(out, names.MEMORY_USAGE)
+    assert (total["type"], total["value"], used["value"], usage["value"]) == ("vram", 4096.0, 1024.0, 25.0)
+    assert series(out, names.BOARD_POWER)[0]["value"] == 57000.0
+    [gpu] = series(out, names.GPU_USAGE)
+    assert (gpu["deviceId"], gpu["modelName"], gpu["Hostname"], gpu["driver_version"]) == (
+        "0",
+        "MetaX C500",
+        "node-1",
+        "2.18.0",
+    )
+    assert series(out, names.DRIVER_INFO) == [
+        {"Hostname": "node-1", "driver_version": "2.18.0", "maca_version": "2.32.0.6", "value": 1.0}
+    ]
+    assert series(out, names.BUILD_INFO) == [{"version": "0.1.0", "value": 1.0}]
+
+
+def test_collector_stats_are_counted_per_collector() -> None:
+    stats = {names.Collector.TELEMETRY: exposition.CollectorStats(duration=0.25, ok=False, errors=3)}
+    out = exposition.render(telemetry.Sample(), {}, stats, OPTIONS, now=0.0)
+    errors = {s["collector"]: s["value"] for s in series(out, names.COLLECTION_ERRORS)}
+    assert errors == {"telemetry": 3.0, "pod_resources": 0.0}
+    assert series(out, names.COLLECTOR_SUCCESS) == [{"collector": "telemetry", "value": 0.0}]
+    assert series(out, names.SAMPLE_AGE) == []  # no sample yet: no age to report
+
+
+def holder(pod: str) -> attribution.Holder:
+    return attribution.Holder("team-a", pod, "main")
+
+
+def test_device_ids_of_every_resource_name_their_function_and_foreign_devices_are_ignored() -> None:
+    held = attribution.holdings(
+        [
+            attribution.HeldDevices(holder("whole"), "metax-tech.com/gpu", (A,)),
+            attribution.HeldDevices(holder("vf"), "metax-tech.com/gpu", (VF,)),
+            attribution.HeldDevices(holder("vm"), "metax-tech.com/vfio-gpu", ("0000:84:00.0",)),
+            attribution.HeldDevices(holder("shares"), "metax-tech.com/sgpu", (f"{B}-00", f"{B}-03")),
+            attribution.HeldDevices(holder("other"), "metax-tech.com/sgpu", (f"{B}-01",)),
+            attribution.HeldDevices(holder("nvidia"), "nvidia.com/gpu", ("GPU-1234",)),
+        ]
+    )
+    assert held == {
+        A: (attribution.Holding(holder("whole"), "metax-tech.com/gpu", 1),),
+        VF: (attribution.Holding(holder("vf"), "metax-tech.com/gpu", 1),),
+        B: (
+            attribution.Holding(holder("other"), "metax-tech.com/sgpu", 1),
+            attribution.Holding(holder("shares"), "metax-tech.com/sgpu", 2),
+        ),
+        PciAddress("0000:84:00.0"): (attribution.Holding(holder("vm"), "metax-tech.com/vfio-gpu", 1),),
+    }
+
+
+def test_a_shared_gpu_has_one_series_per_holder_and_exported_label_keys_on_request() -> None:
+    sample = telemetry.advance(telemetry.Sample(), reading(ok(A, 0), ok(B, 1)), at=1.0)
+    held = attribution.holdings(
+        [
+            attribution.HeldDevices(holder("p1"), "metax-tech.com/sgpu", (f"{B}-00",)),
+            attribution.HeldDevices(holder("p2"), "metax-tech.com/sgpu", (f"{B}-01", f"{B}-02")),
+        ]
+    )
+    options = exposition.Options(hostname="node-1", exported_pod_labels=True)
+    out = exposition.render(sample, held, {}, options, now=1.0)
+    usage = series(out, names.GPU_USAGE, exported=True)
+    assert [(s["pci_address"], s["exported_namespace"], s["exported_pod"]) for s in usage] == [
+        (A, "", ""),
+        (B, "team-a", "p1"),
+        (B, "team-a", "p2"),
+    ]
+    assert "pod" not in usage[0]
+    holders = series(out, names.GPU_HOLDERS, exported=True)
+    assert [(s["exported_pod"], s["resource"], s["value"]) for s in holders] == [
+        ("p1", "metax-tech.com/sgpu", 1.0),
+        ("p2", "metax-tech.com/sgpu", 2.0),
+    ]
+
+
+def test_every_family_is_rendered_with_label_values_matching_its_keys() -> None:
+    sample = telemetry.advance(telemetry.Sample(), reading(ok(A, 0)), at=1.0)
+    out = exposition.render(sample, {}, {}, OPTIONS, now=1.0)
+    assert [s.family for s in out] == list(names.ALL)
+    for s in out:
+        for values, _ in s.samples:
+            assert len(values) == len(s.family.label_keys())
+    assert len({f.name for f in names.ALL}) == len(names.ALL)
+    assert all(f.name.startswith(("mx_", "metax_exporter_")) for f in names.ALL)
+
+
+def test_docs_exporter_md_names_every_family_and_every_one_not_served() -> None:
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "exporter.md").read_text()
+    for family in names.ALL:
+        assert f"`{names.exposed_name(family)}`" in text or f"`{family.name}`" in text, family.name
+    for name in names.NOT_FROM_MX_SMI:
+        assert f"`{name}`" in text, name
