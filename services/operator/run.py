@@ -41,6 +41,10 @@ class Operator:
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self.reconciles = 0
+        """Reconciles started."""
+        self.completed = 0
+        """Reconciles finished (returned or failed): one worker runs them in turn, so once ``completed`` reaches
+        ``reconciles`` as it was plus one, a reconcile that started after that moment has finished."""
         self.failures = 0
 
     def start(self) -> None:
@@ -68,7 +72,10 @@ class Operator:
                     self.queue.add_after(key, 1.0)
                     continue
                 self.reconciles += 1
-                again = self.reconciler.reconcile()
+                try:
+                    again = self.reconciler.reconcile()
+                finally:
+                    self.completed += 1
                 self.queue.forget(key)
                 delay = self.settings.resync_seconds if again is None else min(again, self.settings.resync_seconds)
                 self.queue.add_after(key, delay)

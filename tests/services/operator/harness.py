@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -85,11 +84,14 @@ class Harness:
         return self.op.reconciler.applier.writes + self.op.reconciler.status_writes
 
     def settle(self) -> None:
-        """Wait until the operator has nothing queued and has run at least once more."""
-        before = self.op.reconciles
+        """Wait until a reconcile that started after this call has finished.
+
+        Counting started reconciles was not enough: one already running when the test changed something
+        counted, and the test went on while it still acted on the old state (a refusal test saw its
+        ServiceAccount re-created by a reconcile in flight)."""
+        target = self.op.reconciles + 1  # the next one to start, after every one started so far
         self.op.queue.add(run.KEY)
-        wait_for("a reconcile", lambda: self.op.reconciles > before and self.op.queue.pending() == 0)
-        time.sleep(0.1)
+        wait_for("a reconcile", lambda: self.op.completed >= target)
 
     def mark_workloads_ready(self) -> None:
         """What the DaemonSet/Deployment controllers report once every pod is ready (all GPU nodes)."""
