@@ -21,9 +21,7 @@ from metax_core.inventory import FunctionKind, GpuHealth, GpuLink, NetworkInterf
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.topology import document, placement
-from services._agent import cluster, loop, probe
-from services._agent import publish as publisher
-from services._agent import uninstall as agent_uninstall
+from services._agent import base, cluster
 from services.topo_worker.config import Settings
 
 log = logging.getLogger(__name__)
@@ -69,7 +67,7 @@ def published(doc: document.NodeTopology) -> dict[str, str | None]:
     return out
 
 
-class TopoWorker:
+class TopoWorker(base.NodeAgentBase):
     name = COMPONENT
 
     def __init__(
@@ -81,23 +79,14 @@ class TopoWorker:
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # No readiness signal (board None): nothing on the node waits for topology (gpu-device falls back to its
+        # inventory).
+        super().__init__(settings, COMPONENT, ports=ports, board=None, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.ports = ports
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        # No readiness signal: nothing on the node waits for topology (gpu-device falls back to its inventory).
-        self.publisher = publisher.Publisher(
-            settings.node_name, COMPONENT, nodes=ports.nodes, events=ports.events, board=None
-        )
-        self.probe = probe.ProbeFile(settings.probe_file)
         self._links: tuple[GpuLink, ...] = ()
         self._health: Mapping[PciAddress, GpuHealth] = {}
         self._held: Mapping[str, Sequence[str]] = {}
-        self.uninstalling = agent_uninstall.Latch()
-
-    def wake(self, chore: str = "sync") -> None:
-        self.chores.soon(chore)
 
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):
