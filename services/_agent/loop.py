@@ -130,12 +130,14 @@ def setup_logging(environ: Mapping[str, str]) -> None:
     logging.getLogger("sh").setLevel(logging.WARNING)
 
 
-def parse_args(name: str, argv: Sequence[str] | None) -> None:
-    """``metax-<name> --help`` and ``--version``; an agent takes no other argument (it reads its environment)."""
+def parse_args(
+    name: str, argv: Sequence[str] | None, *, description: str | None = None, doc: str = "docs/agents.md"
+) -> None:
+    """``metax-<name> --help`` and ``--version``; a component takes no other argument (it reads its environment)."""
     parser = argparse.ArgumentParser(
         prog=f"metax-{name}",
-        description=f"The MetaX GPU operator's {name} node agent, as the operator's DaemonSet runs it.",
-        epilog="Configured by the environment variables of the pod the operator renders (docs/agents.md).",
+        description=description or f"The MetaX GPU operator's {name} node agent, as the operator's DaemonSet runs it.",
+        epilog=f"Configured by the environment variables of the pod the operator renders ({doc}).",
     )
     parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
     parser.parse_args(argv)

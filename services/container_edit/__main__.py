@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import logging
 import os
 import sys
 
 from metax_core.errors import MetaxError
-from metax_core.wire import meta
 from services._agent import loop
 from services.container_edit import config, server
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="metax-container-edit",
+    loop.parse_args(
+        "container-edit",
+        argv,
         description="Edits MetaX containers' OCI specs at their start (SDK by METAX_MACA_VERSION, devices, sGPU).",
-        epilog="Configured by environment variables (docs/maca.md).",
+        doc="docs/maca.md",
     )
-    parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
-    parser.parse_args(argv)
     environ = dict(os.environ)
     loop.setup_logging(environ)
     try:

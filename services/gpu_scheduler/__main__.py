@@ -6,8 +6,6 @@ the cluster from the in-cluster service account or ``$KUBECONFIG``.
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import logging
 import os
 import sys
@@ -15,7 +13,6 @@ import threading
 
 from metax_core.errors import MetaxError
 from metax_core.topology import extender
-from metax_core.wire import meta
 from services._agent import cluster, loop
 from services.gpu_scheduler import cache, server
 
@@ -23,13 +20,12 @@ log = logging.getLogger("gpu-scheduler")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="metax-gpu-scheduler",
+    loop.parse_args(
+        "gpu-scheduler",
+        argv,
         description="The MetaX GPU operator's kube-scheduler extender (filter and prioritize by GPU topology).",
-        epilog="Configured by the environment of the Deployment the operator renders (docs/scheduler.md).",
+        doc="docs/scheduler.md",
     )
-    parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
-    parser.parse_args(argv)
     environ = dict(os.environ)
     loop.setup_logging(environ)
     try:

@@ -7,15 +7,12 @@ account or ``$KUBECONFIG``.
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import logging
 import os
 import pathlib
 import sys
 
 from metax_core.errors import MetaxError
-from metax_core.wire import meta
 from services._agent import cluster, loop
 from services.topo_master import master
 
@@ -24,13 +21,12 @@ SA_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/names
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="metax-topo-master",
+    loop.parse_args(
+        "topo-master",
+        argv,
         description="The MetaX GPU operator's topology view: one ConfigMap rebuilt from every node's topology.",
-        epilog="Configured by the environment of the Deployment the operator renders (docs/topology.md).",
+        doc="docs/topology.md",
     )
-    parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
-    parser.parse_args(argv)
     environ = dict(os.environ)
     loop.setup_logging(environ)
     namespace = environ.get("METAX_NAMESPACE") or (
