@@ -1,7 +1,7 @@
 """Every configured corpus file loads in the real containerd of its version (``containerd config dump``), and the
 effective configuration differs from the original's only by our handler (and ``imports``, and on 1.7
 ``enable_cdi``). Real binaries here: Debian's 1.6.20 and the real node's 2.4.2; the 1.7, 2.0 and 2.2 files are
-checked by the pure round trip only (tests/unit/runtime), no such binary runs here."""
+checked by the pure round trip only (tests/unit/runtime_config), no such binary runs here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import tomlkit
 
 from metax_core.runtime import containerd, detect, handler
-from tests.unit.runtime import corpus
+from tests.unit.runtime_config import corpus
 
 from .conftest import DEBIAN_CONTAINERD, harness_bin
 

@@ -1,7 +1,7 @@
 """`metax-operator diff`'s input side (R-DIFF): ``--set`` edits the live spec like Helm's ``--set`` for maps,
 and refuses what it cannot express with a message naming the argument; ``--set`` without a live
 cluster-operator is a usage error. (The prediction: tests/unit/test_diff.py; against a live install, applied and
-compared: tests/integration/operator/test_diff.py.)
+compared: tests/integration/operator/test_diff_live.py.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Aspects: one node's table names every link, the first broken one with its eviden
 closer, exit 1; ``-o json`` is the report's document; without NODE the summary (nodes per state, the CR's
 conditions, the rollout's phase); an unknown node is exit 2; an unreadable cluster is exit 3 with a message,
 no traceback. (The chain's rules: tests/unit/test_doctor.py; on a live install:
-tests/integration/operator/test_doctor.py.)
+tests/integration/operator/test_doctor_live.py.)
 """
 
 from __future__ import annotations
