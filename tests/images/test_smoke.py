@@ -29,7 +29,12 @@ def _random_uid() -> int:
     return 10_000 + secrets.randbelow(2**31 - 20_000)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+COMPLETION_PROTOCOL = "kubectl_complete-metax"
+"""kubectl's plugin completion program: its arguments are the words to complete (``--help`` is one), so it
+answers kubectl's protocol instead of --help (docs/doctor.md)."""
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s != COMPLETION_PROTOCOL])
 def test_every_console_script_answers_help_in_the_image(
     script: str, rootfs: Path, configs: dict[str, dict[str, Any]]
 ) -> None:
@@ -37,6 +42,16 @@ def test_every_console_script_answers_help_in_the_image(
     assert ran.returncode == 0, f"{script} --help: {ran.stderr}"
     assert "usage:" in ran.stdout.lower(), ran.stdout
     assert "Traceback" not in ran.stderr
+
+
+def test_the_kubectl_completion_program_answers_kubectls_protocol_in_the_image(
+    rootfs: Path, configs: dict[str, dict[str, Any]]
+) -> None:
+    assert COMPLETION_PROTOCOL in SCRIPTS
+    ran = run_in_image(rootfs, configs["metax-operator"], ["doc"], entrypoint=[COMPLETION_PROTOCOL])
+    assert ran.returncode == 0, ran.stderr
+    *words, directive = ran.stdout.split()
+    assert words == ["doctor"] and directive.startswith(":"), ran.stdout
 
 
 def test_every_image_entrypoint_answers_version(
