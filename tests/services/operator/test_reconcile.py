@@ -18,6 +18,7 @@ from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
 from metax_core.node import vfio_config_map
 from metax_core.spec.model import VfioConfigEntry
+from metax_core.wire import meta
 from metax_k8s.api import Api
 
 
@@ -227,10 +228,10 @@ def test_a_refusal_to_touch_an_object_that_is_not_ours_is_reported_once(harness:
     harness.objects.delete("v1", "ServiceAccount", "metax-maca", NS)  # resolved: ours is created ...
     harness.settle()  # (ServiceAccounts are not watched: the next reconcile, here at once, creates it)
     wait_for("maca's account ours", lambda: _rbac_of(harness, "maca"))
-    harness.objects.delete("v1", "ServiceAccount", "metax-maca", NS)
-    harness.objects.apply(theirs, field_manager="someone")  # ... and a new refusal is reported again
-    harness.op.reconciler.applier.forget()
-    harness.settle()
+    # ... and when someone takes it over, a new refusal is reported. One write (a forced apply of the label),
+    # not a delete and a create: a reconcile running between those two would create ours again.
+    takeover = {**theirs, "metadata": {**theirs["metadata"], "labels": {meta.MANAGED_BY_LABEL: "someone"}}}
+    harness.objects.apply(takeover, field_manager="someone", force=True)
     harness.settle()
     refusals = [r for r in caplog.records if r.levelno >= logging.WARNING and "metax-maca exists without" in r.message]
     assert len(refusals) == 2
