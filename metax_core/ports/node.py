@@ -2,7 +2,8 @@
 
 `ReadinessBoard` is where agents publish their readiness (R-READY) and gpu-device reads it; `ResourcePlugin`
 is one device-plugin resource served to kubelet; `AllocationBackend` is what a plugin server asks when
-kubelet allocates (the gpu-device agent implements it); `CdiSink` is where the CDI spec goes.
+kubelet allocates (the gpu-device agent implements it); `CdiSink` is where the CDI spec goes. `ClaimPreparer`
+and `HealthFeed` are what the DRA plugin server asks (the dra-driver agent implements them).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from metax_core.dra import model as dra
 from metax_core.node import devices
 from metax_core.node.readiness import ComponentReadiness
 
@@ -82,3 +84,30 @@ class AllocationBackend(Protocol):
     def preferred(
         self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> Sequence[str]: ...
+
+
+class ClaimPreparer(Protocol):
+    """Answers the kubelet's DRA calls (implemented by the dra-driver service).
+
+    Both calls are idempotent (the kubelet retries) and may come concurrently; every claim asked about gets
+    an entry in the answer, also one the driver does not know (unprepare: nothing to undo, no error)."""
+
+    def prepare(self, claims: Sequence[dra.ClaimRef]) -> Mapping[str, dra.ClaimOutcome]:
+        """Outcome per claim uid."""
+        ...
+
+    def unprepare(self, claims: Sequence[dra.ClaimRef]) -> Mapping[str, str]:
+        """Error per claim uid ("" when undone or nothing was prepared)."""
+        ...
+
+
+class HealthFeed(Protocol):
+    """The devices' health for `DRAResourceHealth.NodeWatchResources` (implemented by the dra-driver service)."""
+
+    def current(self) -> tuple[Sequence[dra.DeviceHealthReport], int]:
+        """Every published device's latest report and a version that grows with each change."""
+        ...
+
+    def wait_changed(self, version: int, timeout: float) -> bool:
+        """Block until the version is past ``version`` (True) or ``timeout`` seconds passed (False)."""
+        ...
