@@ -50,14 +50,15 @@ def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644) -> None:
 
 
 class CdiSpecFile:
-    """The one CDI spec file of kind ``metax-tech.com/gpu`` in the host's CDI directory.
+    """One CDI spec file in the host's CDI directory: gpu-device's one of kind ``metax-tech.com/gpu``, or
+    (``file_name``) one of the DRA driver's per-claim files.
 
     `write` compares with what is on disk, not with what it wrote last: a file removed or replaced behind
     the agent's back is written again (or the write fails, loudly), so "written" always means "on disk".
     """
 
-    def __init__(self, cdi_dir: pathlib.Path, kind: str = cdi.KIND) -> None:
-        self.path = cdi_dir / cdi.spec_file_name(kind)
+    def __init__(self, cdi_dir: pathlib.Path, kind: str = cdi.KIND, file_name: str | None = None) -> None:
+        self.path = cdi_dir / (file_name or cdi.spec_file_name(kind))
 
     def _on_disk(self) -> str | None:
         try:

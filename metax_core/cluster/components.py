@@ -229,6 +229,12 @@ def requirements(component: Component, deployed: Iterable[Component]) -> tuple[C
     return tuple(c for c in deploy_order(needed) if c in present)
 
 
+def required_signals(component: Component) -> tuple[str, ...]:
+    """The readiness signals ``component``'s agent waits for when every component is deployed (its default;
+    the operator renders the deployed subset, `requirements`)."""
+    return tuple(BY_COMPONENT[c].signal for c in requirements(component, list(Component)))
+
+
 def signal(component: Component) -> str:
     """The name ``component``'s node agent publishes its readiness under, and readers look up (R-READY)."""
     return BY_COMPONENT[component].signal

@@ -239,6 +239,19 @@ def plan_devices(
     return Plan(devices=devices, problems=tuple(problems))
 
 
+def held_gpus(held: Mapping[str, Sequence[str]], functions: Sequence[PciFunction]) -> set[PciAddress]:
+    """The physical GPUs behind the device IDs pods hold: a PF itself, a VF's PF, an sGPU share's GPU
+    (``<address>-NN``, `devices.share_id`)."""
+    by_address = {f.address: f for f in functions}
+    out: set[PciAddress] = set()
+    for ids in held.values():
+        for device_id in ids:
+            f = by_address.get(PciAddress(device_id)) or by_address.get(PciAddress(device_id.rsplit("-", 1)[0]))
+            if f is not None:
+                out.add(f.physfn or f.address)
+    return out
+
+
 # --- preferred allocation --------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from metax_core.dra import model as dra
+from metax_core.dra import prepare as dra_prepare
 from metax_core.node import devices
 from metax_core.node.readiness import ComponentReadiness
 
@@ -110,4 +111,28 @@ class HealthFeed(Protocol):
 
     def wait_changed(self, version: int, timeout: float) -> bool:
         """Block until the version is past ``version`` (True) or ``timeout`` seconds passed (False)."""
+        ...
+
+
+class ClaimStore(Protocol):
+    """The DRA driver's host state (`metax_hw.claim_store.HostClaimStore`): per-claim CDI spec files, the
+    checkpoint of prepared claims, the installed SDK versions. Failures are HardwareErrors; every write is
+    durable before it returns."""
+
+    def write_spec(self, claim_uid: str, spec: Mapping[str, Any]) -> None: ...
+
+    def remove_spec(self, claim_uid: str) -> None:
+        """Remove the claim's spec file; nothing to do when there is none."""
+        ...
+
+    def has_spec(self, claim_uid: str) -> bool: ...
+
+    def load_checkpoint(self) -> dra_prepare.Checkpoint:
+        """The checkpoint on disk (empty when there is none); InvalidSpec when it is unreadable."""
+        ...
+
+    def save_checkpoint(self, checkpoint: dra_prepare.Checkpoint) -> None: ...
+
+    def installed_sdks(self) -> tuple[str, ...]:
+        """Names of the installed MXMACA versions (`metax_core.runtime.sdk.installed`)."""
         ...

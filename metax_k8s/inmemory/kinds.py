@@ -68,6 +68,9 @@ BUILTIN: tuple[KindInfo, ...] = (
     ),
     _k("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
     _k("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
+    _k("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False),
+    _k("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", True, status=True),
+    _k("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False, generation=True),
 )
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")

@@ -161,6 +161,7 @@ EXTRA_FIELDS: dict[str, frozenset[str]] = {
     "Event": frozenset({"reason", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid"}),
     "Secret": frozenset({"type"}),
     "Namespace": frozenset({"status.phase"}),
+    "ResourceSlice": frozenset({"spec.nodeName", "spec.driver"}),
 }
 
 

@@ -111,3 +111,16 @@ class PodResourcesClient:
             "GetAllocatableResources", self._stub.GetAllocatableResources, api_pb2.AllocatableResourcesRequest()
         )
         return _devices(response.devices)
+
+
+def held_devices(socket: pathlib.Path, *, timeout: float = 2.0) -> dict[str, list[str]]:
+    """Resource name → the device IDs pods hold now (every container's), from the kubelet's PodResources API
+    (read-only socket, 000 §1.3.2); PortError when the kubelet does not answer."""
+    with PodResourcesClient(socket, timeout=timeout) as api:
+        pods = api.list()
+    found: dict[str, list[str]] = {}
+    for pod in pods:
+        for container in pod.containers:
+            for listed in container.devices:
+                found.setdefault(listed.resource, []).extend(listed.ids)
+    return found

@@ -50,18 +50,7 @@ def production_nodes(settings: config.Settings) -> NodeMetadata:
 def pod_resources_holders(settings: config.Settings) -> agent.HeldDevices:
     """Which devices pods hold, from the kubelet's PodResources API (read-only socket, 000 §1.3.2)."""
     socket = settings.pod_resources()
-
-    def held() -> dict[str, list[str]]:
-        with podresources.PodResourcesClient(socket, timeout=2.0) as api:
-            pods = api.list()
-        found: dict[str, list[str]] = {}
-        for pod in pods:
-            for container in pod.containers:
-                for listed in container.devices:
-                    found.setdefault(listed.resource, []).extend(listed.ids)
-        return found
-
-    return held
+    return lambda: podresources.held_devices(socket)
 
 
 def bootstrap(

@@ -45,10 +45,7 @@ def _required() -> Components:
 
 def default_required() -> tuple[str, ...]:
     """What gpu-device waits for when every component is deployed (R-DEP + the driver, R-READY)."""
-    everything = list(components.Component)
-    return tuple(
-        components.BY_COMPONENT[c].signal for c in components.requirements(components.Component.GPU_DEVICE, everything)
-    )
+    return components.required_signals(components.Component.GPU_DEVICE)
 
 
 @attrs.frozen(kw_only=True)

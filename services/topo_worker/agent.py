@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
-from metax_core.inventory import FunctionKind, GpuHealth, GpuLink, NetworkInterface, PciAddress, PciFunction
+from metax_core.inventory import FunctionKind, GpuHealth, GpuLink, NetworkInterface, PciAddress
+from metax_core.node import devices
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.topology import document, placement
@@ -42,19 +43,6 @@ class Hardware:
     @classmethod
     def of(cls, host: Any, held: HeldDevices | None = None) -> Hardware:
         return cls(host.devices, host.monitor, host.monitor, host.network, held or (dict))
-
-
-def held_gpus(held: Mapping[str, Sequence[str]], functions: Sequence[PciFunction]) -> set[PciAddress]:
-    """The physical GPUs behind the device IDs pods hold: a PF itself, a VF's PF, an sGPU share's GPU
-    (``<address>-NN``, `devices.share_id`)."""
-    by_address = {f.address: f for f in functions}
-    out: set[PciAddress] = set()
-    for ids in held.values():
-        for device_id in ids:
-            f = by_address.get(PciAddress(device_id)) or by_address.get(PciAddress(device_id.rsplit("-", 1)[0]))
-            if f is not None:
-                out.add(f.physfn or f.address)
-    return out
 
 
 def published(doc: document.NodeTopology) -> dict[str, str | None]:
@@ -152,7 +140,7 @@ class TopoWorker(base.NodeAgentBase):
             self.say(
                 "held", f"cannot ask kubelet which GPUs pods hold, keeping the last answer: {exc}", logging.WARNING
             )
-        taken = held_gpus(self._held, functions)
+        taken = devices.held_gpus(self._held, functions)
         pfs = [f.address for f in functions if f.kind is FunctionKind.PF]
         free = [a for a in pfs if self._health.get(a, GpuHealth(a, True)).healthy and a not in taken]
         return document.build(functions, self._links, nics, free=free)

@@ -17,18 +17,7 @@ def pod_resources(settings: config.Settings) -> agent.HeldDevices:
     from metax_k8s.podresources import client as podresources
 
     socket = settings.host_path("/var/lib/kubelet/pod-resources/kubelet.sock")
-
-    def held() -> dict[str, list[str]]:
-        with podresources.PodResourcesClient(socket, timeout=2.0) as api:
-            pods = api.list()
-        found: dict[str, list[str]] = {}
-        for pod in pods:
-            for container in pod.containers:
-                for listed in container.devices:
-                    found.setdefault(listed.resource, []).extend(listed.ids)
-        return found
-
-    return held
+    return lambda: podresources.held_devices(socket)
 
 
 RECIPE = builder.Recipe(

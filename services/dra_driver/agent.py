@@ -1,0 +1,350 @@
+"""dra-driver's loop and its answers to the kubelet (R-DRA, docs/dra.md).
+
+Every round (healthy_interval, or at once when its Node changes): read the readiness signals, the PCI
+functions, the GPUs' health and links and which devices device-plugin pods still hold, ask the core for the
+published devices (`metax_core.dra.slices.published_devices`, nothing while a required component is not
+ready, nothing a device-plugin pod holds: the switch from device plugin to DRA never offers a GPU twice),
+and write the slices `slices.plan_slices` says — none when nothing changed. The health reports of every
+device ever published go to the kubelet's health stream.
+
+The kubelet's calls come on gRPC threads (`metax_k8s.dra.server`): `prepare` reads each claim, writes its
+CDI spec (durably) and then the checkpoint, in that order, so a prepared claim always has its spec; a claim
+already in the checkpoint is answered from it (the kubelet retries, and a restarted driver must answer the
+same). `unprepare` removes the spec, then the checkpoint entry; a claim it does not know is already undone.
+One lock serialises the two, so concurrent calls never interleave their checkpoint writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from metax_core.dra import health, model, slices
+from metax_core.dra import prepare as preparing
+from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError, PortError
+from metax_core.inventory import VFIO_DRIVER, GpuHealth, PciAddress, PciFunction
+from metax_core.node import devices, readiness
+from metax_core.ports import hardware
+from metax_core.ports import node as node_ports
+from services._agent import base, cluster
+from services.dra_driver.config import Settings
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "dra-driver"
+FIELD_MANAGER = f"metax-{COMPONENT}"
+HeldDevices = Callable[[], Mapping[str, Sequence[str]]]
+
+
+class Server(Protocol):
+    """The kubelet-facing gRPC server (`metax_k8s.dra.server.DraPluginServer`)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+ServerFactory = Callable[["DraDriver"], Server]
+
+
+@attrs.frozen
+class Hardware:
+    devices: hardware.DeviceInventory
+    monitor: hardware.GpuMonitor
+    topology: hardware.GpuTopology
+    modules: hardware.KernelModules
+    held: HeldDevices = dict
+    """The kubelet's PodResources: resource name → device IDs pods hold (device-plugin pods)."""
+
+    @classmethod
+    def of(cls, host: Any, held: HeldDevices | None = None) -> Hardware:
+        return cls(host.devices, host.monitor, host.monitor, host.modules, held or dict)
+
+
+class DraDriver(base.NodeAgentBase):
+    """The node agent; also the `ClaimPreparer` and `HealthFeed` its gRPC server asks."""
+
+    name = COMPONENT
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hw: Hardware,
+        ports: cluster.ClusterPorts,
+        board: node_ports.ReadinessBoard | None,
+        files: node_ports.ClaimStore,
+        server_factory: ServerFactory,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        # No readiness signal of its own: nothing on the node waits for the DRA driver; it reads the board.
+        super().__init__(settings, COMPONENT, ports=ports, board=None, log=log, clock=clock)
+        self.settings = settings
+        self.hw = hw
+        self.board = board
+        self.files = files
+        self.server_factory = server_factory
+        self.wall = wall
+        self.server: Server | None = None
+        self._lock = threading.Lock()
+        self._checkpoint = preparing.Checkpoint()
+        self._published: dict[str, slices.PublishedDevice] = {}
+        self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
+        self._known: dict[str, PciAddress] = {}
+        self._present: frozenset[PciAddress] = frozenset()
+        self._health: dict[PciAddress, devices.Health] = {}
+        self._failed_checks = 0
+        self._reports: tuple[model.DeviceHealthReport, ...] = ()
+        self._version = 0
+        self._changed = threading.Condition()
+
+    # --- the loop -------------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if self.server is None:
+            self._load_checkpoint()
+        if self.chores.due("sync", self.settings.healthy_interval):
+            if self.uninstall():
+                return
+            self.sync()
+        if self.server is None:
+            self._start_server()
+
+    def _load_checkpoint(self) -> None:
+        try:
+            loaded = self.files.load_checkpoint()
+        except (HardwareError, InvalidSpec) as exc:
+            # Refuse to serve rather than forget prepared claims: the kubelet keeps retrying, an admin can act.
+            self.say("checkpoint", f"cannot read the checkpoint, not serving the kubelet: {exc}", logging.ERROR)
+            raise HardwareError("read the checkpoint", str(self.settings.checkpoint), str(exc)) from exc
+        with self._lock:
+            self._checkpoint = loaded
+        self.say("checkpoint", f"{len(loaded.claims)} prepared claim(s) in the checkpoint")
+
+    def _start_server(self) -> None:
+        server = self.server_factory(self)
+        try:
+            server.start()
+        except (PortError, OSError) as exc:
+            self.say("server", f"cannot serve the kubelet: {exc}", logging.ERROR)
+            return
+        self.server = server
+        self.say("server", f"serving the kubelet at {self.settings.plugin_dir}")
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        with self._changed:
+            self._version += 1  # wake health streams: they end with the server
+            self._changed.notify_all()
+
+    def uninstall(self) -> bool:
+        """When the finalizer asks: withdraw the node's slices (nothing new lands here) and publish no more.
+        Prepared claims stay until the kubelet unprepares them (their pods are being deleted)."""
+        node = self.publisher.node_or_none(self.say)
+        if self.uninstalling.check(node) is None:
+            return False
+        self._write_slices([], node)
+        self.probe.not_ready()
+        self.say("uninstall", "uninstall asked: slices withdrawn, publishing no more")
+        return True
+
+    def sync(self) -> None:
+        gathered = self._gather()
+        if gathered is None:
+            self.probe.not_ready()
+            return
+        facts, allowed, held = gathered
+        wanted = [d for d in slices.published_devices(facts) if allowed and not self._is_held(d, facts, held)]
+        node = self.publisher.node_or_none(self.say)
+        if node is None:
+            self.probe.not_ready()
+            return
+        if not self._write_slices(wanted, node):
+            self.probe.not_ready()
+            return
+        self._publish_health(facts)
+        self.probe.ready(f"{len(wanted)} device(s) published")
+
+    def _is_held(self, device: slices.PublishedDevice, facts: slices.NodeFacts, held: set[PciAddress]) -> bool:
+        function = next(f for f in facts.functions if f.address == device.address)
+        return device.address in held or (function.physfn is not None and function.physfn in held)
+
+    def _gather(self) -> tuple[slices.NodeFacts, bool, set[PciAddress]] | None:
+        signals = self.board.read_all() if self.board is not None and self.settings.required_components else {}
+        decision = readiness.decide(self.settings.required_components, signals)
+        self.say("readiness", f"publishing allowed: {decision.may_advertise} ({decision.reason})")
+        try:
+            functions = tuple(self.hw.devices.functions())
+            iommu = self.hw.devices.iommu_enabled()
+            nodes = {f.address: self._nodes_of(f) for f in functions}
+        except HardwareError as exc:
+            self.say("inventory", f"cannot read the GPU inventory, keeping what is published: {exc}", logging.WARNING)
+            return None
+        reported: Mapping[PciAddress, GpuHealth] | None = None
+        metrics: tuple[Any, ...] = ()
+        links: tuple[Any, ...] = ()
+        try:
+            reported = self.hw.monitor.health()
+            metrics = tuple(self.hw.monitor.metrics())
+            links = tuple(self.hw.topology.links())
+            self._failed_checks = 0
+            self.say("smi", "mx-smi answers")
+        except HardwareError as exc:
+            self._failed_checks += 1
+            self.say("smi", f"mx-smi failed ({self._failed_checks} in a row): {exc}", logging.WARNING)
+        self._health = dict(
+            devices.effective_health(
+                functions,
+                reported,
+                previous=self._health,
+                failed_checks=self._failed_checks,
+                failure_threshold=self.settings.health_failure_threshold,
+                failure="mx-smi does not answer",
+            )
+        )
+        version = None
+        try:
+            state = self.hw.modules.state("metax")
+            version = state.version if state is not None else None
+        except HardwareError as exc:
+            self.say("module", f"cannot read the driver version: {exc}", logging.WARNING)
+        held: set[PciAddress] = set()
+        try:
+            held = devices.held_gpus(self.hw.held(), functions)
+            self.say("held", f"device-plugin pods hold {len(held)} GPU(s)")
+        except (PortError, HardwareError) as exc:
+            # Unknown: publish nothing new that could be held (keep what is published).
+            self.say(
+                "held", f"kubelet's PodResources does not answer, keeping what is published: {exc}", logging.WARNING
+            )
+            return None
+        self._device_nodes = nodes
+        self._present = frozenset(f.address for f in functions)
+        facts = slices.NodeFacts(
+            self.settings.node_name,
+            functions,
+            iommu_enabled=iommu,
+            health=self._health,
+            metrics=metrics,
+            links=links,
+            driver_version=version,
+        )
+        return facts, decision.may_advertise, held
+
+    def _nodes_of(self, function: PciFunction) -> tuple[str, ...]:
+        if function.driver == VFIO_DRIVER:
+            group = function.iommu_group
+            return (devices.VFIO_CONTAINER_NODE, f"/dev/vfio/{group}") if group is not None else ()
+        if not devices.is_native(function):
+            return ()
+        return tuple(self.hw.devices.device_nodes(function.address))
+
+    def _write_slices(self, wanted: Sequence[slices.PublishedDevice], node: Mapping[str, Any] | None) -> bool:
+        if node is None:
+            return False
+        ref = slices.NodeRef(self.settings.node_name, str((node.get("metadata") or {}).get("uid", "")))
+        objects = self.ports.objects
+        try:
+            existing = objects.list(
+                slices.API_VERSION, slices.KIND, field_selector=f"spec.nodeName={self.settings.node_name}"
+            )
+            plan = slices.plan_slices(ref, wanted, existing.items)
+            for body in plan.apply:
+                objects.apply(body, field_manager=FIELD_MANAGER, force=True)
+            for name in plan.delete:
+                objects.delete(slices.API_VERSION, slices.KIND, name)
+        except ClusterError as exc:
+            self.say("slices", f"cannot publish the ResourceSlices: {exc}", logging.WARNING)
+            return False
+        with self._lock:
+            self._published = {d.name: d for d in wanted}
+        self._known.update({d.name: d.address for d in wanted})
+        if not plan.quiet:
+            message = (
+                f"published {len(wanted)} device(s) in {len(plan.apply)} slice(s), pool generation {plan.generation}"
+            )
+            self.say("slices", message)
+            self.publisher.event("ResourceSlicesPublished", message)
+        return True
+
+    def _publish_health(self, facts: slices.NodeFacts) -> None:
+        reports = health.reports(self.settings.node_name, self._known, self._present, self._health, self.wall())
+        with self._changed:
+            if health.changed(self._reports, reports) or not self._version:
+                self._version += 1
+                self._changed.notify_all()
+            self._reports = reports
+
+    # --- HealthFeed ------------------------------------------------------------------------------------------
+
+    def current(self) -> tuple[Sequence[model.DeviceHealthReport], int]:
+        with self._changed:
+            return self._reports, self._version
+
+    def wait_changed(self, version: int, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._version > version, timeout)
+
+    # --- ClaimPreparer ---------------------------------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[model.ClaimRef]) -> Mapping[str, model.ClaimOutcome]:
+        return {ref.uid: self._prepare_one(ref) for ref in claims}
+
+    def _prepare_one(self, ref: model.ClaimRef) -> model.ClaimOutcome:
+        where = f"ResourceClaim {ref.namespace}/{ref.name}"
+        with self._lock:
+            done = self._checkpoint.claims.get(ref.uid)
+            if done is not None and self.files.has_spec(ref.uid):
+                return model.ClaimOutcome(devices=done.devices)
+            try:
+                claim = self.ports.objects.get("resource.k8s.io/v1", "ResourceClaim", ref.name, ref.namespace)
+                if claim is None:
+                    return model.ClaimOutcome.failed(f"{where} not found")
+                inputs = preparing.Inputs(
+                    dict(self._published),
+                    dict(self._device_nodes),
+                    installed_sdks=self.files.installed_sdks(),
+                    sdk_host_dir=str(self.settings.sdk_dir),
+                )
+                prepared = preparing.prepare(ref, claim, self.settings.node_name, inputs)
+                self.files.write_spec(ref.uid, prepared.spec)
+                checkpoint = self._checkpoint.with_claim(preparing.PreparedClaim(ref, prepared.outcome.devices))
+                self.files.save_checkpoint(checkpoint)
+                self._checkpoint = checkpoint
+            except preparing.PrepareRefused as exc:
+                log.warning("%s not prepared: %s", where, exc)
+                return model.ClaimOutcome.failed(f"{where}: {exc}")
+            except MetaxError as exc:
+                log.warning("%s not prepared: %s", where, exc)
+                return model.ClaimOutcome.failed(f"{where}: {exc}")
+        log.info("prepared %s: %s", where, ", ".join(d.device for d in prepared.outcome.devices))
+        return prepared.outcome
+
+    def unprepare(self, claims: Sequence[model.ClaimRef]) -> Mapping[str, str]:
+        out = {}
+        for ref in claims:
+            with self._lock:
+                try:
+                    self.files.remove_spec(ref.uid)
+                    if ref.uid in self._checkpoint.claims:
+                        checkpoint = self._checkpoint.without(ref.uid)
+                        self.files.save_checkpoint(checkpoint)
+                        self._checkpoint = checkpoint
+                        log.info("unprepared ResourceClaim %s/%s", ref.namespace, ref.name)
+                    out[ref.uid] = ""
+                except MetaxError as exc:
+                    out[ref.uid] = f"ResourceClaim {ref.namespace}/{ref.name}: {exc}"
+        return out
+
+    @property
+    def prepared_claims(self) -> preparing.Checkpoint:
+        with self._lock:
+            return self._checkpoint

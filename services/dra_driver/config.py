@@ -1,0 +1,66 @@
+"""dra-driver's settings, from the environment the operator renders (`metax_core.cluster.workloads`).
+
+Like gpu-device's (`services.gpu_device.config`): every variable has a production default, a bad value stops
+the agent at start naming the variable, and the required components are the R-DEP graph's answer for the
+device allocator, so a DRA node waits for the same driver, runtime and SDK signals as a device-plugin node.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+
+import attrs
+
+from metax_core.cluster import agent_env, components
+from metax_core.dra import DRIVER
+from metax_core.node import readiness
+from metax_core.runtime import sdk
+from services._agent import settings as agent_settings
+from services._agent.settings import Components, HostPath, Seconds, env
+
+
+def _required() -> Components:
+    # The device allocator's: a DRA node waits for what a device-plugin node waits for (R-READY).
+    return Components(components.required_signals(components.Component.GPU_DEVICE))
+
+
+@attrs.frozen(kw_only=True)
+class Settings(agent_settings.NodeAgentSettings):
+    kubelet_dir: HostPath = attrs.field(default=HostPath("/var/lib/kubelet"), metadata=env("METAX_KUBELET_DIR"))
+    """The kubelet's root directory: plugins_registry/ and plugins/<driver>/ are under it."""
+    cdi_dir: HostPath = attrs.field(default=HostPath("/var/run/cdi"), metadata=env("METAX_CDI_DIR"))
+    sdk_dir: HostPath = attrs.field(default=HostPath(sdk.HOST_DIR), metadata=env("METAX_MACA_DIR"))
+    healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env(agent_env.HEALTHY_INTERVAL.name))
+    """Seconds between health checks and inventory reads (chart gpuDevice.healthyInterval)."""
+    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
+    """The kubelet's PodResources socket; default ``<host root>/var/lib/kubelet/pod-resources/kubelet.sock``.
+    Tells which GPUs device-plugin pods still hold (not published until they are released)."""
+    required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
+    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
+    health_failure_threshold: int = 3
+
+    def kubelet_path(self, *parts: str) -> pathlib.Path:
+        return self.host_path(self.kubelet_dir).joinpath(*parts)
+
+    @property
+    def registry_dir(self) -> pathlib.Path:
+        return self.kubelet_path("plugins_registry")
+
+    @property
+    def plugin_dir(self) -> pathlib.Path:
+        return self.kubelet_path("plugins", DRIVER)
+
+    @property
+    def checkpoint(self) -> pathlib.Path:
+        return self.plugin_dir / "checkpoint.json"
+
+    def pod_resources(self) -> pathlib.Path:
+        if self.pod_resources_socket is not None:
+            return self.pod_resources_socket
+        return self.kubelet_path("pod-resources", "kubelet.sock")
+
+
+def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:
+    return agent_settings.load(Settings, os.environ if environ is None else environ, **fixed)
