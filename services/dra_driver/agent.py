@@ -283,6 +283,13 @@ class DraDriver(base.NodeAgentBase):
                 self._changed.notify_all()
             self._reports = reports
 
+    def registration(self, registered: bool, error: str) -> None:
+        """What the kubelet said of the registration (NotifyRegistrationStatus)."""
+        if registered:
+            log.info("registered with the kubelet as %s", self.settings.plugin_dir.name)
+        else:
+            log.error("the kubelet refused the registration: %s", error)
+
     # --- HealthFeed ------------------------------------------------------------------------------------------
 
     def current(self) -> tuple[Sequence[model.DeviceHealthReport], int]:
@@ -312,7 +319,7 @@ class DraDriver(base.NodeAgentBase):
                     dict(self._published),
                     dict(self._device_nodes),
                     installed_sdks=self.files.installed_sdks(),
-                    sdk_host_dir=str(self.settings.sdk_dir),
+                    sdk_host_dir=self.settings.sdk_mount_source,
                 )
                 prepared = preparing.prepare(ref, claim, self.settings.node_name, inputs)
                 self.files.write_spec(ref.uid, prepared.spec)

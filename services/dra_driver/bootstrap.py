@@ -27,7 +27,12 @@ def kubelet_server(built: agent.DraDriver) -> agent.Server:
 
     s = built.settings
     return server.DraPluginServer(
-        DRIVER, plugin_dir=s.plugin_dir, registry_dir=s.registry_dir, preparer=built, health=built
+        DRIVER,
+        plugin_dir=s.plugin_dir,
+        registry_dir=s.registry_dir,
+        preparer=built,
+        health=built,
+        on_registration=built.registration,
     )
 
 

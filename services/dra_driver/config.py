@@ -28,10 +28,15 @@ def _required() -> Components:
 
 @attrs.frozen(kw_only=True)
 class Settings(agent_settings.NodeAgentSettings):
-    kubelet_dir: HostPath = attrs.field(default=HostPath("/var/lib/kubelet"), metadata=env("METAX_KUBELET_DIR"))
-    """The kubelet's root directory: plugins_registry/ and plugins/<driver>/ are under it."""
+    kubelet_dir: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_KUBELET_DIR"))
+    """The kubelet's root directory as this process sees it (plugins_registry/ and plugins/<driver>/ are under
+    it); default ``<host root>/var/lib/kubelet``. The kubelet dials the socket path the driver gives, so the
+    two must see the directory at the same path (a hostPath mounted at the same path in the pod)."""
     cdi_dir: HostPath = attrs.field(default=HostPath("/var/run/cdi"), metadata=env("METAX_CDI_DIR"))
     sdk_dir: HostPath = attrs.field(default=HostPath(sdk.HOST_DIR), metadata=env("METAX_MACA_DIR"))
+    """Where the maca agent installs the MXMACA versions, on the host (read under the host root)."""
+    sdk_runtime_dir: str | None = attrs.field(default=None, metadata=env("METAX_MACA_RUNTIME_DIR"))
+    """The same directory as the container runtime sees it, for the CDI mounts; default ``sdk_dir``."""
     healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env(agent_env.HEALTHY_INTERVAL.name))
     """Seconds between health checks and inventory reads (chart gpuDevice.healthyInterval)."""
     pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
@@ -42,7 +47,12 @@ class Settings(agent_settings.NodeAgentSettings):
     health_failure_threshold: int = 3
 
     def kubelet_path(self, *parts: str) -> pathlib.Path:
-        return self.host_path(self.kubelet_dir).joinpath(*parts)
+        base = self.kubelet_dir if self.kubelet_dir is not None else self.host_path("/var/lib/kubelet")
+        return base.joinpath(*parts)
+
+    @property
+    def sdk_mount_source(self) -> str:
+        return self.sdk_runtime_dir or str(self.sdk_dir)
 
     @property
     def registry_dir(self) -> pathlib.Path:
