@@ -33,6 +33,7 @@ def kubelet_server(built: agent.DraDriver) -> agent.Server:
         preparer=built,
         health=built,
         on_registration=built.registration,
+        endpoint=s.dra_endpoint,
     )
 
 

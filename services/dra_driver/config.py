@@ -63,6 +63,13 @@ class Settings(agent_settings.NodeAgentSettings):
         return self.kubelet_path("plugins", DRIVER)
 
     @property
+    def dra_endpoint(self) -> pathlib.Path:
+        """The DRA socket as the kubelet sees it: on the host's ``/var/lib/kubelet`` (the pod mounts it under
+        the host root), or where `kubelet_dir` says when it is given (the two then see the same path)."""
+        base = self.kubelet_dir if self.kubelet_dir is not None else pathlib.Path("/var/lib/kubelet")
+        return base / "plugins" / DRIVER / "dra.sock"
+
+    @property
     def checkpoint(self) -> pathlib.Path:
         return self.plugin_dir / "checkpoint.json"
 
