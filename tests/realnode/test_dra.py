@@ -199,11 +199,14 @@ def claim_pod(name: str, dra: DraNode, claim: dict[str, str]) -> dict[str, Any]:
 
 
 def pod_claim(kube: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, pod: str) -> dict[str, Any]:
-    statuses = kube.read_namespaced_pod(pod, namespace).status.resource_claim_statuses or []
-    (status,) = statuses
-    return dict(
-        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", status.resource_claim_name)
-    )
+    """The pod's one claim: named in its spec, or generated from its template (named in its status)."""
+    found = kube.read_namespaced_pod(pod, namespace)
+    (claim,) = found.spec.resource_claims
+    name = claim.resource_claim_name
+    if name is None:
+        (status,) = found.status.resource_claim_statuses or []
+        name = status.resource_claim_name
+    return dict(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name))
 
 
 def allocated_devices(claim: dict[str, Any]) -> list[str]:
@@ -361,12 +364,8 @@ def test_a_gpu_falling_off_the_bus_is_reported_unhealthy_in_the_pods_status(
         dra_node.fake.fall_off_bus(address)
 
         def health() -> str:
-            raw = kube.api_client.call_api(  # the raw pod: allocatedResourcesStatus is newer than the client's models
-                f"/api/v1/namespaces/{namespace}/pods/fragile",
-                "GET",
-                response_type="object",
-                _return_http_data_only=True,
-            )
+            # The raw pod: allocatedResourcesStatus is newer than the client's models.
+            raw = json.loads(kube.read_namespaced_pod("fragile", namespace, _preload_content=False).data)
             for status in (raw.get("status") or {}).get("containerStatuses") or []:
                 for resource in status.get("allocatedResourcesStatus") or []:
                     for entry in resource.get("resources") or []:
