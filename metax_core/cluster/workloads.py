@@ -201,7 +201,7 @@ def _volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]]
     side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
     volumes, mounts = [], []
     for path, read_only in HOST_PATHS.get(workload.name, ()):
-        name = "host" + path.replace("/", "-")
+        name = "host" + path.replace("/", "-").replace("_", "-")  # a DNS label (plugins_registry)
         host_path = prefix.rstrip("/") + path
         volumes.append({"name": name, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})

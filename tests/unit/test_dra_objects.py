@@ -3,6 +3,7 @@ affinity that gives every GPU node exactly one of gpu-device and dra-driver (doc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,6 +91,8 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
         "/var/log/metax",
     }
     assert paths <= workloads.ALLOWED_HOST_PATHS
+    # volume names are DNS labels (the API server refused host-var-lib-kubelet-plugins_registry)
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", v["name"]) for v in pod["volumes"])
     read_only = {m["mountPath"].removeprefix("/host") for m in container["volumeMounts"] if m["readOnly"]}
     assert read_only == {"/sys", "/var/lib/kubelet/pod-resources"}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
