@@ -4,9 +4,9 @@ Why a module of its own: `helm uninstall --wait` (R-INSTALL) relies on it, and i
 only objects carrying our managed-by label are deleted (DaemonSets, Deployments, Services, ConfigMaps and the
 components' ServiceAccounts, Roles and RoleBindings in the operator's namespace, the events Roles and
 RoleBindings in ``default``, and the components' ClusterRoles and ClusterRoleBindings), and on every node only
-the label and annotation keys the product writes
-(``metax-tech.com/...``, except the two an administrator sets: gpu-device mode and qos-policy). The finalizer is
-removed last, so an interrupted cleanup is simply done again by the next reconcile.
+the label and annotation keys the product writes (``metax-tech.com/...``, except the three an administrator sets:
+gpu-device mode, qos-policy and gpu.allocation). The finalizer is removed last, so an interrupted cleanup is
+simply done again by the next reconcile.
 
 Before it deletes anything the agents read (driver-config, metax-vfio-config, the DaemonSets), it asks
 every node that runs one of our agents to undo what the agents did on the host and waits for their answers
