@@ -71,3 +71,8 @@ class Conflict(ClusterError):
 
 class NotFound(ClusterError):
     """The object does not exist (HTTP 404)."""
+
+
+class NotServed(ClusterError):
+    """The API server does not serve the kind at all (discovery has no such resource), so no object of it exists:
+    e.g. ``resource.k8s.io/v1`` DeviceClasses on a Kubernetes older than 1.34."""

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlencode
 import attrs
 import urllib3
 
-from metax_core.errors import ClusterError, NotFound
+from metax_core.errors import ClusterError, NotFound, NotServed
 from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import api, retry
 
@@ -242,7 +242,7 @@ class HttpApi:
             with self._lock:
                 self._resources[api_version] = known
         if kind not in known:
-            raise ClusterError("discover", f"{kind} {api_version}", "the API server does not serve this kind")
+            raise NotServed("discover", f"{kind} {api_version}", "the API server does not serve this kind")
         return known[kind]
 
     # -- verbs ----------------------------------------------------------------------------------------

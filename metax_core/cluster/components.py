@@ -28,6 +28,7 @@ class Component(enum.Enum):
     VFIO_MANAGER = "vfioManager"
     TOPO = "topo"
     GPU_SCHEDULER = "gpuScheduler"
+    DRA_DRIVER = "draDriver"
 
 
 class WorkloadKind(enum.Enum):
@@ -112,6 +113,11 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
         C.TOPO, "topo", (C.GPU_LABEL,), (_deploy("metax-topo-master"), _ds("metax-topo-worker")), AGENT_PROBE
     ),
     ComponentInfo(C.GPU_SCHEDULER, "gpu-scheduler", (C.GPU_LABEL, C.TOPO), (_deploy("metax-gpu-scheduler"),)),
+    # R-DRA: the device plugin's alternative on the nodes the allocation setting gives it (metax_core.node.allocation),
+    # so it waits for what gpu-device waits for. No hostPID: it reads the kubelet's PodResources over its socket.
+    ComponentInfo(
+        C.DRA_DRIVER, "dra-driver", (C.GPU_LABEL, C.RUNTIME, C.MACA), (_ds("metax-dra-driver"),), AGENT_PROBE
+    ),
 )
 BY_COMPONENT: Mapping[Component, ComponentInfo] = {info.component: info for info in CATALOGUE}
 
@@ -134,6 +140,7 @@ def component_spec(s: spec.ClusterOperatorSpec, component: Component) -> spec.Co
         C.VFIO_MANAGER: s.vfio_manager,
         C.TOPO: s.topo,
         C.GPU_SCHEDULER: s.gpu_scheduler,
+        C.DRA_DRIVER: s.dra_driver,
     }
     return sections[component]
 
@@ -213,13 +220,13 @@ def plan(enabled_components: Iterable[Component]) -> DeployPlan:
 def requirements(component: Component, deployed: Iterable[Component]) -> tuple[Component, ...]:
     """Components that must report ready on a node before ``component`` may serve there (R-READY).
 
-    All prerequisites, transitively; for gpu-device also the driver when it is deployed, because GPUs
-    without a working kernel driver must not be advertised.
+    All prerequisites, transitively; for gpu-device and the DRA driver also the driver when it is deployed,
+    because GPUs without a working kernel driver must not be advertised (as devices or in ResourceSlices).
     """
     present = set(deployed)
     needed: set[Component] = set()
     stack = list(BY_COMPONENT[component].prerequisites)
-    if component is C.GPU_DEVICE and C.DRIVER in present:
+    if component in (C.GPU_DEVICE, C.DRA_DRIVER) and C.DRIVER in present:
         stack.append(C.DRIVER)
     while stack:
         c = stack.pop()

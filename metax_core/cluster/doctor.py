@@ -27,7 +27,7 @@ from metax_core.cluster import components, doctor_facts
 from metax_core.cluster.components import Component, WorkloadKind
 from metax_core.cluster.doctor_facts import ClusterFacts, EventFacts, NodeFacts, PodFacts, Taint
 from metax_core.errors import InvalidSpec
-from metax_core.node import devices, driver_config, driver_plan, vfio
+from metax_core.node import allocation, devices, driver_config, driver_plan, vfio
 from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
@@ -77,6 +77,7 @@ class Diagnosis:
 
 CLUSTER_OPERATOR, OPERATOR, NODE, GPU_FOUND = "cluster-operator", "operator", "node", "gpu-found"
 DRIVER_LOADED, VFS, VFIO_SELECTION, ALLOCATABLE = "driver-loaded", "vfs", "vfio-selection", "allocatable"
+ALLOCATOR = "allocator"
 CR_RESOURCE = f"{spec.PLURAL}.{spec.API_GROUP}"
 DAEMONSET_TOLERATED = frozenset(
     {
@@ -374,11 +375,21 @@ def _links(
     plan = components.plan(components.enabled(s))
     blocked = {b.component: b for b in plan.blocked}
     has_gpu = node.labels.get(node_labels.GPU_INSTALLED) == node_labels.TRUE
+    unused = None
+    if Component.DRA_DRIVER in plan.deploy and has_gpu:  # R-DRA: one of gpu-device and dra-driver serves it
+        decision = allocation.decide(s.dra_driver.default_allocation, node.labels)
+        dra = decision.allocator is allocation.Allocator.DRA
+        unused = Component.GPU_DEVICE if dra else Component.DRA_DRIVER
+        said = (
+            decision.problem
+            or f"{decision.allocator.value} ({allocation.LABEL}, default {s.dra_driver.default_allocation.value})"
+        )
+        yield _ok(ALLOCATOR, "one allocator serves the node", said)
     for component in chain_order(plan):
         info = table[component]
         daemonsets = [w for w in info.workloads if w.kind is WorkloadKind.DAEMON_SET]
-        if (component not in plan.deploy and component not in blocked) or not daemonsets:
-            continue  # disabled, or not a node component (its Deployment is in the cluster summary)
+        if (component not in plan.deploy and component not in blocked) or not daemonsets or component is unused:
+            continue  # disabled, not a node component (its Deployment is in the cluster summary), or not its allocator
         if component is not Component.GPU_LABEL and not has_gpu:
             continue  # node agents run on GPU nodes only: the gpu-found link says why this one is not
         if component in blocked:
@@ -398,15 +409,25 @@ def _links(
             yield from _driver_links(node, facts, s, pods, events)
         elif component is Component.VFIO_MANAGER:
             yield _vfio_link(node, facts, pods, events)
-        if component is last_gpu_link(plan) and Component.GPU_DEVICE in plan.deploy:
-            yield _allocatable(node, facts, pods)
+        if (
+            component is last_gpu_link(plan)
+            and Component.GPU_DEVICE in plan.deploy
+            and unused is not Component.GPU_DEVICE
+        ):
+            yield _allocatable(node, facts, pods)  # a DRA node has no allocatable GPUs: its ResourceSlice has them
 
 
 def chain_order(plan: components.DeployPlan) -> list[Component]:
-    """Deploy order (R-DEP), with what gpu-device waits for (R-READY) and vfio-manager first, since allocatable
-    GPUs end that part; the components GPUs do not wait for (data-exporter, topology) come after it."""
+    """Deploy order (R-DEP), with what gpu-device waits for (R-READY), vfio-manager and dra-driver first, since
+    allocatable GPUs (or a DRA node's driver) end that part; the components GPUs do not wait for (data-exporter,
+    topology) come after it."""
     deployed = (*plan.deploy, *(b.component for b in plan.blocked))
-    gating = {*components.requirements(Component.GPU_DEVICE, deployed), Component.GPU_DEVICE, Component.VFIO_MANAGER}
+    gating = {
+        *components.requirements(Component.GPU_DEVICE, deployed),
+        Component.GPU_DEVICE,
+        Component.VFIO_MANAGER,
+        Component.DRA_DRIVER,
+    }
     order = components.deploy_order(Component)
     return [c for c in order if c in gating] + [c for c in order if c not in gating]
 

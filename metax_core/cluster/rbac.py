@@ -26,6 +26,7 @@ import attrs
 
 from metax_core.cluster import components
 from metax_core.cluster.components import Component
+from metax_core.dra import classes as dra_classes
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.runtime import handler
 from metax_core.spec import model as spec
@@ -92,6 +93,19 @@ _EVENTS = (
 )
 
 
+DRA_API_GROUP = "resource.k8s.io"
+DRA_DRIVER_RULES = (
+    Rule(DRA_API_GROUP, ("resourceslices",), (*READ, *WRITE)),
+    Rule(DRA_API_GROUP, ("resourceclaims",), READ),
+    Rule(DRA_API_GROUP, ("deviceclasses",), READ),
+    # Its Node: the slices' owner, and patch for the uninstall protocol's answer (services/_agent/uninstall.py:
+    # every node agent may patch its Node), since it writes host files (CDI specs, its claim checkpoint).
+    _NODE_LABELS,
+    Rule("", ("events",), ("create", "patch")),
+    Rule("events.k8s.io", ("events",), ("create", "patch")),
+)
+
+
 def _config_map(name: str) -> tuple[Rule, ...]:
     # list/watch cannot be limited by name in RBAC unless the request names the object (fieldSelector
     # metadata.name), which is how the agents watch their ConfigMap.
@@ -144,6 +158,10 @@ COMPONENT_RULES: Mapping[str, AccountRules] = {
         ),
         # Placement help: reads nodes and pods, writes nothing but Events.
         AccountRules("metax-gpu-scheduler", cluster=(_NODE_WATCH, Rule("", ("pods",), READ)), events=_EVENTS),
+        # R-DRA: publishes its node's ResourceSlices (one pool per node, removed on uninstall), reads the claims
+        # the kubelet asks it to prepare and the classes they name, reads its Node (the slices' owner); Events
+        # about claims live in the claims' namespaces, hence cluster-wide (create and patch only).
+        AccountRules("metax-dra-driver", cluster=DRA_DRIVER_RULES, events=_EVENTS),
     )
 }
 """Per ServiceAccount of 000 Table 1.3.1 (the data-exporter has none: the default account, no token)."""
@@ -302,6 +320,9 @@ def operator_rules() -> AccountRules:
         # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
         Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
         Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),
+        # The DeviceClasses of the DRA driver (`metax_core.cluster.dra_objects`), the same way, by name.
+        Rule(DRA_API_GROUP, ("deviceclasses",), ("list", "watch", "create")),
+        Rule(DRA_API_GROUP, ("deviceclasses",), ("get", *WRITE), tuple(sorted(dra_classes.SELECTORS))),
         # Whether the Prometheus Operator's CRD exists (watched by name): the exporter's ServiceMonitor is
         # rendered only then.
         Rule(

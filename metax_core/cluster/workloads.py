@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import agent_env, components, merge, rbac
+from metax_core.cluster import agent_env, components, dra_objects, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
@@ -76,6 +76,17 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
         _RUN,
         _LOG,
     ),
+    # gpu-device's host facts, plus the kubelet's plugin registration and DRA plugin socket directories (R-DRA).
+    "metax-dra-driver": (
+        ("/dev", False),
+        ("/sys", True),
+        ("/var/lib/kubelet/plugins_registry", False),
+        ("/var/lib/kubelet/plugins", False),
+        ("/var/lib/kubelet/pod-resources", True),
+        ("/var/run/cdi", False),
+        _RUN,
+        _LOG,
+    ),
     "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _LOG),
     "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
     "metax-topo-worker": (("/sys", True), ("/dev", True), ("/var/lib/kubelet/pod-resources", True), _RUN, _LOG),
@@ -91,6 +102,8 @@ ALLOWED_HOST_PATHS = frozenset(
         "/etc/crio",
         "/var/lib/kubelet/device-plugins",
         "/var/lib/kubelet/pod-resources",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
         "/var/run/cdi",
         "/var/lib/metax",
         "/run/metax",
@@ -188,7 +201,7 @@ def _volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]]
     side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
     volumes, mounts = [], []
     for path, read_only in HOST_PATHS.get(workload.name, ()):
-        name = "host" + path.replace("/", "-")
+        name = "host" + path.replace("/", "-").replace("_", "-")  # a DNS label (plugins_registry)
         host_path = prefix.rstrip("/") + path
         volumes.append({"name": name, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})
@@ -245,6 +258,7 @@ def workload_manifest(
         container["ports"] = [{"name": "extender", "containerPort": extender.PORT}]
         container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "extender"}, "periodSeconds": 5}
     pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
+    pod_spec = dra_objects.placed(s, component, pod_spec, deployed)  # after the merge: ANDed with every term
     pod_spec["containers"] = [container, *_sidecars(component, container)]
     if workload.service_account is None:
         pod_spec["automountServiceAccountToken"] = False
@@ -511,4 +525,8 @@ def runtime_class() -> dict[str, Any]:
 
 def cluster_objects(component: Component) -> list[dict[str, Any]]:
     """The cluster-scoped objects a component brings besides its RBAC (applied with it, pruned without it)."""
-    return [runtime_class()] if component is Component.RUNTIME else []
+    if component is Component.RUNTIME:
+        return [runtime_class()]
+    if component is Component.DRA_DRIVER:
+        return dra_objects.device_classes()
+    return []

@@ -51,6 +51,13 @@ class ServiceType(enum.Enum):
     EXTERNAL_NAME = "ExternalName"
 
 
+class Allocation(enum.Enum):
+    """Which allocator serves a GPU node's devices unless its node label says otherwise (R-DRA, docs/dra.md)."""
+
+    DEVICE_PLUGIN = "devicePlugin"
+    DRA = "dra"
+
+
 class LogLevel(enum.Enum):
     """Log verbosity of a component (the `log` struct; extension of the GPU Extensions Table 2.8)."""
 

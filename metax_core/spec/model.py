@@ -21,6 +21,7 @@ DeployPolicy = fieldtypes.DeployPolicy
 FirmwarePolicy = fieldtypes.FirmwarePolicy
 Fallback = fieldtypes.Fallback
 ServiceType = fieldtypes.ServiceType
+Allocation = fieldtypes.Allocation
 LogLevel = fieldtypes.LogLevel
 TolerationOperator = fieldtypes.TolerationOperator
 TaintEffect = fieldtypes.TaintEffect
@@ -400,6 +401,42 @@ class GpuScheduler:
 
 
 @attrs.frozen
+class DraDriver:
+    """Extension: the Dynamic Resource Allocation driver (R-DRA, docs/dra.md); opt-in, per node instead of the
+    device plugin."""
+
+    deploy: bool = attrs.field(
+        default=False,
+        metadata={
+            DESCRIPTION: (
+                "Whether the operator deploys the DRA driver (DaemonSet metax-dra-driver) and the DeviceClasses "
+                "gpu.metax-tech.com and vfio-gpu.metax-tech.com; each GPU node is then served by exactly one of "
+                "the device plugin and the DRA driver."
+            )
+        },
+    )
+    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
+    pod_template_spec: PodTemplateSpec | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Node selector, affinity and tolerations of this component's pods; when set, the global "
+                "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    default_allocation: Allocation = attrs.field(
+        default=Allocation.DEVICE_PLUGIN,
+        metadata={
+            DESCRIPTION: (
+                "Which allocator serves a GPU node whose label metax-tech.com/gpu.allocation is absent or "
+                "invalid: devicePlugin or dra (the label's values are device-plugin and dra)."
+            )
+        },
+    )
+
+
+@attrs.frozen
 class ClusterOperatorSpec:
     """Table 3.1: the whole spec of the ``cluster-operator`` object."""
 
@@ -438,7 +475,13 @@ class ClusterOperatorSpec:
     gpu_scheduler: GpuScheduler = attrs.field(
         default=GpuScheduler(), metadata={DESCRIPTION: "Topology-aware scheduling help (gpu-scheduler)."}
     )
+    dra_driver: DraDriver = attrs.field(
+        default=DraDriver(),
+        metadata={DESCRIPTION: "Extension: Dynamic Resource Allocation instead of the device plugin (dra-driver)."},
+    )
 
 
-ComponentSpec = GpuDevice | GpuLabel | Driver | VfioManager | Maca | Runtime | Exporter | Topo | GpuScheduler
+ComponentSpec = (
+    GpuDevice | GpuLabel | Driver | VfioManager | Maca | Runtime | Exporter | Topo | GpuScheduler | DraDriver
+)
 """Any per-component section: each has ``deploy``, ``log`` and ``pod_template_spec``."""

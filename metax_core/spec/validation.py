@@ -205,6 +205,7 @@ def _components(s: spec.ClusterOperatorSpec) -> list[tuple[str, spec.ComponentSp
         ("exporter", s.exporter),
         ("topo", s.topo),
         ("gpuScheduler", s.gpu_scheduler),
+        ("draDriver", s.dra_driver),
     ]
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.errors import ClusterError, Conflict, NotFound
+from metax_core.errors import ClusterError, Conflict, NotFound, NotServed
 from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
 from metax_k8s.client import target
@@ -127,7 +127,7 @@ class InMemoryApiServer:
     def _info(self, api_version: str, kind: str) -> kinds.KindInfo:
         info = self._kinds.get((api_version, kind))
         if info is None:
-            raise ClusterError("discover", f"{kind} {api_version}", "the API server does not serve this kind")
+            raise NotServed("discover", f"{kind} {api_version}", "the API server does not serve this kind")
         return info
 
     def _key(self, info: kinds.KindInfo, name: str, namespace: str | None) -> _Key:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from metax_core.cluster import workloads
-from metax_core.errors import MetaxError
+from metax_core.errors import MetaxError, NotServed
 from metax_core.ports.cluster import Events, EventType, ObjectRef, Objects, RawObject
 from metax_core.wire import event_reasons, meta
 
@@ -192,6 +192,8 @@ class Applier:
                     log.info("%s %s/%s left alone: it is not ours (%s)", key[0], key[1], key[2], why)
                 elif live is not None:
                     self.prune({"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], **live}, why)
+            except NotServed:
+                pass  # a kind the cluster does not serve has no object (DeviceClasses before Kubernetes 1.34)
             except MetaxError as exc:
                 log.warning("%s %s/%s: could not prune (%s); trying again next reconcile", *key, exc)
                 continue

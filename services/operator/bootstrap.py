@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from metax_core.cluster import rbac, workloads
+from metax_core.dra import classes as dra_classes
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
 from metax_k8s import client, connect, events, lease, nodes, objects
@@ -89,6 +90,8 @@ def bootstrap(
         deployments=owned_informer("apps/v1", "Deployment", ns),
         services=owned_informer("v1", "Service", ns),
         runtime_classes=owned_informer(workloads.RUNTIME_CLASS_API, "RuntimeClass", None),
+        # R-DRA's DeviceClasses; on a cluster without resource.k8s.io/v1 the informer stays empty and quiet.
+        device_classes=owned_informer(dra_classes.API_VERSION, dra_classes.KIND, None),
         pods=informers.Informer(
             objs,
             "v1",

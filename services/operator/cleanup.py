@@ -4,9 +4,9 @@ Why a module of its own: `helm uninstall --wait` (R-INSTALL) relies on it, and i
 only objects carrying our managed-by label are deleted (DaemonSets, Deployments, Services, ConfigMaps and the
 components' ServiceAccounts, Roles and RoleBindings in the operator's namespace, the events Roles and
 RoleBindings in ``default``, and the components' ClusterRoles and ClusterRoleBindings), and on every node only
-the label and annotation keys the product writes
-(``metax-tech.com/...``, except the two an administrator sets: gpu-device mode and qos-policy). The finalizer is
-removed last, so an interrupted cleanup is simply done again by the next reconcile.
+the label and annotation keys the product writes (``metax-tech.com/...``, except the three an administrator sets:
+gpu-device mode, qos-policy and gpu.allocation). The finalizer is removed last, so an interrupted cleanup is
+simply done again by the next reconcile.
 
 Before it deletes anything the agents read (driver-config, metax-vfio-config, the DaemonSets), it asks
 every node that runs one of our agents to undo what the agents did on the host and waits for their answers
@@ -22,8 +22,9 @@ import logging
 from collections.abc import Iterable
 
 from metax_core.cluster import rbac, workloads
-from metax_core.errors import ClusterError
-from metax_core.node import devices
+from metax_core.dra import classes as dra_classes
+from metax_core.errors import ClusterError, NotServed
+from metax_core.node import allocation, devices
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
 from metax_core.wire import meta
@@ -33,8 +34,8 @@ log = logging.getLogger(__name__)
 
 FINALIZER = meta.CLEANUP_FINALIZER
 OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
-ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL})
-"""Set by the administrator (R-SGPU), not by the product: left on the node."""
+ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL, allocation.LABEL})
+"""Set by the administrator (R-SGPU, R-DRA), not by the product: left on the node."""
 
 
 def product_keys(keys: Iterable[str]) -> list[str]:
@@ -72,8 +73,13 @@ def remove_everything(
     where: list[tuple[str, str, str | None]] = [(v, k, namespace) for v, k in OWNED_KINDS]
     where += rbac.locations(namespace)
     where.append((workloads.RUNTIME_CLASS_API, "RuntimeClass", None))
+    where.append((dra_classes.API_VERSION, dra_classes.KIND, None))
     for api_version, kind, scope in where:
-        for obj in objects.list(api_version, kind, namespace=scope, label_selector=selector).items:
+        try:
+            found = objects.list(api_version, kind, namespace=scope, label_selector=selector).items
+        except NotServed:
+            continue  # DeviceClasses on a cluster older than Kubernetes 1.34: none to delete
+        for obj in found:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
             writes += 1
     monitor = service_monitor(objects, namespace)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metax_core.cluster import workloads
-from metax_core.errors import MetaxError
+from metax_core.errors import MetaxError, NotServed
 from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
@@ -32,6 +32,10 @@ OnChange = Callable[[RawObject | None, RawObject | None], None]
 def key_of(obj: RawObject) -> Key:
     metadata = obj.get("metadata") or {}
     return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+NOT_SERVED_RETRY_SECONDS = 300.0
+"""How often an informer of a kind the cluster does not serve asks discovery again."""
 
 
 class Informer:
@@ -129,6 +133,16 @@ class Informer:
                         version = str(rv)
                     if event.type is not WatchEventType.BOOKMARK:
                         self._apply(event.type, event.object)
+            except NotServed:
+                # A kind this cluster does not serve (DeviceClasses before Kubernetes 1.34) has no objects: the
+                # empty cache is the truth. Looked for again now and then, quietly (a cluster upgraded under us).
+                if not self.synced.is_set():
+                    log.info("%s %s is not served by this cluster: none cached", self.kind, self.api_version)
+                with self._lock:
+                    self._items.clear()
+                self.synced.set()
+                version = None
+                self._stop.wait(NOT_SERVED_RETRY_SECONDS)
             except MetaxError as exc:
                 log.warning("watch %s: %s; relisting in 1s", self.kind, exc)
                 version = None

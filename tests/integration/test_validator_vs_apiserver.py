@@ -158,6 +158,8 @@ CANDIDATES: dict[tuple[str, ...], list[Any]] = {
         *(affinity for affinity, _ in REQUIREMENTS),
     ],
     ("maca", "podTemplateSpec", "spec", "tolerations"): [[{"key": "example.com/gpu", "operator": "Exists"}]],
+    # R-DRA: its DaemonSet and DeviceClasses, and gpu-device's allocation affinity ANDed into the global one
+    ("draDriver",): [{"deploy": True}, {"deploy": True, "defaultAllocation": "dra"}, {"defaultAllocation": "DRA"}],
 }
 ENVELOPES: list[dict[str, Any]] = [
     {},

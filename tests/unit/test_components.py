@@ -18,6 +18,7 @@ def test_prerequisites_are_those_of_the_seed_table() -> None:
         C.GPU_DEVICE: {C.GPU_LABEL, C.RUNTIME, C.MACA},
         C.EXPORTER: {C.GPU_LABEL, C.DRIVER},
         C.VFIO_MANAGER: {C.GPU_LABEL},
+        C.DRA_DRIVER: {C.GPU_LABEL, C.RUNTIME, C.MACA},  # gpu-device's: the same devices, the other allocator
     }
     for component, prereqs in expected.items():
         assert set(components.BY_COMPONENT[component].prerequisites) == prereqs, component
@@ -36,6 +37,7 @@ def test_workload_names_and_privileges_follow_table_1_3_1() -> None:
         "metax-topo-master",
         "metax-topo-worker",
         "metax-gpu-scheduler",
+        "metax-dra-driver",  # R-DRA, an extension (privileged like gpu-device, no hostPID)
     }
     assert [n for n, w in workloads.items() if w.host_pid] == [
         "metax-container-runtime",

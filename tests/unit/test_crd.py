@@ -161,9 +161,9 @@ def test_schema_is_structural_and_only_affinity_gpus_and_upgrade_status_keep_unk
     root = crd.openapi_schema()
     _check_structural(root, "")
     text = yaml.safe_dump(root)
-    # affinity appears once per podTemplateSpec (global + 9 components); vfioConfig[].gpus (a string or a
+    # affinity appears once per podTemplateSpec (global + 10 components); vfioConfig[].gpus (a string or a
     # list, checked by its CEL rule) and upgradeStatus once each.
-    assert text.count("x-kubernetes-preserve-unknown-fields") == 12
+    assert text.count("x-kubernetes-preserve-unknown-fields") == 13
     assert root["properties"]["status"]["properties"]["upgradeStatus"]["x-kubernetes-preserve-unknown-fields"]
 
 

@@ -105,3 +105,20 @@ def test_without_cluster_operator_everything_is_created() -> None:
 
 def test_a_prediction_is_a_pure_value() -> None:
     assert predict(BASE) == predict(BASE) and attrs.has(diff.Prediction)
+
+
+def test_turning_dra_on_creates_its_objects_and_restarts_gpu_device_once_for_its_new_affinity() -> None:
+    """R-DRA (docs/dra.md): the DeviceClasses and the dra-driver DaemonSet are created; gpu-device's template
+    gains the allocation affinity, so its pods are replaced once; a later node label moves only that node."""
+    p = predict({**BASE, "draDriver": {"deploy": True}})
+    created = {(o.kind, o.name) for o in p.objects if o.action is diff.Action.CREATE}
+    assert {
+        ("DaemonSet", "metax-dra-driver"),
+        ("DeviceClass", "gpu.metax-tech.com"),
+        ("DeviceClass", "vfio-gpu.metax-tech.com"),
+        ("ServiceAccount", "metax-dra-driver"),
+    } <= created
+    restarted = {r.workload: (r.action, r.nodes) for r in p.restarts}
+    assert restarted["metax-gpu-device"] == (diff.Action.UPDATE, NODES)
+    assert "spec.template.spec.affinity" in next(r.why for r in p.restarts if r.workload == "metax-gpu-device")
+    assert p.driver is None

@@ -27,7 +27,7 @@ import pytest
 from metax_core.cluster import components, doctor, doctor_report
 from metax_core.cluster import doctor_facts as facts
 from metax_core.cluster.components import Component
-from metax_core.node import devices, driver_config, vfio
+from metax_core.node import allocation, devices, driver_config, vfio
 from metax_core.node import labels as node_labels
 from metax_core.spec import validation
 from metax_core.wire import event_reasons, meta
@@ -429,3 +429,37 @@ def test_event_from_raw_takes_the_series_time_and_the_agent() -> None:
         NODE,
         True,
     )
+
+
+def _dra_cluster(**dra: Any) -> facts.ClusterFacts:
+    found = cluster(spec_with(draDriver={"deploy": True, **dra}))
+    w = components.BY_COMPONENT[Component.DRA_DRIVER].workloads[0]
+    selector = {node_labels.GPU_INSTALLED: node_labels.TRUE}
+    return attrs.evolve(found, daemonsets={**found.daemonsets, w.name: facts.DaemonSetFacts(w.name, selector)})
+
+
+def test_a_dra_node_is_checked_for_the_dra_driver_not_for_gpu_device_nor_allocatable_gpus() -> None:
+    """R-DRA: on a node the DRA driver serves, no gpu-device pod and no allocatable GPUs is how it should be."""
+    labels = {**healthy_node().labels, allocation.LABEL: "dra"}
+    on_dra = diagnose(
+        healthy_node(labels=labels, allocatable={}),
+        _dra_cluster(),
+        [*pods(gpuDevice=None), pod(Component.DRA_DRIVER)],
+    )
+    ids = [x.id for x in on_dra.links]
+    assert on_dra.healthy, [(x.id, x.evidence) for x in on_dra.links if not x.holds]
+    assert "gpu-device-pod" not in ids and "allocatable" not in ids
+    assert ids.index("vfio-manager-ready") < ids.index("dra-driver-pod") < ids.index("dra-driver-ready")
+    assert on_dra.links[ids.index("allocator")].evidence.startswith("dra (metax-tech.com/gpu.allocation")
+    # the same node without its dra-driver pod: that is the broken link
+    missing = diagnose(healthy_node(labels=labels, allocatable={}), _dra_cluster(), pods(gpuDevice=None))
+    assert first(missing).id == "dra-driver-pod"
+
+
+def test_a_device_plugin_node_of_a_dra_cluster_is_checked_as_before_and_an_invalid_label_is_said() -> None:
+    labels = {**healthy_node().labels, allocation.LABEL: "DRA"}
+    d = diagnose(healthy_node(labels=labels), _dra_cluster())
+    ids = [x.id for x in d.links]
+    assert d.healthy and "dra-driver-pod" not in ids and ids[-1] == "allocatable"
+    assert "'DRA' is not one of device-plugin, dra" in d.links[ids.index("allocator")].evidence
+    assert "allocator" not in [x.id for x in diagnose().links]  # DRA off: the chain is as it was

@@ -27,6 +27,7 @@ TABLE_1_3_1 = {
     "metax-topo-worker": "metax-topo-worker",
     "metax-data-exporter": None,
     "metax-gpu-scheduler": "metax-gpu-scheduler",
+    "metax-dra-driver": "metax-dra-driver",  # R-DRA, an extension beyond the table
 }
 
 

@@ -36,7 +36,7 @@ def test_default_spec_renders_every_default_component_in_dependency_order() -> N
         "metax-topo-master",
         "metax-topo-worker",
     ]
-    assert {c.value for c in rendered.plan.disabled} == {"exporter", "gpuScheduler"}
+    assert {c.value for c in rendered.plan.disabled} == {"exporter", "gpuScheduler", "draDriver"}
 
 
 def test_privileges_and_host_pid_match_table_1_3_1() -> None:
@@ -179,7 +179,9 @@ def test_no_payload_when_the_driver_manages_neither_driver_nor_firmware() -> Non
 
 
 def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_component() -> None:
-    objs = _render({**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}})
+    objs = _render(
+        {**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}, "draDriver": {"deploy": True}}
+    )
     probed = set()
     for info in components.CATALOGUE:
         for workload in info.workloads:
@@ -202,7 +204,17 @@ def test_every_node_agent_with_code_has_a_readiness_probe_declared_once_in_its_c
             }
             assert env["METAX_PROBE_FILE"] == info.probe.file  # the agent keeps the file the kubelet tests
     C = components.Component
-    assert probed == {C.GPU_LABEL, C.RUNTIME, C.DRIVER, C.GPU_DEVICE, C.VFIO_MANAGER, C.MACA, C.TOPO, C.EXPORTER}
+    assert probed == {
+        C.GPU_LABEL,
+        C.RUNTIME,
+        C.DRIVER,
+        C.GPU_DEVICE,
+        C.VFIO_MANAGER,
+        C.MACA,
+        C.TOPO,
+        C.EXPORTER,
+        C.DRA_DRIVER,
+    }
 
 
 def test_gpu_scheduler_gets_the_service_kube_scheduler_calls() -> None:

@@ -39,6 +39,8 @@
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "topo" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "draDriver" "deploy") "kind" "bool") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "draDriver" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- end -}}
 
 {{- /* One field: .node (a map) at .keys ("name[]" = every item of that list), read as .kind (bool|int). */ -}}

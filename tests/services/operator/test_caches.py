@@ -207,3 +207,22 @@ def test_an_error_line_in_a_watch_is_the_port_error_for_its_code() -> None:
     with pytest.raises(retry.Gone, match="too old resource version: 1"):
         list(client.HttpApi._events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
     assert response.released
+
+
+def test_an_informer_of_a_kind_the_cluster_does_not_serve_is_synced_empty_and_quiet(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """DeviceClasses (R-DRA) on a Kubernetes before 1.34: the operator's informer must not hold its start-up
+    (run waits for every informer to sync) nor warn every second."""
+    cluster = InMemoryCluster()
+    informer = informers.Informer(cluster.objects, "widgets.example.com/v1", "Widget", watch_seconds=5)
+    with caplog.at_level("INFO", logger="services.operator.informers"):
+        informer.start()
+        try:
+            assert informer.synced.wait(10)
+            assert informer.items() == []
+            assert informer.get("anything") is None
+        finally:
+            informer.stop()
+    said = [r for r in caplog.records if "Widget" in r.getMessage()]
+    assert [r.levelname for r in said] == ["INFO"], [r.getMessage() for r in said]
