@@ -65,8 +65,9 @@ SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.DRIVER: (DEPLOY_POLICY, FW_UPGRADE_POLICY, FW_ENABLE_VIRT, DRIVER_CONFIG, DRIVER_VERSION),
     Component.VFIO_MANAGER: (VFIO_CONFIG,),
     Component.GPU_DEVICE: (HEALTHY_INTERVAL, SGPU_SHARES),
-    # The same health checks and the same sGPU shares as gpu-device: the devices it publishes are gpu-device's.
-    Component.DRA_DRIVER: (HEALTHY_INTERVAL, SGPU_SHARES),
+    # The same health checks as gpu-device: the devices it publishes are gpu-device's (a claim's sGPU sharing
+    # comes with the claim's configuration, metax_core.dra.claims).
+    Component.DRA_DRIVER: (HEALTHY_INTERVAL,),
     Component.MACA: (CONTAINER_STATE_ROOT,),
     Component.EXPORTER: (SAMPLE_INTERVAL, EXPORTED_POD_LABELS),
 }

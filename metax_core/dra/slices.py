@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from metax_core import versions
-from metax_core.dra import DRIVER
+from metax_core.dra import DRIVER, classes
 from metax_core.inventory import DriverVersion, FunctionKind, GpuLink, GpuMetrics, PciAddress, PciFunction
 from metax_core.node import devices as plugin_devices
 from metax_core.node import labels
@@ -33,12 +33,9 @@ KIND = "ResourceSlice"
 MAX_DEVICES_PER_SLICE = 128
 """The API server's limit on devices in one ResourceSlice."""
 
-ATTRIBUTE_DOMAIN = DRIVER
-"""Our attributes' domain (``gpu.metax-tech.com/type``); CEL reads them as ``device.attributes[DOMAIN].type``."""
-TYPE_ATTRIBUTE = "type"
-TYPE_GPU = "gpu"
-TYPE_VF = "vf"
-TYPE_VFIO = "vfio"
+ATTRIBUTE_DOMAIN, TYPE_ATTRIBUTE = classes.ATTRIBUTE_DOMAIN, classes.TYPE_ATTRIBUTE
+TYPE_GPU, TYPE_VF, TYPE_VFIO = classes.TYPE_GPU, classes.TYPE_VF, classes.TYPE_VFIO
+"""The ``type`` attribute the DeviceClasses select on (`metax_core.dra.classes` owns them)."""
 PRODUCT_ATTRIBUTE = "product"
 UUID_ATTRIBUTE = "uuid"
 NUMA_ATTRIBUTE = "numaNode"

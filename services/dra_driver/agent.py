@@ -83,8 +83,8 @@ class DraDriver(base.NodeAgentBase):
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        # No readiness signal of its own: nothing on the node waits for the DRA driver; it reads the board.
-        super().__init__(settings, COMPONENT, ports=ports, board=None, log=log, clock=clock)
+        # Its own signal says whether the node's GPUs are published (doctor reads it); it reads the others'.
+        super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
         self.board = board
@@ -152,6 +152,7 @@ class DraDriver(base.NodeAgentBase):
         if self.uninstalling.check(node) is None:
             return False
         self._write_slices([], node)
+        self.publisher.withdraw()
         self.probe.not_ready()
         self.say("uninstall", "uninstall asked: slices withdrawn, publishing no more")
         return True
@@ -171,7 +172,9 @@ class DraDriver(base.NodeAgentBase):
             self.probe.not_ready()
             return
         self._publish_health(facts)
-        self.probe.ready(f"{len(wanted)} device(s) published")
+        reason = f"{len(wanted)} device(s) published" if allowed else "waiting for the required components"
+        self.publisher.signal(allowed, reason)
+        self.probe.ready(reason)
 
     def _is_held(self, device: slices.PublishedDevice, facts: slices.NodeFacts, held: set[PciAddress]) -> bool:
         function = next(f for f in facts.functions if f.address == device.address)

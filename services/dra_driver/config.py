@@ -22,8 +22,8 @@ from services._agent.settings import Components, HostPath, Seconds, env
 
 
 def _required() -> Components:
-    # The device allocator's: a DRA node waits for what a device-plugin node waits for (R-READY).
-    return Components(components.required_signals(components.Component.GPU_DEVICE))
+    # What R-DEP makes the DRA driver wait for: what a device-plugin node waits for (R-READY).
+    return Components(components.required_signals(components.Component.DRA_DRIVER))
 
 
 @attrs.frozen(kw_only=True)

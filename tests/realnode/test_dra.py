@@ -38,6 +38,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from metax_core.cluster import dra_objects
 from metax_core.dra import DRIVER, claims, prepare, slices
 from metax_core.node import readiness
 from metax_dev.controlplane import cluster as controlplane
@@ -58,20 +59,8 @@ SCRIPT = gpus.LIST_DEVICES + "env; ls /opt/maca 2>/dev/null | sed 's/^/SDK /'; s
 
 
 def dra_classes() -> list[dict[str, Any]]:
-    """The DeviceClasses the operator renders for DRA (docs/dra.md)."""
-    own = f'device.attributes["{slices.ATTRIBUTE_DOMAIN}"].{slices.TYPE_ATTRIBUTE}'
-    base = f'device.driver == "{DRIVER}"'
-    return [
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "DeviceClass",
-            "metadata": {"name": DRIVER},
-            "spec": {
-                "selectors": [{"cel": {"expression": f'{base} && {own} != "{slices.TYPE_VFIO}"'}}],
-                "extendedResourceName": gpus.GPU,
-            },
-        }
-    ]
+    """The DeviceClasses exactly as the operator renders them (docs/dra.md)."""
+    return dra_objects.device_classes()
 
 
 @attrs.define

@@ -97,7 +97,8 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
     assert read_only == {"/sys", "/var/lib/kubelet/pod-resources"}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env[agent_env.NODE_NAME] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert env[agent_env.HEALTHY_INTERVAL.name] == "9" and env[agent_env.SGPU_SHARES.name] == "8"
+    assert env[agent_env.HEALTHY_INTERVAL.name] == "9"
+    assert agent_env.SGPU_SHARES.name not in env  # a claim's sharing comes with its configuration
     gpu_device_env = {
         e["name"]: e.get("value") for e in _pod(objs["DaemonSet/metax-gpu-device"])["containers"][0]["env"]
     }

@@ -18,6 +18,7 @@ from services._agent import settings as agent_settings
 from services.container_edit import config as edit_config
 from services.container_runtime import config as runtime_config
 from services.data_exporter import config as data_exporter_config
+from services.dra_driver import config as dra_driver_config
 from services.driver_manager import config as driver_config
 from services.gpu_device import config as gpu_device_config
 from services.gpu_label import config as gpu_label_config
@@ -36,6 +37,7 @@ VALUES: dict[str, Any] = {
     "vfioManager": {"deploy": True},
     "maca": {"payload": {"images": ["maca-c500:2.18.0.3-ubuntu22.04-amd64", "maca-c500:2.9.1"]}},
     "exporter": {"deploy": True, "sampleInterval": 3, "exportedPodLabels": True},
+    "draDriver": {"deploy": True},
 }
 
 LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
@@ -46,6 +48,7 @@ LOADERS: Mapping[str, tuple[Callable[..., Any], type[Any]]] = {
     "metax-container-runtime": (runtime_config.from_env, runtime_config.Settings),
     "metax-maca": (maca_config.from_env, maca_config.Settings),
     "metax-data-exporter": (data_exporter_config.from_env, data_exporter_config.Settings),
+    "metax-dra-driver": (dra_driver_config.from_env, dra_driver_config.Settings),
 }
 DOWNWARD = {"spec.nodeName": "gpu-node-7", "metadata.namespace": "metax-operator"}
 
@@ -137,6 +140,7 @@ COMPONENT_OF = {
     "metax-container-runtime": components.Component.RUNTIME,
     "metax-maca": components.Component.MACA,
     "metax-data-exporter": components.Component.EXPORTER,
+    "metax-dra-driver": components.Component.DRA_DRIVER,
 }
 
 
