@@ -22,7 +22,9 @@ import logging
 from collections.abc import Iterable
 
 from metax_core.cluster import rbac, workloads
+from metax_core.dra import DRIVER
 from metax_core.dra import classes as dra_classes
+from metax_core.dra import slices as dra_slices
 from metax_core.errors import ClusterError, NotServed
 from metax_core.node import allocation, devices
 from metax_core.node.labels import PREFIX
@@ -63,6 +65,23 @@ def service_monitor(objects: Objects, namespace: str) -> RawObject | None:
     return None if found is None else {"apiVersion": workloads.SERVICE_MONITOR_API, "kind": "ServiceMonitor", **found}
 
 
+def withdraw_slices(objects: Objects) -> int:
+    """Delete the DRA driver's ResourceSlices on every node (R-DRA): once its pods are gone nobody prepares
+    those devices, so the scheduler must not allocate them. They carry no managed-by label (the driver writes
+    them, the Node owns them), so they are found by driver. Returns how many were deleted."""
+    try:
+        found = objects.list(dra_slices.API_VERSION, dra_slices.KIND, field_selector=f"spec.driver={DRIVER}").items
+    except NotServed:
+        return 0  # resource.k8s.io/v1 is not served before Kubernetes 1.34: no slices
+    deleted = 0
+    for item in found:
+        name = str((item.get("metadata") or {}).get("name", ""))
+        if objects.delete(dra_slices.API_VERSION, dra_slices.KIND, name):
+            log.info("deleted ResourceSlice %s: the DRA driver no longer runs", name)
+            deleted += 1
+    return deleted
+
+
 def remove_everything(
     objects: Objects, nodes: NodeMetadata, apply: applier.Applier, namespace: str, node_list: Iterable[RawObject]
 ) -> int:
@@ -82,6 +101,7 @@ def remove_everything(
         for obj in found:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
             writes += 1
+    writes += withdraw_slices(objects)
     monitor = service_monitor(objects, namespace)
     if monitor is not None:
         apply.prune(monitor, "cluster-operator is being deleted")

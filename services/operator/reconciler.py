@@ -101,6 +101,8 @@ class Reconciler:
         )
         self.status_writes = 0
         self._warned_confirmation = ""
+        self._dra_on: bool | None = None
+        """Whether the DRA driver was deployed at the last reconcile (None: none yet)."""
 
     # -- helpers --------------------------------------------------------------------------------------------
 
@@ -169,6 +171,7 @@ class Reconciler:
         results.extend(cluster_status.blocked(b) for b in rendered.plan.blocked)
         results.extend(cluster_status.disabled(c) for c in rendered.plan.disabled)
         self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan, objects)
+        self._withdraw_slices_when_dra_is_off(Component.DRA_DRIVER in rendered.plan.deploy)
 
         if outcome is not None:
             self._apply_rollout(cr, outcome)
@@ -188,6 +191,13 @@ class Reconciler:
         if outcome is not None and outcome.requeue_after is not None:
             return max(0.0, outcome.requeue_after.total_seconds())
         return None
+
+    def _withdraw_slices_when_dra_is_off(self, dra_on: bool) -> None:
+        """Once per operator start and at each switch to off: the driver's slices go with its DaemonSet (a
+        driver stopping cannot tell a restart from its removal, so it keeps them). Reads nothing while on."""
+        if not dra_on and self._dra_on is not False:
+            self.applier.writes += cleanup.withdraw_slices(self.objects)
+        self._dra_on = dra_on
 
     def _ready_nodes(self, gpu_nodes: list[str]) -> int:
         ready_pods: dict[str, int] = {}

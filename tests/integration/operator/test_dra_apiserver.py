@@ -24,8 +24,9 @@ import yaml
 from operator_helpers import NS, Env, cluster_operator, wait_for
 
 from metax_core.cluster import rbac
-from metax_core.dra import classes
+from metax_core.dra import DRIVER, classes, slices
 from metax_core.errors import ClusterError, InvalidSpec, NotFound
+from metax_core.inventory import METAX_VENDOR_ID, PciAddress, PciFunction
 from metax_core.node import allocation
 from metax_core.spec import validation
 from metax_dev.controlplane import cluster as controlplane
@@ -64,6 +65,22 @@ def _split(env: Env) -> dict[str, tuple[int, set[str]]]:
         }
         found[name] = (desired, nodes)
     return found
+
+
+def _publish(env: Env, node: str) -> None:
+    """A slice as the driver publishes it (`slices.plan_slices`, the writer's own function) for ``node``."""
+    uid = env.api.get("v1", "Node", node)["metadata"]["uid"]
+    function = PciFunction(
+        address=PciAddress("0000:09:00.0"), vendor_id=METAX_VENDOR_ID, device_id=0x4000, driver="metax"
+    )
+    devices = slices.published_devices(slices.NodeFacts(node, (function,)))
+    for body in slices.plan_slices(slices.NodeRef(node, uid), devices, []).apply:
+        env.api.apply(body, field_manager="metax-dra-driver")
+    assert _slices(env)
+
+
+def _slices(env: Env) -> list[dict[str, Any]]:
+    return list(env.api.list(slices.API_VERSION, slices.KIND, field_selector=f"spec.driver={DRIVER}").items)
 
 
 @pytest.fixture
@@ -116,8 +133,11 @@ def test_the_operator_splits_the_gpu_nodes_between_the_device_plugin_and_dra(
     expected = {GPU_DEVICE: (0, set()), DRA: (3, set(three_gpu_nodes))}
     wait_for("an invalid label means the default", lambda: _split(env) == expected, timeout=120)
 
-    # DRA off: the DaemonSet and the classes go, gpu-device serves every GPU node as before DRA existed
+    # DRA off: the DaemonSet, the classes and the driver's slices go (nobody would prepare those devices),
+    # gpu-device serves every GPU node as before DRA existed
+    _publish(env, by_value["dra"])
     env.api.apply(cluster_operator(_spec(deploy=False, defaultAllocation="dra")), field_manager="helm")
+    wait_for("the driver's slices withdrawn", lambda: not _slices(env))
     wait_for("dra-driver pruned", lambda: DRA not in env.daemonsets())
     wait_for("classes pruned", lambda: not any(_device_class(env, n) for n in classes.SELECTORS))
     wait_for("gpu-device everywhere", lambda: _split(env)[GPU_DEVICE] == (3, set(three_gpu_nodes)), timeout=120)
@@ -126,8 +146,10 @@ def test_the_operator_splits_the_gpu_nodes_between_the_device_plugin_and_dra(
     # on again, then uninstall: the finalizer removes the classes with everything else
     env.api.apply(cluster_operator(_spec(deploy=True)), field_manager="helm")
     wait_for("classes back", lambda: all(_device_class(env, n) for n in classes.SELECTORS))
+    _publish(env, by_value[None])
     env.api.delete(cluster_operator()["apiVersion"], "ClusterOperator", "cluster-operator")
     wait_for("classes removed on uninstall", lambda: not any(_device_class(env, n) for n in classes.SELECTORS))
+    assert _slices(env) == []
     labels = env.api.get("v1", "Node", by_value["dra"])["metadata"]["labels"]
     assert labels.get(allocation.LABEL) == "dra"  # the administrator's label stays
 
