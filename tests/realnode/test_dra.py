@@ -16,6 +16,8 @@ real character devices), with the project's DeviceClasses:
 * a GPU held by a claim falling off the bus is reported unhealthy through the health stream
   (``allocatedResourcesStatus`` in the pod's status);
 * a pod asking ``limits: metax-tech.com/gpu: 1`` on this node is served by DRA (DRAExtendedResource).
+* a claim whose configuration has a bad ``macaVersion`` is refused in the pod's events naming the field
+  (``status.allocation.devices.config[0].opaque.parameters.macaVersion``) and what is allowed; the pod waits.
 
 The driver runs as a host process in the node's namespace on the fake host (the fake host's mx-smi is a
 script on the test machine's PATH, which a container cannot run): the same composition root as the image's.
@@ -383,3 +385,22 @@ def test_a_plain_gpu_limit_is_served_by_dra_on_a_dra_node(
     assert address in dra_node.fake.gpu_addresses()
     assert gpus.allocatable(kube, dra_node.real.name) == 0  # no device plugin on this node
     assert images.BUSYBOX_IMAGE
+
+
+def test_a_bad_claim_configuration_is_refused_in_the_pods_events_naming_the_field(
+    kube: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, dra_node: DraNode
+) -> None:
+    wait_published(custom, dra_node)
+    _claim(custom, namespace, "typo", claim_spec(1, same_root=False, macaVersion="2.18"))
+    kube.create_namespaced_pod(namespace, claim_pod("typo", dra_node, {"resourceClaimName": "typo"}))
+
+    def refused() -> str:
+        for event in kube.list_namespaced_event(namespace).items:
+            if event.involved_object.name == "typo" and "macaVersion" in (event.message or ""):
+                return str(event.message)
+        return ""
+
+    message = pods.wait(refused, "the kubelet's event with the driver's refusal", explain=dra_node.log)
+    assert "status.allocation.devices.config[0].opaque.parameters.macaVersion" in message
+    assert 'must look like "maca-2"' in message
+    assert pods.phase(kube, namespace, "typo") == "Pending"
