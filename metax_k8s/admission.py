@@ -20,6 +20,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metax_core.dra import claims as dra_claims
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.node import driver_config
 from metax_core.rollout import rules
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 API_VERSION = "admission.k8s.io/v1"
 CLUSTER_OPERATOR_PATH = "/validate/clusteroperator"
 DRIVER_CONFIG_PATH = "/validate/driver-config"
+RESOURCE_CLAIM_PATH = "/validate/resourceclaim"
 DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
 MAX_MESSAGE = 4000
 """The API server shows the message to the user; keep it readable when a document is very wrong."""
@@ -120,6 +122,23 @@ def driver_config_errors(request: Mapping[str, Any]) -> list[FieldError]:
     return []
 
 
+def resource_claim_errors(request: Mapping[str, Any]) -> list[FieldError]:
+    """Reasons to refuse a ResourceClaim or ResourceClaimTemplate: a bad configuration for the MetaX driver
+    (R-DRA; `metax_core.dra.claims.devices_spec_errors`, the check the driver repeats at prepare)."""
+    obj = request.get("object")
+    if not isinstance(obj, Mapping):
+        return [FieldError("", "the request carries no object")]
+    body = obj.get("spec")
+    if not isinstance(body, Mapping):
+        return []
+    if obj.get("kind") == "ResourceClaimTemplate":
+        inner = body.get("spec")
+        return dra_claims.devices_spec_errors(
+            inner.get("devices") if isinstance(inner, Mapping) else None, "spec.spec.devices"
+        )
+    return dra_claims.devices_spec_errors(body.get("devices"), "spec.devices")
+
+
 def review(body: object, path: str) -> dict[str, Any]:
     """The AdmissionReview response for ``body`` sent to ``path`` (`CLUSTER_OPERATOR_PATH` or `DRIVER_CONFIG_PATH`).
 
@@ -137,6 +156,14 @@ def review(body: object, path: str) -> dict[str, Any]:
     elif path == DRIVER_CONFIG_PATH:
         errors = driver_config_errors(request)
         what = f"ConfigMap {DRIVER_CONFIG_MAP}"
+    elif path == RESOURCE_CLAIM_PATH:
+        errors = resource_claim_errors(request)
+        kind = (
+            (request.get("object") or {}).get("kind", "ResourceClaim")
+            if isinstance(request.get("object"), Mapping)
+            else "ResourceClaim"
+        )
+        what = f"{kind} {request.get('namespace') or ''}/{request.get('name') or ''}"
     else:
         raise ValueError(f"no admission rules at {path!r}")
     if errors:

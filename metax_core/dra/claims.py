@@ -107,6 +107,24 @@ def parse_config(parameters: object, path: str = "parameters") -> GpuConfig:
     return GpuConfig(maca_version=maca, sharing=sharing)
 
 
+def devices_spec_errors(devices: object, path: str) -> list[FieldError]:
+    """Problems with this driver's configuration in a claim's ``spec.devices`` (a ResourceClaim's, or a
+    template's ``spec.spec.devices``), named from ``path``: what the webhook refuses at admission, with the
+    same `parse_config` the driver applies at prepare. Other drivers' entries are not ours to judge."""
+    if not isinstance(devices, Mapping):
+        return []
+    errors: list[FieldError] = []
+    for index, entry in enumerate(devices.get("config") or ()):
+        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != DRIVER:
+            continue
+        try:
+            parse_config(opaque.get("parameters"), f"{path}.config[{index}].opaque.parameters")
+        except InvalidSpec as exc:
+            errors += exc.errors
+    return errors
+
+
 # --- the allocation ---------------------------------------------------------------------------------------
 
 

@@ -201,3 +201,17 @@ def test_any_checkpoint_reads_back_as_written(entries: dict[str, list[str]]) -> 
         }
     )
     assert prepare.parse_checkpoint(prepare.render_checkpoint(point)) == point
+
+
+def test_admission_names_the_bad_field_of_this_drivers_configuration_only() -> None:
+    devices = {
+        "config": [
+            {"opaque": {"driver": "other.example.com", "parameters": {"anything": True}}},
+            {"opaque": {"driver": DRIVER, "parameters": config(sharing={"shares": 2, "qosPolicy": "fast"})}},
+            {"requests": ["gpus"]},
+        ]
+    }
+    (error,) = claims.devices_spec_errors(devices, "spec.spec.devices")
+    assert error.path == "spec.spec.devices.config[1].opaque.parameters.sharing.qosPolicy"
+    assert claims.devices_spec_errors({"config": [{"opaque": {"driver": DRIVER, "parameters": config()}}]}, "x") == []
+    assert claims.devices_spec_errors(None, "spec.devices") == []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from metax_core.dra import DRIVER
+from metax_core.dra import claims as dra_claims
 from metax_core.errors import ClusterError
 from metax_core.rollout import status as rollout_status
 from metax_dev.controlplane import cluster
@@ -284,3 +287,35 @@ def test_the_metax_operator_webhook_entry_point_serves_the_api_server(
         assert process.wait(timeout=30) == 0
         if process.stderr is not None:
             process.stderr.close()
+
+
+def test_a_resource_claim_with_a_bad_metax_configuration_is_refused_naming_the_field(
+    webhook: server.WebhookServer, api: client.HttpApi
+) -> None:
+    """R-DRA at admission: the chart's webhook sends claims that configure the MetaX driver (its CEL match
+    condition), the core's `devices_spec_errors` refuses a bad one with the field; others pass untouched."""
+
+    def claim(kind: str, name: str, parameters: dict[str, Any], driver: str = DRIVER) -> dict[str, Any]:
+        devices = {
+            "requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER}}],
+            "config": [{"requests": ["gpus"], "opaque": {"driver": driver, "parameters": parameters}}],
+        }
+        spec = {"devices": devices} if kind == "ResourceClaim" else {"spec": {"devices": devices}}
+        meta = {"name": name, "namespace": NAMESPACE}
+        return {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": meta, "spec": spec}
+
+    bad = {"apiVersion": dra_claims.CONFIG_API_VERSION, "kind": dra_claims.CONFIG_KIND, "macaVersion": "2.18"}
+    good = {**bad, "macaVersion": "maca-2.18"}
+    for kind, field in (
+        ("ResourceClaim", "spec.devices.config[0].opaque.parameters.macaVersion"),
+        ("ResourceClaimTemplate", "spec.spec.devices.config[0].opaque.parameters.macaVersion"),
+    ):
+        with pytest.raises(
+            ClusterError,
+            match=rf'(?s)resourceclaims.gpu.metax-tech.com.*denied.*{re.escape(field)}: must look like "maca-2"',
+        ):
+            api.create(claim(kind, "bad", bad))
+        api.create(claim(kind, "good", good))
+        api.create(claim(kind, "other-driver", bad, driver="other.example.com"))  # not ours to judge
+        for name in ("good", "other-driver"):
+            api.delete("resource.k8s.io/v1", kind, name, NAMESPACE)
