@@ -65,6 +65,9 @@ TABLE_1_3_1 = {
     "metax-gpu-scheduler": (False, False),
     # Not in Table 1.3.1 (C10 came later): it rebinds PCI functions through /sys, so privileged; no hostPID.
     "metax-vfio-manager": (True, False),
+    # Not in Table 1.3.1 either (R-DRA): gpu-device's host facts, privileged like it; PodResources over its
+    # socket, so no hostPID.
+    "metax-dra-driver": (True, False),
 }
 # 000 §1.3.2: path -> read-only.
 SECTION_1_3_2 = {
@@ -77,6 +80,9 @@ SECTION_1_3_2 = {
     "/etc/crio": False,
     "/var/lib/kubelet/device-plugins": False,
     "/var/lib/kubelet/pod-resources": True,
+    # R-DRA (not in §1.3.2): the kubelet's plugin registration and DRA plugin socket directories.
+    "/var/lib/kubelet/plugins_registry": False,
+    "/var/lib/kubelet/plugins": False,
     "/var/run/cdi": False,
     "/var/lib/metax": False,
     "/run/metax": False,
@@ -139,7 +145,7 @@ def test_every_pod_has_exactly_the_privileges_of_table_1_3_1_and_the_host_paths_
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     every = {"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
-    every |= {"gpuScheduler": {"deploy": True}}
+    every |= {"gpuScheduler": {"deploy": True}, "draDriver": {"deploy": True}}
     objects = workloads.render(validation.parse(every)).objects
     pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if "template" in o.get("spec", {})}
     assert set(pods) == {w.name for info in components.CATALOGUE for w in info.workloads}
