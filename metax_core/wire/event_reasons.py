@@ -85,6 +85,10 @@ TOPOLOGY_UNREADABLE: Final = "TopologyUnreadable"
 TOPOLOGY_INCONSISTENT: Final = "TopologyInconsistent"
 """The Node's topology document disagrees with its labels (GPU count) or allocatable GPUs."""
 
+# -- dra-driver, on its Node --------------------------------------------------------------------------------------
+RESOURCE_SLICES_PUBLISHED: Final = "ResourceSlicesPublished"
+"""The node's ResourceSlices changed (devices, slices and pool generation in the message, R-DRA)."""
+
 
 def driver_rollout(step_state: str) -> str:
     """The reason of the Event for a rollout step that entered ``step_state`` (e.g. ``StepPaused``)."""
@@ -123,5 +127,6 @@ ALL: Final = (
     RUNTIME_UNSUPPORTED,
     TOPOLOGY_UNREADABLE,
     TOPOLOGY_INCONSISTENT,
+    RESOURCE_SLICES_PUBLISHED,
 )
 """Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""

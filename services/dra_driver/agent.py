@@ -31,6 +31,7 @@ from metax_core.inventory import VFIO_DRIVER, GpuHealth, PciAddress, PciFunction
 from metax_core.node import devices, readiness
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
+from metax_core.wire import event_reasons
 from services._agent import base, cluster
 from services.dra_driver.config import Settings
 
@@ -275,7 +276,7 @@ class DraDriver(base.NodeAgentBase):
                 f"published {len(wanted)} device(s) in {len(plan.apply)} slice(s), pool generation {plan.generation}"
             )
             self.say("slices", message)
-            self.publisher.event("ResourceSlicesPublished", message)
+            self.publisher.event(event_reasons.RESOURCE_SLICES_PUBLISHED, message)
         return True
 
     def _publish_health(self, facts: slices.NodeFacts) -> None:
