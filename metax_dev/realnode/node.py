@@ -11,6 +11,7 @@ fails with the tail of the log of the process being waited for.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import shutil
@@ -271,11 +272,23 @@ class RealNode:
 
     def restart_containerd(self) -> float:
         """Stop containerd (SIGTERM) and start it again; running containers keep running (their shims
-        are not containerd's children). Returns seconds until it serves again."""
+        are not containerd's children). Returns seconds until the node is whole again: containerd serves, and
+        the kubelet has reported the node's status since (a status the kubelet computed while containerd
+        was down says ``containerd://Unknown``; a later test reading the Node must not see that one)."""
         started = time.monotonic()
         self._processes.pop("containerd").stop()
         self._start_process("containerd", containerd.command(self.bin_dir, self.containerd_layout))
         self._wait(self._containerd_serving, "containerd after restart", "containerd")
+        back = datetime.datetime.now(datetime.UTC)
+        api = self._api()
+        try:
+            self._wait(
+                lambda: runtime_reported_since(api, self.name, back),
+                "the kubelet's node status with containerd back",
+                "kubelet",
+            )
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
         return time.monotonic() - started
 
     def _kubelet_healthy(self) -> bool:
@@ -352,6 +365,18 @@ def _node_exists(api: ApiClient, name: str) -> bool:
             return False
         raise
     return True
+
+
+def runtime_reported_since(api: ApiClient, name: str, since: datetime.datetime) -> bool:
+    """Whether the kubelet posted the Node's status after ``since`` (its Ready heartbeat, whole seconds, so
+    strictly later than ``since``'s second), Ready and with a known container runtime version."""
+    from kubernetes import client as kube
+
+    node: Any = kube.CoreV1Api(api).read_node(name)
+    ready = [c for c in (node.status.conditions or []) if c.type == "Ready" and c.status == "True"]
+    known = not str(node.status.node_info.container_runtime_version).endswith("Unknown")
+    fresh = bool(ready) and ready[0].last_heartbeat_time > since.replace(microsecond=0)
+    return known and fresh
 
 
 def node_ready(api: ApiClient, name: str) -> bool:
