@@ -61,6 +61,10 @@ class NodeFacts:
     links: tuple[GpuLink, ...] = ()
     driver_version: DriverVersion | None = None
     uuids: Mapping[PciAddress, str] = attrs.field(factory=dict)
+    may_publish: bool = True
+    """False while a required component is not ready (R-READY): nothing is published."""
+    held: frozenset[PciAddress] = frozenset()
+    """GPUs device-plugin pods hold (`devices.held_gpus`): neither they nor their VFs are published."""
 
 
 @attrs.frozen
@@ -120,7 +124,10 @@ def _reported_name(metrics: Sequence[GpuMetrics], address: PciAddress) -> str | 
 
 
 def published_devices(facts: NodeFacts) -> tuple[PublishedDevice, ...]:
-    """The node's devices for DRA, in PCI address order (unhealthy ones left out)."""
+    """The node's devices for DRA, in PCI address order (unhealthy and held ones left out; none while
+    publishing is not allowed)."""
+    if not facts.may_publish:
+        return ()
     plan = plugin_devices.plan_devices(
         facts.functions,
         settings=plugin_devices.NodeSettings(),
@@ -132,7 +139,7 @@ def published_devices(facts: NodeFacts) -> tuple[PublishedDevice, ...]:
         (d.function, TYPE_VFIO if resource is plugin_devices.Resource.VFIO_GPU else None)
         for resource in (plugin_devices.Resource.GPU, plugin_devices.Resource.VFIO_GPU)
         for d in plan.devices.get(resource, ())
-        if d.healthy
+        if d.healthy and d.function.address not in facts.held and d.function.physfn not in facts.held
     ]
     zones = labels.link_zones([f.address for f, _ in chosen], facts.links)
     version = semver(facts.driver_version)

@@ -181,6 +181,11 @@ def cdi_name(resource: Resource, device_id: str) -> str | None:
     return None
 
 
+def vfio_nodes(groups: Iterable[int]) -> tuple[str, ...]:
+    """The device nodes a holder of these IOMMU groups needs: the VFIO container and each group's node."""
+    return (VFIO_CONTAINER_NODE, *(f"/dev/vfio/{g}" for g in sorted(set(groups))))
+
+
 def is_native(function: PciFunction) -> bool:
     """Bound to the MetaX driver (sysfs may spell it ``metax`` or ``METAX``)."""
     return function.driver is not None and function.driver.lower() == METAX_MODULE
@@ -403,11 +408,10 @@ def plan_allocation(
     addresses = sorted({d.function.address for d in chosen})
     joined = ",".join(addresses)
     if resource is Resource.VFIO_GPU:
-        groups = sorted({d.function.iommu_group for d in chosen if d.function.iommu_group is not None})
-        paths = [VFIO_CONTAINER_NODE, *(f"/dev/vfio/{g}" for g in groups)]
+        vfio = vfio_nodes(d.function.iommu_group for d in chosen if d.function.iommu_group is not None)
         return ContainerAllocation(
             envs=dict.fromkeys(kubevirt_env_names(resource), joined),
-            devices=tuple(DeviceNode(p, p, "rw") for p in paths),
+            devices=tuple(DeviceNode(p, p, "rw") for p in vfio),
         )
     paths = list(dict.fromkeys(p for a in addresses for p in device_nodes.get(a, ())))
     envs = {VISIBLE_DEVICES_ENV: joined}

@@ -163,8 +163,8 @@ class DraDriver(base.NodeAgentBase):
         if gathered is None:
             self.probe.not_ready()
             return
-        facts, allowed, held = gathered
-        wanted = [d for d in slices.published_devices(facts) if allowed and not self._is_held(d, facts, held)]
+        facts = gathered
+        wanted = slices.published_devices(facts)
         node = self.publisher.node_or_none(self.say)
         if node is None:
             self.probe.not_ready()
@@ -173,15 +173,12 @@ class DraDriver(base.NodeAgentBase):
             self.probe.not_ready()
             return
         self._publish_health(facts)
+        allowed = facts.may_publish
         reason = f"{len(wanted)} device(s) published" if allowed else "waiting for the required components"
         self.publisher.signal(allowed, reason)
         self.probe.ready(reason)
 
-    def _is_held(self, device: slices.PublishedDevice, facts: slices.NodeFacts, held: set[PciAddress]) -> bool:
-        function = next(f for f in facts.functions if f.address == device.address)
-        return device.address in held or (function.physfn is not None and function.physfn in held)
-
-    def _gather(self) -> tuple[slices.NodeFacts, bool, set[PciAddress]] | None:
+    def _gather(self) -> slices.NodeFacts | None:
         signals = self.board.read_all() if self.board is not None and self.settings.required_components else {}
         decision = readiness.decide(self.settings.required_components, signals)
         self.say("readiness", f"publishing allowed: {decision.may_advertise} ({decision.reason})")
@@ -240,13 +237,15 @@ class DraDriver(base.NodeAgentBase):
             metrics=metrics,
             links=links,
             driver_version=version,
+            may_publish=decision.may_advertise,
+            held=frozenset(held),
         )
-        return facts, decision.may_advertise, held
+        return facts
 
     def _nodes_of(self, function: PciFunction) -> tuple[str, ...]:
         if function.driver == VFIO_DRIVER:
             group = function.iommu_group
-            return (devices.VFIO_CONTAINER_NODE, f"/dev/vfio/{group}") if group is not None else ()
+            return devices.vfio_nodes([group]) if group is not None else ()
         if not devices.is_native(function):
             return ()
         return tuple(self.hw.devices.device_nodes(function.address))
