@@ -16,6 +16,7 @@ import logging
 import pathlib
 import sys
 import tempfile
+from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +73,23 @@ def drifted(repo_root: pathlib.Path = REPO_ROOT, proto: pathlib.PurePosixPath = 
         ]
 
 
-def main(argv: list[str] | None = None, proto: pathlib.PurePosixPath = PROTO) -> int:
-    parser = argparse.ArgumentParser(description=f"Regenerate the checked-in gRPC code of {proto}.")
+def main(argv: list[str] | None = None, proto: pathlib.PurePosixPath | Sequence[pathlib.PurePosixPath] = PROTO) -> int:
+    """Regenerate (or ``--check``) the code of ``proto``, or of each of several .protos that share a regen.sh."""
+    protos = [proto] if isinstance(proto, pathlib.PurePosixPath) else list(proto)
+    parser = argparse.ArgumentParser(
+        description=f"Regenerate the checked-in gRPC code of {', '.join(map(str, protos))}."
+    )
     parser.add_argument("--check", action="store_true", help="only report drift, exit 1 when found")
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if options.check:
-        stale = drifted(REPO_ROOT, proto)
-        for name in stale:
-            log.error("%s is out of date: run %s/regen.sh", name, proto.parent.parent)
+        stale = [(p, name) for p in protos for name in drifted(REPO_ROOT, p)]
+        for p, name in stale:
+            log.error("%s/%s is out of date: run its regen.sh", p.parent, name)
         return 1 if stale else 0
-    for path in generate(REPO_ROOT, REPO_ROOT, proto):
-        log.info("wrote %s", path.relative_to(REPO_ROOT))
+    for p in protos:
+        for path in generate(REPO_ROOT, REPO_ROOT, p):
+            log.info("wrote %s", path.relative_to(REPO_ROOT))
     return 0
 
 

@@ -9,8 +9,6 @@ Usage: ``python -m metax_k8s.dra.regen`` (rewrite in place) or ``... --check`` (
 
 from __future__ import annotations
 
-import argparse
-import logging
 import pathlib
 import sys
 
@@ -27,8 +25,6 @@ PROTOS = tuple(
 )
 """The .protos, relative to the repository root (the include path)."""
 
-log = logging.getLogger(__name__)
-
 
 def drifted(repo_root: pathlib.Path = regen.REPO_ROOT) -> list[str]:
     """``<proto dir>/<file>`` of every checked-in generated file that differs from a fresh generation."""
@@ -36,19 +32,7 @@ def drifted(repo_root: pathlib.Path = regen.REPO_ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Regenerate the checked-in gRPC code of the kubelet's DRA APIs.")
-    parser.add_argument("--check", action="store_true", help="only report drift, exit 1 when found")
-    options = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if options.check:
-        stale = drifted()
-        for name in stale:
-            log.error("%s is out of date: run metax_k8s/dra/regen.sh", name)
-        return 1 if stale else 0
-    for proto in PROTOS:
-        for path in regen.generate(regen.REPO_ROOT, regen.REPO_ROOT, proto):
-            log.info("wrote %s", path.relative_to(regen.REPO_ROOT))
-    return 0
+    return regen.main(argv, PROTOS)
 
 
 if __name__ == "__main__":
