@@ -96,7 +96,6 @@ class DraDriver(base.NodeAgentBase):
         self._lock = threading.Lock()
         self._checkpoint = preparing.Checkpoint()
         self._published: dict[str, slices.PublishedDevice] = {}
-        self._slices: list[Mapping[str, Any]] | None = None
         self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
         self._known: dict[str, PciAddress] = {}
         self._present: frozenset[PciAddress] = frozenset()
@@ -257,22 +256,15 @@ class DraDriver(base.NodeAgentBase):
         ref = slices.NodeRef(self.settings.node_name, str((node.get("metadata") or {}).get("uid", "")))
         objects = self.ports.objects
         try:
-            # The node's slices as last read: read again after every write and at each resync (a slice someone
-            # else changed is put right then), not every round.
-            if self.chores.due("relist", self.settings.resync) or self._slices is None:
-                found = objects.list(
-                    slices.API_VERSION, slices.KIND, field_selector=f"spec.nodeName={self.settings.node_name}"
-                )
-                self._slices = list(found.items)
-            plan = slices.plan_slices(ref, wanted, self._slices)
-            if not plan.quiet:
-                self._slices = None
+            existing = objects.list(
+                slices.API_VERSION, slices.KIND, field_selector=f"spec.nodeName={self.settings.node_name}"
+            )
+            plan = slices.plan_slices(ref, wanted, existing.items)
             for body in plan.apply:
                 objects.apply(body, field_manager=FIELD_MANAGER, force=True)
             for name in plan.delete:
                 objects.delete(slices.API_VERSION, slices.KIND, name)
         except ClusterError as exc:
-            self._slices = None
             self.say("slices", f"cannot publish the ResourceSlices: {exc}", logging.WARNING)
             return False
         with self._lock:
