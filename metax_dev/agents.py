@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+from metax_core.node import payload_layout
 from metax_hw_fake import host as fake_host
 from services._agent import loop
 
@@ -104,7 +105,8 @@ BROKEN_KERNEL = "6.99.0-0-broken"
 def write_payload(
     directory: pathlib.Path, version: str = PAYLOAD_VERSION, *, built_for: str | None = None
 ) -> pathlib.Path:
-    """A driver image's payload (``driver/metax.ko`` of ``version``) under ``directory``, driver-manager's
+    """A driver image's payload (``driver/metax.ko`` of ``version`` and the fake host's ``bin/mx-smi``, which runs
+    in a pod too: `metax_hw_fake.builder.portable_tool`) under ``directory``, driver-manager's
     ``METAX_PAYLOAD_DIR``; returns ``directory``. ``built_for`` another kernel release (`BROKEN_KERNEL`):
     the fake host's kernel refuses the module, as a real one refuses a module built for another kernel."""
     from metax_hw_fake import builder, kmods  # not in the agents' processes (benchmarks/agents.py measures them)
@@ -118,6 +120,10 @@ def write_payload(
         dict(builder.METAX_PARAMS),
         vermagic=kmods.vermagic(built_for) if built_for else None,
     )
+    smi = directory / payload_layout.TOOLS_SUBDIR / "mx-smi"  # the driver's tool comes with it
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text(builder.portable_tool("mx-smi"))
+    smi.chmod(0o755)
     return directory
 
 

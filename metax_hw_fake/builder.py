@@ -360,6 +360,19 @@ class FakeHostBuilder:
             layout.relink(base / "sys/class/net" / nic.name, net)
 
 
+def portable_tool(tool: str) -> str:
+    """A fake tool as a TEST driver payload carries it (``bin/mx-smi``, `metax_core.node.payload_layout`): it
+    runs wherever the host is mounted, inside an agent's pod too (the image's ``python3`` has this package), on
+    the fake host at the agent's host root (``METAX_HOST_ROOT``, `metax_core.cluster.agent_env.HOST_ROOT`)."""
+    from metax_core.cluster import agent_env
+
+    code = (
+        "import os, sys; from metax_hw_fake import tools; "
+        f"sys.exit(tools.main({tool!r}, os.environ[{agent_env.HOST_ROOT!r}], sys.argv[1:]))"
+    )
+    return f'#!/bin/sh\nexec python3 -E -c {shlex.quote(code)} "$@"\n'
+
+
 def write_tools(root: Path) -> None:
     """The fake executables: tiny sh wrappers exec'ing this interpreter on `metax_hw_fake.tools`."""
     source = str(Path(__file__).resolve().parent.parent)

@@ -45,8 +45,9 @@ VFIO_CONFIG_MAP = vfio_config_map.NAME
 HostPath = tuple[str, bool]  # (path, read_only)
 _LOG = ("/var/log/metax", False)
 _RUN = ("/run/metax", False)
+_TOOLS = ("/var/lib/metax", True)  # the running driver's mx-smi (`payload_layout.HOST_TOOLS_DIR`), read only
 HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
-    "metax-gpu-label": (("/sys", True), ("/dev", True), _RUN, _LOG),
+    "metax-gpu-label": (("/sys", True), ("/dev", True), _TOOLS, _RUN, _LOG),
     "metax-container-runtime": (
         ("/etc/containerd", False),
         ("/etc/docker", False),
@@ -73,6 +74,7 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
         ("/var/lib/kubelet/device-plugins", False),
         ("/var/lib/kubelet/pod-resources", True),
         ("/var/run/cdi", False),
+        _TOOLS,
         _RUN,
         _LOG,
     ),
@@ -84,12 +86,20 @@ HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
         ("/var/lib/kubelet/plugins", False),
         ("/var/lib/kubelet/pod-resources", True),
         ("/var/run/cdi", False),
+        _TOOLS,
         _RUN,
         _LOG,
     ),
-    "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _LOG),
+    "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _TOOLS, _LOG),
     "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
-    "metax-topo-worker": (("/sys", True), ("/dev", True), ("/var/lib/kubelet/pod-resources", True), _RUN, _LOG),
+    "metax-topo-worker": (
+        ("/sys", True),
+        ("/dev", True),
+        ("/var/lib/kubelet/pod-resources", True),
+        _TOOLS,
+        _RUN,
+        _LOG,
+    ),
 }
 ALLOWED_HOST_PATHS = frozenset(
     {
@@ -111,6 +121,10 @@ ALLOWED_HOST_PATHS = frozenset(
     }
 )
 HOST_ROOT_IN_CONTAINER = "/host"
+TEST_FAKE_HOST_DIR = "/.metax-fake"
+"""TEST ONLY: a fake GPU host's own directory (its kernel's state; `metax_hw_fake.layout.PRIVATE`). Under a
+`RenderSettings.host_path_prefix` the privileged agents also mount it, read-write, so the fake host's tools (the
+test driver payload's mx-smi) run inside their pods against the same fake kernel (docs/realnode.md)."""
 
 _CONTROL_PLANE_TOLERATIONS = [
     {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
@@ -200,8 +214,11 @@ def _volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]]
     """The workload's hostPath volumes, each mounted at the same path under `HOST_ROOT_IN_CONTAINER`; the host
     side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
     volumes, mounts = [], []
-    for path, read_only in HOST_PATHS.get(workload.name, ()):
-        name = "host" + path.replace("/", "-").replace("_", "-")  # a DNS label (plugins_registry)
+    paths = HOST_PATHS.get(workload.name, ())
+    if prefix and paths and workload.privileged:
+        paths = (*paths, (TEST_FAKE_HOST_DIR, False))
+    for path, read_only in paths:
+        name = "host" + path.replace("/", "-").replace("_", "-").replace(".", "-")  # a DNS label (plugins_registry)
         host_path = prefix.rstrip("/") + path
         volumes.append({"name": name, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})

@@ -12,8 +12,15 @@ The layout inside the image (``METAX_PAYLOAD_DIR``, default ``/payload``)::
     driver/<kernel-release>/metax.ko        one directory per kernel the image covers (+ any other .ko)
     driver/metax.ko                         the older flat form: one kernel, whatever its vermagic says
     firmware/{virt,non-virt}/mxvbios-<v>.bin
+    bin/mx-smi                              the driver's own tools (MetaX's mx-smi), for this driver version
 
 and on the host, where insmod reads it: ``/var/lib/metax/drivers/<version>/<kernel-release>/metax.ko``.
+
+The tools: MetaX's ``mx-smi`` is not in Debian and not redistributable, so no agent image carries it; it comes
+with the driver it belongs to (a tool talks to the driver of its own version). driver-manager stages a payload's
+``bin/`` at ``/var/lib/metax/drivers/<version>/bin/`` and points `HOST_TOOLS_DIR` at the running driver's
+version; every agent that runs ``mx-smi`` mounts ``/var/lib/metax`` (000 §1.3.2: files the driver shares) and
+searches `HOST_TOOLS_DIR` before its own PATH (`metax_hw.host.open_host`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ MODULE_FILE = "metax.ko"
 """The driver's module file in each kernel's directory (its sysfs name is ``metax``)."""
 HOST_DRIVER_DIR = "/var/lib/metax/drivers"
 """Where payload drivers are staged on the host, per driver version and kernel release."""
+TOOLS_SUBDIR = "bin"
+"""The payload's (and each staged version's) directory of the driver's user-space tools."""
+HOST_TOOLS_DIR = f"{HOST_DRIVER_DIR}/tools"
+"""A link to ``<version>/bin`` of the running driver's version: where the agents find ``mx-smi``."""
 FLAT = ""
 """The `PayloadModule.location` of a module directly under ``driver/`` (the older one-kernel form)."""
 
@@ -42,6 +53,22 @@ def host_module_path(version: str, release: str) -> str:
     """Host-absolute path of the staged module of driver ``version`` for kernel ``release``."""
     check_release(release)
     return f"{HOST_DRIVER_DIR}/{version}/{release}/{MODULE_FILE}"
+
+
+def host_tools_dir(version: str) -> str:
+    """Host-absolute directory of driver ``version``'s staged tools."""
+    if not version or version in (".", "..", "tools") or "/" in version or any(c.isspace() for c in version):
+        raise ValueError(f"driver version {version!r}: expected one path component like 2.18.0")
+    return f"{HOST_DRIVER_DIR}/{version}/{TOOLS_SUBDIR}"
+
+
+def tools_link(running_version: str | None, staged: Sequence[str]) -> str | None:
+    """Where `HOST_TOOLS_DIR` points: the running driver's staged tools (relative to `HOST_DRIVER_DIR`, so the
+    link resolves wherever the host is mounted), or None (no link) when no driver runs or its version brought
+    no tools — a tool of another version may not speak to the running driver."""
+    if running_version is None or running_version not in staged:
+        return None
+    return f"{running_version}/{TOOLS_SUBDIR}"
 
 
 def check_release(release: str) -> None:

@@ -170,7 +170,7 @@ def write_payload_image(path: Path, name: str, payload: Path, busybox: Path = BU
     links = [Entry(f"bin/{a}", link="busybox") for a in busybox_applets(busybox) if a != "busybox"]
     files = sorted(f for f in payload.rglob("*") if f.is_file())
     dirs = sorted({str(Path("payload") / d.relative_to(payload)) for d in payload.rglob("*") if d.is_dir()})
-    carried = [Entry(f"payload/{f.relative_to(payload)}", f, mode=0o644) for f in files]
+    carried = [Entry(f"payload/{f.relative_to(payload)}", f, mode=_mode(f)) for f in files]
     return write_image(
         path,
         name,
@@ -178,6 +178,11 @@ def write_payload_image(path: Path, name: str, payload: Path, busybox: Path = BU
         directories=["bin", "dev", "etc", "proc", "sys", "tmp", "payload", *dirs],
         cmd=["sh"],
     )
+
+
+def _mode(file: Path) -> int:
+    """0755 for an executable of the payload (the driver's tools, ``bin/mx-smi``), else 0644."""
+    return 0o755 if file.stat().st_mode & 0o111 else 0o644
 
 
 def import_images(ctr: Path, address: Path, archives: Sequence[Path]) -> None:

@@ -163,6 +163,7 @@ class DriverManager(base.NodeAgentBase):
             else:
                 blocked = self._load(plan, loaded, remembered, module)
                 loaded = self.hw.modules.state(METAX_MODULE)
+        self._tools(loaded)
         vf_plan = None
         if plan.step is not driver_plan.Step.LEAVE and loaded is not None:
             vf_plan = self._set_vfs(wanted.vfnum)
@@ -350,6 +351,17 @@ class DriverManager(base.NodeAgentBase):
             self.say("vfs", f"{vfnum} VF(s) per GPU on {len(plan.writes)} GPU(s)")
             self.publisher.event(event_reasons.VF_COUNT_SET, f"{vfnum} VF(s) per GPU")
         return plan
+
+    def _tools(self, loaded: ModuleState | None) -> None:
+        """The running driver's tools (mx-smi) where every agent finds them (`payload_layout.HOST_TOOLS_DIR`):
+        the payload's staged, the link pointed at the running version's (before the health check runs mx-smi)."""
+        s = self.settings
+        try:
+            if s.payload_version and payload.install_tools(self.payload_dir, s.host_root, s.payload_version):
+                self.say("tools", f"driver {s.payload_version}'s tools staged")
+            payload.point_tools(s.host_root, loaded.version if loaded is not None else None)
+        except (HardwareError, OSError) as exc:
+            self.say("tools", f"cannot provide the driver's tools: {exc}", logging.WARNING)
 
     def _health(self) -> Mapping[PciAddress, GpuHealth] | None:
         try:

@@ -12,6 +12,7 @@ directory that exists is never rewritten (versions are immutable), so two rounds
 from __future__ import annotations
 
 import logging
+import os
 import pathlib
 import shutil
 import tempfile
@@ -90,6 +91,48 @@ def _copy_tree(files: list[pathlib.Path], target: pathlib.Path, what: str) -> No
             return  # another round finished first: versions are immutable
         raise HardwareError("install payload", what, f"cannot copy to {target}: {exc}") from exc
     log.info("installed %s at %s", what, target)
+
+
+def install_tools(payload_dir: pathlib.Path, host_root: pathlib.Path, version: str) -> bool:
+    """Stage the payload's ``bin/`` (the driver's tools, ``mx-smi``) as driver ``version``'s tools on the host,
+    once (versions are immutable); False when the payload brings no tools."""
+    source = payload_dir / payload_layout.TOOLS_SUBDIR
+    files = sorted(f for f in source.iterdir() if f.is_file()) if source.is_dir() else []
+    if not files:
+        return False
+    target = host_root / payload_layout.host_tools_dir(version).lstrip("/")
+    if not target.is_dir():
+        _copy_tree(files, target, f"driver {version}'s tools")
+    return True
+
+
+def point_tools(host_root: pathlib.Path, running_version: str | None) -> str | None:
+    """Point `payload_layout.HOST_TOOLS_DIR` at the running driver's staged tools, or remove it when that driver
+    brought none (`payload_layout.tools_link`); replaced in one rename, so an agent never finds it half made.
+    Returns where it points."""
+    drivers = host_root / payload_layout.HOST_DRIVER_DIR.lstrip("/")
+    staged = (
+        [d.name for d in drivers.iterdir() if (d / payload_layout.TOOLS_SUBDIR).is_dir() and not d.is_symlink()]
+        if drivers.is_dir()
+        else []
+    )
+    wanted = payload_layout.tools_link(running_version, staged)
+    link = host_root / payload_layout.HOST_TOOLS_DIR.lstrip("/")
+    current = os.readlink(link) if link.is_symlink() else None
+    if current == wanted:
+        return wanted
+    try:
+        if wanted is None:
+            link.unlink(missing_ok=True)
+        else:
+            fresh = link.with_name(f".{link.name}.new")
+            fresh.unlink(missing_ok=True)
+            fresh.symlink_to(wanted)
+            fresh.rename(link)
+    except OSError as exc:
+        raise HardwareError("point the driver's tools", str(link), str(exc)) from exc
+    log.info("driver tools at %s: %s", payload_layout.HOST_TOOLS_DIR, wanted or "none (removed)")
+    return wanted
 
 
 def firmware_version(payload_dir: pathlib.Path, image: FirmwareImage) -> tuple[str, pathlib.Path] | None:

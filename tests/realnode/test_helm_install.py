@@ -21,21 +21,28 @@ In order:
   under ``/host``; the driver pod's init container ran the payload image and left ``driver/metax.ko`` for
   driver-manager; gpu-label published the node's GPU labels from the fake host's PCI functions; driver-manager
   and gpu-device wrote their host files on the fake host; gpu-label and vfio-manager are Ready;
+* driver-manager stages the payload's ``bin/mx-smi`` (the driver's own tool: no image carries MetaX's tool,
+  docs/images.md) on the host and points ``/var/lib/metax/drivers/tools`` at the running driver's, where every
+  agent that runs mx-smi finds it (`metax_core.node.payload_layout`); the driver turns ready, gpu-device
+  registers with the real kubelet, and a workload pod asking for ``metax-tech.com/gpu: 2`` runs with exactly
+  its two GPUs' device nodes, injected by containerd from the CDI spec gpu-device wrote;
 * ``helm uninstall --wait`` runs the pre-delete Job as a real pod on the node, and afterwards nothing of
   ours is left: no objects, no pods, no ``metax-tech.com`` node labels or annotations, no host files the
   agents wrote on the fake host.
 
-Not covered yet (docs/realnode.md "The product as real pods"): no image carries ``mx-smi`` (MetaX's tool, not
-redistributable; docs/images.md), so driver-manager's GPU health check fails in its container and the driver
-is not ready; gpu-device therefore advertises nothing and a GPU pod cannot run. driver-manager's module
-tools run on this machine's own kernel (``nsenter --target 1``), not the fake host's, so the payload is
-installed only when the host already runs its version (``keep``).
+The test payload's mx-smi is the fake host's (`metax_hw_fake.builder.portable_tool`, run by the image's own
+Python on the fake host at the agent's ``METAX_HOST_ROOT``); with the test-only host path prefix the agents also
+mount the fake host's state directory (`metax_core.cluster.workloads.TEST_FAKE_HOST_DIR`). Not covered here
+(docs/realnode.md "The product as real pods"): driver-manager's module tools run on this machine's own kernel
+(``nsenter --target 1``), not the fake host's, so the payload is installed only when the host already runs its
+version (``keep``), and container-runtime and maca are stand-ins (their readiness signals published by the test).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,18 +52,16 @@ import pytest
 from kubernetes import client
 
 from metax_core.cluster import workloads
-from metax_core.node import readiness
+from metax_core.node import payload_layout, readiness
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 
-from . import helm_release
+from . import gpus, helm_release, pods
 from .helm_release import NAMESPACE, Release
 
 pytestmark = pytest.mark.realnode
 
 AGENTS = ("metax-gpu-label", "metax-driver", "metax-vfio-manager", "metax-gpu-device")
-#: The agents whose readiness does not depend on mx-smi (see the module docstring).
-READY_AGENTS = ("metax-gpu-label", "metax-vfio-manager")
 WAIT = 120.0
 #: Where on the fake host the agents write (compared before the install and after the uninstall).
 AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")
@@ -181,7 +186,7 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
             statuses = [s for p in found for s in (p.get("status") or {}).get("containerStatuses") or []]
             if len(found) != 1 or not statuses or "running" not in statuses[0]["state"]:
                 return False
-        return all(_one(r, name)["status"]["containerStatuses"][0]["ready"] for name in READY_AGENTS)
+        return all(_one(r, name)["status"]["containerStatuses"][0]["ready"] for name in AGENTS)
 
     helm_release.wait(started, "the node agents' pods running", WAIT, lambda: _describe(r))
     rendered = {
@@ -234,6 +239,35 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
     )
     cdi = json.loads((root / "var/run/cdi/metax-tech.com-gpu.json").read_text())
     assert len(cdi["devices"]) == len(gpus)
+
+
+def test_a_gpu_pod_gets_its_devices_from_the_agents_pods(
+    release: Release, kube: client.CoreV1Api, namespace: str
+) -> None:
+    r = release
+    helm_release.wait(
+        lambda: gpus.allocatable(kube, r.node) == helm_release.PFS,
+        f"{helm_release.PFS} allocatable {gpus.GPU}",
+        WAIT,
+        lambda: _describe(r),
+    )
+    # The driver's tool, staged from the payload, is what the agents' health checks ran (no image carries it).
+    tools = r.fake.root / payload_layout.HOST_TOOLS_DIR.lstrip("/")
+    assert os.readlink(tools) == f"{helm_release.DRIVER_VERSION}/{payload_layout.TOOLS_SUBDIR}"
+    assert (tools / "mx-smi").is_file()
+    device_pod = _one(r, "metax-gpu-device")["metadata"]["name"]
+    listed = _exec(r, device_pod, "/host" + payload_layout.HOST_TOOLS_DIR + "/mx-smi", "-L")
+    assert len([line for line in listed.splitlines() if line.startswith("GPU")]) == helm_release.PFS, listed
+
+    script = 'echo "VISIBLE=$METAX_VISIBLE_DEVICES"; ' + gpus.LIST_DEVICES + "echo DONE; sleep 3600"
+    kube.create_namespaced_pod(namespace, pods.busybox_pod("two-gpus", r.node, script, resources={gpus.GPU: "2"}))
+    text = pods.wait_logs(kube, namespace, "two-gpus", "DONE")
+    visible = sorted(gpus.env_value(text, "VISIBLE").split(","))
+    assert visible == sorted(str(a) for a in r.fake.gpu_addresses())
+    seen = gpus.device_lines(text)
+    assert set(seen) == gpus.expected_nodes(r.fake, visible), seen
+    major, minor = gpus.DEVICE_NUMBERS
+    assert all(v == f"character special file {major:x}:{minor:x}" for v in seen.values()), seen
 
 
 def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(

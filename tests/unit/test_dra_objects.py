@@ -87,6 +87,7 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
         "/var/run/cdi",
         "/dev",
         "/sys",
+        "/var/lib/metax",  # the running driver's mx-smi, read only (payload_layout.HOST_TOOLS_DIR)
         "/run/metax",
         "/var/log/metax",
     }
@@ -94,7 +95,7 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
     # volume names are DNS labels (the API server refused host-var-lib-kubelet-plugins_registry)
     assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", v["name"]) for v in pod["volumes"])
     read_only = {m["mountPath"].removeprefix("/host") for m in container["volumeMounts"] if m["readOnly"]}
-    assert read_only == {"/sys", "/var/lib/kubelet/pod-resources"}
+    assert read_only == {"/sys", "/var/lib/kubelet/pod-resources", "/var/lib/metax"}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env[agent_env.NODE_NAME] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env[agent_env.HEALTHY_INTERVAL.name] == "9"

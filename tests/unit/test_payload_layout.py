@@ -39,6 +39,18 @@ def test_layout_paths() -> None:
             pl.module_relpath(bad)
 
 
+def test_the_driver_tools_link_names_the_running_versions_tools_only() -> None:
+    """mx-smi comes with its driver (no image carries it): the agents' tools are the running version's, or none."""
+    assert pl.host_tools_dir("2.20.0") == "/var/lib/metax/drivers/2.20.0/bin"
+    assert pl.HOST_TOOLS_DIR == "/var/lib/metax/drivers/tools"
+    assert pl.tools_link("2.20.0", ["2.18.0", "2.20.0"]) == "2.20.0/bin"
+    assert pl.tools_link("2.18.0", ["2.20.0"]) is None  # a tool of another version may not speak to this driver
+    assert pl.tools_link(None, ["2.20.0"]) is None  # no driver runs
+    for bad in ("", "..", "a/b", "tools", "2 0"):
+        with pytest.raises(ValueError, match="driver version"):
+            pl.host_tools_dir(bad)
+
+
 def test_the_running_kernels_module_is_chosen_among_several() -> None:
     modules = [
         pl.PayloadModule("6.1.0-56-amd64", magic("6.1.0-56-amd64")),

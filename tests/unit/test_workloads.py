@@ -71,17 +71,29 @@ def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
 
 def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
     """`RenderSettings.host_path_prefix` (test only, docs/realnode.md) prefixes each hostPath; the mount paths in
-    the container, and the default render, stay the real ones."""
+    the container, and the default render, stay the real ones. The one addition under a prefix: the privileged
+    agents mount the fake host's own directory too (`TEST_FAKE_HOST_DIR`), so its tools work in their pods."""
     spec = validation.parse(BASE)
     plain = workloads.render(spec, workloads.RenderSettings(version="9.9.9"))
     moved = workloads.render(spec, workloads.RenderSettings(version="9.9.9", host_path_prefix="/tmp/fake-host/"))
+    fake = {"name": "host--metax-fake", "mountPath": "/host/.metax-fake", "readOnly": False}
     for before, after in zip(plain.objects, moved.objects, strict=True):
         if before["kind"] != "DaemonSet":
             assert before == after
             continue
         pod_before, pod_after = _pod(dict(before)), _pod(dict(after))
-        assert pod_before["containers"][0].get("volumeMounts") == pod_after["containers"][0].get("volumeMounts")
-        for v_before, v_after in zip(pod_before.get("volumes", []), pod_after.get("volumes", []), strict=True):
+        mounts_before = pod_before["containers"][0].get("volumeMounts") or []
+        mounts_after = pod_after["containers"][0].get("volumeMounts") or []
+        assert fake not in mounts_before and fake in mounts_after
+        assert [m for m in mounts_after if m != fake] == mounts_before
+        fake_volume = {
+            "name": fake["name"],
+            "hostPath": {"path": "/tmp/fake-host/.metax-fake", "type": "DirectoryOrCreate"},
+        }
+        volumes_after = pod_after.get("volumes", [])
+        assert fake_volume in volumes_after
+        volumes_after = [v for v in volumes_after if v != fake_volume]
+        for v_before, v_after in zip(pod_before.get("volumes", []), volumes_after, strict=True):
             if "hostPath" in v_before:
                 assert v_before["hostPath"]["path"] in workloads.ALLOWED_HOST_PATHS
                 assert v_after["hostPath"]["path"] == "/tmp/fake-host" + v_before["hostPath"]["path"]
