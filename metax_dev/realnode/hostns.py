@@ -31,12 +31,21 @@ from metax_dev.realnode import errors
 
 #: Where the kubelet looks for device plugins (not configurable, not under --root-dir).
 DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
+#: Where agents read the kubelet's PodResources socket (the product's host path; the kubelet's is under --root-dir).
+POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
 _OVERLAID: Final = ("/var/lib", "/var/log")
 _DEV_SUBMOUNTS: Final = ("pts", "shm", "mqueue", "hugepages")
 
 
-def setup_script(ns_dir: Path, holder: Path, device_root: Path | None) -> str:
-    """The shell script the holder runs inside the new namespace before it execs ``holder``."""
+def setup_script(
+    ns_dir: Path, holder: Path, device_root: Path | None, pod_resources_dir: Path | None = None
+) -> str:
+    """The shell script the holder runs inside the new namespace before it execs ``holder``.
+
+    With a ``device_root`` (a fake GPU host) the fake host's device nodes are the node's, the kubelet's
+    device-plugin directory is the fake host's, and so is its PodResources directory (``pod_resources_dir``, the
+    kubelet's ``--root-dir``/pod-resources), so agents whose host paths are the fake host's (the test-only host
+    path prefix) reach this node's kubelet at the paths the product mounts."""
     q = shlex.quote
     save = ns_dir / "devsave"
     lines = ["set -e", f"mkdir -p {q(str(save))}"]
@@ -76,6 +85,12 @@ def setup_script(ns_dir: Path, holder: Path, device_root: Path | None) -> str:
             f"mkdir -p {root}{DEVICE_PLUGIN_DIR}",
             f"mount --bind {DEVICE_PLUGIN_DIR} {root}{DEVICE_PLUGIN_DIR}",
         ]
+        if pod_resources_dir is not None:
+            source = q(str(pod_resources_dir))
+            lines += [
+                f"mkdir -p {source} {root}{POD_RESOURCES_DIR}",
+                f"mount --bind {source} {root}{POD_RESOURCES_DIR}",
+            ]
     lines += [f"touch {q(str(ns_dir / 'ready'))}", f"exec {q(str(holder))}"]
     return "\n".join(lines) + "\n"
 
@@ -90,11 +105,13 @@ class MountNamespace:
         log_path: Path,
         *,
         device_root: Path | None = None,
+        pod_resources_dir: Path | None = None,
         join_cgroup: Path | None = None,
     ) -> None:
         self.ns_dir = ns_dir
         self.holder = holder
         self.device_root = device_root
+        self.pod_resources_dir = pod_resources_dir
         self.join_cgroup = join_cgroup
         command = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", str(ns_dir / "setup.sh")]
         self.process = processes.Process("mount-namespace", self.wrap(command, enter=False), log_path)
@@ -118,7 +135,7 @@ class MountNamespace:
     def start(self, timeout: float = 20.0) -> None:
         """Write the setup script, start the holder, wait until every mount is in place."""
         self.ns_dir.mkdir(parents=True, exist_ok=True)
-        (self.ns_dir / "setup.sh").write_text(setup_script(self.ns_dir, self.holder, self.device_root))
+        (self.ns_dir / "setup.sh").write_text(setup_script(self.ns_dir, self.holder, self.device_root, self.pod_resources_dir))
         self.process.start()
         processes.wait_for(
             (self.ns_dir / "ready").is_file,

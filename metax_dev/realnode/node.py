@@ -167,6 +167,7 @@ class RealNode:
             self.bin_dir / "pause",
             self.log_path("namespace"),
             device_root=self.device_root,
+            pod_resources_dir=self.kubelet_layout.pod_resources_socket.parent,
             join_cgroup=self.tracking_cgroup,
         )
         self._processes["namespace"] = self.namespace.process

@@ -12,12 +12,14 @@ The values beyond the README's install command, and why:
   are the fake host's ``/sys``, ``/dev``, ``/var/lib/metax``, ... instead of the node's own;
 * ``operator.nodeSelector`` and ``podTemplateSpec.nodeSelector``: this node (other real nodes of the session's
   control plane have no product images);
-* ``topo``, ``exporter``, ``gpuScheduler``: ``deploy: false`` (no program yet, ``images/images.toml``
-  [pending]; nothing depends on them);
-* ``runtime`` and ``maca`` have no program yet either, but the driver and gpu-device depend on them
-  (`metax_core.cluster.components`: disabling them blocks both, ``PrerequisiteDisabled``), so they stay deployed
-  with a ``podTemplateSpec`` node selector no node matches (DaemonSets of 0 pods), and the test publishes
-  their readiness signals on the fake host, as ``test_agents.py`` does, until their agents land;
+* every component is deployed with the chart's defaults (topology, gpu-scheduler and the data-exporter
+  included), except two that would change this machine rather than the fake host: ``runtime`` (its agent
+  configures and restarts the node's container runtime through the host's service manager, which this harness's
+  node does not have: tests/realnode/test_container_runtime.py runs it against this node's containerd) and
+  ``maca`` (its runtime side needs that runtime configuration: tests/realnode/test_maca_runtime.py). The driver
+  and gpu-device depend on both (`metax_core.cluster.components`: disabling them blocks both,
+  ``PrerequisiteDisabled``), so they stay deployed with a ``podTemplateSpec`` node selector no node matches
+  (DaemonSets of 0 pods), and the test publishes their readiness signals on the fake host;
 * ``operator.image.pullPolicy=Never``: nothing is ever pulled (the components' images are present, so their
   ``IfNotPresent`` never pulls either).
 """
@@ -55,10 +57,9 @@ PFS = 2
 #: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
 DRIVER_VERSION = "2.18.0"
 PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
-DISABLED = ("topo", "exporter", "gpuScheduler")
-#: Deployed, but scheduled on no node: no program yet, and prerequisites of the driver and gpu-device.
+#: Deployed, but scheduled on no node (see the module docstring), and prerequisites of the driver and gpu-device.
 NOWHERE = ("runtime", "maca")
-NO_NODE = {"metax.test/no-program-yet": "true"}
+NO_NODE = {"metax.test/stand-in": "true"}
 
 
 @dataclass
@@ -124,17 +125,15 @@ class Release:
             "--wait",
             "--timeout=3m",
         ]
-        for component in DISABLED:
-            args += ["--set", f"{component}.deploy=false"]
         for component in NOWHERE:
             args += ["--set-json", f"{component}.podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": NO_NODE}})]
         return args
 
     def stand_in_for_runtime_and_maca(self) -> None:
-        """container-runtime and maca have no agents yet: publish their readiness signals, as they will."""
+        """container-runtime and maca run on no node here (module docstring): publish their readiness signals."""
         board = hostfiles.FileReadinessBoard(self.fake.root)
         for component in ("container-runtime", "maca"):
-            board.publish(readiness.ComponentReadiness(component, True, "test: no agent yet"))
+            board.publish(readiness.ComponentReadiness(component, True, "test: stand-in, not run on this node"))
 
 
 def payload_image(directory: Path) -> Path:

@@ -44,15 +44,19 @@ import ipaddress
 import json
 import os
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from metax_core.cluster import workloads
 from metax_core.node import payload_layout, readiness
+from metax_core.topology import cluster_view
+from metax_core.topology import document as topology_document
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 
@@ -61,7 +65,16 @@ from .helm_release import NAMESPACE, Release
 
 pytestmark = pytest.mark.realnode
 
-AGENTS = ("metax-gpu-label", "metax-driver", "metax-vfio-manager", "metax-gpu-device")
+AGENTS = (
+    "metax-gpu-label",
+    "metax-driver",
+    "metax-vfio-manager",
+    "metax-gpu-device",
+    "metax-topo-worker",
+    "metax-data-exporter",
+)
+#: The unprivileged Deployments besides the operator's (topology's cluster view, the scheduler extender).
+DEPLOYMENTS = ("metax-topo-master", "metax-gpu-scheduler")
 WAIT = 120.0
 #: Where on the fake host the agents write (compared before the install and after the uninstall).
 AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")
@@ -268,6 +281,54 @@ def test_a_gpu_pod_gets_its_devices_from_the_agents_pods(
     assert set(seen) == gpus.expected_nodes(r.fake, visible), seen
     major, minor = gpus.DEVICE_NUMBERS
     assert all(v == f"character special file {major:x}:{minor:x}" for v in seen.values()), seen
+
+    # The data-exporter's pod (its image, the driver's mx-smi, the real kubelet's PodResources) attributes both
+    # GPUs to the workload on its /metrics, scraped at the pod's address as Prometheus would (R-EXPORTER).
+    exporter = _one(r, "metax-data-exporter")
+    url = f"http://{exporter['status']['podIP']}:{workloads.EXPORTER_PORT}/metrics"
+
+    def attributed() -> dict[str, dict[str, str]]:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        usage = [s for f in text_string_to_metric_families(text) if f.name == "mx_gpu_usage" for s in f.samples]
+        held = {s.labels["pci_address"]: s.labels for s in usage if s.labels.get("pod") == "two-gpus"}
+        return held if len(held) == len(visible) else {}
+
+    held = helm_release.wait(attributed, "the exporter attributing both GPUs to the pod", WAIT, lambda: _describe(r))
+    assert sorted(held) == visible
+    assert {(h["namespace"], h["container"]) for h in held.values()} == {(namespace, "main")}
+
+
+def test_the_cluster_operator_is_ready_with_topology_and_the_scheduler(
+    release: Release, kube: client.CoreV1Api
+) -> None:
+    """Every component deployed (runtime and maca as stand-ins) and Ready: topo-worker published the node's
+    topology from its pod, topo-master built the cluster view, the extender answers (C7, C9, R-READY)."""
+    r = release
+
+    def ready() -> dict[str, Any] | None:
+        done = r.kubectl("get", "clusteroperators", "cluster-operator", "-o", "json")
+        status = json.loads(done.stdout).get("status") or {} if done.returncode == 0 else {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        return status if conditions.get("Ready", {}).get("status") == "True" else None
+
+    status = helm_release.wait(ready, "cluster-operator Ready", WAIT, lambda: _describe(r))
+    assert status.get("phase") == "Ready", status
+    annotations = kube.read_node(r.node).metadata.annotations or {}
+    doc = topology_document.decode(annotations[topology_document.TOPOLOGY])
+    assert sorted(str(g.address) for g in doc.gpus) == sorted(str(a) for a in r.fake.gpu_addresses())
+    assert json.loads(annotations[topology_document.SCORES]).keys() == {"1", "2"}
+
+    def view() -> dict[str, Any]:
+        cm = kube.read_namespaced_config_map(cluster_view.NAME, NAMESPACE)
+        return cluster_view.decode((cm.data or {}).get(cluster_view.KEY, "")) if cm.data else {}
+
+    nodes = helm_release.wait(view, "topo-master's cluster view", WAIT, lambda: _describe(r))
+    assert nodes[r.node].gpus == helm_release.PFS
+    for name in DEPLOYMENTS:
+        pod = _one(r, name)
+        assert pod["status"]["containerStatuses"][0]["ready"], name
+        assert _exec(r, pod["metadata"]["name"], "id", "-u").strip() == "65532"
 
 
 def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
