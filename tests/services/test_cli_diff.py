@@ -1,8 +1,9 @@
 """`metax-operator diff`'s input side (R-DIFF): ``--set`` edits the live spec like Helm's ``--set`` for maps,
 and refuses what it cannot express with a message naming the argument; ``--set`` without a live
-cluster-operator is a usage error; ``--driver-config FILE`` takes a ConfigMap or only its data, and refuses another object,
-name or namespace naming the field. (The prediction: tests/unit/test_diff.py; against a live install, applied and
-compared: tests/integration/operator/test_diff_live.py.)
+cluster-operator is a usage error; ``--driver-config FILE`` takes a ConfigMap or only its data, and refuses
+another object, name or namespace naming the field (R-VF). (The prediction: tests/unit/test_diff.py and
+test_diff_driver_config.py; against a live install, applied and compared:
+tests/integration/operator/test_diff_live.py.)
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from metax_core.spec import validation
 from metax_core.errors import InvalidSpec
+from metax_core.spec import validation
 from services.cli import diff, diff_driver_config, documents
 
 
