@@ -18,7 +18,6 @@ from typing import Any
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
-from metax_core.errors import InvalidSpec
 from metax_core.node import driver_config
 from metax_core.node import vfio_config_map as vfio_format
 from metax_core.spec import model as spec
@@ -65,15 +64,3 @@ READERS: Mapping[str, Component] = {
 def manifests(s: spec.ClusterOperatorSpec, namespace: str = spec.NAMESPACE) -> tuple[dict[str, Any], ...]:
     """Both ConfigMaps, in the order the operator applies them (before any workload, which reads them)."""
     return driver_config_map(namespace), vfio_config_map(s, namespace)
-
-
-def vf_counts(data: Mapping[str, object] | None) -> dict[str, int]:
-    """Each node's VF count from ``driver-config`` data; a broken ConfigMap counts as "no VFs anywhere".
-
-    The operator only needs the counts to tell which node's gpu-device pod to recreate (R-VF); the driver
-    manager reports a broken ConfigMap itself, with its field paths.
-    """
-    try:
-        return dict(driver_config.parse(data).node_vfnums)
-    except InvalidSpec:
-        return {}

@@ -97,10 +97,21 @@ def desired(
     return {(str(o["kind"]), str(o["metadata"]["name"])): o for o in objects}
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line text (a ConfigMap's values) as a ``|`` block, so a diff shows the lines that changed."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
 def _text(manifest: Mapping[str, Any] | None) -> list[str]:
     if manifest is None:
         return []
-    return yaml.safe_dump(dict(manifest), sort_keys=True, width=200).splitlines(keepends=True)
+    return yaml.dump(dict(manifest), Dumper=_BlockDumper, sort_keys=True, width=200).splitlines(keepends=True)
 
 
 def unified(kind: str, name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str:

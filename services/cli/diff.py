@@ -1,5 +1,7 @@
 """``metax-operator diff -f NEW.yaml | --set k=v``: what applying it would change, before it is applied (R-DIFF).
 
+(``--driver-config FILE``, an edit of the driver-config ConfigMap, is `services.cli.diff_driver_config`.)
+
 Why it exists: an edit of cluster-operator can restart every node's pods or start a driver rollout; the
 administrator should see that before, not after. This command reads the live cluster (cluster-operator with its
 status, the product's pods to know which node runs what) and asks the core (`metax_core.cluster.diff`); the
@@ -17,7 +19,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from rich.console import Console
@@ -37,15 +39,23 @@ FIELD_MANAGER = "helm"
 EXIT_SAME, EXIT_CHANGES, EXIT_REFUSED, EXIT_UNREADABLE = 0, 1, 2, 3
 
 
-def add_parser(subparsers: Any) -> None:
+class DriverConfigCompare(Protocol):
+    """`services.cli.diff_driver_config.compare` (which reads this module's helpers: passed in, not imported)."""
+
+    def __call__(self, api: Api, *, file: str, namespace: str, output: str) -> int: ...
+
+
+def add_parser(subparsers: Any, compare_driver_config: DriverConfigCompare) -> None:
     p = subparsers.add_parser(
         "diff",
         help="what applying a ClusterOperator (or chart values) would change: objects, restarts, rollout (reads only)",
         description="Compare the live cluster-operator with FILE (a ClusterOperator or chart values), or with the "
         "live spec edited by --set: each object the operator would change (a unified diff), which nodes' pods "
         "would restart and why, whether a driver rollout would start and its plan, and whether the webhook or "
-        "the API server would refuse it. Exit codes: 0 no change, 1 changes, 2 refused or bad usage, 3 the "
-        "cluster could not be read.",
+        "the API server would refuse it. With --driver-config: the driver-config ConfigMap's change, each "
+        "node's VF count and module parameters before and after, the gpu-device pods the operator recreates "
+        "(R-VF) and what driver-manager does on each node. Exit codes: 0 no change, 1 changes, 2 refused or "
+        "bad usage, 3 the cluster could not be read.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("-f", "--file", help="ClusterOperator or values YAML/JSON, - for stdin")
@@ -55,11 +65,17 @@ def add_parser(subparsers: Any) -> None:
         metavar="PATH=VALUE",
         help="edit the live spec like helm --set (dotted path, e.g. driver.payload.version=2.21.0); repeatable",
     )
+    source.add_argument(
+        "--driver-config",
+        metavar="FILE",
+        help="an edit of the driver-config ConfigMap (the ConfigMap or its data, YAML/JSON, - for stdin): VF "
+        "counts and module parameters per node, the gpu-device pods recreated, what driver-manager does",
+    )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("-n", "--namespace", default=workloads.RenderSettings().namespace, help="the operator's namespace")
     p.add_argument("--version", default=documents.package_version(), help="the operator's component image tag")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, compare_driver_config=compare_driver_config)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         api = client.HttpApi(connect.connect(args.kubeconfig), user_agent="metax-operator-diff")
+        if args.driver_config is not None:
+            compare_driver_config: DriverConfigCompare = args.compare_driver_config
+            return compare_driver_config(api, file=args.driver_config, namespace=args.namespace, output=args.output)
         return compare(
             api,
             file=args.file,

@@ -22,7 +22,7 @@ from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.rollout import fleet
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import completion, diff, doctor, documents, rollout, uninstall
+from services.cli import completion, diff, diff_driver_config, doctor, documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -135,7 +135,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     rollout.add_parser(sub)
     doctor.add_parser(sub)
-    diff.add_parser(sub)
+    diff.add_parser(sub, diff_driver_config.compare)
     uninstall.add_parser(sub)
 
     completion.add_parser(sub)

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components, configmaps, gpu_workloads, rbac, workloads
+from metax_core.cluster import components, configmaps, gpu_workloads, rbac, vf_restarts, workloads
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
@@ -369,33 +369,33 @@ class Reconciler:
             )
 
     def _recreate_for_vf_changes(self, cr: RawObject, deployed: bool) -> dict[str, int] | None:
-        """R-VF: recreate the gpu-device pod of each node whose VF count changed since its pod was seen."""
+        """R-VF: recreate the gpu-device pod of each node whose VF count changed since its pod was seen
+        (`vf_restarts.decide`, which ``metax-operator diff --driver-config`` predicts with)."""
         if not deployed:
             return None
         cm = self.caches.configmaps.get(workloads.DRIVER_CONFIG_MAP, self.settings.namespace)
-        counts = configmaps.vf_counts((cm or {}).get("data"))
         recorded = {str(k): int(v) for k, v in ((cr.get("status") or {}).get("vfNums") or {}).items()}
-        seen: dict[str, int] = {}
-        for pod in self.caches.pods.items():
-            labels = pod["metadata"].get("labels") or {}
-            node = pod["spec"].get("nodeName")
-            if labels.get(workloads.COMPONENT_LABEL) != Component.GPU_DEVICE.value or not node:
-                continue
-            want = counts.get(str(node), 0)
-            seen[str(node)] = want
-            if str(node) in recorded and recorded[str(node)] != want and not pod["metadata"].get("deletionTimestamp"):
-                name = str(pod["metadata"]["name"])
-                if self.objects.delete("v1", "Pod", name, self.settings.namespace):
-                    self.applier.writes += 1
-                    log.info(
-                        "node %s: VF count %d -> %d, gpu-device pod %s recreated", node, recorded[str(node)], want, name
-                    )
-                    self.events.emit(
-                        ObjectRef("v1", "Node", str(node)),
-                        reason=event_reasons.VF_COUNT_CHANGED,
-                        message=f"VF count {recorded[str(node)]} -> {want}: gpu-device pod {name} recreated",
-                    )
-        return seen
+        decision = vf_restarts.decide(
+            vf_restarts.config_or_empty((cm or {}).get("data")),
+            recorded,
+            vf_restarts.gpu_device_pods(self.caches.pods.items()),
+        )
+        for change in decision.recreate:
+            if self.objects.delete("v1", "Pod", change.pod, self.settings.namespace):
+                self.applier.writes += 1
+                log.info(
+                    "node %s: VF count %d -> %d, gpu-device pod %s recreated",
+                    change.node,
+                    change.old,
+                    change.new,
+                    change.pod,
+                )
+                self.events.emit(
+                    ObjectRef("v1", "Node", change.node),
+                    reason=event_reasons.VF_COUNT_CHANGED,
+                    message=f"VF count {change.old} -> {change.new}: gpu-device pod {change.pod} recreated",
+                )
+        return dict(decision.seen)
 
     def _write_status(
         self,

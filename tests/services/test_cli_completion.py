@@ -45,6 +45,7 @@ def test_bash_completes_subcommands_options_and_choices(
     assert {"plan", "confirm"} <= set(_bash_complete(script, "metax-operator", "rollout", ""))
     assert "--output" in _bash_complete(script, "metax-operator", "doctor", "--")
     assert _bash_complete(script, "metax-operator", "doctor", "-o", "") == ["table", "json"]
+    assert "--driver-config" in _bash_complete(script, "metax-operator", "diff", "--")  # diff's edit of driver-config
 
 
 def test_zsh_script_is_valid_and_names_every_subcommand(
@@ -73,6 +74,7 @@ def test_the_plugin_name() -> None:
         (["doctor", "-o", ""], ["table", "json"]),
         (["doctor", "node-1", "--o"], ["--output"]),
         (["-v", "doc"], ["doctor"]),
+        (["diff", "--driver"], ["--driver-config"]),
     ],
 )
 def test_kubectl_plugin_completion(words: list[str], expected: list[str] | None) -> None:

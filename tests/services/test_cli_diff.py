@@ -1,7 +1,9 @@
 """`metax-operator diff`'s input side (R-DIFF): ``--set`` edits the live spec like Helm's ``--set`` for maps,
 and refuses what it cannot express with a message naming the argument; ``--set`` without a live
-cluster-operator is a usage error. (The prediction: tests/unit/test_diff.py; against a live install, applied and
-compared: tests/integration/operator/test_diff_live.py.)
+cluster-operator is a usage error; ``--driver-config FILE`` takes a ConfigMap or only its data, and refuses
+another object, name or namespace naming the field (R-VF). (The prediction: tests/unit/test_diff.py and
+test_diff_driver_config.py; against a live install, applied and compared:
+tests/integration/operator/test_diff_live.py.)
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from metax_core.errors import InvalidSpec
 from metax_core.spec import validation
-from services.cli import diff, documents
+from services.cli import diff, diff_driver_config, documents
 
 
 def test_set_edits_nested_maps_and_reads_helm_scalars() -> None:
@@ -33,3 +36,38 @@ def test_set_refuses_what_it_cannot_express(bad: str) -> None:
 def test_set_needs_a_live_cluster_operator() -> None:
     with pytest.raises(documents.UsageError, match="there is none: use -f"):
         diff._new_document(None, None, ["driver.payload.version=1"])
+
+
+def test_driver_config_file_is_the_config_map_or_its_data() -> None:
+    data = {"node-vfnums": "nodes:\n  gpu-a:\n    vfnum: 4\n"}
+    wrapped = diff_driver_config.manifest(data, "ns")
+    assert wrapped == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "driver-config", "namespace": "ns"},
+        "data": data,
+    }
+    whole = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "driver-config", "labels": {"a": "b"}}}
+    assert diff_driver_config.manifest({**whole, "data": data}, "ns") == {
+        **wrapped,
+        "metadata": {"name": "driver-config", "namespace": "ns", "labels": {"a": "b"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "paths"),
+    [
+        ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "driver-config"}}, ["kind"]),
+        ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}}, ["metadata.name"]),
+        (
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "driver-config", "namespace": "x"}},
+            ["metadata.namespace"],
+        ),
+        ({"kind": "ConfigMap", "metadata": {"name": "driver-config"}}, ["apiVersion"]),
+        (["a"], [""]),
+    ],
+)
+def test_driver_config_file_of_another_object_is_refused_naming_the_field(document: Any, paths: list[str]) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        diff_driver_config.manifest(document, "ns")
+    assert [e.path for e in caught.value.errors] == paths

@@ -2,7 +2,8 @@
 
 Aspects: readiness observed from DaemonSet/Deployment status, conditions per situation, lastTransitionTime
 moves only on a transition, invalid spec lists field paths, document round trip of conditions, driver-config
-defaults parse back, vfio config keeps order, a broken driver-config counts as no VFs.
+defaults parse back, vfio config keeps order (a broken driver-config counting as no VFs:
+tests/unit/test_vf_restarts.py).
 """
 
 from __future__ import annotations
@@ -109,9 +110,3 @@ def test_vfio_config_keeps_the_entries_in_order() -> None:
         {"nodeName": "gpu-1", "gpus": "all"},
         {"nodeName": "gpu-.*", "gpus": "0,1"},
     ]
-
-
-def test_vf_counts_and_a_broken_driver_config() -> None:
-    assert configmaps.vf_counts({"node-vfnums": "nodes:\n  a:\n    vfnum: 4\n"}) == {"a": 4}
-    assert configmaps.vf_counts({"node-vfnums": "nodes: [oops"}) == {}
-    assert configmaps.vf_counts(None) == {}

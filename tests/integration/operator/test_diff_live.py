@@ -12,14 +12,22 @@ script's code, ``-o json``), then the edit is applied as Helm applies it, and wh
 - a driver version bump with ``enableRollout`` (a canary of one node, then the rest, ``maxParallel`` 1):
   predicted, the rollout plan's loops; really, the operator deletes the driver pods in those loops;
 - a bad value (an unknown field): predicted, refused naming the field, exit 2; really, the API server refuses
-  the apply (``fieldValidation=Strict``).
-(VF counts are not in the spec but in ``driver-config``; editing it is not an edit ``diff`` takes.)
+  the apply (``fieldValidation=Strict``);
+- a VF change (``diff --driver-config``, on an install of its own): one GPU node's VF count 0 → 4 and a cluster
+  module parameter; predicted, that node's gpu-device pod recreated and no other pod, and the ConfigMap's diff;
+  the same prediction through ``kubectl metax diff --driver-config -`` (kubectl's plugin lookup, the ConfigMap's
+  data on stdin); then the edit applied as an administrator does (``kubectl apply --server-side``); really,
+  exactly that pod is replaced, the operator records the new counts, and the ConfigMap is stored exactly as
+  the dry run said; the same file again changes nothing; a bad ConfigMap is refused naming its fields, exit 2.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -30,8 +38,9 @@ from rollout_helpers import DeletionRecorder
 from metax_core.cluster import diff, workloads
 from metax_core.errors import ClusterError, NotFound
 from metax_core.spec import validation
+from metax_dev.controlplane import build
 from services.cli import diff as cli_diff
-from services.cli import main
+from services.cli import diff_driver_config, main
 
 pytestmark = pytest.mark.integration
 
@@ -207,3 +216,106 @@ def test_diff_predicts_what_an_edit_then_does(
     broken = {**bumped, "driver": {**bumped["driver"], "payload": {"version": "2.21.0", "versoin": "2.22.0"}}}
     with pytest.raises(ClusterError, match="versoin"):
         apply(env, broken)
+
+
+def predict_driver_config(capsys: pytest.CaptureFixture[str], env: Env, path: pathlib.Path) -> tuple[int, Any]:
+    args = ["diff", "--driver-config", str(path), "-o", "json", "--kubeconfig", str(env.kubeconfig)]
+    capsys.readouterr()
+    code = main.main(args)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def kubectl(env: Env, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The control plane's kubectl, with this environment's console scripts (kubectl-metax) on its PATH."""
+    venv_bin = str(pathlib.Path(sys.executable).parent)
+    return subprocess.run(
+        [str(build.build(quiet=True).binary("kubectl")), *args, "--kubeconfig", str(env.kubeconfig)],
+        check=False,
+        input=stdin,
+        env={**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def recorded_vfs(env: Env) -> dict[str, int]:
+    """``status.vfNums`` on this test's GPU nodes: the count each gpu-device pod was started with."""
+    recorded = (env.cr().get("status") or {}).get("vfNums") or {}
+    return {node: recorded[node] for node in env.gpu_nodes if node in recorded}
+
+
+def test_diff_predicts_what_a_driver_config_edit_then_does(
+    operator_env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = operator_env
+    env.start_operator()
+    apply(env, BASE)
+    wait_for("the install settled", lambda: settled(env) and len(pods(env)) == expected_pods(env) > 0, timeout=120)
+    wait_for("the VF counts recorded", lambda: recorded_vfs(env) == dict.fromkeys(env.gpu_nodes, 0), timeout=60)
+    target = env.gpu_nodes[0]
+    data = {
+        "node-vfnums": f"nodes:\n  {target}:\n    vfnum: 4\n",
+        "module-params": "xcore_page_size: 12\n",
+        "node-module-params": "",
+    }
+    edit = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "driver-config", "namespace": NS}}
+    path = env.log_dir / "driver-config.yaml"
+    path.write_text(yaml.safe_dump({**edit, "data": data}))
+
+    code, told = predict_driver_config(capsys, env, path)
+    assert code == cli_diff.EXIT_CHANGES and told["refused"] == [] and told["driver"] is None, told
+    assert [(r["workload"], r["action"], r["nodes"]) for r in told["restarts"]] == [
+        ("metax-gpu-device", "update", [target])
+    ]
+    assert "VF count 0 → 4" in told["restarts"][0]["why"]
+    by_node = {n["node"]: n for n in told["nodes"]}
+    assert set(env.gpu_nodes + env.other_nodes) <= set(by_node)  # the parameter reaches every node
+    assert "no driver-manager runs on this node" in by_node[env.other_nodes[0]]["driverManager"]
+    assert by_node[target]["vfs"] == {"old": 0, "new": 4}
+    assert by_node[env.gpu_nodes[1]]["vfs"] is None
+    assert by_node[target]["params"] == {"old": {}, "new": {"xcore_page_size": "12"}}
+    assert "reloads metax with xcore_page_size=12" in by_node[target]["driverManager"]
+    assert "sets 4 VF(s) per GPU" in by_node[target]["driverManager"]
+    [change] = told["objects"]
+    assert (change["kind"], change["name"], change["action"]) == ("ConfigMap", "driver-config", "update")
+    assert f"+      {target}:\n+        vfnum: 4\n" in change["diff"], change["diff"]  # the server's dry run
+
+    # the same through kubectl's plugin lookup, the ConfigMap's data alone on stdin
+    plugin = kubectl(env, "metax", "diff", "--driver-config", "-", "-o", "json", stdin=json.dumps(data))
+    assert plugin.returncode == cli_diff.EXIT_CHANGES, plugin.stderr
+    assert json.loads(plugin.stdout) == told
+
+    body = diff_driver_config.manifest({**edit, "data": data}, NS)
+    stored = env.api.apply(body, field_manager=diff_driver_config.FIELD_MANAGER, force=True, dry_run=True)
+    before = pods(env)
+    predicted = {("metax-gpu-device", target)}
+    applied = kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+    assert applied.returncode == 0, applied.stderr
+    try:
+        wait_for("the predicted gpu-device pod replaced", lambda: not not_replaced(env, before, predicted), 120)
+    except AssertionError:
+        raise AssertionError(f"not replaced: {not_replaced(env, before, predicted)}") from None
+    # the operator deletes every pod it recreates in the round that records the new counts: after that round
+    # no other deletion is due
+    wait_for("the new counts recorded", lambda: recorded_vfs(env) == {target: 4, env.gpu_nodes[1]: 0}, timeout=60)
+    after = pods(env)
+    assert {k: v for k, v in before.items() if k not in predicted} == {
+        k: v for k, v in after.items() if k not in predicted
+    }  # no other pod replaced
+    real = env.api.get("v1", "ConfigMap", "driver-config", NS)
+    assert cli_diff.cleaned(real) == cli_diff.cleaned(stored)  # stored as the dry run said
+
+    code, told = predict_driver_config(capsys, env, path)
+    assert (code, told["objects"], told["restarts"], told["nodes"]) == (cli_diff.EXIT_SAME, [], [], [])
+
+    # a bad ConfigMap: refused naming each field, nothing sent
+    bad = {"node-vfnums": f"nodes:\n  {target}:\n    vfnum: '8'\n", "module-param": "xcore_page_size: 12\n"}
+    path.write_text(yaml.safe_dump({**edit, "data": bad}))
+    code, told = predict_driver_config(capsys, env, path)
+    assert code == cli_diff.EXIT_REFUSED
+    assert any(r.startswith(f"data.node-vfnums.nodes.{target}.vfnum: ") for r in told["refused"]), told
+    assert any(r.startswith("data.module-param: unknown key; did you mean 'module-params'") for r in told["refused"])
+    plugin = kubectl(env, "metax", "diff", "--driver-config", str(path))
+    assert plugin.returncode == cli_diff.EXIT_REFUSED and "data.module-param" in plugin.stderr, plugin.stderr
+    assert cli_diff.cleaned(env.api.get("v1", "ConfigMap", "driver-config", NS)) == cli_diff.cleaned(stored)
