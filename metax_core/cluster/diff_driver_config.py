@@ -92,8 +92,8 @@ def predict(
     cluster: Cluster,
 ) -> Prediction:
     """What replacing the ``driver-config`` manifest ``live`` (None: there is none) with ``new`` (what the API
-    server would store) does. A live ConfigMap that does not parse counts as "no VFs, no parameters", as the
-    operator counts it."""
+    server would store) does. A live ConfigMap that does not parse counts as "no VFs, no parameters" for the old
+    values shown (driver-manager keeps the last valid one it read, which diff cannot see)."""
     try:
         after = parse(new.get(DATA))
     except InvalidSpec as exc:

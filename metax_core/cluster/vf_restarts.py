@@ -47,12 +47,18 @@ class VfDecision:
 
 
 def config_or_empty(data: Mapping[str, object] | None) -> driver_config.DriverConfig:
-    """``driver-config`` data parsed; a broken ConfigMap counts as "no VFs anywhere" (driver-manager reports
-    it itself, with its field paths, and the webhook refuses it where it is installed)."""
+    """``driver-config`` data parsed; a broken ConfigMap counts as "no VFs anywhere" (for what ``diff`` shows as
+    the old values: driver-manager keeps the last valid one it read, which no other process can see)."""
+    return config_or_none(data) or driver_config.DriverConfig()
+
+
+def config_or_none(data: Mapping[str, object] | None) -> driver_config.DriverConfig | None:
+    """``driver-config`` data parsed, or None when it does not parse (a missing ConfigMap is an empty one, as
+    driver-manager reads it)."""
     try:
         return driver_config.parse(data)
     except InvalidSpec:
-        return driver_config.DriverConfig()
+        return None
 
 
 def gpu_device_pods(pods: Iterable[Mapping[str, Any]]) -> list[GpuDevicePod]:
@@ -67,11 +73,19 @@ def gpu_device_pods(pods: Iterable[Mapping[str, Any]]) -> list[GpuDevicePod]:
     return found
 
 
-def decide(config: driver_config.DriverConfig, recorded: Mapping[str, int], pods: Sequence[GpuDevicePod]) -> VfDecision:
+def decide(
+    config: driver_config.DriverConfig | None, recorded: Mapping[str, int], pods: Sequence[GpuDevicePod]
+) -> VfDecision:
     """Recreate the pod of each node whose recorded count differs from ``config``'s (a node not recorded yet —
-    its pod just started with the current count — and a pod already terminating are left alone)."""
+    its pod just started with the current count — and a pod already terminating are left alone).
+
+    ``config`` None: ``driver-config`` does not parse. driver-manager then keeps the last valid one it read and
+    changes no VF, so no pod is recreated and every recorded count stays (a broken edit costs no workload its
+    device plugin; the webhook refuses such an edit where it is installed)."""
     recreate: list[Recreation] = []
     seen: dict[str, int] = {}
+    if config is None:
+        return VfDecision((), {pod.node: recorded[pod.node] for pod in pods if pod.node in recorded})
     for pod in pods:
         want = driver_config.for_node(config, pod.node).vfnum
         seen[pod.node] = want

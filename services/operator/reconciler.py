@@ -376,7 +376,7 @@ class Reconciler:
         cm = self.caches.configmaps.get(workloads.DRIVER_CONFIG_MAP, self.settings.namespace)
         recorded = {str(k): int(v) for k, v in ((cr.get("status") or {}).get("vfNums") or {}).items()}
         decision = vf_restarts.decide(
-            vf_restarts.config_or_empty((cm or {}).get("data")),
+            vf_restarts.config_or_none((cm or {}).get("data")),
             recorded,
             vf_restarts.gpu_device_pods(self.caches.pods.items()),
         )

@@ -2,8 +2,8 @@
 
 Aspects: a node whose recorded count differs from the ConfigMap's gets its pod recreated, old → new; a node
 not recorded yet, a pod already terminating and a node whose count is unchanged are left alone (but counted);
-an unlisted node counts 0, as driver-manager resolves it (`driver_config.for_node`); a broken ConfigMap counts
-as no VFs anywhere; only gpu-device pods bound to a node are read from the pod list.
+an unlisted node counts 0, as driver-manager resolves it (`driver_config.for_node`); a broken ConfigMap recreates
+nothing and keeps the recorded counts (driver-manager keeps its last valid one); only gpu-device pods bound to a node are read from the pod list.
 """
 
 from __future__ import annotations
@@ -34,9 +34,16 @@ def test_an_unlisted_node_counts_zero_and_a_terminating_pod_is_left_alone() -> N
     assert decision.seen == {"a": 0, "b": 0}
 
 
-def test_a_broken_driver_config_counts_as_no_vfs() -> None:
+def test_a_broken_driver_config_recreates_nothing_and_keeps_the_recorded_counts() -> None:
+    """driver-manager keeps its last valid driver-config and changes no VF: no pod restarts for a broken edit."""
+    broken = vf_restarts.config_or_none({"node-vfnums": "nodes: [oops"})
+    assert broken is None
+    pods = [GpuDevicePod("gd-a", "a"), GpuDevicePod("gd-b", "b"), GpuDevicePod("gd-new", "new")]
+    decision = vf_restarts.decide(broken, {"a": 4, "b": 0, "gone": 2}, pods)
+    assert decision.recreate == ()
+    assert decision.seen == {"a": 4, "b": 0}  # the new node is recorded once the ConfigMap parses again
+    assert vf_restarts.config_or_none(None) == driver_config.DriverConfig()  # missing: empty, as driver-manager
     assert vf_restarts.config_or_empty({"node-vfnums": "nodes: [oops"}) == driver_config.DriverConfig()
-    assert vf_restarts.config_or_empty(None) == driver_config.DriverConfig()
     assert vf_restarts.config_or_empty({"node-vfnums": "nodes:\n  a:\n    vfnum: 4\n"}).node_vfnums == {"a": 4}
 
 

@@ -367,6 +367,21 @@ def test_a_vf_count_change_recreates_that_nodes_gpu_device_pod_only(harness: Har
     assert list(iter_events(harness, "VfCountChanged"))
 
 
+def test_a_broken_driver_config_recreates_no_pod_and_keeps_the_recorded_counts(harness: Harness) -> None:
+    """Without the webhook a broken edit reaches the API server; driver-manager keeps its last valid
+    driver-config, so the operator must not restart the device plugins as if every node had no VFs (R-VF)."""
+    _install(harness)
+    harness.pod("gpu-device-a", "gpu-1", Component.GPU_DEVICE.value)
+    _vfnums(harness, "nodes:\n  gpu-1:\n    vfnum: 4\n")
+    wait_for("VF counts recorded", lambda: (harness.cr().get("status") or {}).get("vfNums") == {"gpu-1": 4})
+    _vfnums(harness, "nodes: [broken")
+    harness.pod("gpu-device-b", "gpu-2", Component.GPU_DEVICE.value)  # a change that makes the operator look again
+    harness.settle()
+    assert harness.objects.get("v1", "Pod", "gpu-device-a", NS) is not None
+    assert (harness.cr().get("status") or {}).get("vfNums") == {"gpu-1": 4}
+    assert not list(iter_events(harness, "VfCountChanged"))
+
+
 def test_deleting_the_cluster_operator_removes_everything_it_created(harness: Harness) -> None:
     harness.cluster.node_metadata.patch_node_metadata(
         "gpu-1",
