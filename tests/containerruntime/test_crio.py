@@ -21,6 +21,7 @@ import attrs
 import pytest
 
 from metax_core.errors import HardwareError
+from metax_core.node import uninstall
 from metax_core.runtime import crio, handler, record
 from metax_dev import containerd_host
 from metax_hw import container_runtime, hostfiles
@@ -145,7 +146,7 @@ def _without_wrapper(tree: dict[str, bytes]) -> dict[str, bytes]:
     return {k: v for k, v in tree.items() if not k.startswith("var/lib/metax/toolkit")}
 
 
-def test_configured_once_steady_after_and_uninstall_gives_the_host_back(node: CrioNode) -> None:
+def test_configured_once_steady_after_and_the_uninstall_request_gives_the_host_back(node: CrioNode) -> None:
     before = node.tree()
     runtime = node.agent()
     runtime.tick()
@@ -173,10 +174,19 @@ def test_configured_once_steady_after_and_uninstall_gives_the_host_back(node: Cr
     node.agent().tick()  # nor by a new agent (a reboot or an upgrade of ours)
     assert node.supervisor.restarts == 1 and node.signal().ready
 
-    assert runtime.crio.uninstall() == [] and runtime._remove_wrapper(runtime.crio) == []
+    # the uninstall request on its Node: undone, answered, signal withdrawn, the host as found, one restart
+    node.k8s.node_metadata.patch_node_metadata(NODE, annotations=uninstall.render_request("uid-1"))
+    runtime.wake()
+    runtime.tick()
+    annotations = node.k8s.api.get("v1", "Node", NODE)["metadata"]["annotations"]
+    assert uninstall.answers(annotations) == {"container-runtime": uninstall.Done("uid-1")}
+    assert node.signal() is None
     assert node.supervisor.restarts == 2
     assert "metax" not in node.handlers()
     assert node.tree() == before  # byte for byte, no directory left behind
+    runtime.wake()
+    runtime.tick()  # stays uninstalled
+    assert node.tree() == before and node.supervisor.restarts == 2
 
 
 @pytest.mark.parametrize("how", ["removed", "changed"])
