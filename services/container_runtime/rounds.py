@@ -1,14 +1,14 @@
 """One round of container-runtime on a runtime: backup, write, validate, restart, check (C4, R-READY).
 
 The steps, each safe to be killed after (`RuntimeRound.run`; the runtime's own parts are the subclass's:
-`containerd_round`, `docker_round`):
+`containerd_round`, `docker_round`, `crio_round`):
 
 1. **plan** — the pure core (`metax_core.runtime`) on the files as they are now: the wanted text of each file
    (our drop-in, the root file's smallest edit). Configuring its own output changes nothing: a steady node
    writes nothing.
 2. **backup** — the record (`files.Ledger`) is written first, holding each file's text before us.
 3. **write** — owned files first, the root file last, each through a rename.
-4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``); if it
+4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``, ``crio config``); if it
    refuses, the files and the record go back to what they were and nothing is restarted
    (`RuntimeConfigInvalid`). Texts that loaded once are not dry-run again until they change.
 5. **restart** — only when the *running* daemon lacks the handler (asked over its API; a daemon that does not
