@@ -236,9 +236,11 @@ class RuntimeNode:
         return out
 
     def without_wrapper(self) -> dict[str, bytes]:
-        """`tree` without the installed wrapper and its directory (removed by the agent's uninstall step)."""
+        """`tree` without the installed wrapper, its ``.conf`` and their directory (removed by the agent's
+        uninstall step)."""
         tree = self.tree()
         tree.pop("var/lib/metax/toolkit/metax-container-runtime", None)
+        tree.pop("var/lib/metax/toolkit/metax-container-runtime.conf", None)
         tree.pop("var/lib/metax/toolkit", None)
         return tree
 

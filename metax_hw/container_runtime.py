@@ -8,6 +8,7 @@
 * `cri_status_config` asks the running daemon what it loaded: the CRI ``RuntimeService/Status`` call with
   ``verbose`` (containerd answers with its CRI config as JSON under ``info["config"]``, runtimes included).
   The two messages are encoded by hand (two fields each) rather than generating the whole CRI API.
+* `Dockerd`, `Crio`: the same for Docker (``GET /info``) and CRI-O (``crio config``, ``GET /config``).
 * `SystemdService` restarts a unit through the host's systemd. containerd has no reload (SIGHUP stops it).
 """
 
@@ -235,6 +236,32 @@ class Dockerd:
         """``dockerd --validate --config-file <config>`` (Docker 23.0 and later)."""
         done = self.program.run([self.binary, "--validate", "--config-file", config], check=False)
         return done.returncode == 0, (done.stderr or done.stdout).strip()[-_MAX:]
+
+
+class Crio:
+    """The host's CRI-O: a dry load of its configuration (``crio config``) and what the running daemon loaded
+    (``GET /config`` on its socket, the TOML ``crio status config`` prints)."""
+
+    def __init__(self, program: HostProgram, *, binary: str, socket: str) -> None:
+        self.program = program
+        self.binary = binary
+        self.socket = socket
+
+    def check(self, config: str, config_dir: str) -> tuple[bool, str]:
+        """``crio --config <config> --config-dir <dir> config``: (loads, the effective config or the error)."""
+        done = self.program.run([self.binary, "--config", config, "--config-dir", config_dir, "config"], check=False)
+        if done.returncode != 0:
+            return False, (done.stderr or done.stdout).strip()[-_MAX:]
+        return True, done.stdout
+
+    def config(self) -> str:
+        try:
+            return unix_http_get(self.socket, "/config").decode()
+        except UnicodeDecodeError as exc:
+            raise HardwareError("read crio's config", self.socket, f"not text: {exc}") from exc
+
+    def sandboxes(self, runtime_handler: str) -> list[str]:
+        return sandboxes_with_handler(self.socket, runtime_handler)
 
 
 class SystemdService:

@@ -145,6 +145,18 @@ def remember(
     return FileRecord(path, owned, before, after, merged)
 
 
+def changed_by_others(entry: FileRecord, now: str | None, seen: str | None = None) -> bool:
+    """Whether someone else changed a recorded file that is now ``now`` (None: no file).
+
+    A root file: its text is neither the one before us nor ours (a re-render by config management). An owned
+    file: changed or removed since this process last ``seen`` it in place, or holding a text that was never
+    before or after us. A removal is told from a first write killed before its rename (both leave no file) only
+    by ``seen``: an agent that restarts finds the drop-in missing and writes it without a word."""
+    if not entry.owned:
+        return now not in (entry.before, entry.after)
+    return (seen is not None and now != seen) or now not in (None, entry.before, entry.after)
+
+
 def undo_plan(
     rec: Record, current: Mapping[str, str | None], reverse: Callable[[FileRecord, str], str]
 ) -> dict[str, str | None]:

@@ -3,9 +3,10 @@
 Every round (``METAX_RUNTIME_INTERVAL``, and at once when its Node changes or a runtime file it wrote is
 changed by someone else: the files' stat is looked at every tick) it detects the node's runtime from the
 host (`metax_core.runtime.detect`: which socket exists, the host binary's ``--version``), installs the
-wrapper from the image to ``<toolkit>/metax-container-runtime`` (atomic), and runs the runtime's round
-(`containerd_round`). ``container-runtime`` is ready only while the **running** daemon reports the
-``metax`` handler running the wrapper — not when the files are merely written.
+wrapper from the image to ``<toolkit>/metax-container-runtime`` (atomic) with its settings beside it
+(``.conf``: runc and the edit socket, `metax_core.runtime.wrapper_conf`), and runs the runtime's round
+(`containerd_round`, `docker_round`, `crio_round`). ``container-runtime`` is ready only while the **running**
+daemon reports the ``metax`` handler running the wrapper — not when the files are merely written.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import attrs
 from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.ports import node as node_ports
-from metax_core.runtime import detect, handler, record
+from metax_core.runtime import crio, detect, handler, record, wrapper_conf
 from metax_core.wire import event_reasons
 from metax_hw import container_runtime
 from services._agent import base, cluster
 from services._agent import uninstall as agent_uninstall
-from services.container_runtime import containerd_round, docker_round, files, rounds
+from services.container_runtime import containerd_round, crio_round, docker_round, files, rounds
 from services.container_runtime.config import RuntimeChoice, Settings
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,18 @@ class ContainerRuntime(base.NodeAgentBase):
             config_path=settings.docker_config,
             **common,
         )
+        self.crio = crio_round.CrioRound(
+            host=container_runtime.Crio(
+                hw.program, binary=settings.crio_binary, socket=self.socket(detect.RuntimeKind.CRIO)
+            ),
+            config_path=settings.crio_config,
+            config_dir=settings.crio_config_dir,
+            **common,
+        )
         self.rounds: dict[detect.RuntimeKind, rounds.RuntimeRound] = {
             detect.RuntimeKind.CONTAINERD: self.containerd,
             detect.RuntimeKind.DOCKER: self.docker,
+            detect.RuntimeKind.CRIO: self.crio,
         }
         for each in self.rounds.values():
             each.unit = settings.service or each.unit
@@ -156,7 +166,7 @@ class ContainerRuntime(base.NodeAgentBase):
         binaries = {
             detect.RuntimeKind.CONTAINERD: self.settings.containerd_binary,
             detect.RuntimeKind.DOCKER: self.settings.docker_binary,
-            detect.RuntimeKind.CRIO: "crio",
+            detect.RuntimeKind.CRIO: self.settings.crio_binary,
         }
         versions: dict[detect.RuntimeKind, str] = {}
         for kind, present in sockets.items():
@@ -171,14 +181,14 @@ class ContainerRuntime(base.NodeAgentBase):
         try:
             found = self.detect()
             self.detected = found
-            if found.kind is detect.RuntimeKind.CRIO:
-                raise InvalidSpec([])  # reported below
             context: Any = found.version
             if found.kind is detect.RuntimeKind.CONTAINERD:
                 context = detect.containerd_schema(found.version)
+            elif found.kind is detect.RuntimeKind.CRIO:
+                crio.check_version(found.version)
         except InvalidSpec as exc:
             what = self.detected.text if self.detected else "no runtime"
-            message = f"{what}: {exc}" if exc.errors else f"{what} is not configured by this agent yet"
+            message = f"{what}: {exc}"
             self._event(event_reasons.RUNTIME_UNSUPPORTED, message, True)
             return False, message
         self.say("detected", f"node runtime: {found.text}")
@@ -191,6 +201,8 @@ class ContainerRuntime(base.NodeAgentBase):
         self.files.clean_partials(s.toolkit_dir)
         if self.files.install_wrapper(pathlib.Path(s.wrapper_source), s.wrapper_host_path):
             log.info("installed the runtime wrapper at %s", s.wrapper_host_path)
+        settings = wrapper_conf.WrapperConf(socket=s.edit_socket, runc=s.wrapper_runc)
+        self.files.put(wrapper_conf.path_of(s.wrapper_host_path), wrapper_conf.render(settings, "the agent's settings"))
 
     # -- uninstall -------------------------------------------------------------------------------------------
 
@@ -214,6 +226,7 @@ class ContainerRuntime(base.NodeAgentBase):
         if running:
             return [f"{path}: {len(running)} pod sandbox(es) still run with runtime handler {handler.RUNTIME_HANDLER}"]
         self.files.remove(path)
+        self.files.remove(wrapper_conf.path_of(path))
         self.files.remove_dir_if_empty(self.settings.toolkit_dir)
         return []
 

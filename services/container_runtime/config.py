@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core.runtime import handler
+from metax_core.runtime import crio, handler
 from services._agent import settings as agent_settings
 from services._agent.settings import HostPath, Seconds, env
 
@@ -33,6 +33,11 @@ class Settings(agent_settings.NodeAgentSettings):
         default=HostPath("/etc/docker/daemon.json"), metadata=env("METAX_DOCKER_CONFIG")
     )
     docker_binary: str = attrs.field(default="dockerd", metadata=env("METAX_DOCKER_BINARY"))
+    crio_config: HostPath = attrs.field(default=HostPath(crio.CONFIG), metadata=env("METAX_CRIO_CONFIG"))
+    """CRI-O's main file (read by ``crio config``; never written)."""
+    crio_config_dir: HostPath = attrs.field(default=HostPath(crio.DROPIN_DIR), metadata=env("METAX_CRIO_CONFIG_DIR"))
+    """CRI-O's drop-in directory, where our ``99-metax.conf`` goes."""
+    crio_binary: str = attrs.field(default="crio", metadata=env("METAX_CRIO_BINARY"))
     runtime_socket: HostPath | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SOCKET"))
     """The runtime's CRI socket; default: the runtime's usual one (`metax_core.runtime.detect.SOCKETS`)."""
     service: str | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SERVICE"))
@@ -42,6 +47,12 @@ class Settings(agent_settings.NodeAgentSettings):
     wrapper_source: str = attrs.field(default=handler.WRAPPER_IMAGE_PATH, metadata=env("METAX_WRAPPER_SOURCE"))
     """The wrapper in this container's filesystem (the image), installed on the host."""
     toolkit_dir: HostPath = attrs.field(default=HostPath(handler.TOOLKIT_HOST_DIR), metadata=env("METAX_TOOLKIT_DIR"))
+    wrapper_runc: HostPath | None = attrs.field(default=None, metadata=env("METAX_WRAPPER_RUNC"))
+    """The runc the wrapper execs (its ``.conf``); default: the first ``runc`` on the runtime's PATH."""
+    edit_socket: HostPath = attrs.field(
+        default=HostPath(handler.EDIT_SOCKET_HOST_PATH), metadata=env("METAX_EDIT_SOCKET")
+    )
+    """The container-edit service's socket the wrapper calls (its ``.conf``)."""
     state_dir: HostPath = attrs.field(
         default=HostPath("/var/lib/metax/container-runtime"), metadata=env("METAX_RUNTIME_STATE_DIR")
     )

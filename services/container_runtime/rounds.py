@@ -1,14 +1,14 @@
 """One round of container-runtime on a runtime: backup, write, validate, restart, check (C4, R-READY).
 
 The steps, each safe to be killed after (`RuntimeRound.run`; the runtime's own parts are the subclass's:
-`containerd_round`, `docker_round`):
+`containerd_round`, `docker_round`, `crio_round`):
 
 1. **plan** — the pure core (`metax_core.runtime`) on the files as they are now: the wanted text of each file
    (our drop-in, the root file's smallest edit). Configuring its own output changes nothing: a steady node
    writes nothing.
 2. **backup** — the record (`files.Ledger`) is written first, holding each file's text before us.
 3. **write** — owned files first, the root file last, each through a rename.
-4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``); if it
+4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``, ``crio config``); if it
    refuses, the files and the record go back to what they were and nothing is restarted
    (`RuntimeConfigInvalid`). Texts that loaded once are not dry-run again until they change.
 5. **restart** — only when the *running* daemon lacks the handler (asked over its API; a daemon that does not
@@ -84,6 +84,9 @@ class RuntimeRound:
         """The texts the host's runtime last loaded in a dry run."""
         self.failed_inputs: tuple[Any, ...] | None = None
         """The files' texts and the runtime's version of a restart that failed: not retried until they change."""
+        self.seen: dict[str, str] = {}
+        """The texts this process last saw in place and loaded: an owned file that differs later was changed or
+        removed by someone else (a removal is told from a write killed before it only this way)."""
 
     # -- the runtime's parts ---------------------------------------------------------------------------------
 
@@ -116,6 +119,9 @@ class RuntimeRound:
     def repaired(self, path: str) -> str:
         return f"{path} was rewritten without our part; it is added again"
 
+    def repaired_owned(self, path: str) -> str:
+        return f"{path} (ours) was removed or changed by someone else; it is written again"
+
     # -- the round -------------------------------------------------------------------------------------------
 
     def run(self, context: Any, version: str) -> Outcome:
@@ -145,6 +151,7 @@ class RuntimeRound:
             self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
             return Outcome(False, message)
         self.validated = validated
+        self.seen = dict(planned.texts)
         if not self.serving():  # stopped by its administrator, or starting: it reads our files when it starts
             return Outcome(False, f"{self.runtime} does not answer ({self.last_error}); not restarted by us")
         loaded, reason = self.loaded()
@@ -175,7 +182,7 @@ class RuntimeRound:
             if path not in changes and old is not None:
                 continue
             owned = path in planned.owned
-            if not owned and old is not None and current.get(path) not in (old.before, old.after):
+            if old is not None and record.changed_by_others(old, current.get(path), self.seen.get(path)):
                 repaired.append(path)
             edits = planned.edits.get(path, ())
             rec = rec.with_file(record.remember(old, path, current.get(path), planned.texts[path], edits, owned))
@@ -185,7 +192,8 @@ class RuntimeRound:
         for path in changes:
             self.files.write(path, planned.texts[path])
         for path in repaired:
-            self.event(event_reasons.RUNTIME_CONFIG_REPAIRED, self.repaired(path), True)
+            message = self.repaired_owned(path) if path in planned.owned else self.repaired(path)
+            self.event(event_reasons.RUNTIME_CONFIG_REPAIRED, message, True)
         log.info("wrote %s", " and ".join(changes))
         return True
 
@@ -236,6 +244,7 @@ class RuntimeRound:
 
     def undo_files(self, *, clear: bool = True) -> bool:
         """Reverse what the record says (uninstall, rollback); False when there is no record."""
+        self.seen = {}
         rec = self.ledger.load()
         if rec is None:
             return False

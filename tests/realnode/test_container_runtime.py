@@ -1,11 +1,11 @@
 """container-runtime on the real node's containerd 2.4.2 (C4, R-READY, R-INSTALL): the agent configures the
-running node's containerd, restarts it through the harness (`HarnessService`: the launcher supervises
-containerd, as systemd does on a node), the pod that was running keeps running (same container, no
+running node's containerd, restarts it through the harness (`runtime_agent.HarnessService`: the launcher
+supervises containerd, as systemd does on a node), the pod that was running keeps running (same container, no
 restart), a pod with ``runtimeClassName: metax`` starts through the installed wrapper (a test-only stand-in
 that logs its call and execs runc), and uninstall gives the node's config back byte for byte.
 
-The agent runs in the test process with host root ``/`` (the node's files are under its directory, which
-the node's mount namespace shares) and its host programs run directly (the node's own containerd binary)."""
+The agent runs in the test process (`runtime_agent`). The real wrapper with the maca and container-edit
+services on the GPU node: test_maca_runtime.py."""
 
 from __future__ import annotations
 
@@ -19,31 +19,10 @@ from metax_core.runtime import containerd, handler
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.controlplane import errors
 from metax_dev.realnode import launcher, node
-from metax_hw import container_runtime, hostfiles
-from metax_k8s.inmemory import cluster as inmemory
-from services._agent import cluster
-from services.container_runtime import agent, bootstrap, config
 
-from . import pods
+from . import pods, runtime_agent
 
 pytestmark = pytest.mark.realnode
-
-
-class HarnessService:
-    """The service manager of a real node's containerd: the launcher, which runs it as its child."""
-
-    def __init__(self, real: node.RealNode) -> None:
-        self.real = real
-        self.restarts = 0
-
-    @property
-    def name(self) -> str:
-        return f"the real node {self.real.name}'s containerd"
-
-    def restart(self, unit: str) -> None:
-        assert unit == "containerd"
-        self.restarts += 1
-        self.real.restart_containerd()
 
 
 @pytest.fixture(scope="module")
@@ -91,31 +70,10 @@ def test_configured_on_a_running_node_pods_keep_running_and_uninstall_restores(
     pods.wait_running(kube, namespace, "steady")
     before = kube.read_namespaced_pod("steady", namespace).status.container_statuses[0]
 
-    settings = config.from_env(
-        {},
-        node_name=real.name,
-        host_root=pathlib.Path("/"),
-        runtime="containerd",
-        containerd_config=str(root_config),
-        containerd_binary=str(real.bin_dir / "containerd"),
-        runtime_socket=str(real.containerd_socket),
-        host_namespaces=False,
-        wrapper_source=str(image),
-        toolkit_dir=str(work / "toolkit"),
-        state_dir=str(work / "state"),
-        interval=0.0,
-    )
-    k8s = inmemory.InMemoryCluster()
-    k8s.add_node(real.name)
-    service = HarnessService(real)
-    runtime = bootstrap.bootstrap(
-        settings,
-        hw=agent.Hardware(container_runtime.HostProgram(host_namespaces=False), service),
-        ports=cluster.in_memory(k8s, "container-runtime", real.name),
-        board=hostfiles.FileReadinessBoard(work / "board"),
-    )
+    runtime = runtime_agent.build(real, work, image)
+    service = runtime_agent.service(runtime)
     runtime.tick()
-    signal = hostfiles.FileReadinessBoard(work / "board").read_all()["container-runtime"]
+    signal = runtime_agent.signal(work)
     assert signal.ready, signal.reason
     assert service.restarts == 1
     # the root file (version 3, imports conf.d/*.toml) needed no edit: only our drop-in was added

@@ -17,9 +17,12 @@ Aspects:
 from __future__ import annotations
 
 import json
+import pathlib
 import shutil
 
 import pytest
+
+from metax_core.runtime import wrapper_conf
 
 from .conftest import RuntimeHost
 
@@ -106,9 +109,8 @@ def test_runc_and_the_socket_come_from_the_conf_file_next_to_the_wrapper(node: R
     installed = node.tmp / "toolkit" / "metax-container-runtime"
     installed.parent.mkdir()
     shutil.copy2(node.wrapper, installed)
-    installed.with_name(installed.name + ".conf").write_text(
-        f"# written by container-runtime\nrunc={node.runc}\nsocket={node.socket}\n"
-    )
+    settings = wrapper_conf.WrapperConf(socket=str(node.socket), runc=str(node.runc))
+    pathlib.Path(wrapper_conf.path_of(str(installed))).write_text(wrapper_conf.render(settings))
     bundle = node.bundle(
         "gpu", ["cat", "/opt/maca/version"], ["METAX_VISIBLE_DEVICES=0000:09:00.0", "METAX_MACA_VERSION=maca-2.9"]
     )

@@ -79,3 +79,38 @@ def test_crio_dropin_declares_only_the_handler() -> None:
     assert crio.handler_entry(doc) == {"runtime_path": WRAPPER, "runtime_type": "oci", "runtime_root": "/run/runc"}
     assert crio.DROPIN.startswith(crio.DROPIN_DIR + "/") and crio.DROPIN.endswith(".conf")
     assert crio.handler_entry({"crio": {"runtime": {"runtimes": {"runc": {}}}}}) is None
+
+
+def test_crio_dropin_path_follows_the_configured_directory() -> None:
+    assert crio.dropin_path() == crio.DROPIN
+    assert crio.dropin_path("/srv/crio/conf.d/") == "/srv/crio/conf.d/99-metax.conf"
+
+
+def test_crio_config_output_is_checked_for_our_handler() -> None:
+    """``crio config`` prints the effective configuration, defaults commented out: ours must be in it, running the
+    wrapper (a later drop-in of someone else's could name another binary)."""
+    ours = "# a comment\n[crio.runtime]\n#log_level = 'info'\n" + crio.dropin(WRAPPER).replace(crio.HEADER, "")
+    assert crio.checked(ours, WRAPPER) == (True, f"crio runtime handler 'metax' loaded ({WRAPPER})")
+    ok, why = crio.checked(ours.replace(WRAPPER, "/usr/bin/true"), WRAPPER)
+    assert not ok and "runs '/usr/bin/true', not" in why
+    ok, why = crio.checked("[crio.runtime.runtimes.runc]\nruntime_path = ''\n", WRAPPER)
+    assert not ok and "has no runtime handler 'metax'" in why
+    ok, why = crio.checked("[crio.runtime\n", WRAPPER)
+    assert not ok and "crio config: is not TOML" in why
+
+
+def test_crio_running_config_is_read_by_the_same_rule() -> None:
+    running = tomlkit.parse(crio.dropin(WRAPPER)).unwrap()
+    assert crio.handler_loaded(running, WRAPPER)[0]
+    assert crio.handler_loaded({}, WRAPPER) == (False, "the running crio has no runtime handler 'metax'")
+    with pytest.raises(InvalidSpec, match="GET /config: is not TOML"):
+        crio.parse("[[x", "GET /config")
+
+
+@pytest.mark.parametrize(("version", "supported"), [((1, 22, 9), False), ((1, 23, 0), True), ((1, 33, 1), True)])
+def test_crio_older_than_kubernetes_1_23s_is_refused(version: tuple[int, int, int], supported: bool) -> None:
+    if supported:
+        crio.check_version(version)
+    else:
+        with pytest.raises(InvalidSpec, match=r"crio: version 1\.22\.9 is too old; 1\.23 or later"):
+            crio.check_version(version)

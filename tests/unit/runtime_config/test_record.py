@@ -60,3 +60,25 @@ def test_undo_text_per_case() -> None:
     assert record.undo_text(entry, None, lambda t: t) is record.KEEP
     owned = record.FileRecord(DROPIN, True, None, "ours")
     assert record.undo_text(owned, "changed by someone", lambda t: t) is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "now", "seen", "changed"),
+    [
+        # a root file: re-rendered by someone (neither before nor ours), or still one of the two
+        (record.FileRecord(ROOT, False, "a\n", "a+ours\n"), "b\n", None, True),
+        (record.FileRecord(ROOT, False, "a\n", "a+ours\n"), "a\n", None, False),
+        (record.FileRecord(ROOT, False, "a\n", "a+ours\n"), "a+ours\n", None, False),
+        # our drop-in: removed or changed since this process saw it in place
+        (record.FileRecord(DROPIN, True, None, "ours\n"), None, "ours\n", True),
+        (record.FileRecord(DROPIN, True, None, "ours\n"), "theirs\n", "ours\n", True),
+        # a text that was never before or after us, even when not seen (an agent that just started)
+        (record.FileRecord(DROPIN, True, None, "ours\n"), "theirs\n", None, True),
+        # missing and never seen: also what a first write killed before its rename leaves
+        (record.FileRecord(DROPIN, True, None, "ours\n"), None, None, False),
+        # the 1.x drop-in re-made from a changed root: on disk as we saw it
+        (record.FileRecord(DROPIN, True, None, "ours\n"), "ours\n", "ours\n", False),
+    ],
+)
+def test_changed_by_others(entry: record.FileRecord, now: str | None, seen: str | None, changed: bool) -> None:
+    assert record.changed_by_others(entry, now, seen) is changed
