@@ -12,8 +12,7 @@ The values beyond the README's install command, and why:
   are the fake host's ``/sys``, ``/dev``, ``/var/lib/metax``, ... instead of the node's own;
 * ``operator.nodeSelector`` and ``podTemplateSpec.nodeSelector``: this node (other real nodes of the session's
   control plane have no product images);
-* every component is deployed with the chart's defaults (topology, gpu-scheduler and the data-exporter
-  included), except two that would change this machine rather than the fake host: ``runtime`` (its agent
+* ``exporter.deploy`` and ``gpuScheduler.deploy``: true (off by default), so every component runs, except two that would change this machine rather than the fake host: ``runtime`` (its agent
   configures and restarts the node's container runtime through the host's service manager, which this harness's
   node does not have: tests/realnode/test_container_runtime.py runs it against this node's containerd) and
   ``maca`` (its runtime side needs that runtime configuration: tests/realnode/test_maca_runtime.py). The driver
@@ -57,6 +56,8 @@ PFS = 2
 #: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
 DRIVER_VERSION = "2.18.0"
 PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
+#: Off by chart default, deployed here: every component runs.
+DEPLOYED = ("exporter", "gpuScheduler")
 #: Deployed, but scheduled on no node (see the module docstring), and prerequisites of the driver and gpu-device.
 NOWHERE = ("runtime", "maca")
 NO_NODE = {"metax.test/stand-in": "true"}
@@ -125,6 +126,8 @@ class Release:
             "--wait",
             "--timeout=3m",
         ]
+        for component in DEPLOYED:
+            args += ["--set", f"{component}.deploy=true"]
         for component in NOWHERE:
             args += ["--set-json", f"{component}.podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": NO_NODE}})]
         return args
