@@ -20,6 +20,9 @@ class Kind(enum.Enum):
     INFO = "info"
 
 
+EXPORTER_PORT = 9400
+"""Where ``/metrics`` listens by default: the exporter container's port ``metrics`` (`metax_core.cluster.workloads`)."""
+
 # Per-GPU label keys (mx-exporter's spelling).
 DEVICE_ID = "deviceId"
 UUID = "uuid"
