@@ -12,6 +12,9 @@ production sampling interval, 5 s) and, in the same run:
 * the exporter's CPU per scrape (its utime + stime over the scrapes, less what it spent over as long a window
   without scrapes) and its resident memory (VmRSS and peak VmHWM; goal ≤ 50 MiB).
 
+``--mxsml``: the exporter samples through libmxsml (the fake library compiled from metax_hw_fake/libmxsml_fake.c,
+installed on the fake host) instead of mx-smi; the reference still spawns mx-smi.
+
 Nothing is asserted: numbers depend on the machine. Printed as a table, with the goal beside each figure.
 """
 
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.exporter", description=__doc__.split("\n")[0])
     parser.add_argument("--scrapes", type=int, default=400)
     parser.add_argument("--reference", type=int, default=30)
+    parser.add_argument("--mxsml", action="store_true", help="sample through the fake libmxsml instead of mx-smi")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="metax-bench-exporter-") as tmp:
         work = pathlib.Path(tmp)
@@ -88,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         kubelet = PodResourcesServer(work / "kubelet.sock").start()
         kubelet.set(*[("bench", f"job-{i}", "main", "metax-tech.com/gpu", [vf]) for i, vf in enumerate(vfs)])
         port = free_port()
+        source = {"METAX_EXPORTER_MXSML_LIBRARY": str(fake.install_mxsml()) if args.mxsml else ""}
         env = dict(
             fake.env(),
             NODE_NAME="bench-node",
@@ -97,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             METAX_POD_RESOURCES_SOCKET=str(kubelet.socket),
             METAX_LOG_LEVEL="WARNING",
             METAX_EXPORTER_SAMPLE_INTERVAL=str(SAMPLE_INTERVAL),
+            **source,
         )
         exporter = subprocess.Popen([sys.executable, "-m", "services.data_exporter"], env=env, cwd=ROOT)
         url = f"http://127.0.0.1:{port}/metrics"
@@ -105,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             while True:
                 try:
                     body = scrape(url)
-                    if body.count(b'pod="job-') >= len(vfs) and b"\nmx_gpu_usage{" in body:
+                    source_seen = b'uuid="GPU-' in body if args.mxsml else b'uuid=""' in body  # only libmxsml has UUIDs
+                    if body.count(b'pod="job-') >= len(vfs) and b"\nmx_gpu_usage{" in body and source_seen:
                         break
                 except OSError:
                     pass
@@ -149,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     r50, r99 = percentile(spawned, 50), percentile(spawned, 99)
     rows = [
+        ("telemetry source", "libmxsml (fake)" if args.mxsml else "mx-smi (fake)", ""),
         ("functions (GPUs + VFs)", f"{len(functions)} ({GPUS} + {len(vfs)})", ""),
         ("series per scrape", f"{series}", ""),
         ("scrape p50 (latest sample)", f"{p50 * ms:.2f} ms", ""),

@@ -76,6 +76,11 @@ class GpuMetrics:
     power_cap_milliwatts: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+    xtt_used_bytes: int | None = None
+    """System memory mapped for the GPU (GTT/"xtt"); libmxsml reports it, mx-smi's summary does not."""
+    xtt_total_bytes: int | None = None
+    uuid: str = ""
+    """The GPU's UUID as libmxsml reports it (mx-smi's summary does not print one)."""
 
 
 @attrs.frozen

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
 
 from metax_core import errors, inventory
 from metax_core.inventory import (
@@ -26,7 +29,7 @@ from metax_core.inventory import (
     PciFunction,
 )
 from metax_core.metrics import telemetry as telemetry_model
-from metax_hw import mxsmi, pci, tools
+from metax_hw import mxsmi, pci, sysfs, tools
 
 logger = logging.getLogger(__name__)
 
@@ -57,37 +60,22 @@ class MxSmiMonitor:
         out = self.runner.run(MX_SMI, [], operation="query GPUs with mx-smi")
         return mxsmi.parse_summary(out.stdout)
 
+    def listed(self, summary: mxsmi.SmiSummary) -> dict[PciAddress, Listed]:
+        """What mx-smi's table says of each function it lists."""
+        return {
+            g.address: Listed(_metrics(g), f"mx-smi reports GPU-State {g.state}" if _BAD_STATE.search(g.state) else "")
+            for g in summary.gpus
+        }
+
     def health(self) -> Mapping[PciAddress, GpuHealth]:
         functions = self.devices.functions()
-        listed: dict[PciAddress, mxsmi.SmiGpu] = {}
+        listed: dict[PciAddress, Listed] = {}
         if any(self.is_native(f) for f in functions):
-            listed = {g.address: g for g in self.summary().gpus}
+            listed = self.listed(self.summary())
         verdicts: dict[PciAddress, GpuHealth] = {}
         for function in functions:  # PFs sort before their VFs (lower device/function numbers)
-            verdicts[function.address] = self._judge(function, listed, verdicts)
+            verdicts[function.address] = judge(self.devices, self.is_native, function, listed, verdicts, "mx-smi")
         return verdicts
-
-    def _judge(
-        self, function: PciFunction, listed: Mapping[PciAddress, mxsmi.SmiGpu], earlier: Mapping[PciAddress, GpuHealth]
-    ) -> GpuHealth:
-        address = function.address
-        vendor = self.devices.config_vendor(address)
-        if vendor == FALLEN_OFF:
-            return GpuHealth(address, False, "fell off the bus: config space reads 0xffff")
-        if function.driver is None:
-            return GpuHealth(address, False, "no driver bound")
-        if not self.is_native(function):
-            return GpuHealth(address, True, f"bound to {function.driver}; judged by sysfs only")
-        gpu = listed.get(address)
-        if gpu is None:
-            parent = earlier.get(function.physfn) if function.physfn is not None else None
-            if parent is not None:
-                # Whether mx-smi lists VFs on the host is not documented: a VF it omits follows its PF.
-                return GpuHealth(address, parent.healthy, f"VF not listed by mx-smi; PF: {parent.reason or 'ok'}")
-            return GpuHealth(address, False, "bound to the driver but not listed by mx-smi")
-        if _BAD_STATE.search(gpu.state):
-            return GpuHealth(address, False, f"mx-smi reports GPU-State {gpu.state}")
-        return GpuHealth(address, True, "")
 
     def metrics(self) -> Sequence[GpuMetrics]:
         if not any(self.is_native(f) for f in self.devices.functions()):
@@ -100,20 +88,14 @@ class MxSmiMonitor:
         summary = mxsmi.SmiSummary(header=mxsmi.SmiHeader(), gpus=())
         if any(self.is_native(f) for f in functions):
             summary = self.summary()
-        listed = {g.address: g for g in summary.gpus}
-        verdicts: dict[PciAddress, GpuHealth] = {}
-        readings: list[telemetry_model.GpuReading] = []
-        for function in functions:
-            verdicts[function.address] = self._judge(function, listed, verdicts)
-            gpu = listed.get(function.address) if self.is_native(function) else None
-            readings.append(
-                telemetry_model.GpuReading(function, verdicts[function.address], _metrics(gpu) if gpu else None)
-            )
-        return telemetry_model.Telemetry(
-            gpus=tuple(readings),
-            driver_version=summary.header.driver_version,
-            maca_version=summary.header.maca_version,
-            bios_version=summary.header.bios_version,
+        header = summary.header
+        return join_telemetry(
+            self.devices,
+            self.is_native,
+            functions,
+            self.listed(summary),
+            "mx-smi",
+            versions=(header.driver_version, header.maca_version, header.bios_version),
         )
 
     def processes(self) -> Sequence[GpuProcess]:
@@ -140,6 +122,79 @@ class MxSmiMonitor:
                 continue
             links.append(GpuLink(a=a, b=b, kind=kind))
         return links
+
+
+@attrs.frozen
+class Listed:
+    """A function as the vendor tool (mx-smi) or library (libmxsml) reports it, whichever read it."""
+
+    metrics: GpuMetrics | None
+    """None: listed but not answering (a library call on it failed)."""
+    problem: str = ""
+    """What is wrong with it by the tool's own word (its state, a failing call); empty when nothing."""
+
+
+def judge(
+    devices: pci.SysfsDeviceInventory,
+    is_native: Callable[[PciFunction], bool],
+    function: PciFunction,
+    listed: Mapping[PciAddress, Listed],
+    earlier: Mapping[PciAddress, GpuHealth],
+    source: str,
+) -> GpuHealth:
+    """One function's health: sysfs first (fallen off the bus, no driver, not the native driver), then what
+    ``source`` (the tool or library that produced ``listed``) says of it; a VF it omits follows its PF."""
+    address = function.address
+    if devices.config_vendor(address) == FALLEN_OFF:
+        return GpuHealth(address, False, "fell off the bus: config space reads 0xffff")
+    if function.driver is None:
+        return GpuHealth(address, False, "no driver bound")
+    if not is_native(function):
+        return GpuHealth(address, True, f"bound to {function.driver}; judged by sysfs only")
+    gpu = listed.get(address)
+    if gpu is None:
+        parent = earlier.get(function.physfn) if function.physfn is not None else None
+        if parent is not None:
+            # Whether the tool lists VFs on the host is not documented: a VF it omits follows its PF.
+            return GpuHealth(address, parent.healthy, f"VF not listed by {source}; PF: {parent.reason or 'ok'}")
+        return GpuHealth(address, False, f"bound to the driver but not listed by {source}")
+    if gpu.problem:
+        return GpuHealth(address, False, gpu.problem)
+    return GpuHealth(address, True, "")
+
+
+def join_telemetry(
+    devices: pci.SysfsDeviceInventory,
+    is_native: Callable[[PciFunction], bool],
+    functions: Sequence[PciFunction],
+    listed: Mapping[PciAddress, Listed],
+    source: str,
+    versions: tuple[str | None, str | None, str | None],
+) -> telemetry_model.Telemetry:
+    """`GpuTelemetry` from the sysfs functions and one reading of the tool or library (``listed``):
+    every function, its health (`judge`) and its telemetry when the reading has it.
+    ``versions``: driver, MACA, BIOS."""
+    verdicts: dict[PciAddress, GpuHealth] = {}
+    readings: list[telemetry_model.GpuReading] = []
+    for function in functions:  # PFs sort before their VFs
+        verdicts[function.address] = judge(devices, is_native, function, listed, verdicts, source)
+        gpu = listed.get(function.address) if is_native(function) else None
+        readings.append(telemetry_model.GpuReading(function, verdicts[function.address], gpu.metrics if gpu else None))
+    driver, maca, bios = versions
+    return telemetry_model.Telemetry(gpus=tuple(readings), driver_version=driver, maca_version=maca, bios_version=bios)
+
+
+def open_monitor(
+    root: Path | str = "/",
+    *,
+    native_driver: str = inventory.METAX_MODULE,
+    timeout: float = tools.DEFAULT_TIMEOUT,
+) -> MxSmiMonitor:
+    """Only what the data-exporter needs of the host at ``root`` (the PCI inventory and mx-smi), without the
+    other adapters `metax_hw.host.open_host` builds and imports (the exporter's memory, docs/exporter.md)."""
+    tree = sysfs.mounted_tree(root)
+    devices = pci.SysfsDeviceInventory(tree, inventory.METAX_VENDOR_ID, None)
+    return MxSmiMonitor(tools.ToolRunner(None, tools.ExecMode.DIRECT, timeout), devices, native_driver)
 
 
 def _metrics(gpu: mxsmi.SmiGpu) -> GpuMetrics:

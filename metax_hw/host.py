@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from metax_core import errors, inventory
+from metax_core import inventory
 from metax_core.node import payload_layout
 from metax_hw import binding, gpus, kmod, net, pci, sysfs, tools
 
@@ -69,14 +69,7 @@ def open_host(
     `tools.ExecMode.HOST` in the driver container (host kmod through nsenter) and DIRECT elsewhere; mx-smi always
     runs DIRECT. ``link_source`` overrides where the interface list comes from.
     """
-    tree = sysfs.HostTree(root, writer)
-    if not tree.path("/sys").is_dir():
-        # An agent whose pod lacks its host mounts says so once, at start, instead of reporting an empty host.
-        raise errors.HardwareError(
-            "open the host",
-            None,
-            f"{tree.path('/sys')} does not exist: the host's /sys is not mounted under {tree.root}",
-        )
+    tree = sysfs.mounted_tree(root, writer)
     devices = pci.SysfsDeviceInventory(tree, vendor_id, device_ids)
     smi_runner = tools.ToolRunner(
         tool_path if tool_path is not None else driver_tools_path(tree), tools.ExecMode.DIRECT, timeout

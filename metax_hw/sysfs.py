@@ -155,3 +155,16 @@ class HostTree:
             raise errors.HardwareError(
                 operation, device, f"writing {shown} to {self.host_path(path)}: {describe_os_error(exc)}"
             ) from exc
+
+
+def mounted_tree(root: Path | str, writer: SysfsWriter | None = None) -> HostTree:
+    """The host tree at ``root``, refusing one without ``/sys``: an agent whose pod lacks its host mounts says so
+    once, at start, instead of reporting an empty host."""
+    tree = HostTree(root, writer)
+    if not tree.path("/sys").is_dir():
+        raise errors.HardwareError(
+            "open the host",
+            None,
+            f"{tree.path('/sys')} does not exist: the host's /sys is not mounted under {tree.root}",
+        )
+    return tree

@@ -27,7 +27,6 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 import attrs
-import sh
 
 from metax_core import errors
 
@@ -131,6 +130,8 @@ class ToolRunner:
         deadline = self.timeout if timeout is None else timeout
         exe, argv = self._argv(tool, args, operation, device)
         logger.debug("running %s %s (timeout %gs)", exe, " ".join(argv), deadline)
+        import sh  # at the first run: the data-exporter on libmxsml never runs a tool (its memory)
+
         try:
             result = sh.Command(exe)(
                 *argv,

@@ -12,13 +12,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from metax_core.inventory import PciAddress
 from metax_hw import binding, gpus, host, kmod, net, pci
-from metax_hw_fake import audit, kernel, layout, pcidev, state
+from metax_hw_fake import audit, kernel, layout, mxsml, pcidev, state
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +171,28 @@ class FakeHost:
                 silent.remove(address)
             elif not answering and address not in silent:
                 silent.append(address)
+
+    def install_mxsml(self, library: Path | None = None) -> Path:
+        """Put the fake libmxsml (``library``, default `mxsml.build`'s) at the host's ``/opt/mxdriver/lib``
+        with its state file; from now on every change of this host's state re-writes that file."""
+        target = self.root / layout.MXSML_LIBRARY
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(library or mxsml.build(), target)
+        with state.transaction(self.root) as st:
+            st.setdefault("mxsml", {"init": 0, "pf_ids": False})
+            mxsml.export(self.root, st)
+        return target
+
+    def fail_mxsml_init(self, code: int) -> None:
+        """What the fake libmxsml's ``mxSmlInit`` returns from now on (0: success)."""
+        with state.transaction(self.root) as st:
+            st.setdefault("mxsml", {})["init"] = code
+
+    def number_pfs_from_100(self, on: bool = True) -> None:
+        """The fake libmxsml numbers PFs that have VFs from 100, as libmxsml does on an SR-IOV host (default:
+        every function from 0, in mx-smi's order)."""
+        with state.transaction(self.root) as st:
+            st.setdefault("mxsml", {})["pf_ids"] = on
 
     def refuse_bind(self, address: str, driver: str = "*", code: int = errno.EBUSY) -> None:
         """Probing ``address`` with ``driver`` ("*": any) fails with ``code``."""

@@ -34,6 +34,15 @@ def bin_dir(root: Path) -> Path:
     return private(root) / "bin"
 
 
+MXSML_LIBRARY = "opt/mxdriver/lib/libmxsml.so"
+"""Where the fake libmxsml goes when a test installs it (`metax_hw_fake.mxsml`): the library's usual place."""
+
+
+def mxsml_state(root: Path) -> Path:
+    """The fake libmxsml's state file (next to the library: it finds it from its own path)."""
+    return root / (MXSML_LIBRARY + ".state")
+
+
 def bus(root: Path) -> Path:
     return root / "sys" / "bus" / "pci"
 

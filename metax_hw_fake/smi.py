@@ -21,21 +21,25 @@ BANNER = "=================== MetaX System Management Interface Log ============
 class Gpu:
     """One listed function with the numbers the fake reports for it."""
 
-    def __init__(self, index: int, address: str, record: dict[str, Any]) -> None:
+    def __init__(self, index: int, address: str, record: dict[str, Any], silent: bool = False) -> None:
         self.index = index
         self.address = address
         self.record = record
+        self.silent = silent
+        """Stopped answering (`FakeHost.stop_answering`): mx-smi leaves it out, libmxsml calls on it fail."""
 
 
-def listed(root: Path, st: State) -> list[Gpu]:
-    """Functions bound to the native driver and not fallen off the bus, in PCI order (mx-smi's index)."""
+def listed(root: Path, st: State, *, silent: bool = False) -> list[Gpu]:
+    """Functions bound to the native driver and not fallen off the bus, in PCI order (mx-smi's index);
+    ``silent``: also those that stopped answering (flagged), as the fake libmxsml enumerates them."""
     found: list[Gpu] = []
     native = st["native_driver"]
     for entry in sorted(layout.devices_dir(root).iterdir()):
         addr = entry.name
         if pcidev.driver_of(root, addr) != native or addr in st["faults"]["fallen"]:
             continue
-        if addr in st["faults"].get("silent", ()):
+        quiet = addr in st["faults"].get("silent", ())
+        if quiet and not silent:
             continue
         record = st["gpus"].get(addr)
         if record is None:
@@ -46,7 +50,7 @@ def listed(root: Path, st: State) -> list[Gpu]:
             numvfs = max(1, int(layout.get(layout.devices_dir(root) / str(physfn) / "sriov_numvfs") or "1"))
             record = dict(parent, util=0, mem_used_mib=0, mem_total_mib=int(parent["mem_total_mib"]) // numvfs, power=0)
             record.update(st.get("vf_values", {}).get(addr, {}))
-        found.append(Gpu(len(found), addr, record))
+        found.append(Gpu(len(found), addr, record, quiet))
     return found
 
 

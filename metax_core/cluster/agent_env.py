@@ -11,13 +11,15 @@ its settings class reads and means the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from metax_core.cluster.components import Component
-from metax_core.node import driver_config, readiness, vfio_config_map
-from metax_core.spec import model as spec
+from metax_core.node import readiness
+
+if TYPE_CHECKING:
+    from metax_core.spec import model as spec
 
 
 @attrs.frozen
@@ -52,8 +54,24 @@ DEPLOY_POLICY = Var("METAX_DEPLOY_POLICY", lambda s: s.driver.deploy_policy.valu
 FW_UPGRADE_POLICY = Var("METAX_FW_UPGRADE_POLICY", lambda s: s.driver.fw_upgrade_policy.value)
 FW_ENABLE_VIRT = Var("METAX_FW_ENABLE_VIRT", lambda s: str(s.driver.fw_enable_virt).lower())
 DRIVER_VERSION = Var("METAX_DRIVER_VERSION", lambda s: s.driver.payload.version or None)
-DRIVER_CONFIG = Var("METAX_DRIVER_CONFIG", lambda s: driver_config.CONFIGMAP_NAME)
-VFIO_CONFIG = Var("METAX_VFIO_CONFIG", lambda s: vfio_config_map.NAME)
+
+
+# Every agent's settings import this module for the names; the ConfigMap formats (YAML, RE2) load only when
+# rendering (the data-exporter's memory, docs/exporter.md).
+def _driver_config_name(s: spec.ClusterOperatorSpec) -> str:
+    from metax_core.node import driver_config
+
+    return driver_config.CONFIGMAP_NAME
+
+
+def _vfio_config_name(s: spec.ClusterOperatorSpec) -> str:
+    from metax_core.node import vfio_config_map
+
+    return vfio_config_map.NAME
+
+
+DRIVER_CONFIG = Var("METAX_DRIVER_CONFIG", _driver_config_name)
+VFIO_CONFIG = Var("METAX_VFIO_CONFIG", _vfio_config_name)
 CONTAINER_STATE_ROOT = Var("METAX_CONTAINER_STATE_ROOT", lambda s: "/proc/1/root")
 """Where maca sees runc's state directories: the host's root through hostPID (its in-use check)."""
 SAMPLE_INTERVAL = Var("METAX_EXPORTER_SAMPLE_INTERVAL", lambda s: str(s.exporter.sample_interval))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
-from metax_core.spec import model as spec
+if TYPE_CHECKING:  # annotations only: the agents' settings import this module (the exporter's memory)
+    from metax_core.spec import model as spec
 
 
 class Component(enum.Enum):

@@ -15,6 +15,7 @@ import attrs
 
 from metax_core.cluster import agent_env, components, dra_objects, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
+from metax_core.metrics import names as metric_names
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
 from metax_core.runtime import handler
@@ -32,7 +33,7 @@ MANAGED_BY = meta.MANAGED_BY
 PART_OF = meta.PART_OF
 GPU_NODE_LABEL = node_labels.GPU_INSTALLED
 """gpu-label writes it (`metax_core.node.labels`); the GPU components' DaemonSets select on it."""
-EXPORTER_PORT = 9400
+EXPORTER_PORT = metric_names.EXPORTER_PORT
 EXPORTER_NAME = "metax-data-exporter"
 """The exporter's DaemonSet, Service and ServiceMonitor."""
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1"

@@ -59,7 +59,7 @@ def _gpu_labels(gpu: GpuSample, sample: Sample, options: Options) -> LabelValues
     m = gpu.metrics
     return (
         str(m.index) if m is not None else "",
-        "",  # uuid: libmxsml's; mx-smi's summary does not print it (docs/exporter.md)
+        (m.uuid if m is not None else ""),  # libmxsml's; mx-smi's summary does not print it (docs/exporter.md)
         gpu.function.address,
         options.hostname,
         sample.driver_version,
@@ -154,9 +154,21 @@ def _per_gpu(
                 v = value(m)
                 if v is not None:
                     out[family].append((labels, float(v)))
-            if memory and m.memory_total_bytes is not None and m.memory_used_bytes is not None:
-                vram = (names.Memory.VRAM.value, *labels)
-                out[names.MEMORY_TOTAL].append((vram, float(m.memory_total_bytes // 1024)))
-                out[names.MEMORY_USED].append((vram, float(m.memory_used_bytes // 1024)))
-                if m.memory_total_bytes > 0:
-                    out[names.MEMORY_USAGE].append((vram, 100.0 * m.memory_used_bytes / m.memory_total_bytes))
+            if memory:
+                _memory(out, (names.Memory.VRAM.value, *labels), m.memory_used_bytes, m.memory_total_bytes)
+                _memory(out, (names.Memory.XTT.value, *labels), m.xtt_used_bytes, m.xtt_total_bytes)
+
+
+def _memory(
+    out: Mapping[names.Family, list[tuple[LabelValues, float]]],
+    labels: LabelValues,
+    used: int | None,
+    total: int | None,
+) -> None:
+    """One memory type's three families (KB, as mx-exporter serves them), when the reading has both numbers."""
+    if total is None or used is None:
+        return
+    out[names.MEMORY_TOTAL].append((labels, float(total // 1024)))
+    out[names.MEMORY_USED].append((labels, float(used // 1024)))
+    if total > 0:
+        out[names.MEMORY_USAGE].append((labels, 100.0 * used / total))

@@ -20,6 +20,9 @@ class Kind(enum.Enum):
     INFO = "info"
 
 
+EXPORTER_PORT = 9400
+"""Where ``/metrics`` listens by default: the exporter container's port ``metrics`` (`metax_core.cluster.workloads`)."""
+
 # Per-GPU label keys (mx-exporter's spelling).
 DEVICE_ID = "deviceId"
 UUID = "uuid"
@@ -102,7 +105,7 @@ MX_FAMILIES: tuple[Family, ...] = (
     CHIP_HOTSPOT_TEMP,
     GPU_STATE,
 )
-"""The mx-exporter families the exporter fills from mx-smi's telemetry."""
+"""The mx-exporter families the exporter fills from either telemetry source (libmxsml or mx-smi)."""
 
 NOT_FROM_MX_SMI: tuple[str, ...] = (
     "mx_mxlk_bw",
@@ -116,7 +119,8 @@ NOT_FROM_MX_SMI: tuple[str, ...] = (
     "mx_driver_eid_errors",
     "mx_sdk_eid_errors",
 )
-"""mx-exporter families read through libmxsml, which the mx-smi adapter cannot fill (docs/exporter.md)."""
+"""mx-exporter families mx-exporter reads through libmxsml, which mx-smi cannot fill and the libmxsml binding
+(metax_hw/mxsml.py, a subset) does not read yet (docs/exporter.md)."""
 
 # Our own operational families.
 GPU_SAMPLE_AGE = Family(

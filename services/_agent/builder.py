@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from metax_core.ports import node as node_ports
 from services._agent import cluster, watch
 from services._agent.settings import NodeAgentSettings
+
+if TYPE_CHECKING:  # the exporter's import path stays without the DRA model (its RSS, docs/exporter.md)
+    from metax_core.ports import node as node_ports
 
 
 class NodeAgent(watch.Wakeable, Protocol):

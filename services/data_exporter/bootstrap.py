@@ -1,17 +1,28 @@
 """The composition root of data-exporter: its `Recipe` for the shared builder (services._agent.builder).
 
 It watches nothing and has no API access (``cluster.no_api``): the node name comes from the downward API,
-the holders from the kubelet's PodResources socket, the telemetry from the host's mx-smi.
+the holders from the kubelet's PodResources socket, the telemetry from libmxsml where it is, the host's
+mx-smi otherwise (`telemetry_source`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import pathlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from metax_core.metrics import attribution
+from metax_core.errors import HardwareError
+from metax_core.metrics import attribution, sources
+from metax_core.ports import hardware
 from services._agent import builder, cluster
 from services.data_exporter import agent, config
+
+if TYPE_CHECKING:
+    from metax_hw import pci
+
+log = logging.getLogger(__name__)
 
 
 def pod_devices(socket: pathlib.Path, timeout: float = 2.0) -> agent.PodDevices:
@@ -31,10 +42,34 @@ def pod_devices(socket: pathlib.Path, timeout: float = 2.0) -> agent.PodDevices:
     return held
 
 
-def production_hardware(settings: config.Settings) -> agent.Sources:
-    from metax_hw import host
+def telemetry_source(
+    paths: Sequence[str], devices: pci.SysfsDeviceInventory, smi: hardware.GpuTelemetry
+) -> hardware.GpuTelemetry:
+    """libmxsml from the first of ``paths`` that exists (`metax_core.metrics.sources`), else ``smi``; decided
+    once, at start, and logged. A library that is there but fails to load or initialise falls back to mx-smi."""
+    choice = sources.choose(paths, {p for p in sources.check(paths) if os.path.isfile(p)})
+    if choice.library is not None:
+        from metax_hw import mxsml
 
-    return agent.Sources(gpus=host.open_host(settings.host_root).monitor, pods=pod_devices(settings.pod_resources()))
+        try:
+            library = mxsml.open_library(choice.library)
+        except HardwareError as exc:
+            choice = sources.fallback(choice.library, str(exc))
+            log.warning("%s", choice.why)
+            return smi
+        log.info("%s", choice.why)
+        return mxsml.MxSmlMonitor(library, devices)
+    log.info("%s", choice.why)
+    return smi
+
+
+def production_hardware(settings: config.Settings) -> agent.Sources:
+    from metax_hw import gpus
+
+    smi = gpus.open_monitor(settings.host_root)
+    return agent.Sources(
+        gpus=telemetry_source(settings.mxsml_library, smi.devices, smi), pods=pod_devices(settings.pod_resources())
+    )
 
 
 RECIPE = builder.Recipe(

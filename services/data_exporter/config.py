@@ -8,9 +8,10 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core.cluster import agent_env, workloads
+from metax_core.cluster import agent_env
+from metax_core.metrics import names, sources
 from services._agent import settings as agent_settings
-from services._agent.settings import Interval, Port, Seconds, env
+from services._agent.settings import Interval, Names, Port, Seconds, env
 
 
 @attrs.frozen(kw_only=True)
@@ -21,11 +22,13 @@ class Settings(agent_settings.NodeAgentSettings):
     """Holders as ``exported_namespace``/``exported_pod``/``exported_container`` (mx-exporter's spelling)."""
     address: str = attrs.field(default="0.0.0.0", metadata=env("METAX_EXPORTER_ADDRESS"))
     """Where ``/metrics`` listens (the pod's network; the Service's target)."""
-    port: Port = attrs.field(default=Port(workloads.EXPORTER_PORT), metadata=env("METAX_EXPORTER_PORT"))
+    port: Port = attrs.field(default=Port(names.EXPORTER_PORT), metadata=env("METAX_EXPORTER_PORT"))
     """The port of ``/metrics`` (0: any free one, for tests)."""
     pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
     """The kubelet's PodResources socket as this process sees it; default ``<host root>/var/lib/kubelet/
     pod-resources/kubelet.sock`` (mounted read-only, 000 §1.3.2)."""
+    mxsml_library: Names = attrs.field(default=Names(sources.DEFAULT_LIBRARIES), metadata=env(sources.SETTING))
+    """libmxsml paths to try, as this container sees them (`metax_core.metrics.sources`); empty: mx-smi."""
     tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
 
     def pod_resources(self) -> pathlib.Path:

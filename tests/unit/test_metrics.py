@@ -8,6 +8,8 @@ function, other vendors' devices ignored; one series per holder; exported_* labe
 
 from __future__ import annotations
 
+import attrs
+
 from metax_core.inventory import FunctionKind, GpuHealth, GpuMetrics, PciAddress, PciFunction
 from metax_core.metrics import attribution, exposition, names, telemetry
 
@@ -108,6 +110,20 @@ def test_units_are_mx_exporters_kb_and_milliwatts_and_info_metrics_carry_version
         {"Hostname": "node-1", "driver_version": "2.18.0", "maca_version": "2.32.0.6", "value": 1.0}
     ]
     assert series(out, names.BUILD_INFO) == [{"version": "0.1.0", "value": 1.0}]
+
+
+def test_xtt_memory_and_the_uuid_are_served_when_the_reading_has_them() -> None:
+    """libmxsml reports xtt memory and a UUID (metax_hw/mxsml.py); mx-smi's summary does not: no xtt series then."""
+    m = attrs.evolve(metrics(A, 0), xtt_used_bytes=3 * 1024 * 1024, xtt_total_bytes=12 * 1024 * 1024, uuid="GPU-1234")
+    with_xtt = telemetry.GpuReading(function(A), GpuHealth(A, True), m)
+    out = exposition.render(
+        telemetry.advance(telemetry.Sample(), reading(with_xtt, ok(B, 1)), at=1.0), {}, {}, OPTIONS, 1.0
+    )
+    total = {(s["pci_address"], s["type"]): s["value"] for s in series(out, names.MEMORY_TOTAL)}
+    assert total == {(A, "vram"): 4096.0, (A, "xtt"): 12288.0, (B, "vram"): 4096.0}
+    usage = {(s["pci_address"], s["type"]): s["value"] for s in series(out, names.MEMORY_USAGE)}
+    assert usage[(A, "xtt")] == 25.0
+    assert {s["pci_address"]: s["uuid"] for s in series(out, names.GPU_USAGE)} == {A: "GPU-1234", B: ""}
 
 
 def test_collector_stats_are_counted_per_collector() -> None:

@@ -12,6 +12,7 @@ import attrs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from metax_core.ports import hardware
 from metax_hw_fake import builder
 from metax_hw_fake import host as fake_host
 from services.data_exporter import agent, bootstrap, config
@@ -45,8 +46,13 @@ class Running:
 
 
 def start_exporter(
-    root: pathlib.Path, fake: fake_host.FakeHost, socket: pathlib.Path, **env: str
+    root: pathlib.Path,
+    fake: fake_host.FakeHost,
+    socket: pathlib.Path,
+    gpus: hardware.GpuTelemetry | None = None,
+    **env: str,
 ) -> tuple[agent.DataExporter, threading.Event, threading.Thread]:
+    """``gpus``: the telemetry source (default: the fake host's mx-smi adapter)."""
     settings = config.from_env(
         {
             "NODE_NAME": NODE,
@@ -59,7 +65,7 @@ def start_exporter(
             **env,
         }
     )
-    built = bootstrap.bootstrap(settings, hw=agent.Sources(fake.monitor, bootstrap.pod_devices(socket)))
+    built = bootstrap.bootstrap(settings, hw=agent.Sources(gpus or fake.monitor, bootstrap.pod_devices(socket)))
     stop = threading.Event()
     thread = threading.Thread(target=bootstrap.runner(built), args=(stop,), name="exporter", daemon=True)
     thread.start()
