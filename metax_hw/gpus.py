@@ -194,7 +194,8 @@ def open_monitor(
     other adapters `metax_hw.host.open_host` builds and imports (the exporter's memory, docs/exporter.md)."""
     tree = sysfs.mounted_tree(root)
     devices = pci.SysfsDeviceInventory(tree, inventory.METAX_VENDOR_ID, None)
-    return MxSmiMonitor(tools.ToolRunner(None, tools.ExecMode.DIRECT, timeout), devices, native_driver)
+    runner = tools.ToolRunner(tools.driver_tools_path(tree.root), tools.ExecMode.DIRECT, timeout)
+    return MxSmiMonitor(runner, devices, native_driver)
 
 
 def _metrics(gpu: mxsmi.SmiGpu) -> GpuMetrics:

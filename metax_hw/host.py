@@ -9,14 +9,12 @@ the search path — and everything else under test is the production code.
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import attrs
 
 from metax_core import inventory
-from metax_core.node import payload_layout
 from metax_hw import binding, gpus, kmod, net, pci, sysfs, tools
 
 
@@ -41,13 +39,6 @@ class Host:
     network: net.PyrouteNetworkInterfaces
 
 
-def driver_tools_path(tree: sysfs.HostTree) -> list[str]:
-    """Where mx-smi is looked for: the running driver's tools on the host (`payload_layout.HOST_TOOLS_DIR`,
-    staged by driver-manager from the driver payload), then the agent's own PATH."""
-    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
-    return [str(tree.path(payload_layout.HOST_TOOLS_DIR)), *path]
-
-
 def open_host(
     root: Path | str = "/",
     *,
@@ -65,14 +56,14 @@ def open_host(
 
     ``vendor_id`` and ``device_ids`` say which PCI functions are managed (MetaX's vendor id, every device id,
     by default; see `pci.SysfsDeviceInventory`). ``tool_path`` replaces PATH for finding tools (None: the
-    agent's PATH, and for mx-smi first the running driver's tools, `driver_tools_path`). ``module_tools`` is
+    agent's PATH, and for mx-smi first the running driver's tools, `tools.driver_tools_path`). ``module_tools`` is
     `tools.ExecMode.HOST` in the driver container (host kmod through nsenter) and DIRECT elsewhere; mx-smi always
     runs DIRECT. ``link_source`` overrides where the interface list comes from.
     """
     tree = sysfs.mounted_tree(root, writer)
     devices = pci.SysfsDeviceInventory(tree, vendor_id, device_ids)
     smi_runner = tools.ToolRunner(
-        tool_path if tool_path is not None else driver_tools_path(tree), tools.ExecMode.DIRECT, timeout
+        tool_path if tool_path is not None else tools.driver_tools_path(tree.root), tools.ExecMode.DIRECT, timeout
     )
     kmod_runner = tools.ToolRunner(tool_path, module_tools, timeout)
     gpu_monitor = gpus.MxSmiMonitor(smi_runner, devices, native_driver)

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from metax_core import errors
+from metax_core.node import payload_layout
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,14 @@ HOST_TOOLS: Mapping[str, str | None] = {
 The one place that says so: the adapter calls tools only through these names (tests/hw/test_hw_tools_declared.py
 checks every call), and the image tests check each packaged tool is in the image. ``None``: MetaX's own tool,
 not in Debian and not redistributable here; it reaches the agent from the driver/SDK payload, not the image."""
+
+
+def driver_tools_path(host_root: os.PathLike[str] | str) -> list[str]:
+    """Where mx-smi is looked for: the running driver's tools on the host mounted at ``host_root``
+    (`payload_layout.HOST_TOOLS_DIR`, staged by driver-manager from the driver payload: no image carries MetaX's
+    tool), then the agent's own PATH."""
+    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return [os.path.join(os.fspath(host_root), payload_layout.HOST_TOOLS_DIR.lstrip("/")), *path]
 
 
 class ExecMode(enum.Enum):

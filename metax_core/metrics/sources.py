@@ -2,9 +2,10 @@
 
 Why a decision of its own: MetaX's library answers in-process with numbers (and has what mx-smi's summary lacks:
 UUIDs, xtt memory), mx-smi is a program to spawn and parse; the exporter picks once, at start, and says which
-and why in its log, so "why has this node no uuid label" has an answer. ``METAX_EXPORTER_MXSML_LIBRARY`` lists
-the library paths to try, as the exporter's container sees them (default `DEFAULT_LIBRARIES`, libmxsml's usual
-install paths, mx-exporter's own search list); empty means mx-smi.
+and why in its log, so "why has this node no uuid label" has an answer. The running driver's own library comes
+first (`payload_layout.HOST_LIBRARY` under the host root: staged by driver-manager from the driver payload, as
+mx-smi is), then ``METAX_EXPORTER_MXSML_LIBRARY``'s paths, as the exporter's container sees them (default
+`DEFAULT_LIBRARIES`, libmxsml's usual install paths, mx-exporter's own search list); empty means mx-smi.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Collection, Sequence
 import attrs
 
 from metax_core.errors import FieldError, InvalidSpec
+from metax_core.node import payload_layout
 
 SETTING = "METAX_EXPORTER_MXSML_LIBRARY"
 DEFAULT_LIBRARIES: tuple[str, ...] = (
@@ -29,6 +31,15 @@ class Choice:
     library: str | None
     """The library to load; None: mx-smi."""
     why: str
+
+
+def candidates(host_root: str, setting: Sequence[str]) -> tuple[str, ...]:
+    """The paths to try, in order: the running driver's library on the host mounted at ``host_root``, then the
+    setting's; none when the setting is empty (mx-smi asked for)."""
+    if not setting:
+        return ()
+    driver = host_root.rstrip("/") + payload_layout.HOST_LIBRARY
+    return (driver, *(p for p in setting if p != driver))
 
 
 def check(paths: Sequence[str]) -> tuple[str, ...]:

@@ -13,14 +13,16 @@ The layout inside the image (``METAX_PAYLOAD_DIR``, default ``/payload``)::
     driver/metax.ko                         the older flat form: one kernel, whatever its vermagic says
     firmware/{virt,non-virt}/mxvbios-<v>.bin
     bin/mx-smi                              the driver's own tools (MetaX's mx-smi), for this driver version
+    lib/libmxsml.so                         the driver's management library (what mx-smi and mx-exporter use)
 
 and on the host, where insmod reads it: ``/var/lib/metax/drivers/<version>/<kernel-release>/metax.ko``.
 
-The tools: MetaX's ``mx-smi`` is not in Debian and not redistributable, so no agent image carries it; it comes
-with the driver it belongs to (a tool talks to the driver of its own version). driver-manager stages a payload's
-``bin/`` at ``/var/lib/metax/drivers/<version>/bin/`` and points `HOST_TOOLS_DIR` at the running driver's
-version; every agent that runs ``mx-smi`` mounts ``/var/lib/metax`` (000 §1.3.2: files the driver shares) and
-searches `HOST_TOOLS_DIR` before its own PATH (`metax_hw.host.open_host`).
+The user space: MetaX's ``mx-smi`` and ``libmxsml`` are not in Debian and not redistributable, so no agent image
+carries them; they come with the driver they belong to (a tool talks to the driver of its own version).
+driver-manager stages a payload's ``bin/`` and ``lib/`` at ``/var/lib/metax/drivers/<version>/`` and points
+`HOST_CURRENT` at the running driver's version; every agent that runs ``mx-smi`` mounts ``/var/lib/metax``
+(000 §1.3.2: files the driver shares) and searches `HOST_TOOLS_DIR` before its own PATH
+(`metax_hw.tools.driver_tools_path`); the data-exporter loads `HOST_LIBRARY` first (`metax_core.metrics.sources`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,15 @@ HOST_DRIVER_DIR = "/var/lib/metax/drivers"
 """Where payload drivers are staged on the host, per driver version and kernel release."""
 TOOLS_SUBDIR = "bin"
 """The payload's (and each staged version's) directory of the driver's user-space tools."""
-HOST_TOOLS_DIR = f"{HOST_DRIVER_DIR}/tools"
-"""A link to ``<version>/bin`` of the running driver's version: where the agents find ``mx-smi``."""
+LIBRARY_SUBDIR = "lib"
+"""The payload's (and each staged version's) directory of the driver's user-space libraries."""
+USER_SPACE = (TOOLS_SUBDIR, LIBRARY_SUBDIR)
+CURRENT = "current"
+HOST_CURRENT = f"{HOST_DRIVER_DIR}/{CURRENT}"
+"""A link to ``<version>``, the running driver's staged directory (absent while a version runs that brought no
+user space): where the agents find the driver's tools and library."""
+HOST_TOOLS_DIR = f"{HOST_CURRENT}/{TOOLS_SUBDIR}"
+HOST_LIBRARY = f"{HOST_CURRENT}/{LIBRARY_SUBDIR}/libmxsml.so"
 FLAT = ""
 """The `PayloadModule.location` of a module directly under ``driver/`` (the older one-kernel form)."""
 
@@ -55,20 +64,20 @@ def host_module_path(version: str, release: str) -> str:
     return f"{HOST_DRIVER_DIR}/{version}/{release}/{MODULE_FILE}"
 
 
-def host_tools_dir(version: str) -> str:
-    """Host-absolute directory of driver ``version``'s staged tools."""
-    if not version or version in (".", "..", "tools") or "/" in version or any(c.isspace() for c in version):
+def host_version_dir(version: str) -> str:
+    """Host-absolute directory of driver ``version``'s staged files (its modules and user space)."""
+    if not version or version in (".", "..", CURRENT) or "/" in version or any(c.isspace() for c in version):
         raise ValueError(f"driver version {version!r}: expected one path component like 2.18.0")
-    return f"{HOST_DRIVER_DIR}/{version}/{TOOLS_SUBDIR}"
+    return f"{HOST_DRIVER_DIR}/{version}"
 
 
-def tools_link(running_version: str | None, staged: Sequence[str]) -> str | None:
-    """Where `HOST_TOOLS_DIR` points: the running driver's staged tools (relative to `HOST_DRIVER_DIR`, so the
-    link resolves wherever the host is mounted), or None (no link) when no driver runs or its version brought
-    no tools — a tool of another version may not speak to the running driver."""
+def current_link(running_version: str | None, staged: Sequence[str]) -> str | None:
+    """Where `HOST_CURRENT` points: the running driver's version directory (relative to `HOST_DRIVER_DIR`, so the
+    link resolves wherever the host is mounted) when that version brought user space (``staged``), else None (no
+    link) — a tool or library of another version may not speak to the running driver."""
     if running_version is None or running_version not in staged:
         return None
-    return f"{running_version}/{TOOLS_SUBDIR}"
+    return running_version
 
 
 def check_release(release: str) -> None:

@@ -68,7 +68,8 @@ def production_hardware(settings: config.Settings) -> agent.Sources:
 
     smi = gpus.open_monitor(settings.host_root)
     return agent.Sources(
-        gpus=telemetry_source(settings.mxsml_library, smi.devices, smi), pods=pod_devices(settings.pod_resources())
+        gpus=telemetry_source(sources.candidates(str(settings.host_root), settings.mxsml_library), smi.devices, smi),
+        pods=pod_devices(settings.pod_resources()),
     )
 
 

@@ -353,13 +353,14 @@ class DriverManager(base.NodeAgentBase):
         return plan
 
     def _tools(self, loaded: ModuleState | None) -> None:
-        """The running driver's tools (mx-smi) where every agent finds them (`payload_layout.HOST_TOOLS_DIR`):
-        the payload's staged, the link pointed at the running version's (before the health check runs mx-smi)."""
+        """The running driver's user space (mx-smi, libmxsml) where every agent finds it
+        (`payload_layout.HOST_CURRENT`): the payload's staged, the link pointed at the running version's (before
+        the health check runs mx-smi)."""
         s = self.settings
         try:
-            if s.payload_version and payload.install_tools(self.payload_dir, s.host_root, s.payload_version):
+            if s.payload_version and payload.install_user_space(self.payload_dir, s.host_root, s.payload_version):
                 self.say("tools", f"driver {s.payload_version}'s tools staged")
-            payload.point_tools(s.host_root, loaded.version if loaded is not None else None)
+            payload.point_current(s.host_root, loaded.version if loaded is not None else None)
         except (HardwareError, OSError) as exc:
             self.say("tools", f"cannot provide the driver's tools: {exc}", logging.WARNING)
 

@@ -93,31 +93,38 @@ def _copy_tree(files: list[pathlib.Path], target: pathlib.Path, what: str) -> No
     log.info("installed %s at %s", what, target)
 
 
-def install_tools(payload_dir: pathlib.Path, host_root: pathlib.Path, version: str) -> bool:
-    """Stage the payload's ``bin/`` (the driver's tools, ``mx-smi``) as driver ``version``'s tools on the host,
-    once (versions are immutable); False when the payload brings no tools."""
-    source = payload_dir / payload_layout.TOOLS_SUBDIR
-    files = sorted(f for f in source.iterdir() if f.is_file()) if source.is_dir() else []
-    if not files:
-        return False
-    target = host_root / payload_layout.host_tools_dir(version).lstrip("/")
-    if not target.is_dir():
-        _copy_tree(files, target, f"driver {version}'s tools")
-    return True
+def install_user_space(payload_dir: pathlib.Path, host_root: pathlib.Path, version: str) -> bool:
+    """Stage the payload's ``bin/`` and ``lib/`` (the driver's tools and library: mx-smi, libmxsml) as driver
+    ``version``'s on the host, each once (versions are immutable); False when the payload brings neither."""
+    brought = False
+    for sub in payload_layout.USER_SPACE:
+        source = payload_dir / sub
+        files = sorted(f for f in source.iterdir() if f.is_file()) if source.is_dir() else []
+        if not files:
+            continue
+        brought = True
+        target = host_root / payload_layout.host_version_dir(version).lstrip("/") / sub
+        if not target.is_dir():
+            _copy_tree(files, target, f"driver {version}'s {sub}/")
+    return brought
 
 
-def point_tools(host_root: pathlib.Path, running_version: str | None) -> str | None:
-    """Point `payload_layout.HOST_TOOLS_DIR` at the running driver's staged tools, or remove it when that driver
-    brought none (`payload_layout.tools_link`); replaced in one rename, so an agent never finds it half made.
-    Returns where it points."""
+def point_current(host_root: pathlib.Path, running_version: str | None) -> str | None:
+    """Point `payload_layout.HOST_CURRENT` at the running driver's staged user space, or remove it when that
+    driver brought none (`payload_layout.current_link`); replaced in one rename, so an agent never finds it half
+    made. Returns where it points."""
     drivers = host_root / payload_layout.HOST_DRIVER_DIR.lstrip("/")
     staged = (
-        [d.name for d in drivers.iterdir() if (d / payload_layout.TOOLS_SUBDIR).is_dir() and not d.is_symlink()]
+        [
+            d.name
+            for d in drivers.iterdir()
+            if not d.is_symlink() and any((d / sub).is_dir() for sub in payload_layout.USER_SPACE)
+        ]
         if drivers.is_dir()
         else []
     )
-    wanted = payload_layout.tools_link(running_version, staged)
-    link = host_root / payload_layout.HOST_TOOLS_DIR.lstrip("/")
+    wanted = payload_layout.current_link(running_version, staged)
+    link = host_root / payload_layout.HOST_CURRENT.lstrip("/")
     current = os.readlink(link) if link.is_symlink() else None
     if current == wanted:
         return wanted
@@ -130,8 +137,8 @@ def point_tools(host_root: pathlib.Path, running_version: str | None) -> str | N
             fresh.symlink_to(wanted)
             fresh.rename(link)
     except OSError as exc:
-        raise HardwareError("point the driver's tools", str(link), str(exc)) from exc
-    log.info("driver tools at %s: %s", payload_layout.HOST_TOOLS_DIR, wanted or "none (removed)")
+        raise HardwareError("point the driver's user space", str(link), str(exc)) from exc
+    log.info("the driver's user space at %s: %s", payload_layout.HOST_CURRENT, wanted or "none (removed)")
     return wanted
 
 

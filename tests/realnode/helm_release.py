@@ -12,13 +12,14 @@ The values beyond the README's install command, and why:
   are the fake host's ``/sys``, ``/dev``, ``/var/lib/metax``, ... instead of the node's own;
 * ``operator.nodeSelector`` and ``podTemplateSpec.nodeSelector``: this node (other real nodes of the session's
   control plane have no product images);
-* ``exporter.deploy`` and ``gpuScheduler.deploy``: true (off by default), so every component runs, except two that would change this machine rather than the fake host: ``runtime`` (its agent
-  configures and restarts the node's container runtime through the host's service manager, which this harness's
-  node does not have: tests/realnode/test_container_runtime.py runs it against this node's containerd) and
-  ``maca`` (its runtime side needs that runtime configuration: tests/realnode/test_maca_runtime.py). The driver
-  and gpu-device depend on both (`metax_core.cluster.components`: disabling them blocks both,
-  ``PrerequisiteDisabled``), so they stay deployed with a ``podTemplateSpec`` node selector no node matches
-  (DaemonSets of 0 pods), and the test publishes their readiness signals on the fake host;
+* ``exporter.deploy`` and ``gpuScheduler.deploy``: true (off by default), so every component runs, except two
+  that would change this machine rather than the fake host: ``runtime`` (its agent configures and restarts the
+  node's container runtime through the host's service manager, which this harness's node does not have:
+  tests/realnode/test_container_runtime.py runs it against this node's containerd) and ``maca`` (its runtime
+  side needs that runtime configuration: tests/realnode/test_maca_runtime.py). The driver and gpu-device depend
+  on both (`metax_core.cluster.components`: disabling them blocks both, ``PrerequisiteDisabled``), so they stay
+  deployed with a ``podTemplateSpec`` node selector no node matches (DaemonSets of 0 pods), and the test
+  publishes their readiness signals on the fake host;
 * ``operator.image.pullPolicy=Never``: nothing is ever pulled (the components' images are present, so their
   ``IfNotPresent`` never pulls either).
 """

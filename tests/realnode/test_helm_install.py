@@ -22,7 +22,7 @@ In order:
   driver-manager; gpu-label published the node's GPU labels from the fake host's PCI functions; driver-manager
   and gpu-device wrote their host files on the fake host; gpu-label and vfio-manager are Ready;
 * driver-manager stages the payload's ``bin/mx-smi`` (the driver's own tool: no image carries MetaX's tool,
-  docs/images.md) on the host and points ``/var/lib/metax/drivers/tools`` at the running driver's, where every
+  docs/images.md) on the host and points ``/var/lib/metax/drivers/current`` at the running driver's, where every
   agent that runs mx-smi finds it (`metax_core.node.payload_layout`); the driver turns ready, gpu-device
   registers with the real kubelet, and a workload pod asking for ``metax-tech.com/gpu: 2`` runs with exactly
   its two GPUs' device nodes, injected by containerd from the CDI spec gpu-device wrote;
@@ -265,9 +265,9 @@ def test_a_gpu_pod_gets_its_devices_from_the_agents_pods(
         lambda: _describe(r),
     )
     # The driver's tool, staged from the payload, is what the agents' health checks ran (no image carries it).
-    tools = r.fake.root / payload_layout.HOST_TOOLS_DIR.lstrip("/")
-    assert os.readlink(tools) == f"{helm_release.DRIVER_VERSION}/{payload_layout.TOOLS_SUBDIR}"
-    assert (tools / "mx-smi").is_file()
+    current = r.fake.root / payload_layout.HOST_CURRENT.lstrip("/")
+    assert os.readlink(current) == helm_release.DRIVER_VERSION
+    assert (r.fake.root / payload_layout.HOST_TOOLS_DIR.lstrip("/") / "mx-smi").is_file()
     device_pod = _one(r, "metax-gpu-device")["metadata"]["name"]
     listed = _exec(r, device_pod, "/host" + payload_layout.HOST_TOOLS_DIR + "/mx-smi", "-L")
     assert len([line for line in listed.splitlines() if line.startswith("GPU")]) == helm_release.PFS, listed

@@ -39,16 +39,17 @@ def test_layout_paths() -> None:
             pl.module_relpath(bad)
 
 
-def test_the_driver_tools_link_names_the_running_versions_tools_only() -> None:
-    """mx-smi comes with its driver (no image carries it): the agents' tools are the running version's, or none."""
-    assert pl.host_tools_dir("2.20.0") == "/var/lib/metax/drivers/2.20.0/bin"
-    assert pl.HOST_TOOLS_DIR == "/var/lib/metax/drivers/tools"
-    assert pl.tools_link("2.20.0", ["2.18.0", "2.20.0"]) == "2.20.0/bin"
-    assert pl.tools_link("2.18.0", ["2.20.0"]) is None  # a tool of another version may not speak to this driver
-    assert pl.tools_link(None, ["2.20.0"]) is None  # no driver runs
-    for bad in ("", "..", "a/b", "tools", "2 0"):
+def test_the_current_link_names_the_running_versions_user_space_only() -> None:
+    """mx-smi and libmxsml come with their driver (no image carries them): the running version's, or none."""
+    assert pl.host_version_dir("2.20.0") == "/var/lib/metax/drivers/2.20.0"
+    assert pl.HOST_TOOLS_DIR == "/var/lib/metax/drivers/current/bin"
+    assert pl.HOST_LIBRARY == "/var/lib/metax/drivers/current/lib/libmxsml.so"
+    assert pl.current_link("2.20.0", ["2.18.0", "2.20.0"]) == "2.20.0"
+    assert pl.current_link("2.18.0", ["2.20.0"]) is None  # a tool of another version may not speak to this driver
+    assert pl.current_link(None, ["2.20.0"]) is None  # no driver runs
+    for bad in ("", "..", "a/b", "current", "2 0"):
         with pytest.raises(ValueError, match="driver version"):
-            pl.host_tools_dir(bad)
+            pl.host_version_dir(bad)
 
 
 def test_the_running_kernels_module_is_chosen_among_several() -> None:

@@ -1,9 +1,9 @@
 """The driver's own tools reach every agent through the host (issue 21; R-DRIVER, R-READY, R-INSTALL).
 
 MetaX's ``mx-smi`` is in no image (not in Debian, not redistributable): it comes with the driver payload
-(``bin/``, `metax_core.node.payload_layout`). driver-manager stages it per driver version and points
-``/var/lib/metax/drivers/tools`` at the running driver's; the production hardware adapter of any agent
-(`metax_hw.host.open_host`, no tool path given) finds it there before its own PATH.
+(``bin/``, with ``lib/`` for libmxsml; `metax_core.node.payload_layout`). driver-manager stages them per driver
+version and points ``/var/lib/metax/drivers/current`` at the running driver's; the production hardware adapter of
+any agent (`metax_hw.host.open_host`, no tool path given) finds mx-smi there before its own PATH.
 
 Covers: staged and linked once the payload's driver runs, then quiet (no rewrite in later rounds); the staged
 tool is the one the production adapter runs (the GPUs' health read through it, on the fake host mounted where
@@ -53,7 +53,13 @@ def node(tmp_path: pathlib.Path) -> Node:
 
 
 def link(n: Node) -> pathlib.Path:
-    return n.root / payload_layout.HOST_TOOLS_DIR.lstrip("/")
+    return n.root / payload_layout.HOST_CURRENT.lstrip("/")
+
+
+def staged_smi(n: Node) -> pathlib.Path:
+    return (
+        n.root / payload_layout.host_version_dir(PAYLOAD_VERSION).lstrip("/") / payload_layout.TOOLS_SUBDIR / "mx-smi"
+    )
 
 
 def test_the_running_payload_drivers_tools_are_staged_and_found_by_the_production_adapter(
@@ -62,10 +68,11 @@ def test_the_running_payload_drivers_tools_are_staged_and_found_by_the_productio
     dm = manager(node, tmp_path)
     dm.tick()
     assert dm.outcome is not None and dm.outcome.ready.ready, dm.outcome
-    staged = node.root / payload_layout.host_tools_dir(PAYLOAD_VERSION).lstrip("/") / "mx-smi"
+    staged = staged_smi(node)
     assert staged.read_bytes() == (node.payload / "bin" / "mx-smi").read_bytes()
     assert os.access(staged, os.X_OK)
-    assert os.readlink(link(node)) == f"{PAYLOAD_VERSION}/bin"
+    assert os.readlink(link(node)) == PAYLOAD_VERSION
+    assert (node.root / payload_layout.HOST_TOOLS_DIR.lstrip("/") / "mx-smi").read_bytes() == staged.read_bytes()
 
     before = staged.stat().st_mtime_ns, link(node).lstat().st_mtime_ns
     node.clock.advance(3600)
@@ -90,7 +97,7 @@ def test_no_tools_while_another_version_runs(node: Node, tmp_path: pathlib.Path)
     dm = manager(node, tmp_path, deploy_policy=spec.DeployPolicy.PREFER_HOST)
     dm.tick()
     assert node.fake.module_version("metax") == "2.18.0"
-    assert (node.root / payload_layout.host_tools_dir(PAYLOAD_VERSION).lstrip("/") / "mx-smi").is_file()
+    assert staged_smi(node).is_file()
     assert not link(node).is_symlink()
 
 

@@ -41,3 +41,15 @@ def test_an_unusable_library_falls_back_to_mx_smi_saying_why() -> None:
         "libmxsml at /opt/mxdriver/lib/libmxsml.so is unusable (libmxsml mxSmlInit failed: returned 4): "
         "telemetry from mx-smi"
     )
+
+
+def test_the_running_drivers_own_library_comes_first_unless_mx_smi_is_asked_for() -> None:
+    """libmxsml comes with its driver, as mx-smi does (`payload_layout.HOST_LIBRARY`, under the host root)."""
+    driver = "/host/var/lib/metax/drivers/current/lib/libmxsml.so"
+    assert sources.candidates("/host/", sources.DEFAULT_LIBRARIES) == (driver, *sources.DEFAULT_LIBRARIES)
+    assert sources.candidates("/host", (driver, "/opt/maca/lib/libmxsml.so")) == (driver, "/opt/maca/lib/libmxsml.so")
+    assert sources.candidates("/host", ()) == ()  # empty setting: mx-smi, even when the driver brought a library
+    picked = sources.choose(
+        sources.candidates("/host", sources.DEFAULT_LIBRARIES), {driver, "/opt/maca/lib/libmxsml.so"}
+    )
+    assert picked.library == driver
