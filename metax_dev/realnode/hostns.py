@@ -37,9 +37,7 @@ _OVERLAID: Final = ("/var/lib", "/var/log")
 _DEV_SUBMOUNTS: Final = ("pts", "shm", "mqueue", "hugepages")
 
 
-def setup_script(
-    ns_dir: Path, holder: Path, device_root: Path | None, pod_resources_dir: Path | None = None
-) -> str:
+def setup_script(ns_dir: Path, holder: Path, device_root: Path | None, pod_resources_dir: Path | None = None) -> str:
     """The shell script the holder runs inside the new namespace before it execs ``holder``.
 
     With a ``device_root`` (a fake GPU host) the fake host's device nodes are the node's, the kubelet's
@@ -135,7 +133,9 @@ class MountNamespace:
     def start(self, timeout: float = 20.0) -> None:
         """Write the setup script, start the holder, wait until every mount is in place."""
         self.ns_dir.mkdir(parents=True, exist_ok=True)
-        (self.ns_dir / "setup.sh").write_text(setup_script(self.ns_dir, self.holder, self.device_root, self.pod_resources_dir))
+        (self.ns_dir / "setup.sh").write_text(
+            setup_script(self.ns_dir, self.holder, self.device_root, self.pod_resources_dir)
+        )
         self.process.start()
         processes.wait_for(
             (self.ns_dir / "ready").is_file,

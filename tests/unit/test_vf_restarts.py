@@ -3,7 +3,8 @@
 Aspects: a node whose recorded count differs from the ConfigMap's gets its pod recreated, old → new; a node
 not recorded yet, a pod already terminating and a node whose count is unchanged are left alone (but counted);
 an unlisted node counts 0, as driver-manager resolves it (`driver_config.for_node`); a broken ConfigMap recreates
-nothing and keeps the recorded counts (driver-manager keeps its last valid one); only gpu-device pods bound to a node are read from the pod list.
+nothing and keeps the recorded counts (driver-manager keeps its last valid one); only gpu-device pods bound to a
+node are read from the pod list.
 """
 
 from __future__ import annotations
