@@ -22,12 +22,13 @@ class ClusterPorts:
     events: Events | None
 
 
-def production(component: str, node_name: str) -> ClusterPorts:
-    """The ports over the real API server; ClusterError when no configuration can be loaded."""
+def production(component: str, node_name: str, *, kubeconfig: str | None = None) -> ClusterPorts:
+    """The ports over the real API server (in-cluster, or ``kubeconfig``, or $KUBECONFIG); ClusterError when no
+    configuration can be loaded."""
     from metax_k8s import client, connect, events, nodes, objects
 
     try:
-        api = client.HttpApi(connect.connect())  # not the kubernetes package: ~20 MiB less per agent (P8)
+        api = client.HttpApi(connect.connect(kubeconfig))  # not the kubernetes package: ~20 MiB less per agent (P8)
     except ClusterError:
         raise
     except Exception as exc:  # the kubernetes client raises its own ConfigException, OSError, ...

@@ -35,9 +35,17 @@ class HarnessService:
 
 
 def build(
-    real: node.RealNode, work: pathlib.Path, wrapper_source: pathlib.Path, **extra: Any
+    real: node.RealNode,
+    work: pathlib.Path,
+    wrapper_source: pathlib.Path,
+    *,
+    board: pathlib.Path | None = None,
+    ports: cluster.ClusterPorts | None = None,
+    **extra: Any,
 ) -> agent.ContainerRuntime:
-    """The agent configuring ``real``'s containerd, its state (toolkit, record, readiness board) under ``work``."""
+    """The agent configuring ``real``'s containerd, its state (toolkit, record) under ``work``; its readiness board
+    under ``board`` (a host root: the signal goes to ``<board>/run/metax/ready``; default ``work/board``), its
+    cluster ports ``ports`` (default: an in-memory cluster with the node)."""
     settings = config.from_env(
         {},
         node_name=real.name,
@@ -50,16 +58,17 @@ def build(
         wrapper_source=str(wrapper_source),
         toolkit_dir=str(work / "toolkit"),
         state_dir=str(work / "state"),
-        interval=0.0,
-        **extra,
+        **{"interval": 0.0, **extra},  # a round at every tick unless the caller gives an interval
     )
-    k8s = inmemory.InMemoryCluster()
-    k8s.add_node(real.name)
+    if ports is None:
+        k8s = inmemory.InMemoryCluster()
+        k8s.add_node(real.name)
+        ports = cluster.in_memory(k8s, "container-runtime", real.name)
     return bootstrap.bootstrap(
         settings,
         hw=agent.Hardware(container_runtime.HostProgram(host_namespaces=False), HarnessService(real)),
-        ports=cluster.in_memory(k8s, "container-runtime", real.name),
-        board=hostfiles.FileReadinessBoard(work / "board"),
+        ports=ports,
+        board=hostfiles.FileReadinessBoard(board or work / "board"),
     )
 
 
