@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,10 @@ class Node:
         self.module_before = (self.fake.module_version("metax"), self.fake.module_params("metax"))
         k8s.add_node(name, labels={"kubernetes.io/hostname": name})
 
-    def changes(self) -> list[str]:
-        """What differs on the host since before install (files, modules, devices: /sys and /dev are files)."""
-        return snapshot.diff(self.before, snapshot.take(self.fake.root))
+    def changes(self, allowed: Mapping[str, str] | None = None) -> list[str]:
+        """What differs on the host since before install (files, modules, devices: /sys and /dev are files),
+        besides the ``allowed`` paths (host-root relative path → what it may be)."""
+        return snapshot.diff({**self.before, **(allowed or {})}, snapshot.take(self.fake.root))
 
 
 class Fleet:
@@ -83,7 +85,7 @@ class Fleet:
             for i, name in enumerate(node_names(count))
         ]
         self.settings = settings.Settings(
-            identity="metax-operator-demo", leader_election=False, driver_ready_timeout=4.0, backoff_base=0.1
+            identity="metax-operator-demo", leader_election=False, driver_ready_timeout=10.0, backoff_base=0.1
         )
         self.operator: run.Operator = bootstrap.bootstrap(self.settings, api=self.k8s.api, watch_seconds=30)
         self.daemonsets = standins.DaemonSets(self.k8s, NAMESPACE)
@@ -115,6 +117,16 @@ class Fleet:
         self.operator.stop()
         for n in self.nodes:
             n.socket.close()
+
+    def settle(self, deadline: float = 30.0) -> None:
+        """Return once a reconcile that started after this call has finished (the operator saw what is now)."""
+        target = self.operator.reconciles + 1
+        self.operator.queue.add(run.KEY)
+        end = time.monotonic() + deadline
+        while self.operator.completed < target:
+            if time.monotonic() > end:
+                raise TimeoutError(f"the operator did not reconcile within {deadline:.0f}s")
+            time.sleep(0.05)
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):

@@ -127,15 +127,15 @@ class Kubelet:
 
     def sync(self) -> None:
         api = self.node.k8s.api
-        pods = {
-            p["metadata"]["name"]: p
+        pods = {  # by uid: a pod deleted and created again under its name (OnDelete) is a new pod
+            p["metadata"]["uid"]: p
             for p in api.list("v1", "Pod", namespace=self.ns).items
             if p["spec"].get("nodeName") == self.node.name
         }
-        for name in [n for n in self.running if n not in pods]:
-            self._stop(name)
-        for name, pod in pods.items():
-            if name not in self.running and name not in self.failed:
+        for uid in [u for u in self.running if u not in pods]:
+            self._stop(uid)
+        for uid, pod in pods.items():
+            if uid not in self.running and uid not in self.failed:
                 self._start(pod)
             self._report(pod)
 
@@ -143,8 +143,8 @@ class Kubelet:
         for name in list(self.running):
             self._stop(name)
 
-    def _stop(self, name: str) -> None:
-        running = self.running.pop(name)
+    def _stop(self, uid: str) -> None:
+        running = self.running.pop(uid)
         running.stop.set()
         running.thread.join(30)
 
@@ -156,7 +156,7 @@ class Kubelet:
         try:
             env = self._environment(pod, container, pod_dir)
         except (podspec.PlanError, KeyError, OSError) as exc:
-            self.failed[pod["metadata"]["name"]] = f"cannot start: {exc}"
+            self.failed[pod["metadata"]["uid"]] = f"cannot start: {exc}"
             return
         probe = Path(env[PROBE]) if PROBE in env else None
         stop = threading.Event()
@@ -166,11 +166,11 @@ class Kubelet:
         elif component in AGENTS:
             run = AGENTS[component]({**FAST, **env}, self.node)
         else:
-            self.failed[pod["metadata"]["name"]] = f"no stand-in runs component {component!r}"
+            self.failed[pod["metadata"]["uid"]] = f"no stand-in runs component {component!r}"
             return
         thread = threading.Thread(target=_guarded(run, pod["metadata"]["name"]), args=(stop,), daemon=True)
         thread.start()
-        self.running[pod["metadata"]["name"]] = Running(pod["metadata"]["name"], thread, stop, probe)
+        self.running[pod["metadata"]["uid"]] = Running(pod["metadata"]["name"], thread, stop, probe)
 
     def _environment(self, pod: Mapping[str, Any], container: Mapping[str, Any], pod_dir: Path) -> dict[str, str]:
         stand_ins = process_standins.StandIns(host_root=self.node.fake.root, payloads=self.payloads)
@@ -193,18 +193,18 @@ class Kubelet:
         return str(found["data"][key])
 
     def _report(self, pod: Mapping[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        running = self.running.get(name)
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        running = self.running.get(uid)
         ready = running is not None and running.thread.is_alive() and (running.probe is None or running.probe.exists())
         if standins.pod_ready(pod) == ready and (pod.get("status") or {}).get("phase"):
             return
         status = {
-            "phase": "Failed" if name in self.failed else "Running",
+            "phase": "Failed" if uid in self.failed else "Running",
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             "containerStatuses": [{"name": c["name"], "ready": ready, "restartCount": 0} for c in pod["spec"]["containers"]],
         }
-        if name in self.failed:
-            status["message"] = self.failed[name]
+        if uid in self.failed:
+            status["message"] = self.failed[uid]
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": self.ns}, "status": status}
         with contextlib.suppress(Exception):  # deleted meanwhile: the next sync stops its agent
             self.node.k8s.api.apply(body, field_manager="kubelet", force=True, subresource="status")

@@ -211,18 +211,16 @@ class RuntimeStandIn:
         self.k8s, self.node, self.board, self.probe = k8s, node, hostfiles.FileReadinessBoard(root), probe_file
 
     def run(self, stop: threading.Event) -> None:
-        answered = None
         while not stop.wait(0.2):
             node = self.k8s.api.get("v1", "Node", self.node)
             uid = uninstall.requested(node["metadata"].get("annotations"))
-            if uid is not None:
-                if answered != uid:
-                    self.board.withdraw(self.component)
-                    self.probe.unlink(missing_ok=True)
-                    patch = {"metadata": {"annotations": uninstall.render_done(self.component, uninstall.Done(uid))}}
-                    self.k8s.api.merge_patch("v1", "Node", self.node, patch, field_manager="metax-container-runtime")
-                    answered = uid
-                continue
+            if uid is not None:  # undone and answered; quiet until its pod goes, even once the request is removed
+                self.board.withdraw(self.component)
+                self.probe.unlink(missing_ok=True)
+                patch = {"metadata": {"annotations": uninstall.render_done(self.component, uninstall.Done(uid))}}
+                self.k8s.api.merge_patch("v1", "Node", self.node, patch, field_manager="metax-container-runtime")
+                stop.wait()
+                return
             if not self.probe.exists():
                 self.board.publish(readiness.ComponentReadiness(self.component, True, "demo stand-in"))
                 self.probe.parent.mkdir(parents=True, exist_ok=True)
