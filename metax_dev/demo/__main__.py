@@ -1,12 +1,9 @@
-"""``python -m metax_dev.demo``."""
+"""``python -m metax_dev.demo`` (what ``./run demo`` runs)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-from metax_dev.demo import cli  # noqa: E402
+from metax_dev.demo import cli
 
 sys.exit(cli.main())

@@ -22,7 +22,7 @@ from typing import Any
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
 from metax_dev import agents as dev_agents
-from metax_dev.demo import standins
+from metax_dev.demo import standins, workload
 from metax_dev.processnode import podspec
 from metax_dev.processnode import standins as process_standins
 
@@ -96,7 +96,8 @@ AGENTS: Mapping[str, Callable[[Mapping[str, str], standins.NodeContext], Runner]
 """The agents that run their own composition root here, by the pods' component label."""
 
 SIDECARS = ("container-edit",)
-"""Containers of an agent's pod not run here (maca's container-edit serves the runtime wrapper, no runtime)."""
+"""Containers of an agent's pod not run as a thread: maca's container-edit serves the runtime wrapper's socket;
+here its ``Editor`` is built from its environment when a GPU pod starts (`metax_dev.demo.workload`)."""
 
 FAST = {
     **{k: v for agent in ("gpu-label", "maca", "vfio-manager") for k, v in dev_agents.FAST[agent].items()},
@@ -110,19 +111,27 @@ FAST = {
 
 
 class Running:
-    def __init__(self, pod: str, thread: threading.Thread, stop: threading.Event, probe: Path | None) -> None:
-        self.pod, self.thread, self.stop, self.probe = pod, thread, stop, probe
+    def __init__(
+        self,
+        pod: str,
+        thread: threading.Thread,
+        stop: threading.Event,
+        probe: Path | None,
+        edit_env: dict[str, str] | None = None,
+    ) -> None:
+        self.pod, self.thread, self.stop, self.probe, self.edit_env = pod, thread, stop, probe, edit_env
 
 
 class Kubelet:
     """One node's pods: started from their spec, stopped when deleted, their Ready condition kept."""
 
-    def __init__(
-        self, node: standins.NodeContext, workdir: Path, payloads: Mapping[str, Path], namespace: str
-    ) -> None:
+    def __init__(self, node: standins.NodeContext, workdir: Path, payloads: Mapping[str, Path], namespace: str) -> None:
         self.node, self.workdir, self.payloads, self.ns = node, workdir, payloads, namespace
         self.running: dict[str, Running] = {}
         self.failed: dict[str, str] = {}
+        self.workloads = workload.Workloads(node.devices)
+        self.edit_env: dict[str, str] | None = None
+        """The container-edit container's environment in this node's maca pod (None while there is none)."""
         self._count = 0
 
     def sync(self) -> None:
@@ -138,6 +147,26 @@ class Kubelet:
             if uid not in self.running and uid not in self.failed:
                 self._start(pod)
             self._report(pod)
+        self._sync_workloads()
+
+    def _sync_workloads(self) -> None:
+        """Users' GPU pods (any other namespace) bound to this node: admitted once, released when deleted."""
+        api = self.node.k8s.api
+        mine = [
+            p
+            for p in api.list("v1", "Pod").items
+            if p["metadata"].get("namespace") != self.ns and p["spec"].get("nodeName") == self.node.name
+        ]
+        self.workloads.forget({p["metadata"]["uid"] for p in mine})
+        for pod in mine:
+            uid = pod["metadata"]["uid"]
+            if uid in self.workloads.started or uid in self.workloads.refused:
+                continue
+            status = self.workloads.admit(pod, self.edit_env)
+            meta = {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]}
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": status}
+            with contextlib.suppress(Exception):  # deleted meanwhile
+                api.apply(body, field_manager="kubelet", force=True, subresource="status")
 
     def stop_all(self) -> None:
         for name in list(self.running):
@@ -145,6 +174,8 @@ class Kubelet:
 
     def _stop(self, uid: str) -> None:
         running = self.running.pop(uid)
+        if running.edit_env is not None:
+            self.edit_env = None
         running.stop.set()
         running.thread.join(30)
 
@@ -153,8 +184,10 @@ class Kubelet:
         self._count += 1
         pod_dir = self.workdir / f"{self._count:03d}-{pod['metadata']['name']}"
         container = next(c for c in pod["spec"]["containers"] if c["name"] not in SIDECARS)
+        edit = next((c for c in pod["spec"]["containers"] if c["name"] in SIDECARS), None)
         try:
             env = self._environment(pod, container, pod_dir)
+            edit_env = None if edit is None else self._environment(pod, edit, pod_dir, payloads=False)
         except (podspec.PlanError, KeyError, OSError) as exc:
             self.failed[pod["metadata"]["uid"]] = f"cannot start: {exc}"
             return
@@ -162,7 +195,9 @@ class Kubelet:
         stop = threading.Event()
         run: Runner
         if component == Component.RUNTIME.value:
-            run = standins.RuntimeStandIn(self.node.k8s, self.node.name, self.node.fake.root, probe or pod_dir / "probe").run
+            run = standins.RuntimeStandIn(
+                self.node.k8s, self.node.name, self.node.fake.root, probe or pod_dir / "probe"
+            ).run
         elif component in AGENTS:
             run = AGENTS[component]({**FAST, **env}, self.node)
         else:
@@ -170,11 +205,16 @@ class Kubelet:
             return
         thread = threading.Thread(target=_guarded(run, pod["metadata"]["name"]), args=(stop,), daemon=True)
         thread.start()
-        self.running[pod["metadata"]["uid"]] = Running(pod["metadata"]["name"], thread, stop, probe)
+        self.running[pod["metadata"]["uid"]] = Running(pod["metadata"]["name"], thread, stop, probe, edit_env)
+        if edit_env is not None:
+            self.edit_env = edit_env
 
-    def _environment(self, pod: Mapping[str, Any], container: Mapping[str, Any], pod_dir: Path) -> dict[str, str]:
+    def _environment(
+        self, pod: Mapping[str, Any], container: Mapping[str, Any], pod_dir: Path, *, payloads: bool = True
+    ) -> dict[str, str]:
         stand_ins = process_standins.StandIns(host_root=self.node.fake.root, payloads=self.payloads)
-        for init in pod["spec"].get("initContainers") or []:  # the payload init containers: `cp -a /payload/. T/`
+        inits = (pod["spec"].get("initContainers") or []) if payloads else []
+        for init in inits:  # the payload init containers: `cp -a /payload/. TARGET/`
             found = _TARGET.search(" ".join(init.get("command") or []))
             if found is None:
                 raise podspec.PlanError("StartError", f"init container {init['name']}: not a payload copy")
@@ -201,7 +241,9 @@ class Kubelet:
         status = {
             "phase": "Failed" if uid in self.failed else "Running",
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "containerStatuses": [{"name": c["name"], "ready": ready, "restartCount": 0} for c in pod["spec"]["containers"]],
+            "containerStatuses": [
+                {"name": c["name"], "ready": ready, "restartCount": 0} for c in pod["spec"]["containers"]
+            ],
         }
         if uid in self.failed:
             status["message"] = self.failed[uid]

@@ -115,9 +115,13 @@ def install(f: demo_fleet.Fleet) -> list[str]:
 
 def labels_and_allocatable(f: demo_fleet.Fleet) -> list[str]:
     said = []
+    wanted = {n.name: str(n.gpus) for n in f.nodes}
+    wait_until(
+        f"allocatable {GPU} = each node's GPUs",
+        lambda: all(_allocatable(f, name).get(GPU) == want for name, want in wanted.items()),
+    )
     for n in f.nodes:
-        want = str(n.gpus)
-        wait_until(f"{n.name}: {GPU}={want}", lambda n=n, want=want: _allocatable(f, n.name).get(GPU) == want)
+        want = wanted[n.name]
         found = _labels(f, n.name)
         if found.get(labels.GPU_COUNT) != want:
             raise StepFailed(f"{n.name}: label {labels.GPU_COUNT}={found.get(labels.GPU_COUNT)}, {want} GPUs")
@@ -129,7 +133,9 @@ def labels_and_allocatable(f: demo_fleet.Fleet) -> list[str]:
 def vf_change(f: demo_fleet.Fleet) -> list[str]:
     n = f.nodes[1]
     data = {driver_config.NODE_VFNUMS: f"nodes:\n  {n.name}:\n    vfnum: {VFNUM}\n"}
-    f.k8s.api.merge_patch("v1", "ConfigMap", driver_config.CONFIGMAP_NAME, {"data": data}, namespace=f.ns, field_manager="kubectl")
+    f.k8s.api.merge_patch(
+        "v1", "ConfigMap", driver_config.CONFIGMAP_NAME, {"data": data}, namespace=f.ns, field_manager="kubectl"
+    )
     want = str(n.gpus * VFNUM)
     wait_until(
         f"{n.name}: {GPU}={want} and label {labels.GPU_VFNUM}={VFNUM}",
@@ -137,8 +143,13 @@ def vf_change(f: demo_fleet.Fleet) -> list[str]:
     )
     numvfs = [len(n.fake.vfs_of(a)) for a in n.fake.gpu_addresses()]
     if numvfs != [VFNUM] * n.gpus or _labels(f, n.name).get(labels.GPU_VFNUM) != str(VFNUM):
-        raise StepFailed(f"{n.name}: VFs per GPU {numvfs}, label {labels.GPU_VFNUM}={_labels(f, n.name).get(labels.GPU_VFNUM)}")
-    return [f"{n.name}: {n.gpus} GPUs x {VFNUM} VFs (sriov_numvfs on the host), {labels.GPU_VFNUM}={VFNUM}, allocatable {GPU}={want}"]
+        raise StepFailed(
+            f"{n.name}: VFs per GPU {numvfs}, label {labels.GPU_VFNUM}={_labels(f, n.name).get(labels.GPU_VFNUM)}"
+        )
+    return [
+        f"{n.name}: {n.gpus} GPUs x {VFNUM} VFs (the host's sriov_numvfs), label {labels.GPU_VFNUM}={VFNUM}",
+        f"{n.name}: allocatable {GPU}={want}",
+    ]
 
 
 def vfio_binding(f: demo_fleet.Fleet) -> list[str]:
@@ -148,7 +159,7 @@ def vfio_binding(f: demo_fleet.Fleet) -> list[str]:
 
     def bound() -> str | None:
         text = _annotations(f, n.name).get(vfio.ANNOTATION)
-        if text and "0" in json.loads(text).values():
+        if text and 0 in json.loads(text).values():
             raise StepFailed(f"{n.name}: vfio-manager says {vfio.ANNOTATION}={text} (a GPU failed to bind)")
         return text if text == '{"0":1,"1":1}' and _allocatable(f, n.name).get(VFIO_GPU) == "2" else None
 
@@ -157,22 +168,52 @@ def vfio_binding(f: demo_fleet.Fleet) -> list[str]:
     if drivers != ["vfio-pci", "vfio-pci"]:
         raise StepFailed(f"{n.name}: the host's first two GPUs are bound to {drivers}")
     alloc = _allocatable(f, n.name)
-    return [f"{n.name}: {vfio.ANNOTATION}={text}; host: {drivers}; allocatable {GPU}={alloc.get(GPU)}, {VFIO_GPU}={alloc.get(VFIO_GPU)}"]
+    return [
+        f"{n.name}: annotation {vfio.ANNOTATION}={text}; the host's first two GPUs: {drivers}",
+        f"{n.name}: allocatable {GPU}={alloc.get(GPU)}, {VFIO_GPU}={alloc.get(VFIO_GPU)}",
+    ]
+
+
+def train_pod(node: str) -> dict[str, Any]:
+    """A user's pod asking two GPUs and an SDK by prefix (R-MACA), bound to ``node``."""
+    container = {
+        "name": "train",
+        "image": "pytorch/pytorch",
+        "env": [{"name": "METAX_MACA_VERSION", "value": MACA_REQUEST}],
+        "resources": {"limits": {GPU: "2"}},
+    }
+    spec_ = {"nodeName": node, "containers": [container]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "default"}, "spec": spec_}
 
 
 def workload(f: demo_fleet.Fleet) -> list[str]:
     n = f.nodes[-1]
+    f.k8s.api.create(train_pod(n.name), field_manager="kubectl")
+
+    def started() -> dict[str, Any] | None:
+        pod = f.get("v1", "Pod", "train", "default") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Failed":
+            raise StepFailed(f"pod train failed to start: {pod['status'].get('message')}")
+        return pod if phase == "Running" else None
+
+    pod = wait_until("pod train Running", started)
+    got = n.kubelet.workloads.started[pod["metadata"]["uid"]]
     installed = sorted(p.name for p in (n.fake.root / sdk.HOST_DIR.lstrip("/")).iterdir())
-    chosen = versions.resolve(MACA_REQUEST, installed)  # what `metax-operator maca resolve` and the wrapper use
-    allocation = n.devices.allocate(GPU, 2)
-    said = [
-        f"pod default/train on {n.name}: 2 x {GPU} allocated by gpu-device: {', '.join(sorted(allocation.cdi_devices)) or sorted(allocation.envs)}",
-        f"METAX_MACA_VERSION={MACA_REQUEST} -> MXMACA {chosen} (installed by maca on {n.name}: {', '.join(installed)})",
+    answer = versions.resolve(MACA_REQUEST, installed)  # what `metax-operator maca resolve` prints
+    held = n.devices.holdings().get(GPU, [])
+    f.k8s.api.delete("v1", "Pod", "train", "default")
+    wait_until("pod train's GPUs released", lambda: not n.devices.holdings())
+    if len(got.devices) != 2 or len(held) != 2 or got.maca != answer or sdk.MOUNT_PATH not in got.mounts:
+        raise StepFailed(f"pod train got devices {got.devices}, MXMACA {got.maca} at {got.mounts}; resolve: {answer}")
+    if str(answer) != "2.18.0.10":
+        raise StepFailed(f"{MACA_REQUEST} resolved to {answer}, not the newest 2.18 (2.18.0.10, numerically)")
+    return [
+        f"pod default/train Running on {n.name}: gpu-device allocated {', '.join(got.devices)}",
+        f"container-edit: METAX_MACA_VERSION={MACA_REQUEST} -> MXMACA {got.maca} mounted at {sdk.MOUNT_PATH}",
+        f"metax-operator maca resolve {MACA_REQUEST} --available {','.join(installed)} -> {answer}",
+        "kubectl delete pod train: its GPUs are free again (the node is idle for the upgrade)",
     ]
-    n.devices.release()  # the pod finishes (kubectl delete pod train): the node is idle for the upgrade
-    if str(chosen) != "2.18.0.10":
-        raise StepFailed(f"{MACA_REQUEST} resolved to {chosen}, expected the newest 2.18 (2.18.0.10)")
-    return said
 
 
 def upgrade(f: demo_fleet.Fleet) -> list[str]:
@@ -184,11 +225,15 @@ def upgrade(f: demo_fleet.Fleet) -> list[str]:
     others = {n.name: n.fake.module_version("metax") for n in f.nodes[1:]}
     if any(v != OLD for v in others.values()):
         raise StepFailed(f"nodes upgraded past a failed canary: {others}")
-    return [f"Failed=True ({failed.get('reason')}): {failed.get('message')}", f"the other nodes stay on {OLD}: {others}"]
+    return [
+        f"Failed=True ({failed.get('reason')}): {failed.get('message')}",
+        f"the other nodes stay on {OLD}: {others}",
+    ]
 
 
 def fallback(f: demo_fleet.Fleet) -> list[str]:
     canary = f.nodes[0]
+
     def paused_by_fallback() -> dict[str, Any] | None:
         found = _condition(f, rollout_status.ConditionType.PROGRESSING.value)
         return found if found is not None and found.get("reason") == "FallbackPaused" else None
@@ -198,7 +243,10 @@ def fallback(f: demo_fleet.Fleet) -> list[str]:
     loaded = canary.fake.module_version("metax")
     if loaded != OLD or not token:
         raise StepFailed(f"{canary.name} has driver {loaded} loaded (want the previous {OLD}); confirmToken {token!r}")
-    return [f"Progressing=False ({paused.get('reason')}): {paused.get('message')}", f"{canary.name}: driver-manager put {OLD} back (never driverless)"]
+    return [
+        f"Progressing=False ({paused.get('reason')}): {paused.get('message')}",
+        f"{canary.name}: driver-manager put {OLD} back (never driverless)",
+    ]
 
 
 def confirm(f: demo_fleet.Fleet) -> list[str]:
@@ -234,17 +282,64 @@ def uninstall(f: demo_fleet.Fleet) -> list[str]:
     return said
 
 
+def _patch(target: str, body: dict[str, Any], namespace: str = "") -> str:
+    where = f"-n {namespace} " if namespace else ""
+    return f"kubectl {where}patch {target} --type merge -p '{json.dumps(body, separators=(',', ':'))}'"
+
+
 def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
     n0, n1, last = f.nodes[0].name, f.nodes[1].name, f.nodes[-1].name
     co = "clusteroperators.gpu.metax-tech.com cluster-operator"
+    vfnums = {"data": {driver_config.NODE_VFNUMS: f"nodes:\n  {n1}:\n    vfnum: {VFNUM}\n"}}
+    vfio_config = {"spec": {"vfioManager": {"vfioConfig": [{"nodeName": n0, "gpus": "0,1"}]}}}
+    helm = "helm install metax-operator charts/metax-operator -n metax-operator --create-namespace"
+    run = f"kubectl run train --image=pytorch/pytorch --env=METAX_MACA_VERSION={MACA_REQUEST}"
+    overrides = {"spec": {"nodeName": last, "containers": [{"name": "train", "resources": {"limits": {GPU: "2"}}}]}}
     return (
-        Step("Install", (f"helm install metax-operator charts/metax-operator -n metax-operator --set registry={demo_fleet.REGISTRY} --set driver.payload.version={OLD}", f"kubectl get {co}"), install),
-        Step("Labels and allocatable GPUs", ("kubectl get nodes -L metax-tech.com/gpu.product,metax-tech.com/gpu.count", "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.metax-tech\\.com/gpu"), labels_and_allocatable),
-        Step(f"VFs on {n1} (driver-config, R-VF)", (f"kubectl -n metax-operator patch configmap driver-config --type merge -p '{{\"data\":{{\"node-vfnums\":\"nodes:\\n  {n1}:\\n    vfnum: {VFNUM}\\n\"}}}}'",), vf_change),
-        Step(f"Two GPUs of {n0} on vfio-pci (R-VFIO)", (f"kubectl patch {co} --type merge -p '{{\"spec\":{{\"vfioManager\":{{\"vfioConfig\":[{{\"nodeName\":\"{n0}\",\"gpus\":\"0,1\"}}]}}}}}}'",), vfio_binding),
-        Step(f"A GPU workload asking {MACA_REQUEST} (R-MACA)", (f"kubectl run train --image=pytorch --env=METAX_MACA_VERSION={MACA_REQUEST} --overrides='{{..limits: {{\"{GPU}\": 2}}}}'  # lands on {last}", f"metax-operator maca resolve {MACA_REQUEST} --available <installed>"), workload),
-        Step(f"Driver upgrade {OLD} -> {NEW}, canary {n0} refuses it (R-ROLLOUT §3.2.8)", (f"kubectl patch {co} --type merge -p '{{\"spec\":{{\"driver\":{{\"payload\":{{\"version\":\"{NEW}\"}}}}}}}}'",), upgrade),
+        Step(
+            "Install",
+            (f"{helm} --set registry={demo_fleet.REGISTRY} --set driver.payload.version={OLD}", f"kubectl get {co}"),
+            install,
+        ),
+        Step(
+            "Labels and allocatable GPUs",
+            (
+                f"kubectl get nodes -L {labels.GPU_PRODUCT},{labels.GPU_COUNT},{labels.DRIVER_VERSION}",
+                "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.metax-tech\\.com/gpu",
+            ),
+            labels_and_allocatable,
+        ),
+        Step(
+            f"VFs on {n1} (driver-config, R-VF)",
+            (_patch("configmap driver-config", vfnums, demo_fleet.NAMESPACE),),
+            vf_change,
+        ),
+        Step(f"Two GPUs of {n0} on vfio-pci (R-VFIO)", (_patch(co, vfio_config),), vfio_binding),
+        Step(
+            f"A GPU workload asking {MACA_REQUEST} (R-MACA)",
+            (f"{run} --overrides='{json.dumps(overrides, separators=(',', ':'))}'", "kubectl delete pod train"),
+            workload,
+        ),
+        Step(
+            f"Driver upgrade {OLD} -> {NEW}; {n0}, the canary, refuses it (R-ROLLOUT, §3.2.8)",
+            (
+                f"# {n0}'s kernel will refuse {NEW} (the fake host's fault fail_module_load)",
+                _patch(co, {"spec": {"driver": {"payload": {"version": NEW}}}}),
+            ),
+            upgrade,
+        ),
         Step("The policy's fallback: pause", (f"kubectl get {co} -o jsonpath='{{.status.upgradeStatus}}'",), fallback),
-        Step(f"Fix {n0}, confirm: the rollout resumes", ("metax-operator rollout confirm",), confirm),
-        Step("Uninstall: every host as it was found (R-INSTALL)", ("helm uninstall metax-operator -n metax-operator --wait   # pre-delete hook: metax-operator uninstall",), uninstall),
+        Step(
+            f"Fix {n0}, confirm: the rollout resumes",
+            (f"# the administrator fixes {n0} (the fault is cleared)", "metax-operator rollout confirm"),
+            confirm,
+        ),
+        Step(
+            "Uninstall: every host as it was found (R-INSTALL)",
+            (
+                "helm uninstall metax-operator -n metax-operator --wait",
+                "# its pre-delete hook runs `metax-operator uninstall`: delete cluster-operator, wait for the cleanup",
+            ),
+            uninstall,
+        ),
     )

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from metax_core.cluster import workloads
-from metax_core.errors import MetaxError
 from metax_core.node import devices, readiness, uninstall
 from metax_core.ports import node as node_ports
+from metax_core.runtime import container_edit
 from metax_hw import hostfiles
 from metax_hw_fake import host as fake_host
 from metax_k8s.inmemory import InMemoryCluster
@@ -107,7 +107,12 @@ class DaemonSets:
             }
             if {k: (ds.get("status") or {}).get(k) for k in status} != status:
                 body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": self.ns}}
-                api.apply({**body, "status": status}, field_manager="demo-daemonset-controller", force=True, subresource="status")
+                api.apply(
+                    {**body, "status": status},
+                    field_manager="demo-daemonset-controller",
+                    force=True,
+                    subresource="status",
+                )
         for orphan in pods.values():  # its DaemonSet is gone (uninstall): garbage-collected
             owner = (orphan["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL)
             if owner is not None:
@@ -135,7 +140,8 @@ class DeviceManager:
     def __init__(self, k8s: InMemoryCluster, node: str) -> None:
         self.k8s, self.node = k8s, node
         self.offered: dict[str, tuple[str, ...]] = {}
-        self.held: dict[str, list[str]] = {}
+        self.held: dict[tuple[str, str], list[str]] = {}
+        """(owner pod uid, resource) → the device IDs it holds."""
         self.backend: node_ports.AllocationBackend | None = None
         self._lock = threading.Lock()
 
@@ -144,8 +150,12 @@ class DeviceManager:
         return _Plugin(self, resource.value)
 
     def holdings(self) -> dict[str, list[str]]:
+        """Resource → the device IDs pods hold (what the kubelet's PodResources API answers)."""
         with self._lock:
-            return {k: list(v) for k, v in self.held.items() if v}
+            found: dict[str, list[str]] = {}
+            for (_, resource), ids in self.held.items():
+                found.setdefault(resource, []).extend(ids)
+            return found
 
     def offer(self, resource: str, ids: Sequence[str] | None) -> None:
         with self._lock:
@@ -158,22 +168,28 @@ class DeviceManager:
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node}, "status": status}
         self.k8s.api.apply(body, field_manager="kubelet", force=True, subresource="status")
 
-    def allocate(self, resource: str, count: int) -> devices.ContainerAllocation:
-        """Admit a container asking ``count`` of ``resource``: free devices, then the plugin's Allocate."""
+    def allocate(self, owner: str, resource: str, count: int) -> devices.ContainerAllocation:
+        """Admit ``owner``'s container asking ``count`` of ``resource``: free devices, then the plugin's
+        GetPreferredAllocation and Allocate (gpu-device's own answers)."""
         with self._lock:
-            taken = set(self.held.get(resource, []))
+            taken = {d for (_, r), ids in self.held.items() if r == resource for d in ids}
             free = [d for d in self.offered.get(resource, ()) if d not in taken]
         if len(free) < count or self.backend is None:
-            raise MetaxError(f"{self.node}: {count} {resource} asked, {len(free)} free")
-        chosen = list(self.backend.preferred(devices.Resource(resource), free, [], count)) or free[:count]
-        answer = self.backend.allocate(devices.Resource(resource), chosen)
+            raise container_edit.Refusal(f"{self.node}: {count} {resource} asked, {len(free)} free")
+        kind = devices.Resource(resource)
+        chosen = list(self.backend.preferred(kind, free, [], count)) or free[:count]
+        try:
+            answer = self.backend.allocate(kind, chosen)
+        except devices.AllocationRefused as exc:
+            raise container_edit.Refusal(f"gpu-device refused the allocation: {exc}") from exc
         with self._lock:
-            self.held.setdefault(resource, []).extend(chosen)
+            self.held[(owner, resource)] = chosen
         return answer
 
-    def release(self) -> None:
+    def release(self, owner: str) -> None:
         with self._lock:
-            self.held.clear()
+            for key in [k for k in self.held if k[0] == owner]:
+                del self.held[key]
 
 
 class _Plugin:
@@ -254,4 +270,3 @@ class NodeContext:
 def copy_payload(source: Path, target: Path) -> None:
     """What a payload init container does: ``cp -a /payload/. TARGET/``."""
     shutil.copytree(source, target, dirs_exist_ok=True, symlinks=True)
-

@@ -71,7 +71,4 @@ def table(f: demo_fleet.Fleet, title: str = "") -> Table:
 
 def lines(f: demo_fleet.Fleet) -> list[str]:
     """The same as plain text, one line per node."""
-    return [
-        f"{name}: " + " ".join(f"{k}={v}" for k, v in row.items())
-        for name, row in cells(f).items()
-    ]
+    return [f"{name}: " + " ".join(f"{k}={v}" for k, v in row.items()) for name, row in cells(f).items()]
