@@ -91,6 +91,7 @@ def _scenario(console: Console, f: demo_fleet.Fleet, *, live: bool) -> int:
                     console.print(f"[red]step failed[/red]: {exc}", highlight=False)
                     for line in view.lines(f):
                         console.print(f"  {line}", markup=False, highlight=False)
+                    _log_tail(console, f)
                     return EXIT_FAILED
                 for line in said:
                     console.print(f"  {line}", markup=False, highlight=False)
@@ -101,6 +102,17 @@ def _scenario(console: Console, f: demo_fleet.Fleet, *, live: bool) -> int:
         finally:
             done.set()
     return EXIT_OK
+
+
+def _log_tail(console: Console, f: demo_fleet.Fleet, lines: int = 15) -> None:
+    """The last warnings of the operator and the agents (the demo's log is deleted with its directory)."""
+    try:
+        tail = (f.workdir / "demo.log").read_text().splitlines()[-lines:]
+    except OSError:
+        return
+    console.print("last warnings of the operator and the agents:")
+    for line in tail:
+        console.print(f"  {line}", markup=False, highlight=False)
 
 
 def _refresh(shown: Live, f: demo_fleet.Fleet, done: threading.Event) -> None:

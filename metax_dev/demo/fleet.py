@@ -131,9 +131,10 @@ class Fleet:
     def _run(self) -> None:
         while not self._stop.wait(0.1):
             try:
-                self.daemonsets.sync()
+                self.daemonsets.sync(self.k8s.api.list("v1", "Pod").items)
+                every_pod = self.k8s.api.list("v1", "Pod").items  # after the controller's creations and deletions
                 for n in self.nodes:
-                    n.kubelet.sync()
+                    n.kubelet.sync(every_pod)
             except Exception as exc:  # a stand-in's bug must show, not hang the demo
                 log.exception("stand-ins")
                 self.errors.append(str(exc))

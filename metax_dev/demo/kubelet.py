@@ -15,13 +15,12 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
-from metax_dev import agents as dev_agents
 from metax_dev.demo import standins, workload
 from metax_dev.processnode import podspec
 from metax_dev.processnode import standins as process_standins
@@ -100,14 +99,17 @@ SIDECARS = ("container-edit",)
 here its ``Editor`` is built from its environment when a GPU pod starts (`metax_dev.demo.workload`)."""
 
 FAST = {
-    **{k: v for agent in ("gpu-label", "maca", "vfio-manager") for k, v in dev_agents.FAST[agent].items()},
+    "METAX_LABEL_INTERVAL": "2",  # gpu-label's rounds, and gpu-device's label reads
     "METAX_DRIVER_INTERVAL": "2",
     "METAX_VFIO_INTERVAL": "2",
-    "METAX_TOPO_INTERVAL": "5",
-    **dev_agents.FAST["gpu-device"],
+    "METAX_MACA_INTERVAL": "3",
+    "METAX_TOPO_INTERVAL": "10",
+    "METAX_INVENTORY_INTERVAL": "1",
+    "METAX_READINESS_INTERVAL": "0.5",
     "METAX_TICK": "0.1",
 }
-"""Shorter round intervals than production (10-30 s) so the demo converges in seconds; nothing else differs."""
+"""Shorter round intervals than production (10-60 s) so the demo converges in seconds (a watched object's
+change starts a round at once anyway); nothing else differs from the pod's environment."""
 
 
 class Running:
@@ -134,12 +136,12 @@ class Kubelet:
         """The container-edit container's environment in this node's maca pod (None while there is none)."""
         self._count = 0
 
-    def sync(self) -> None:
-        api = self.node.k8s.api
+    def sync(self, every_pod: Sequence[Mapping[str, Any]]) -> None:
+        """Start, stop and report this node's pods, from ``every_pod`` (one list of the cluster's pods)."""
         pods = {  # by uid: a pod deleted and created again under its name (OnDelete) is a new pod
             p["metadata"]["uid"]: p
-            for p in api.list("v1", "Pod", namespace=self.ns).items
-            if p["spec"].get("nodeName") == self.node.name
+            for p in every_pod
+            if p["metadata"].get("namespace") == self.ns and p["spec"].get("nodeName") == self.node.name
         }
         for uid in [u for u in self.running if u not in pods]:
             self._stop(uid)
@@ -147,14 +149,14 @@ class Kubelet:
             if uid not in self.running and uid not in self.failed:
                 self._start(pod)
             self._report(pod)
-        self._sync_workloads()
+        self._sync_workloads(every_pod)
 
-    def _sync_workloads(self) -> None:
+    def _sync_workloads(self, every_pod: Sequence[Mapping[str, Any]]) -> None:
         """Users' GPU pods (any other namespace) bound to this node: admitted once, released when deleted."""
         api = self.node.k8s.api
         mine = [
             p
-            for p in api.list("v1", "Pod").items
+            for p in every_pod
             if p["metadata"].get("namespace") != self.ns and p["spec"].get("nodeName") == self.node.name
         ]
         self.workloads.forget({p["metadata"]["uid"] for p in mine})

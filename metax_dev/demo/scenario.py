@@ -35,6 +35,7 @@ VFNUM = 4
 MACA_REQUEST = "maca-2.18"
 STEP_DEADLINE = 40.0
 """Seconds a step may take to reach its outcome (the whole demo takes about half a minute here)."""
+DRIVER_DAEMONSET = "metax-driver"
 STAYS = {"run/cdi": "dir 0o755"}
 """What uninstall leaves on a host by design (docs/operator.md, "What stays on a host"): the CDI directory."""
 POLICY: dict[str, Any] = {
@@ -251,18 +252,21 @@ def fallback(f: demo_fleet.Fleet) -> list[str]:
 
 def confirm(f: demo_fleet.Fleet) -> list[str]:
     canary = f.nodes[0]
-    canary.fake.clear_faults()  # the administrator fixes the canary's kernel
-    # driver-manager retries with back-off by itself: once its pod is Ready on the new driver, the rollout's
-    # status is re-computed (a new confirmToken); confirm what the settled status waits for.
+    canary.fake.clear_faults()  # the administrator fixes the canary's kernel ...
+    pod = f"{DRIVER_DAEMONSET}-{canary.name}"
+    f.k8s.api.delete("v1", "Pod", pod, demo_fleet.NAMESPACE)  # ... and restarts its driver pod (not its back-off)
     wait_until(f"{canary.name} loads {NEW} after the fix", lambda: canary.fake.module_version("metax") == NEW)
-    wait_until(f"{canary.name}'s driver pod Ready", lambda: all(standins.pod_ready(p) for p in f.pods("driver")))
-    f.settle()
+    wait_until(f"{pod} Ready", lambda: all(standins.pod_ready(p) for p in f.pods("driver")))
+    f.settle()  # the status now waits on the fleet as it is: the token read next is the one the operator checks
     if cli_rollout.confirm_waiting_step(f.k8s.api, None) != 0:
         raise StepFailed("metax-operator rollout confirm found no step to confirm")
     wait_until("rollout Succeed", lambda: _true(f, rollout_status.ConditionType.SUCCEED))
     wait_until(f"every node on {NEW}", lambda: all(n.fake.module_version("metax") == NEW for n in f.nodes))
     phase = ((f.cr().get("status") or {}).get("upgradeStatus") or {}).get("phase")
-    return [f"upgradeStatus phase {phase}, Succeed=True; every host's metax module is {NEW}"]
+    return [
+        f"{canary.name}: {NEW} loaded after the fix; the rollout went on to every node",
+        f"upgradeStatus phase {phase}, Succeed=True; every host's metax module is {NEW}",
+    ]
 
 
 def uninstall(f: demo_fleet.Fleet) -> list[str]:
@@ -331,7 +335,11 @@ def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
         Step("The policy's fallback: pause", (f"kubectl get {co} -o jsonpath='{{.status.upgradeStatus}}'",), fallback),
         Step(
             f"Fix {n0}, confirm: the rollout resumes",
-            (f"# the administrator fixes {n0} (the fault is cleared)", "metax-operator rollout confirm"),
+            (
+                f"# the administrator fixes {n0} (the fault is cleared), then restarts its driver pod:",
+                f"kubectl -n {demo_fleet.NAMESPACE} delete pod {DRIVER_DAEMONSET}-{n0}",
+                "metax-operator rollout confirm",
+            ),
             confirm,
         ),
         Step(

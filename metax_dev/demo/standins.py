@@ -71,10 +71,11 @@ class DaemonSets:
     def __init__(self, k8s: InMemoryCluster, namespace: str) -> None:
         self.k8s, self.ns = k8s, namespace
 
-    def sync(self) -> None:
+    def sync(self, every_pod: Sequence[Mapping[str, Any]]) -> None:
+        """One pass over the DaemonSets, given one list of the cluster's pods."""
         api = self.k8s.api
         nodes = api.list("v1", "Node").items
-        pods = {p["metadata"]["name"]: p for p in api.list("v1", "Pod", namespace=self.ns).items}
+        pods = {p["metadata"]["name"]: p for p in every_pod if p["metadata"].get("namespace") == self.ns}
         for ds in api.list("apps/v1", "DaemonSet", namespace=self.ns).items:
             name, template = ds["metadata"]["name"], ds["spec"]["template"]
             want_hash = template_hash(template)

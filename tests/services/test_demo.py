@@ -20,24 +20,24 @@ from metax_hw_fake import snapshot
 
 
 def test_the_scenario_passes_and_every_host_is_as_it_was_found(capsys: pytest.CaptureFixture[str]) -> None:
-    fleets: list[demo_fleet.Fleet] = []
-    after: dict[str, list[str]] = {}
+    changed: dict[str, list[str]] = {}
+    modules: dict[str, str | None] = {}
 
-    def keep(f: demo_fleet.Fleet) -> None:
-        fleets.append(f)
+    def watch_hosts(f: demo_fleet.Fleet) -> None:
         original = f.stop
 
         def stop() -> None:
             original()
-            for n in f.nodes:  # read from the hosts, before the demo removes its directory
-                after[n.name] = snapshot.diff({**n.before, **scenario.STAYS}, snapshot.take(n.fake.root))
-                after[n.name] += [] if n.fake.module_version("metax") == demo_fleet.HOST_DRIVER else ["module"]
+            for n in f.nodes:  # read from the hosts themselves, before the demo removes its directory
+                changed[n.name] = snapshot.diff({**n.before, **scenario.STAYS}, snapshot.take(n.fake.root))
+                modules[n.name] = n.fake.module_version("metax")
 
         f.stop = stop  # type: ignore[method-assign]
 
-    assert demo.main(["--no-live", "--nodes", "2"], prepare=keep) == 0
+    assert demo.main(["--no-live", "--nodes", "2"], prepare=watch_hosts) == 0
     out = capsys.readouterr().out
-    assert after == {"gpu-node-1": [], "gpu-node-2": []}
+    assert changed == {"gpu-node-1": [], "gpu-node-2": []}
+    assert modules == {"gpu-node-1": demo_fleet.HOST_DRIVER, "gpu-node-2": demo_fleet.HOST_DRIVER}
     assert "Failed=True (StepFailed)" in out and "(gpu-node-1)" in out  # the canary's refused driver was seen
     assert "METAX_MACA_VERSION=maca-2.18 -> MXMACA 2.18.0.10" in out  # R-MACA: newest 2.18, numerically
     assert "9/9 Uninstall" in out and "Done in" in out
