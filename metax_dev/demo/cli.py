@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None, *, prepare: Callable[[demo_fleet.Fle
 def _scenario(console: Console, f: demo_fleet.Fleet, *, live: bool) -> int:
     steps = scenario.steps(f)
     done = threading.Event()
-    with Live(view.table(f), console=console, refresh_per_second=4, transient=True) if live else _NoLive() as shown:
+    with Live(view.table(f), console=console, refresh_per_second=4) if live else _NoLive() as shown:
         if live:
             threading.Thread(target=_refresh, args=(shown, f, done), daemon=True).start()
         try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
@@ -19,17 +21,19 @@ from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import standins
 
 COLUMNS = (
-    (Component.GPU_LABEL, "gpu-label"),
+    (Component.GPU_LABEL, "label"),
     (Component.RUNTIME, "runtime"),
     (Component.DRIVER, "driver"),
     (Component.MACA, "maca"),
-    (Component.GPU_DEVICE, "gpu-device"),
+    (Component.GPU_DEVICE, "device"),
     (Component.VFIO_MANAGER, "vfio"),
 )
+"""The node agents' columns: (component, column title); each cell is that component's pod on the node."""
 
 
 def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
-    """node → column → what the cluster says (``ready``, ``starting``, ``-``), plus driver and allocatable."""
+    """node → column → what the cluster says (``ready``, ``starting``, ``-`` for no pod), plus the driver
+    version label and the allocatable GPUs and vfio GPUs."""
     pods: dict[tuple[str, str], Mapping[str, Any]] = {}
     for p in f.pods():
         component = (p["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
@@ -43,26 +47,28 @@ def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
             row[title] = "-" if pod is None else ("ready" if standins.pod_ready(pod) else "starting")
         node_labels = node["metadata"].get("labels") or {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        row["driver"] = node_labels.get(labels.DRIVER_VERSION, "-")
+        row["version"] = node_labels.get(labels.DRIVER_VERSION, "-")
         row["gpu"] = allocatable.get("metax-tech.com/gpu", "-")
         row["vfio-gpu"] = allocatable.get("metax-tech.com/vfio-gpu", "-")
         rows[n.name] = row
     return rows
 
 
-_STYLE = {"ready": "[green]ready[/green]", "starting": "[yellow]starting[/yellow]", "-": "[dim]-[/dim]"}
+_SHOWN = {"ready": Text("✓", style="green"), "starting": Text("…", style="yellow"), "-": Text("·", style="dim")}
 
 
 def table(f: demo_fleet.Fleet, title: str = "") -> Table:
-    t = Table("node", "GPUs", *(title for _, title in COLUMNS), "driver", "gpu", "vfio-gpu", title=title)
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("node", "GPUs", *(title for _, title in COLUMNS), "version", "gpu", "vfio-gpu"):
+        t.add_column(header, no_wrap=True)
     found = cells(f)
     for n in f.nodes:
         row = found[n.name]
         t.add_row(
             n.name,
             str(n.gpus),
-            *(_STYLE.get(row[title], row[title]) for _, title in COLUMNS),
-            row["driver"],
+            *(_SHOWN[row[title]] for _, title in COLUMNS),
+            row["version"],
             row["gpu"],
             row["vfio-gpu"],
         )
