@@ -144,6 +144,7 @@ class DeviceManager:
         self.held: dict[tuple[str, str], list[str]] = {}
         """(owner pod uid, resource) → the device IDs it holds."""
         self.backend: node_ports.AllocationBackend | None = None
+        self._written = False
         self._lock = threading.Lock()
 
     def plugin(self, resource: devices.Resource, backend: node_ports.AllocationBackend) -> node_ports.ResourcePlugin:
@@ -158,16 +159,22 @@ class DeviceManager:
                 found.setdefault(resource, []).extend(ids)
             return found
 
-    def offer(self, resource: str, ids: Sequence[str] | None) -> None:
+    def offer(self, resource: str, ids: Sequence[str] | None) -> bool:
+        """What a plugin's ListAndWatch sends; the node's capacity and allocatable are written when they change."""
         with self._lock:
+            before = {r: str(len(v)) for r, v in self.offered.items()}
             if ids is None:
                 self.offered.pop(resource, None)
             else:
                 self.offered[resource] = tuple(ids)
             allocatable = {r: str(len(v)) for r, v in self.offered.items()}
+        if allocatable == before and self._written:
+            return False
+        self._written = True
         status = {"capacity": allocatable, "allocatable": allocatable}
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node}, "status": status}
         self.k8s.api.apply(body, field_manager="kubelet", force=True, subresource="status")
+        return True
 
     def allocate(self, owner: str, resource: str, count: int) -> devices.ContainerAllocation:
         """Admit ``owner``'s container asking ``count`` of ``resource``: free devices, then the plugin's
@@ -197,12 +204,14 @@ class _Plugin:
     def __init__(self, manager: DeviceManager, resource: str) -> None:
         self.manager, self.resource = manager, resource
         self.running = False
+        self.listed: tuple[tuple[str, bool], ...] | None = None
 
     def start(self) -> None:
         self.running = True
 
     def stop(self) -> None:
         self.running = False
+        self.listed = None
         self.manager.offer(self.resource, None)
 
     def serving(self) -> bool:
@@ -215,6 +224,11 @@ class _Plugin:
         pass
 
     def update(self, advertised: Sequence[devices.Device]) -> bool:
+        """As `metax_k8s.deviceplugin.server.PluginServer.update`: True when the list changed."""
+        listed = tuple((d.id, d.healthy) for d in advertised)
+        if listed == self.listed:
+            return False
+        self.listed = listed
         self.manager.offer(self.resource, [d.id for d in advertised if d.healthy])
         return True
 
