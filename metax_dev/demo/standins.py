@@ -19,6 +19,7 @@ What stands in, and for what (the demo prints `STAND_INS`):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from metax_core.cluster import workloads
+from metax_core.errors import Conflict, NotFound
 from metax_core.node import devices, readiness, uninstall
 from metax_core.ports import node as node_ports
 from metax_core.runtime import container_edit
@@ -87,11 +89,11 @@ class DaemonSets:
                 pod = pods.pop(pod_name, None)
                 if not selects(node, template):
                     if pod is not None:
-                        api.delete("v1", "Pod", pod_name, self.ns)
+                        self._delete(pod_name)
                     continue
                 desired += 1
                 if pod is not None and not on_delete and pod["metadata"]["annotations"].get(TEMPLATE_HASH) != want_hash:
-                    api.delete("v1", "Pod", pod_name, self.ns)  # RollingUpdate: replaced (maxUnavailable 1 or more)
+                    self._delete(pod_name)  # RollingUpdate: replaced (maxUnavailable 1 or more)
                     pod = None
                 if pod is None:
                     self._create(pod_name, node_name, template, want_hash)
@@ -108,16 +110,21 @@ class DaemonSets:
             }
             if {k: (ds.get("status") or {}).get(k) for k in status} != status:
                 body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": self.ns}}
-                api.apply(
-                    {**body, "status": status},
-                    field_manager="demo-daemonset-controller",
-                    force=True,
-                    subresource="status",
-                )
+                with contextlib.suppress(NotFound):  # deleted since the list (uninstall)
+                    api.apply(
+                        {**body, "status": status},
+                        field_manager="demo-daemonset-controller",
+                        force=True,
+                        subresource="status",
+                    )
         for orphan in pods.values():  # its DaemonSet is gone (uninstall): garbage-collected
             owner = (orphan["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL)
             if owner is not None:
-                api.delete("v1", "Pod", orphan["metadata"]["name"], self.ns)
+                self._delete(orphan["metadata"]["name"])
+
+    def _delete(self, name: str) -> None:
+        with contextlib.suppress(NotFound):  # someone deleted it first (the operator's rollout, its cleanup)
+            self.k8s.api.delete("v1", "Pod", name, self.ns)
 
     def _create(self, pod_name: str, node_name: str, template: Mapping[str, Any], want_hash: str) -> None:
         metadata = template.get("metadata") or {}
@@ -132,7 +139,8 @@ class DaemonSets:
             },
             "spec": {**template["spec"], "nodeName": node_name},
         }
-        self.k8s.api.create(pod, field_manager="demo-daemonset-controller")
+        with contextlib.suppress(Conflict):  # created by an earlier pass this one did not see yet
+            self.k8s.api.create(pod, field_manager="demo-daemonset-controller")
 
 
 class DeviceManager:
