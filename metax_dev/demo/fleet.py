@@ -3,8 +3,8 @@
 Why a module of its own: the scenario talks to a cluster the way an administrator does (apply, read, edit);
 this module is everything that makes that cluster run in one process. The operator is its own composition
 root (`services.operator.bootstrap`) on the in-memory API server, its settings as the chart's environment
-would give them (no leader election for one replica, a short driver-ready timeout so a failed canary is seen
-in seconds). Each node is a fake host (`metax_hw_fake.builder`) with its kubelet stand-in
+would give them (no leader election for one replica, a driver-ready timeout of 20 s, not 600, so a failed canary is seen
+within the run). Each node is a fake host (`metax_hw_fake.builder`) with its kubelet stand-in
 (`metax_dev.demo.kubelet`), and one loop plays the DaemonSet controller (`metax_dev.demo.standins`).
 """
 
@@ -85,7 +85,7 @@ class Fleet:
             for i, name in enumerate(node_names(count))
         ]
         self.settings = settings.Settings(
-            identity="metax-operator-demo", leader_election=False, driver_ready_timeout=10.0, backoff_base=0.1
+            identity="metax-operator-demo", leader_election=False, driver_ready_timeout=20.0, backoff_base=0.1
         )
         self.operator: run.Operator = bootstrap.bootstrap(self.settings, api=self.k8s.api, watch_seconds=30)
         self.daemonsets = standins.DaemonSets(self.k8s, NAMESPACE)

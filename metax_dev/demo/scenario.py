@@ -59,16 +59,28 @@ class Step:
     """Acts, waits for the outcome, returns what the cluster now says; StepFailed otherwise."""
 
 
-def wait_until(what: str, check: Callable[[], object], deadline: float = STEP_DEADLINE) -> Any:
-    """``check()``'s first truthy answer; StepFailed naming ``what`` when the deadline passes."""
+def wait_until(
+    what: str,
+    check: Callable[[], object],
+    deadline: float = STEP_DEADLINE,
+    said: Callable[[], str] | None = None,
+) -> Any:
+    """``check()``'s first truthy answer; StepFailed naming ``what`` (and what ``said()`` reads from the cluster
+    then) when the deadline passes."""
     end = time.monotonic() + deadline
     while True:
         found = check()
         if found:
             return found
         if time.monotonic() > end:
-            raise StepFailed(f"{what}: not within {deadline:.0f}s")
+            raise StepFailed(f"{what}: not within {deadline:.0f}s" + (f"; the cluster says: {said()}" if said else ""))
         time.sleep(0.1)
+
+
+def _cr_says(f: demo_fleet.Fleet) -> str:
+    status = f.cr().get("status") or {}
+    rollout = status.get("upgradeStatus") or {}
+    return f"phase {status.get('phase')}; driver rollout: {rollout.get('phase')}: {rollout.get('message')}"
 
 
 def cluster_operator() -> dict[str, Any]:
@@ -108,7 +120,9 @@ def _true(f: demo_fleet.Fleet, kind: rollout_status.ConditionType) -> dict[str, 
 def install(f: demo_fleet.Fleet) -> list[str]:
     validation.parse(cluster_operator())  # what the webhook admits (raises InvalidSpec naming every field)
     f.k8s.objects.apply(cluster_operator(), field_manager="helm")
-    wait_until("cluster-operator Ready", lambda: (f.cr().get("status") or {}).get("phase") == "Ready")
+    wait_until(
+        "cluster-operator Ready", lambda: (f.cr().get("status") or {}).get("phase") == "Ready", said=lambda: _cr_says(f)
+    )
     components = (f.cr().get("status") or {}).get("components") or []
     shown = ", ".join(f"{c.get('name')}={c.get('state')}" for c in components if c.get("state") != "Disabled")
     return [f"cluster-operator phase Ready: {shown}"]
@@ -222,7 +236,9 @@ def upgrade(f: demo_fleet.Fleet) -> list[str]:
     canary.fake.fail_module_load(version=NEW, message="Unknown symbol in module (demo: this kernel refuses 2.21.0)")
     patch = {"spec": {"driver": {"payload": {"version": NEW}}}}
     f.k8s.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager="kubectl")
-    failed = wait_until("the canary counted failed", lambda: _true(f, rollout_status.ConditionType.FAILED))
+    failed = wait_until(
+        "the canary counted failed", lambda: _true(f, rollout_status.ConditionType.FAILED), said=lambda: _cr_says(f)
+    )
     others = {n.name: n.fake.module_version("metax") for n in f.nodes[1:]}
     if any(v != OLD for v in others.values()):
         raise StepFailed(f"nodes upgraded past a failed canary: {others}")
@@ -239,7 +255,7 @@ def fallback(f: demo_fleet.Fleet) -> list[str]:
         found = _condition(f, rollout_status.ConditionType.PROGRESSING.value)
         return found if found is not None and found.get("reason") == "FallbackPaused" else None
 
-    paused = wait_until("the fallback pauses", paused_by_fallback)
+    paused = wait_until("the fallback pauses", paused_by_fallback, said=lambda: _cr_says(f))
     token = ((f.cr().get("status") or {}).get("upgradeStatus") or {}).get("status", {}).get("confirmToken")
     if not token:
         raise StepFailed("the paused rollout has no confirmToken for `metax-operator rollout confirm`")
@@ -262,7 +278,7 @@ def confirm(f: demo_fleet.Fleet) -> list[str]:
     f.settle()  # the status now waits on the fleet as it is: the token read next is the one the operator checks
     if cli_rollout.confirm_waiting_step(f.k8s.api, None) != 0:
         raise StepFailed("metax-operator rollout confirm found no step to confirm")
-    wait_until("rollout Succeed", lambda: _true(f, rollout_status.ConditionType.SUCCEED))
+    wait_until("rollout Succeed", lambda: _true(f, rollout_status.ConditionType.SUCCEED), said=lambda: _cr_says(f))
     wait_until(f"every node on {NEW}", lambda: all(n.fake.module_version("metax") == NEW for n in f.nodes))
     phase = ((f.cr().get("status") or {}).get("upgradeStatus") or {}).get("phase")
     return [
