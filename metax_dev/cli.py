@@ -26,7 +26,7 @@ def _fake_host(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    return demo.main(["-f", str(args.file)] if args.file else [])
+    return demo.main(["--nodes", str(args.nodes), *(["--no-live"] if args.no_live else [])])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     fakehost.add_arguments(p)
     p.set_defaults(func=_fake_host)
 
-    p = sub.add_parser("demo", help="the system on simulated GPU nodes, no cluster needed")
-    p.add_argument("-f", "--file", help="the ClusterOperator to show (default: examples/cluster-operator.yaml)")
+    p = sub.add_parser("demo", help="the operator and its node agents on fake GPU nodes, in one process")
+    p.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default 4, mixed GPU counts)")
+    p.add_argument("--no-live", action="store_true", help="plain logs instead of the live view")
     p.set_defaults(func=_demo)
     return parser
 

@@ -9,7 +9,8 @@ format has its render and its parse here, used by both sides. The undo decisions
   that runs one of our agents (`render_request` / `requested`). Agents already watch their own Node, so the
   request wakes them at once and needs no new permission. Each agent undoes what it did on its node, then
   answers with ``metax-tech.com/uninstalled.<agent>: {"request": <uid>, "kept": [...]}`` (`render_done` /
-  `answers`), ``kept`` naming what it could not undo and why. While the request is on its Node an agent does
+  `answers`), ``kept`` naming what it could not undo and why. driver-manager goes after vfio-manager on a
+  node where vfio-manager ran (`driver_waits`). While the request is on its Node an agent does
   nothing else (it never reloads a driver the finalizer is about to take away). `finalize` says whether the
   finalizer may delete what the agents read: every expected answer is in, or the bounded wait is over (the
   nodes that did not answer are named). The finalizer removes the request and the answers with every other
@@ -33,6 +34,7 @@ import attrs
 
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
+from metax_core.node import vfio
 
 PREFIX = "metax-tech.com/"
 REQUEST_ANNOTATION = PREFIX + "uninstall"
@@ -101,6 +103,22 @@ def answers(annotations: Mapping[str, str] | None) -> dict[str, Done]:
             doc["request"], tuple(str(k) for k in kept) if isinstance(kept, list) else ()
         )
     return found
+
+
+def driver_waits(annotations: Mapping[str, str] | None, uid: str) -> str | None:
+    """Why driver-manager's undo must wait for now (None: it may go on).
+
+    vfio-manager gives its GPUs back to the ``metax`` driver first: the module driver-manager loads back probes
+    every GPU bound to it, and the GPUs returned after that would come up under other device nodes
+    (``/dev/dri/cardN`` is numbered in probe order) than before install. vfio-manager has run on the node while
+    its result annotation is there; it removes it with its answer (`render_done`)."""
+    found = annotations or {}
+    if vfio.ANNOTATION not in found:
+        return None
+    done = answers(found).get("vfio-manager")
+    if done is not None and done.request == uid:
+        return None
+    return "waiting for vfio-manager to give its GPUs back to the metax driver first"
 
 
 # --- the finalizer's wait ------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ import attrs
 from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError
 from metax_core.inventory import METAX_MODULE, GpuHealth, ModuleState, PciAddress, PciFunction
-from metax_core.node import driver_config, driver_plan, payload_layout
+from metax_core.node import driver_config, driver_plan, payload_layout, publish
 from metax_core.node import labels as node_labels
+from metax_core.node import uninstall as node_uninstall
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
@@ -135,6 +136,10 @@ class DriverManager(base.NodeAgentBase):
         if uid is None:
             return False
         self.probe.not_ready()
+        waiting = node_uninstall.driver_waits(publish.node_metadata(node)[1], uid)
+        if waiting is not None:  # its answer changes the Node: the watch wakes this round again
+            self.say("uninstall", f"uninstall: {waiting}")
+            return True
         kept = undo.undo(self.baseline, self.hw.modules, self.hw.binder, self.hw.devices)
         self.say("uninstall", "uninstall: host restored" + (f", kept: {'; '.join(kept)}" if kept else ""))
         agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)

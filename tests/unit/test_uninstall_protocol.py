@@ -6,7 +6,8 @@ every agent that runs on a node, requests the nodes that lack the request, ignor
 request, proceeds at the timeout naming the nodes, reports what stays); the first-touch record round-trips
 and bad records are refused by field; the driver undo per baseline: no module before install → unload,
 host module with other parameters or version → reload, interrupted after the unload → load, VF counts
-back (to 0 before a module step, to the recorded count after), nothing to do when the host is as found.
+back (to 0 before a module step, to the recorded count after), nothing to do when the host is as found;
+driver-manager's undo waits for vfio-manager's answer to this request on a node where vfio-manager ran.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from metax_core.errors import InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
-from metax_core.node import uninstall
+from metax_core.node import uninstall, vfio
 
 A, B = PciAddress("0000:03:00.0"), PciAddress("0000:83:00.0")
 
@@ -73,6 +74,15 @@ def answered(uid: str, *agents: str, kept: tuple[str, ...] = ()) -> dict[str, st
     for a in agents:
         out.update(uninstall.render_done(a, uninstall.Done(uid, kept)))
     return out
+
+
+def test_the_driver_goes_after_vfio_manager_where_vfio_manager_ran() -> None:
+    ran = {vfio.ANNOTATION: '{"0":1}', **uninstall.render_request("u1")}
+    assert uninstall.driver_waits(ran, "u1") is not None
+    assert uninstall.driver_waits({**ran, **uninstall.render_done("vfio-manager", uninstall.Done("u0"))}, "u1")
+    assert uninstall.driver_waits({**ran, **uninstall.render_done("vfio-manager", uninstall.Done("u1"))}, "u1") is None
+    assert uninstall.driver_waits(uninstall.render_request("u1"), "u1") is None  # vfio-manager never ran here
+    assert uninstall.driver_waits(None, "u1") is None
 
 
 def test_the_finalizer_requests_then_waits_for_every_agent_on_every_node() -> None:

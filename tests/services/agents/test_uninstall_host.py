@@ -266,3 +266,35 @@ def test_firmware_copies_go_and_the_hosts_own_images_stay(tmp_path: pathlib.Path
     assert uninstall.answers(n.annotations())["driver"] == uninstall.Done(UID)
     assert snapshot.diff(before, snapshot.take(n.root)) == []  # the copies gone, the host's own image kept
     assert n.fake.vbios(n.fake.gpu_addresses()[0]) == ("1.13.0.0", "1.14.0.0")  # flashed: stays (documented)
+
+
+def test_the_driver_waits_for_vfio_manager_so_every_gpu_keeps_its_device_nodes(tmp_path: pathlib.Path) -> None:
+    """driver-manager's round comes first after the request (as it may, both wake on the Node): it waits for
+    vfio-manager; had it reloaded the host's module first, the GPU vfio-manager gives back later would be probed
+    last, under another /dev/dri/cardN than before install (found by `./run demo` on 4 nodes)."""
+    n = make_node(tmp_path, builder.FakeHostBuilder().gpus(3).host_driver("2.18.0"))
+    before = snapshot.take(n.root)
+    n.config_map("metax-vfio-config", vfio_config_map.render([VfioConfigEntry(NODE, "0")]))
+    common = {"node_name": NODE, "host_root": n.root, "namespace": NAMESPACE}
+    binder = vfio_bootstrap.bootstrap(
+        vfio_config.Settings(**common),  # type: ignore[arg-type]
+        hw=vfio_agent.Hardware.of(n.fake.hw),
+        ports=n.ports("vfio-manager"),
+        clock=n.clock,
+    )
+    m = driver_manager(n)
+    m.tick()
+    binder.tick()
+    first = n.fake.gpu_addresses()[0]
+    assert n.fake.driver_of(first) == "vfio-pci" and n.fake.module_version("metax") == PAYLOAD_VERSION
+    request(n)
+    for agent in (m, binder):
+        agent.wake()
+    m.tick()
+    assert n.fake.module_version("metax") == PAYLOAD_VERSION and "driver" not in uninstall.answers(n.annotations())
+    binder.tick()
+    m.wake()
+    m.tick()
+    assert set(uninstall.answers(n.annotations())) == {"vfio-manager", "driver"}
+    assert [n.fake.driver_of(a) for a in n.fake.gpu_addresses()] == ["metax"] * 3
+    assert snapshot.diff(before, snapshot.take(n.root)) == []

@@ -1,0 +1,80 @@
+"""The demo's live view: nodes × components converging, read from the cluster as ``kubectl`` would.
+
+Why a module of its own: the table is what a person watches while the scenario runs (rich's `Live`), and the
+same rows are printed as plain lines with ``--no-live``. Every cell comes from the API (pods' Ready, node
+labels, allocatable), never from the stand-ins' own state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from metax_core.cluster import workloads
+from metax_core.cluster.components import Component
+from metax_core.node import labels
+from metax_dev.demo import fleet as demo_fleet
+from metax_dev.demo import standins
+
+COLUMNS = (
+    (Component.GPU_LABEL, "label"),
+    (Component.RUNTIME, "runtime"),
+    (Component.DRIVER, "driver"),
+    (Component.MACA, "maca"),
+    (Component.GPU_DEVICE, "device"),
+    (Component.VFIO_MANAGER, "vfio"),
+)
+"""The node agents' columns: (component, column title); each cell is that component's pod on the node."""
+
+
+def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
+    """node → column → what the cluster says (``ready``, ``starting``, ``-`` for no pod), plus the driver
+    version label and the allocatable GPUs and vfio GPUs."""
+    pods: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for p in f.pods():
+        component = (p["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
+        pods[(p["spec"].get("nodeName", ""), component)] = p
+    rows: dict[str, dict[str, str]] = {}
+    for n in f.nodes:
+        node = f.node_object(n.name)
+        row = {}
+        for component, title in COLUMNS:
+            pod = pods.get((n.name, component.value))
+            row[title] = "-" if pod is None else ("ready" if standins.pod_ready(pod) else "starting")
+        node_labels = node["metadata"].get("labels") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        row["version"] = node_labels.get(labels.DRIVER_VERSION, "-")
+        row["gpu"] = allocatable.get("metax-tech.com/gpu", "-")
+        row["vfio-gpu"] = allocatable.get("metax-tech.com/vfio-gpu", "-")
+        rows[n.name] = row
+    return rows
+
+
+_SHOWN = {"ready": Text("✓", style="green"), "starting": Text("…", style="yellow"), "-": Text("·", style="dim")}
+
+
+def table(f: demo_fleet.Fleet, title: str = "") -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("node", "GPUs", *(title for _, title in COLUMNS), "version", "gpu", "vfio-gpu"):
+        t.add_column(header, no_wrap=True)
+    found = cells(f)
+    for n in f.nodes:
+        row = found[n.name]
+        t.add_row(
+            n.name,
+            str(n.gpus),
+            *(_SHOWN[row[title]] for _, title in COLUMNS),
+            row["version"],
+            row["gpu"],
+            row["vfio-gpu"],
+        )
+    return t
+
+
+def lines(f: demo_fleet.Fleet) -> list[str]:
+    """The same as plain text, one line per node."""
+    return [f"{name}: " + " ".join(f"{k}={v}" for k, v in row.items()) for name, row in cells(f).items()]
