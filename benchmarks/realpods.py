@@ -11,7 +11,8 @@ exactly as ``tests/realnode/test_helm_install.py`` does (`tests.realnode.helm_re
 * after ``--settle`` seconds reads each container's main process (``ctr task ls`` on the node's containerd) peak
   resident memory, VmHWM in ``/proc/<pid>/status``, from the host;
 * uninstalls, and starts the four agents ``metax_dev.agents`` runs as host processes in the node's namespaces on
-  the same fake host and node (``python -m metax_dev.agents``: the fake host's adapters, the P8 setting of ``benchmarks/agents.py``),
+  the same fake host and node (``python -m metax_dev.agents``: the fake host's adapters, the P8 setting of
+  ``benchmarks/agents.py``),
   waits ``--settle`` seconds and reads their VmHWM the same way.
 
 Every agent finishes its work in its container now (the test payload brings the fake host's mx-smi, which
