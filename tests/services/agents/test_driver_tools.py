@@ -25,24 +25,9 @@ from metax_core.spec import model as spec
 from metax_dev import agents as dev_agents
 from metax_hw import host as hw_host
 from metax_hw_fake import builder, snapshot
-from services.driver_manager import agent, bootstrap, config
 
-from .conftest import NAMESPACE, NODE, PAYLOAD_VERSION, Node, make_node
-
-
-def manager(n: Node, tmp_path: pathlib.Path, **overrides: object) -> agent.DriverManager:
-    values: dict[str, object] = {
-        "node_name": NODE,
-        "host_root": n.root,
-        "namespace": NAMESPACE,
-        "payload_version": PAYLOAD_VERSION,
-        "payload_dir": str(n.payload),
-        "host_module_tools": False,
-        "probe_file": str(tmp_path / "ready"),
-        **overrides,
-    }
-    settings = config.Settings(**values)  # type: ignore[arg-type]
-    return bootstrap.bootstrap(settings, hw=agent.Hardware.of(n.fake.hw), ports=n.ports("driver"), clock=n.clock)
+from .conftest import NODE, PAYLOAD_VERSION, Node, make_node
+from .test_driver_kernels import manager
 
 
 @pytest.fixture
