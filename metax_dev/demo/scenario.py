@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 
 from metax_core import versions
-from metax_core.node import driver_config, labels, vfio
+from metax_core.node import devices, driver_config, labels, vfio
 from metax_core.rollout import status as rollout_status
 from metax_core.runtime import sdk
+from metax_core.spec import converter, validation
 from metax_core.spec import model as spec
-from metax_core.spec import validation
 from metax_dev import fake_sdk
 from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import standins
@@ -29,7 +29,8 @@ from services.cli import rollout as cli_rollout
 from services.cli import uninstall as cli_uninstall
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
-GPU, VFIO_GPU = "metax-tech.com/gpu", "metax-tech.com/vfio-gpu"
+GPU, VFIO_GPU = devices.Resource.GPU.value, devices.Resource.VFIO_GPU.value
+VFIO_CONFIG = converter.camel_case(attrs.fields(spec.VfioManager).vfio_config.name)  # spec.vfioManager.vfioConfig
 OLD, NEW = demo_fleet.DRIVER_VERSIONS
 VFNUM = 4
 MACA_REQUEST = "maca-2.18"
@@ -169,7 +170,7 @@ def vf_change(f: demo_fleet.Fleet) -> list[str]:
 
 def vfio_binding(f: demo_fleet.Fleet) -> list[str]:
     n = f.nodes[0]
-    patch = {"spec": {"vfioManager": {"vfioConfig": [{"nodeName": n.name, "gpus": "0,1"}]}}}
+    patch = {"spec": {"vfioManager": {VFIO_CONFIG: [{"nodeName": n.name, "gpus": "0,1"}]}}}
     f.k8s.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager="kubectl")
 
     def bound() -> str | None:
@@ -313,7 +314,7 @@ def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
     n0, n1, last = f.nodes[0].name, f.nodes[1].name, f.nodes[-1].name
     co = "clusteroperators.gpu.metax-tech.com cluster-operator"
     vfnums = {"data": {driver_config.NODE_VFNUMS: f"nodes:\n  {n1}:\n    vfnum: {VFNUM}\n"}}
-    vfio_config = {"spec": {"vfioManager": {"vfioConfig": [{"nodeName": n0, "gpus": "0,1"}]}}}
+    vfio_config = {"spec": {"vfioManager": {VFIO_CONFIG: [{"nodeName": n0, "gpus": "0,1"}]}}}
     helm = "helm install metax-operator charts/metax-operator -n metax-operator --create-namespace"
     run = f"kubectl run train --image=pytorch/pytorch --env=METAX_MACA_VERSION={MACA_REQUEST}"
     overrides = {"spec": {"nodeName": last, "containers": [{"name": "train", "resources": {"limits": {GPU: "2"}}}]}}

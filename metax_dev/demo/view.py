@@ -16,7 +16,7 @@ from rich.text import Text
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
-from metax_core.node import labels
+from metax_core.node import devices, labels
 from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import standins
 
@@ -48,8 +48,8 @@ def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
         node_labels = node["metadata"].get("labels") or {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         row["version"] = node_labels.get(labels.DRIVER_VERSION, "-")
-        row["gpu"] = allocatable.get("metax-tech.com/gpu", "-")
-        row["vfio-gpu"] = allocatable.get("metax-tech.com/vfio-gpu", "-")
+        row["gpu"] = allocatable.get(devices.Resource.GPU.value, "-")
+        row["vfio-gpu"] = allocatable.get(devices.Resource.VFIO_GPU.value, "-")
         rows[n.name] = row
     return rows
 

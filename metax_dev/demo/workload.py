@@ -19,12 +19,13 @@ from typing import Any
 import attrs
 
 from metax_core import versions
+from metax_core.node import devices
 from metax_core.runtime import container_edit
 from metax_dev.demo import standins
 from services.container_edit import config as edit_config
 from services.container_edit import server as edit_server
 
-GPU = "metax-tech.com/gpu"
+GPU = devices.Resource.GPU.value
 
 
 @attrs.frozen
