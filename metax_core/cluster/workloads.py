@@ -46,7 +46,7 @@ VFIO_CONFIG_MAP = vfio_config_map.NAME
 HostPath = tuple[str, bool]  # (path, read_only)
 _LOG = ("/var/log/metax", False)
 _RUN = ("/run/metax", False)
-_TOOLS = ("/var/lib/metax", True)  # the running driver's mx-smi (`payload_layout.HOST_TOOLS_DIR`), read only
+_TOOLS = ("/var/lib/metax", True)  # the running driver's mx-smi, libmxsml (`payload_layout.HOST_CURRENT`), read only
 HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
     "metax-gpu-label": (("/sys", True), ("/dev", True), _TOOLS, _RUN, _LOG),
     "metax-container-runtime": (
