@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import agent_env, components, dra_objects, merge, rbac
+from metax_core.cluster import agent_env, components, dra_objects, host_paths, merge, rbac
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.metrics import names as metric_names
 from metax_core.node import driver_config, vfio_config_map
@@ -41,91 +41,6 @@ SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 """The Prometheus Operator's CRD: the operator renders a ServiceMonitor only while the cluster has it."""
 DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
 VFIO_CONFIG_MAP = vfio_config_map.NAME
-
-# Host paths of 000 §1.3.2, and which workload mounts which (read-only where the agent only reads).
-HostPath = tuple[str, bool]  # (path, read_only)
-_LOG = ("/var/log/metax", False)
-_RUN = ("/run/metax", False)
-_TOOLS = ("/var/lib/metax", True)  # the running driver's mx-smi, libmxsml (`payload_layout.HOST_CURRENT`), read only
-HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
-    "metax-gpu-label": (("/sys", True), ("/dev", True), _TOOLS, _RUN, _LOG),
-    "metax-container-runtime": (
-        ("/etc/containerd", False),
-        ("/etc/docker", False),
-        ("/etc/crio", False),
-        ("/var/lib/metax", False),
-        _RUN,
-        _LOG,
-    ),
-    "metax-driver": (
-        ("/dev", False),
-        ("/sys", False),
-        ("/lib/modules", True),
-        ("/lib/firmware", False),
-        ("/var/lib/metax", False),
-        _RUN,
-        _LOG,
-    ),
-    # /var/lib/metax: the SDK versions; /run/metax: the in-use records, the edit socket, readiness; /dev and
-    # /var/run/cdi read-only: the edit service's device numbers and CDI spec (containerd 1.6, docs/maca.md).
-    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG, ("/dev", True), ("/var/run/cdi", True)),
-    "metax-gpu-device": (
-        ("/dev", False),
-        ("/sys", True),
-        ("/var/lib/kubelet/device-plugins", False),
-        ("/var/lib/kubelet/pod-resources", True),
-        ("/var/run/cdi", False),
-        _TOOLS,
-        _RUN,
-        _LOG,
-    ),
-    # gpu-device's host facts, plus the kubelet's plugin registration and DRA plugin socket directories (R-DRA).
-    "metax-dra-driver": (
-        ("/dev", False),
-        ("/sys", True),
-        ("/var/lib/kubelet/plugins_registry", False),
-        ("/var/lib/kubelet/plugins", False),
-        ("/var/lib/kubelet/pod-resources", True),
-        ("/var/run/cdi", False),
-        _TOOLS,
-        _RUN,
-        _LOG,
-    ),
-    "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _TOOLS, _LOG),
-    "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
-    "metax-topo-worker": (
-        ("/sys", True),
-        ("/dev", True),
-        ("/var/lib/kubelet/pod-resources", True),
-        _TOOLS,
-        _RUN,
-        _LOG,
-    ),
-}
-ALLOWED_HOST_PATHS = frozenset(
-    {
-        "/dev",
-        "/sys",
-        "/lib/modules",
-        "/lib/firmware",
-        "/etc/docker",
-        "/etc/containerd",
-        "/etc/crio",
-        "/var/lib/kubelet/device-plugins",
-        "/var/lib/kubelet/pod-resources",
-        "/var/lib/kubelet/plugins_registry",
-        "/var/lib/kubelet/plugins",
-        "/var/run/cdi",
-        "/var/lib/metax",
-        "/run/metax",
-        "/var/log/metax",
-    }
-)
-HOST_ROOT_IN_CONTAINER = "/host"
-TEST_FAKE_HOST_DIR = "/.metax-fake"
-"""TEST ONLY: a fake GPU host's own directory (its kernel's state; `metax_hw_fake.layout.PRIVATE`). Under a
-`RenderSettings.host_path_prefix` the privileged agents also mount it, read-write, so the fake host's tools (the
-test driver payload's mx-smi) run inside their pods against the same fake kernel (docs/realnode.md)."""
 
 _CONTROL_PLANE_TOLERATIONS = [
     {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
@@ -185,7 +100,7 @@ def _env(
         s,
         component,
         log_level=components.component_spec(s, component).log.level.value,
-        host_root=HOST_ROOT_IN_CONTAINER,
+        host_root=host_paths.HOST_ROOT_IN_CONTAINER,
         required=",".join(components.BY_COMPONENT[c].signal for c in required),
         probe_file=None if declared is None else declared.file,
     )
@@ -209,21 +124,6 @@ def readiness_probe(declared: components.ReadinessProbe) -> dict[str, Any]:
         "periodSeconds": declared.period_seconds,
         "failureThreshold": declared.failure_threshold,
     }
-
-
-def _volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The workload's hostPath volumes, each mounted at the same path under `HOST_ROOT_IN_CONTAINER`; the host
-    side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
-    volumes, mounts = [], []
-    paths = HOST_PATHS.get(workload.name, ())
-    if prefix and paths and workload.privileged:
-        paths = (*paths, (TEST_FAKE_HOST_DIR, False))
-    for path, read_only in paths:
-        name = "host" + path.replace("/", "-").replace("_", "-").replace(".", "-")  # a DNS label (plugins_registry)
-        host_path = prefix.rstrip("/") + path
-        volumes.append({"name": name, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}})
-        mounts.append({"name": name, "mountPath": HOST_ROOT_IN_CONTAINER + path, "readOnly": read_only})
-    return volumes, mounts
 
 
 def _security_context(workload: Workload) -> dict[str, Any]:
@@ -256,7 +156,7 @@ def workload_manifest(
 ) -> dict[str, Any]:
     section = components.component_spec(s, component)
     labels = _labels(component, workload)
-    volumes, mounts = _volumes(workload, settings.host_path_prefix)
+    volumes, mounts = host_paths.volumes(workload, settings.host_path_prefix)
     container: dict[str, Any] = {
         "name": workload.name.removeprefix("metax-"),
         "image": image(s, workload, settings),
@@ -331,9 +231,9 @@ def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, 
         "securityContext": agent["securityContext"],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
         "volumeMounts": [
-            {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER)]}
+            {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(host_paths.HOST_ROOT_IN_CONTAINER)]}
             for m in agent.get("volumeMounts", ())
-            if m["mountPath"].removeprefix(HOST_ROOT_IN_CONTAINER) in _EDIT_SERVICE_MOUNTS
+            if m["mountPath"].removeprefix(host_paths.HOST_ROOT_IN_CONTAINER) in _EDIT_SERVICE_MOUNTS
         ],
     }
     if "readinessProbe" in agent:  # the same file probe, in its own container's /tmp: present while it listens

@@ -32,7 +32,7 @@ In order:
 
 The test payload's mx-smi is the fake host's (`metax_hw_fake.builder.portable_tool`, run by the image's own
 Python on the fake host at the agent's ``METAX_HOST_ROOT``); with the test-only host path prefix the agents also
-mount the fake host's state directory (`metax_core.cluster.workloads.TEST_FAKE_HOST_DIR`). Not covered here
+mount the fake host's state directory (`metax_core.cluster.host_paths.TEST_FAKE_HOST_DIR`). Not covered here
 (docs/realnode.md "The product as real pods"): driver-manager's module tools run on this machine's own kernel
 (``nsenter --target 1``), not the fake host's, so the payload is installed only when the host already runs its
 version (``keep``), and container-runtime and maca are stand-ins (their readiness signals published by the test).

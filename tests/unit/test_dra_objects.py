@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import agent_env, components, dra_objects, rbac, workloads
+from metax_core.cluster import agent_env, components, dra_objects, host_paths, rbac, workloads
 from metax_core.cluster.components import Component
 from metax_core.dra import DRIVER, VFIO_DRIVER, classes
 from metax_core.node import allocation
@@ -91,7 +91,7 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
         "/run/metax",
         "/var/log/metax",
     }
-    assert paths <= workloads.ALLOWED_HOST_PATHS
+    assert paths <= host_paths.ALLOWED_HOST_PATHS
     # volume names are DNS labels (the API server refused host-var-lib-kubelet-plugins_registry)
     assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", v["name"]) for v in pod["volumes"])
     read_only = {m["mountPath"].removeprefix("/host") for m in container["volumeMounts"] if m["readOnly"]}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import agent_env, components, workloads
+from metax_core.cluster import agent_env, components, host_paths, workloads
 from metax_core.spec import validation
 
 BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
@@ -61,7 +61,7 @@ def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
         for v in _pod(o).get("volumes", [])
         if "hostPath" in v  # the payload volume is an emptyDir
     }
-    assert mounted <= workloads.ALLOWED_HOST_PATHS
+    assert mounted <= host_paths.ALLOWED_HOST_PATHS
     assert "/lib/modules" in mounted
     driver_mounts = {
         m["mountPath"]: m["readOnly"] for m in _pod(objs["DaemonSet/metax-driver"])["containers"][0]["volumeMounts"]
@@ -95,7 +95,7 @@ def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
         volumes_after = [v for v in volumes_after if v != fake_volume]
         for v_before, v_after in zip(pod_before.get("volumes", []), volumes_after, strict=True):
             if "hostPath" in v_before:
-                assert v_before["hostPath"]["path"] in workloads.ALLOWED_HOST_PATHS
+                assert v_before["hostPath"]["path"] in host_paths.ALLOWED_HOST_PATHS
                 assert v_after["hostPath"]["path"] == "/tmp/fake-host" + v_before["hostPath"]["path"]
             else:
                 assert v_before == v_after

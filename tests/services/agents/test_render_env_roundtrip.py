@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from metax_core.cluster import agent_env, components, workloads
+from metax_core.cluster import agent_env, components, host_paths, workloads
 from metax_core.runtime import handler
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
@@ -76,7 +76,7 @@ def test_every_rendered_variable_is_read_by_the_agent(name: str) -> None:
     assert set(env) <= variables(cls), f"rendered but not read: {set(env) - variables(cls)}"
     settings = loader(env)
     assert settings.node_name == "gpu-node-7"
-    assert str(settings.host_root) == workloads.HOST_ROOT_IN_CONTAINER
+    assert str(settings.host_root) == host_paths.HOST_ROOT_IN_CONTAINER
     assert settings.namespace == "metax-operator"
 
 
@@ -169,6 +169,6 @@ def test_the_edit_service_runs_beside_maca_and_reads_what_it_is_given() -> None:
     env = {e["name"]: e["value"] for e in edit["env"]}
     assert set(env) <= variables(edit_config.Settings)
     s = edit_config.from_env(env)
-    assert (str(s.host_root), s.socket) == (workloads.HOST_ROOT_IN_CONTAINER, handler.EDIT_SOCKET_HOST_PATH)
+    assert (str(s.host_root), s.socket) == (host_paths.HOST_ROOT_IN_CONTAINER, handler.EDIT_SOCKET_HOST_PATH)
     assert s.probe_file == workloads.PROBE_FILE  # its own container's /tmp: present while it listens
     assert edit["readinessProbe"] == pod["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
