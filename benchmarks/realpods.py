@@ -41,17 +41,7 @@ from metax_dev.controlplane import cluster
 from metax_dev.images import build as images_build
 from tests.realnode import helm_release
 
-COMPONENTS = (
-    "metax-operator",
-    "metax-gpu-label",
-    "metax-driver",
-    "metax-vfio-manager",
-    "metax-gpu-device",
-    "metax-topo-worker",
-    "metax-data-exporter",
-    "metax-topo-master",
-    "metax-gpu-scheduler",
-)
+COMPONENTS = ("metax-operator", *helm_release.AGENTS, *helm_release.DEPLOYMENTS)
 HOST_AGENT = {
     "metax-gpu-label": "gpu-label",
     "metax-driver": "driver-manager",

@@ -57,6 +57,17 @@ PFS = 2
 #: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
 DRIVER_VERSION = "2.18.0"
 PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
+#: The node agents' DaemonSets that run on the node (runtime and maca aside: see the module docstring).
+AGENTS = (
+    "metax-gpu-label",
+    "metax-driver",
+    "metax-vfio-manager",
+    "metax-gpu-device",
+    "metax-topo-worker",
+    "metax-data-exporter",
+)
+#: The unprivileged Deployments besides the operator's (topology's cluster view, the scheduler extender).
+DEPLOYMENTS = ("metax-topo-master", "metax-gpu-scheduler")
 #: Off by chart default, deployed here: every component runs.
 DEPLOYED = ("exporter", "gpuScheduler")
 #: Deployed, but scheduled on no node (see the module docstring), and prerequisites of the driver and gpu-device.

@@ -65,16 +65,8 @@ from .helm_release import NAMESPACE, Release
 
 pytestmark = pytest.mark.realnode
 
-AGENTS = (
-    "metax-gpu-label",
-    "metax-driver",
-    "metax-vfio-manager",
-    "metax-gpu-device",
-    "metax-topo-worker",
-    "metax-data-exporter",
-)
-#: The unprivileged Deployments besides the operator's (topology's cluster view, the scheduler extender).
-DEPLOYMENTS = ("metax-topo-master", "metax-gpu-scheduler")
+AGENTS = helm_release.AGENTS
+DEPLOYMENTS = helm_release.DEPLOYMENTS
 WAIT = 120.0
 #: Where on the fake host the agents write (compared before the install and after the uninstall).
 AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")

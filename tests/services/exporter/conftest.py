@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import threading
 import urllib.request
@@ -77,8 +78,17 @@ def start_exporter(
 def running(tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> Iterator[Running]:
     gpus, vfs = getattr(request, "param", (2, 2))
     fake = builder.FakeHostBuilder().gpus(gpus).host_driver("2.18.0").vfs(vfs).build(tmp_path / "host")
+    with exporter_on(tmp_path, fake) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def exporter_on(
+    tmp_path: pathlib.Path, fake: fake_host.FakeHost, gpus: hardware.GpuTelemetry | None = None
+) -> Iterator[Running]:
+    """The exporter on ``fake`` (its telemetry ``gpus``, default mx-smi's) with a PodResources server, stopped after."""
     kubelet = PodResourcesServer(tmp_path / "kubelet.sock").start()
-    built, stop, thread = start_exporter(tmp_path, fake, kubelet.socket)
+    built, stop, thread = start_exporter(tmp_path, fake, kubelet.socket, gpus=gpus)
     try:
         yield Running(fake, kubelet, built)
     finally:

@@ -19,8 +19,7 @@ from metax_hw import mxsml
 from metax_hw_fake import builder
 from metax_hw_fake import host as fake_host
 from services.data_exporter import bootstrap
-from tests.services.exporter.conftest import Running, start_exporter
-from tests.services.exporter.kubelet_podresources import PodResourcesServer
+from tests.services.exporter.conftest import Running, exporter_on
 from tests.waiting import wait_for
 
 PF0, PF1 = "0000:03:00.0", "0000:83:00.0"
@@ -76,16 +75,10 @@ def test_a_library_whose_init_fails_falls_back_to_mx_smi_with_a_clear_line(
 
 @pytest.fixture
 def running(tmp_path: pathlib.Path, fake: fake_host.FakeHost) -> Iterator[Running]:
-    kubelet = PodResourcesServer(tmp_path / "kubelet.sock").start()
     gpus = bootstrap.telemetry_source((library_path(fake),), fake.devices, fake.monitor)
     assert isinstance(gpus, mxsml.MxSmlMonitor)
-    built, stop, thread = start_exporter(tmp_path, fake, kubelet.socket, gpus=gpus)
-    try:
-        yield Running(fake, kubelet, built)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        kubelet.stop()
+    with exporter_on(tmp_path, fake, gpus) as running:
+        yield running
 
 
 def by_address(samples: list[tuple[dict[str, str], float]], **match: str) -> dict[str, float]:
