@@ -371,15 +371,24 @@ def test_a_broken_driver_config_recreates_no_pod_and_keeps_the_recorded_counts(h
     """Without the webhook a broken edit reaches the API server; driver-manager keeps its last valid
     driver-config, so the operator must not restart the device plugins as if every node had no VFs (R-VF)."""
     _install(harness)
-    harness.pod("gpu-device-a", "gpu-1", Component.GPU_DEVICE.value)
+    # Ordered through the operator's own record, not the watches' arrival: gpu-1's pod is recorded at 0 VFs,
+    # the edit to 4 recreates it (the round that deletes it records 4, the round that sees it gone records
+    # nothing), and the pod the DaemonSet would start next is recorded at 4.
+    harness.pod("gpu-device-0", "gpu-1", Component.GPU_DEVICE.value)
+    wait_for("VF counts recorded", lambda: (harness.cr().get("status") or {}).get("vfNums") == {"gpu-1": 0})
     _vfnums(harness, "nodes:\n  gpu-1:\n    vfnum: 4\n")
+    wait_for("gpu-1's pod deleted", lambda: harness.objects.get("v1", "Pod", "gpu-device-0", NS) is None)
+    wait_for("no pod recorded", lambda: (harness.cr().get("status") or {}).get("vfNums") == {})
+    harness.pod("gpu-device-a", "gpu-1", Component.GPU_DEVICE.value)
     wait_for("VF counts recorded", lambda: (harness.cr().get("status") or {}).get("vfNums") == {"gpu-1": 4})
+    events_before = len(list(iter_events(harness, "VfCountChanged")))
     _vfnums(harness, "nodes: [broken")
     harness.pod("gpu-device-b", "gpu-2", Component.GPU_DEVICE.value)  # a change that makes the operator look again
     harness.settle()
     assert harness.objects.get("v1", "Pod", "gpu-device-a", NS) is not None
-    assert (harness.cr().get("status") or {}).get("vfNums") == {"gpu-1": 4}
-    assert not list(iter_events(harness, "VfCountChanged"))
+    # gpu-2 is recorded at 0 or not at all, as the operator saw its pod before or after the broken edit
+    assert (harness.cr().get("status") or {}).get("vfNums", {}).get("gpu-1") == 4
+    assert len(list(iter_events(harness, "VfCountChanged"))) == events_before
 
 
 def test_deleting_the_cluster_operator_removes_everything_it_created(harness: Harness) -> None:
