@@ -224,7 +224,7 @@ def real_node_times(pods: int) -> list[tuple[str, list[float]]]:
     from metax_hw import hostfiles
     from tests.realnode import gpus as gpu_helpers
     from tests.realnode import pods as pod_helpers
-    from tests.realnode.conftest import AGENT_ENV
+    from tests.support.real_node import AGENT_ENV
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="drabench-"))
     found: dict[str, list[float]] = {"device plugin": [], "DRA": []}

@@ -4,7 +4,7 @@ peak RSS of each component inside its container next to the same agent as a host
 Run from the repository root (root, cached binaries and images): ``python -m benchmarks.realpods [--settle 20]``.
 It starts a loopback control plane with no kwok node, one real node (kubelet + containerd + runc) on a 2-GPU fake
 host whose containerd imports the images ``./run images`` builds, installs the chart with ``helm install --wait``
-exactly as ``tests/realnode/test_helm_install.py`` does (`tests.realnode.helm_release`), then
+exactly as ``tests/e2e/test_product.py`` does (`tests.realnode.helm_release`), then
 
 * reads each pod's creation time, its container's ``startedAt`` and its Ready condition (seconds, whole-second
   timestamps from the API server and the kubelet);

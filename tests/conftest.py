@@ -25,5 +25,6 @@ settings.register_profile(
 settings.register_profile("long", derandomize=False, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The test control plane's fixtures serve tests/integration and the cluster contract suite (tests/contract/cluster).
-pytest_plugins = ["tests.support.control_plane"]
+# The test control plane's fixtures serve tests/integration and the cluster contract suite (tests/contract/cluster);
+# the real nodes' serve tests/realnode and tests/e2e.
+pytest_plugins = ["tests.support.control_plane", "tests.support.real_node"]

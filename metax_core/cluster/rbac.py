@@ -85,7 +85,7 @@ _NODE_LABELS = Rule("", ("nodes",), (*READ, "patch"))
 """An agent's own Node: it watches it by name (``fieldSelector=metadata.name``) and patches its labels and
 annotations. RBAC cannot limit list/watch to a node whose name the role does not know (each pod runs on
 another), so the read is cluster-wide; without list and watch the agent's watch is refused (403) and it only
-notices a change at its slow resync (seen on the real node's pods, tests/realnode/test_helm_install.py)."""
+notices a change at its slow resync (seen on the real node's pods, tests/e2e/test_product.py)."""
 _NODE_WATCH = Rule("", ("nodes",), READ)
 _EVENTS = (
     Rule("events.k8s.io", ("events",), ("get", "create", "patch", "delete")),

@@ -167,8 +167,16 @@ def parse_priorities(body: bytes) -> list[tuple[str, int]]:
 
 FILTER_PATH = "/filter"
 PRIORITIZE_PATH = "/prioritize"
+METRICS_PATH = "/metrics"
 PORT = 8088
 """The extender's HTTP port (plain HTTP on the pod network; docs/scheduler.md says why)."""
+REQUESTS_METRIC = "metax_gpu_scheduler_requests"
+"""Counter (``_total``) of the extender's answers by ``verb`` (filter, prioritize) and ``outcome`` (answered,
+refused: the request did not parse)."""
+FILTERED_OUT_METRIC = "metax_gpu_scheduler_nodes_filtered_out"
+"""Counter (``_total``) of nodes the filter verb turned away (too few free GPUs, no topology)."""
+DURATION_METRIC = "metax_gpu_scheduler_request_duration_seconds"
+"""Histogram of the time from a request read to its answer written, by ``verb``."""
 
 
 def scheduler_extender(url_prefix: str, *, weight: int = 5, timeout_seconds: int = 5) -> dict[str, Any]:

@@ -277,6 +277,19 @@ class ControlPlane:
             logger.info("kube-apiserver restarted in %.1fs", seconds)
             return seconds
 
+    def restart_scheduler(self, extenders: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Start kube-scheduler again with these KubeSchedulerConfiguration ``extenders`` (none: its defaults), as
+        an administrator edits the scheduler's configuration; returns once the new one serves ``/healthz``."""
+        with self._lock:
+            if not self.workloads or "kube-scheduler" not in self._processes:
+                raise errors.ControlPlaneError("kube-scheduler is not running")
+            assert self._config is not None
+            self._processes["kube-scheduler"].stop()
+            self.scheduler_extenders = [dict(e) for e in extenders]
+            self._start("kube-scheduler", self._config.scheduler_args(self.scheduler_extenders))
+            self._wait_https_healthz("kube-scheduler")
+            logger.info("kube-scheduler restarted with %d extender(s)", len(self.scheduler_extenders))
+
     # ---------------------------------------------------------------- clients
 
     @property

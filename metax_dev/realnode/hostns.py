@@ -13,7 +13,10 @@ which:
   GPU host's ``dev/dri``, ``dev/vfio`` and ``dev/mxcd`` (real character devices made with mknod) can
   appear at ``/dev/dri`` ... exactly where the device plugin says they are;
 * the fake host's ``var/lib/kubelet/device-plugins`` is the kubelet's directory, so the gpu-device
-  agent (run in this namespace with ``METAX_HOST_ROOT`` = the fake host) finds ``kubelet.sock``.
+  agent (run in this namespace with ``METAX_HOST_ROOT`` = the fake host) finds ``kubelet.sock``; so are its
+  ``pod-resources`` and ``plugins_registry`` (the kubelet's are under its ``--root-dir``), and
+  ``/var/lib/kubelet/plugins`` is the fake host's, so a DRA driver pod whose host paths are the fake host's
+  registers where the kubelet watches and serves where the kubelet dials.
 
 A holder process (``pause``) keeps the namespace alive; the node's processes enter it with
 ``nsenter --mount``. When the holder and everything that entered are gone, the kernel drops the
@@ -33,6 +36,10 @@ from metax_dev.realnode import errors
 DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
 #: Where agents read the kubelet's PodResources socket (the product's host path; the kubelet's is under --root-dir).
 POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
+#: Where a DRA driver registers (the product's host path; the kubelet watches the one under --root-dir).
+PLUGINS_REGISTRY_DIR: Final = "/var/lib/kubelet/plugins_registry"
+#: Where a DRA driver serves its socket, at the path it gives the kubelet (`services.dra_driver.config`).
+PLUGINS_DIR: Final = "/var/lib/kubelet/plugins"
 _OVERLAID: Final = ("/var/lib", "/var/log")
 _DEV_SUBMOUNTS: Final = ("pts", "shm", "mqueue", "hugepages")
 
@@ -85,9 +92,15 @@ def setup_script(ns_dir: Path, holder: Path, device_root: Path | None, pod_resou
         ]
         if pod_resources_dir is not None:
             source = q(str(pod_resources_dir))
+            registry = q(str(pod_resources_dir.parent / "plugins_registry"))
             lines += [
                 f"mkdir -p {source} {root}{POD_RESOURCES_DIR}",
                 f"mount --bind {source} {root}{POD_RESOURCES_DIR}",
+                # a DRA driver pod (R-DRA) registers in the fake host's plugins_registry, which is the kubelet's,
+                # and serves in the fake host's plugins/, which the kubelet dials at the product's path
+                f"mkdir -p {registry} {root}{PLUGINS_REGISTRY_DIR} {root}{PLUGINS_DIR} {PLUGINS_DIR}",
+                f"mount --bind {registry} {root}{PLUGINS_REGISTRY_DIR}",
+                f"mount --bind {root}{PLUGINS_DIR} {PLUGINS_DIR}",
             ]
     lines += [f"touch {q(str(ns_dir / 'ready'))}", f"exec {q(str(holder))}"]
     return "\n".join(lines) + "\n"

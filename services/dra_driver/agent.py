@@ -139,6 +139,11 @@ class DraDriver(base.NodeAgentBase):
         self.say("server", f"serving the kubelet at {self.settings.plugin_dir}")
 
     def shutdown(self) -> None:
+        """Stop serving and withdraw the readiness signal: a driver that does not run is not ready. Nothing waits
+        on this signal, and the pod may be going for good (its node switched to the device plugin, where no
+        uninstall of this driver will run to remove it); its next start publishes it again. Slices and prepared
+        claims stay (a restart picks them up)."""
+        self.publisher.withdraw()
         if self.server is not None:
             self.server.stop()
             self.server = None

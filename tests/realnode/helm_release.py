@@ -1,6 +1,6 @@
 """The product installed with the real ``helm install`` on a real node, from its own images (issue 21 item 3).
 
-Shared by ``test_helm_install.py`` and ``benchmarks/realpods.py``: a real node (kubelet + containerd + runc
+Shared by ``tests/e2e/test_product.py`` and ``benchmarks/realpods.py``: a real node (kubelet + containerd + runc
 built here) on its own fake MetaX host, whose containerd imported the product's images (``./run images``,
 `metax_dev.images.build`) and a TEST driver payload image (one layer written by
 `metax_dev.realnode.images.write_payload_image`: busybox for the init container's ``cp``, the fake payload's
@@ -69,7 +69,7 @@ AGENTS = (
 #: The unprivileged Deployments besides the operator's (topology's cluster view, the scheduler extender).
 DEPLOYMENTS = ("metax-topo-master", "metax-gpu-scheduler")
 #: Off by chart default, deployed here: every component runs.
-DEPLOYED = ("exporter", "gpuScheduler")
+DEPLOYED = ("exporter", "gpuScheduler", "draDriver")
 #: Deployed, but scheduled on no node (see the module docstring), and prerequisites of the driver and gpu-device.
 NOWHERE = ("runtime", "maca")
 NO_NODE = {"metax.test/stand-in": "true"}
@@ -85,6 +85,8 @@ class Release:
     helm_home: Path
     timings: dict[str, float] = field(default_factory=dict)
     host_before: set[str] = field(default_factory=set)
+    extras: dict[str, Any] = field(default_factory=dict)
+    """What a test module keeps beside the release (its own host-side agents)."""
 
     @property
     def node(self) -> str:

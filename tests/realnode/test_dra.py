@@ -49,9 +49,9 @@ from metax_dev.realnode import images, launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
 from services.dra_driver import config as dra_config
+from tests.support.real_node import AGENT_ENV
 
 from . import gpus, pods
-from .conftest import AGENT_ENV
 
 pytestmark = pytest.mark.realnode
 

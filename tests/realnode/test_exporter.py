@@ -23,9 +23,9 @@ from metax_dev.controlplane import processes
 from metax_dev.realnode import node
 from metax_hw_fake import host
 from tests.services.exporter.prometheus import Prometheus, free_port
+from tests.support.real_node import GPUS
 
 from . import gpus, pods
-from .conftest import GPUS
 
 pytestmark = pytest.mark.realnode
 

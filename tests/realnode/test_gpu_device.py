@@ -41,9 +41,9 @@ from metax_dev.controlplane import processes
 from metax_dev.realnode import images, node
 from metax_hw_fake import host
 from metax_k8s.podresources import client as podresources
+from tests.support.real_node import DEVICE_NUMBERS, GPUS, make_device_nodes_real
 
 from . import gpus, pods
-from .conftest import DEVICE_NUMBERS, GPUS, make_device_nodes_real
 
 pytestmark = pytest.mark.realnode
 

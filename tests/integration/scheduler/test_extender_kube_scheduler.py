@@ -11,6 +11,7 @@ and whose GPUs are allocatable as a kubelet would make them:
   allocatable count alone would fit);
 - as pods fill nodes (the test hands out `placement.best_set` as gpu-device does, and republishes), the
   choice follows;
+- its ``/metrics`` counts the scheduler's filter and prioritize calls and the nodes it turned away;
 - with the extender down, a GPU pod is still scheduled by the default plugins (``ignorable: true``).
 """
 
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from metax_core.inventory import PciAddress
 from metax_core.topology import document, extender, placement
@@ -208,6 +211,19 @@ def test_multi_gpu_pods_follow_the_best_free_set_and_the_extender_filters(gpu_cl
 
     wait_for(unschedulable, "the pod to be unschedulable with the extender's reason")
     c.core.delete_namespaced_pod(name, namespace)
+
+    # every placement above went through the extender, as its own metrics say
+    assert c.server is not None
+    with urllib.request.urlopen(f"http://{network.LOOPBACK}:{c.port}{extender.METRICS_PATH}", timeout=5) as answer:
+        families = {f.name: f for f in text_string_to_metric_families(answer.read().decode())}
+    answered = {
+        s.labels["verb"]: s.value
+        for s in families[extender.REQUESTS_METRIC].samples
+        if s.name.endswith("_total") and s.labels["outcome"] == "answered"
+    }
+    assert answered["filter"] >= 5 and answered["prioritize"] >= 4, answered
+    [filtered_out] = [s.value for s in families[extender.FILTERED_OUT_METRIC].samples if s.name.endswith("_total")]
+    assert filtered_out >= 3  # `few` at every placement above, and every node for the last pod
 
 
 def test_with_the_extender_down_gpu_pods_still_schedule(gpu_cluster: Cluster, namespace: str) -> None:

@@ -226,3 +226,15 @@ def test_an_uninstall_request_withdraws_the_slices(tmp_path: pathlib.Path) -> No
     n.clock.advance(6)
     d.tick()
     assert published(n) == []
+
+
+def test_a_stopped_driver_withdraws_its_readiness_signal_and_keeps_its_slices(tmp_path: pathlib.Path) -> None:
+    """Its pod may be leaving for good (the node switched to the device plugin): no stale "ready" stays on the
+    host, where no uninstall of the driver would remove it (found by tests/e2e)."""
+    n = make_node(tmp_path, four_gpus())
+    d, server = driver(n)
+    d.tick()
+    assert n.board.read_all()["dra-driver"].ready
+    d.shutdown()
+    assert "dra-driver" not in n.board.read_all() and not server.running
+    assert len(device_names(n)) == 4

@@ -1,4 +1,5 @@
-"""Fixtures for tests on real nodes: a kubelet + containerd + runc built here, running real pods.
+"""Fixtures for tests on real nodes: a kubelet + containerd + runc built here, running real pods (a plugin of
+tests/conftest.py, so that tests/realnode and tests/e2e share one control plane and one GPU node).
 
 Why this module exists: some behaviours need pods that really run (a device plugin's devices really
 injected into a container, logs read back), which kwok nodes cannot give. Starting a real node costs
@@ -47,8 +48,7 @@ from metax_dev.realnode import launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
 from services.gpu_device import config
-
-from . import gpus, pods
+from tests.realnode import gpus, pods
 
 #: GPUs on the session's fake host.
 GPUS = 4
@@ -56,6 +56,8 @@ DEVICE_NUMBERS = gpus.DEVICE_NUMBERS
 make_device_nodes_real = gpus.make_device_nodes_real
 
 _build_error: errors.ControlPlaneError | None = None
+#: The test modules that run the product's images (built before the session's first test when any is selected).
+IMAGE_TESTS = ("test_product",)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -68,7 +70,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         build.build()
     except errors.ControlPlaneError as exc:
         _build_error = exc
-    if any(i.module.__name__.endswith("test_helm_install") for i in session.items if i.module is not None):
+    if any(i.module.__name__.endswith(IMAGE_TESTS) for i in session.items if i.module is not None):
         images_build.build()  # the product's images (docs/images.md): cached, seconds when nothing changed
 
 

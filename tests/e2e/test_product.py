@@ -1,0 +1,565 @@
+"""The whole product end to end on a real node, from its own images (issue 26 item 3; R-INSTALL, R-SECURITY,
+R-WEBHOOK, R-IMAGES, R-MACA, R-EXPORTER, R-DRA, C7, C9; issue 21 item 3).
+
+One real node (kubelet + containerd + runc built here) on its own fake MetaX host (2 GPUs, the host's driver
+2.18.0 loaded), whose containerd imported the images ``./run images`` builds and a TEST driver payload image
+(`tests.realnode.helm_release`). Every component is a pod from those images, installed with the real
+``helm install``, except two that change the node's container runtime through the host's service manager, which
+this harness's node does not have: the container-runtime agent and the maca agent (with its container-edit
+service) run as host processes from their composition roots, configure this node's real containerd (the real
+static wrapper, one restart through the launcher: `tests.realnode.runtime_agent`) and publish their readiness
+signals on the fake host, where the agents' pods read them. The session's kube-scheduler is reconfigured with
+the gpu-scheduler extender, as docs/scheduler.md tells an administrator to. Each pod below is a runc container,
+with its own network namespace on the node's pod network (docs/realnode.md "The pod network"), reaching the API
+server through its in-cluster configuration, with the security context and hostPaths the chart and the operator
+render; the hostPaths point at the fake host through the TEST-ONLY chart value ``operator.testOnly.hostPathPrefix``.
+
+In order, every step asserted through the API server, the pods and the host:
+
+* ``helm install --wait`` returns once the operator pod's readiness probe passed; the pod has an address of
+  the node's pod range, runs as UID 65532 with no capability on a read-only root, and the token in it is its
+  ServiceAccount's (TokenReview);
+* the API server calls the operator's webhook through the chart's Service: ``kubectl apply`` of a bad spec is
+  refused, and the refusal is in the operator pod's log;
+* every node DaemonSet runs as a container of its image with the rendered security context and sees the fake
+  host under ``/host``; the driver pod's init container ran the payload image; gpu-label published the node's
+  GPU labels; driver-manager and gpu-device wrote their host files on the fake host;
+* cluster-operator is Ready: topo-worker published the node's topology, topo-master built the cluster view;
+* a workload asking for ``metax-tech.com/gpu: 2`` with ``runtimeClassName: metax`` and ``METAX_MACA_VERSION``
+  is placed by the real kube-scheduler through the extender (its ``/metrics`` counted the calls), runs with
+  exactly its two GPUs' device nodes (CDI, from gpu-device's pod) and the SDK its prefix chose at ``/opt/maca``
+  (the wrapper and the container-edit service), and a real Prometheus scraping the data-exporter's pod has both
+  GPUs' series labelled with the workload's namespace, pod and container;
+* the node switched to DRA (``metax-tech.com/gpu.allocation=dra``): gpu-device's pod leaves, the dra-driver's
+  pod publishes the node's GPUs in a ResourceSlice, and a pod with a ResourceClaimTemplate for 2 GPUs runs with
+  both devices;
+* ``helm uninstall --wait`` runs the pre-delete Job as a real pod on the node, and afterwards nothing of ours
+  is left: no objects, no pods, no ``metax-tech.com`` node labels or annotations, no host files the agents
+  wrote; with the container-runtime agent's uninstall, the node's containerd configuration is byte for byte
+  what it was.
+
+The test payload's mx-smi is the fake host's (`metax_hw_fake.builder.portable_tool`, run by the image's own
+Python on the fake host at the agent's ``METAX_HOST_ROOT``); with the test-only host path prefix the agents also
+mount the fake host's state directory (`metax_core.cluster.host_paths.TEST_FAKE_HOST_DIR`). Not covered here
+(docs/realnode.md "The product as real pods"): driver-manager's module tools run on this machine's own kernel
+(``nsenter --target 1``), not the fake host's, so the payload is installed only when the host already runs its
+version (``keep``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import pathlib
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from metax_core.cluster import workloads
+from metax_core.dra import DRIVER, slices
+from metax_core.node import allocation, payload_layout, readiness
+from metax_core.runtime import containerd, handler
+from metax_core.topology import cluster_view, extender
+from metax_core.topology import document as topology_document
+from metax_dev import fake_sdk, wrapper
+from metax_dev.controlplane import cluster as controlplane
+from metax_dev.images import build as images_build
+from metax_hw import hostfiles
+from metax_k8s.inmemory import cluster as inmemory
+from services._agent import cluster
+from services.container_edit import config as edit_config
+from services.container_edit import server as edit_server
+from services.container_runtime import agent as runtime_agent_module
+from services.maca import bootstrap as maca_bootstrap
+from services.maca import config as maca_config
+from tests.realnode import gpus, helm_release, pods, runtime_agent
+from tests.realnode.helm_release import NAMESPACE, Release
+from tests.services.exporter.prometheus import Prometheus
+
+pytestmark = pytest.mark.realnode
+
+AGENTS = helm_release.AGENTS
+DEPLOYMENTS = helm_release.DEPLOYMENTS
+WAIT = 120.0
+#: Where on the fake host the agents write (compared before the install and after the uninstall).
+AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")
+PREFIX = "metax-tech.com/"
+#: The MXMACA versions the maca agent installs (fake SDK payload images, `metax_dev.fake_sdk`).
+SDK_VERSIONS = ("2.18.0.3", "2.9.1")
+
+
+def host_files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for d in AGENT_HOST_DIRS for p in (root / d).rglob("*") if (root / d).exists()}
+
+
+@attrs.define
+class RuntimeSide:
+    """The two agents run as host processes (module docstring): container-runtime, and maca with its edit service."""
+
+    runtime: runtime_agent_module.ContainerRuntime
+    original: bytes
+    stop_edit: threading.Event
+    edit: threading.Thread
+    uninstalled: bool = False
+
+
+def runtime_side(r: Release, work: pathlib.Path) -> RuntimeSide:
+    """The container-runtime and maca agents of ``r``'s node, their readiness signals on its fake host."""
+    board = hostfiles.FileReadinessBoard(r.fake.root)
+    payload, refs = work / "sdk-payload", []
+    for i, version in enumerate(SDK_VERSIONS):
+        fake_sdk.unpack_payload(fake_sdk.write_payload_image(work / "sdk-images", version), payload / str(i))
+        refs.append(fake_sdk.reference(version))
+    k8s = inmemory.InMemoryCluster()  # their Events go nowhere: the cluster's API is the pods' concern here
+    k8s.add_node(r.node)
+    settings = maca_config.Settings(
+        node_name=r.node,
+        host_root=work / "maca-host",
+        payload_dir=payload,
+        payload_images=tuple(refs),  # type: ignore[arg-type]
+    )
+    maca = maca_bootstrap.bootstrap(settings, ports=cluster.in_memory(k8s, "maca", r.node), board=board)
+    maca.tick()
+    socket = work / "edit.sock"
+    stop = threading.Event()
+    edit = threading.Thread(
+        target=edit_server.serve,
+        args=(
+            edit_config.Settings(
+                host_root=pathlib.Path("/"),
+                socket=str(socket),  # type: ignore[arg-type]
+                sdk_dir=str(maca.store.sdk_dir),  # type: ignore[arg-type]
+                in_use_dir=str(maca.store.in_use_dir),  # type: ignore[arg-type]
+            ),
+            stop,
+        ),
+        daemon=True,
+    )
+    edit.start()
+    original = r.member.containerd_layout.config.read_bytes()
+    runtime = runtime_agent.build(
+        r.member,
+        work / "container-runtime",
+        wrapper.build(),
+        board=r.fake.root,
+        ports=cluster.in_memory(k8s, "container-runtime", r.node),
+        wrapper_runc=str(r.member.bin_dir / "runc"),
+        edit_socket=str(socket),
+    )
+    runtime.tick()
+    signals = board.read_all()
+    assert signals["container-runtime"].ready, signals["container-runtime"].reason
+    assert signals["maca"].ready, signals["maca"].reason
+    while not socket.exists():
+        time.sleep(0.01)
+    return RuntimeSide(runtime, original, stop, edit)
+
+
+@pytest.fixture(scope="module")
+def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    built = images_build.build()
+    with helm_release.real_node(realnode_plane, built) as r:
+        side = runtime_side(r, tmp_path_factory.mktemp("runtime-side"))
+        r.host_before = host_files(r.fake.root)  # their signals stay: no agent of theirs sees the uninstall here
+        r.extras["runtime side"] = side
+        started = time.monotonic()
+        r.helm(*r.install_args())
+        r.timings["helm install --wait"] = time.monotonic() - started
+        try:
+            yield r
+        finally:
+            if helm_release.RELEASE in r.helm("list", "-n", NAMESPACE, "-q").stdout:
+                r.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait", check=False)
+            realnode_plane.restart_scheduler(())  # the session's scheduler as it was
+            if not side.uninstalled:
+                side.runtime.containerd.uninstall()
+            side.stop_edit.set()
+            side.edit.join(10)
+
+
+def _side(r: Release) -> RuntimeSide:
+    side = r.extras["runtime side"]
+    assert isinstance(side, RuntimeSide)
+    return side
+
+
+def _pods(r: Release, name: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in helm_release.pods(r)
+        if p["metadata"]["labels"].get("app.kubernetes.io/name") == name
+        and "job-name" not in p["metadata"]["labels"]
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _one(r: Release, name: str) -> dict[str, Any]:
+    found = _pods(r, name)
+    assert len(found) == 1, [p["metadata"]["name"] for p in found]
+    return found[0]
+
+
+def _exec(r: Release, pod: str, *command: str) -> str:
+    done = r.kubectl("exec", "-n", NAMESPACE, pod, "--", *command)
+    assert done.returncode == 0, f"{' '.join(command)} in {pod}: {done.stderr}"
+    return done.stdout
+
+
+def _describe(r: Release) -> str:
+    described = r.kubectl("describe", "pods", "-n", NAMESPACE).stdout
+    logs = "\n".join(
+        f"--- {p['metadata']['name']}\n"
+        + r.kubectl("logs", "-n", NAMESPACE, p["metadata"]["name"], "--all-containers", "--tail=30").stdout
+        for p in helm_release.pods(r)
+    )
+    return described[-6000:] + "\n" + logs
+
+
+def test_the_operator_runs_as_a_real_pod_with_its_own_token(release: Release, kube: client.CoreV1Api) -> None:
+    r = release
+    deployment = json.loads(r.kubectl("get", "deployment", "metax-operator", "-n", NAMESPACE, "-o", "json").stdout)
+    assert deployment["status"]["availableReplicas"] == 1  # helm --wait: the real readiness probe passed
+    pod = _one(r, "metax-operator")
+    name = pod["metadata"]["name"]
+    assert pod["spec"]["nodeName"] == r.node
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(r.member.pod_cidr)
+    status = pod["status"]["containerStatuses"][0]
+    assert status["ready"] and status["image"] == "docker.io/library/metax-operator:0.1.0"
+    assert _exec(r, name, "id", "-u").strip() == "65532"
+    # capabilities: drop ALL, no privilege escalation (the rendered securityContext, enforced by runc)
+    status_lines = _exec(r, name, "cat", "/proc/self/status").splitlines()
+    caps = {line.split(":")[0]: line.split()[1] for line in status_lines if line.startswith(("CapEff", "NoNewPrivs"))}
+    assert int(caps["CapEff"], 16) == 0 and caps["NoNewPrivs"] == "1"
+    read_only = r.kubectl("exec", "-n", NAMESPACE, name, "--", "touch", "/probe")
+    assert read_only.returncode != 0 and "Read-only file system" in read_only.stderr
+    token = _exec(r, name, "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+    api = client.AuthenticationV1Api(kube.api_client)
+    review: Any = api.create_token_review({"spec": {"token": token}})
+    assert review.status.authenticated is True
+    assert review.status.user.username == f"system:serviceaccount:{NAMESPACE}:metax-operator"
+    assert review.status.user.extra["authentication.kubernetes.io/pod-name"] == [name]
+
+
+def test_the_webhook_behind_its_service_refuses_a_bad_spec(release: Release) -> None:
+    r = release
+    pod = _one(r, "metax-operator")
+    slices = json.loads(
+        r.kubectl(
+            "get",
+            "endpointslices",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "kubernetes.io/service-name=metax-operator-webhook",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
+    assert addresses == [pod["status"]["podIP"]]
+    steps = {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1",
+        "kind": "ClusterOperator",
+        "metadata": {"name": "cluster-operator"},
+        "spec": {
+            "driver": {"upgradePolicy": {"upgradeSteps": [{"replicas": 3}, {"replicas": 2}, {"replicas": "100%"}]}}
+        },
+    }
+    refused = r.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(steps))
+    assert refused.returncode != 0
+    assert "spec.driver.upgradePolicy.upgradeSteps[1].replicas" in refused.stderr
+    log = r.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
+    assert "refusing UPDATE ClusterOperator cluster-operator: spec.driver.upgradePolicy.upgradeSteps[1]" in log
+
+
+def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Release, kube: client.CoreV1Api) -> None:
+    r = release
+
+    def started() -> bool:
+        for name in AGENTS:
+            found = _pods(r, name)
+            statuses = [s for p in found for s in (p.get("status") or {}).get("containerStatuses") or []]
+            if len(found) != 1 or not statuses or "running" not in statuses[0]["state"]:
+                return False
+        return all(_one(r, name)["status"]["containerStatuses"][0]["ready"] for name in AGENTS)
+
+    helm_release.wait(started, "the node agents' pods running", WAIT, lambda: _describe(r))
+    rendered = {
+        d["metadata"]["name"]: d
+        for d in json.loads(r.kubectl("get", "daemonsets", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    }
+    # gpu-device waits for every deployed prerequisite (runtime and maca are deployed, on no node: helm_release).
+    device_env = {
+        e["name"]: e.get("value")
+        for e in rendered["metax-gpu-device"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert device_env[readiness.REQUIRED_ENV] == "gpu-label,container-runtime,driver,maca"
+    assert rendered["metax-container-runtime"]["status"]["desiredNumberScheduled"] == 0
+    gpus = sorted(str(a) for a in r.fake.gpu_addresses())
+    for name in AGENTS:
+        pod = _one(r, name)
+        spec = rendered[name]["spec"]["template"]["spec"]
+        container = pod["spec"]["containers"][0]
+        assert pod["status"]["containerStatuses"][0]["image"] == f"docker.io/library/{name}:0.1.0"
+        assert container["securityContext"] == spec["containers"][0]["securityContext"] == {"privileged": True}
+        for volume in spec.get("volumes", []):
+            if "hostPath" in volume:
+                assert volume["hostPath"]["path"].startswith(str(r.fake.root) + "/")
+        # Privileged: every capability; the fake host's PCI functions under /host/sys (hostPath).
+        status = _exec(r, pod["metadata"]["name"], "cat", "/proc/self/status")
+        cap_eff = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
+        assert int(cap_eff, 16) == int(Path("/proc/self/status").read_text().split("CapEff:")[1].split()[0], 16)
+        if any(m["mountPath"] == "/host/sys" for m in container.get("volumeMounts", [])):
+            listed = _exec(r, pod["metadata"]["name"], "ls", "/host/sys/bus/pci/devices").split()
+            assert set(gpus) <= set(listed)
+    driver = _one(r, "metax-driver")
+    init = driver["status"]["initContainerStatuses"][0]
+    assert init["image"] == helm_release.PAYLOAD_IMAGE and init["state"]["terminated"]["exitCode"] == 0
+    listed = _exec(r, driver["metadata"]["name"], "ls", workloads.PAYLOAD_DIR + "/driver")
+    assert listed.split() == ["metax.ko"]
+
+    labels = kube.read_node(r.node).metadata.labels or {}
+    assert labels.get(workloads.GPU_NODE_LABEL) == "true"
+    assert labels.get(PREFIX + "gpu.count") == str(len(gpus))
+    root = r.fake.root
+    helm_release.wait(
+        lambda: (
+            (root / "var/lib/metax/driver-manager/baseline.json").is_file()
+            and (root / "run/metax/ready/driver.json").is_file()
+            and (root / "var/run/cdi/metax-tech.com-gpu.json").is_file()
+        ),
+        "driver-manager's and gpu-device's files on the fake host",
+        WAIT,
+        lambda: _describe(r),
+    )
+    cdi = json.loads((root / "var/run/cdi/metax-tech.com-gpu.json").read_text())
+    assert len(cdi["devices"]) == len(gpus)
+
+
+def test_the_cluster_operator_is_ready_with_topology_and_the_scheduler(
+    release: Release, kube: client.CoreV1Api
+) -> None:
+    """Every component deployed (runtime and maca as stand-ins) and Ready: topo-worker published the node's
+    topology from its pod, topo-master built the cluster view, the extender answers (C7, C9, R-READY)."""
+    r = release
+
+    def ready() -> dict[str, Any] | None:
+        done = r.kubectl("get", "clusteroperators", "cluster-operator", "-o", "json")
+        status = json.loads(done.stdout).get("status") or {} if done.returncode == 0 else {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        return status if conditions.get("Ready", {}).get("status") == "True" else None
+
+    status = helm_release.wait(ready, "cluster-operator Ready", WAIT, lambda: _describe(r))
+    assert status.get("phase") == "Ready", status
+    annotations = kube.read_node(r.node).metadata.annotations or {}
+    doc = topology_document.decode(annotations[topology_document.TOPOLOGY])
+    assert sorted(str(g.address) for g in doc.gpus) == sorted(str(a) for a in r.fake.gpu_addresses())
+    assert json.loads(annotations[topology_document.SCORES]).keys() == {"1", "2"}
+
+    def view() -> dict[str, Any]:
+        cm = kube.read_namespaced_config_map(cluster_view.NAME, NAMESPACE)
+        return cluster_view.decode((cm.data or {}).get(cluster_view.KEY, "")) if cm.data else {}
+
+    nodes = helm_release.wait(view, "topo-master's cluster view", WAIT, lambda: _describe(r))
+    assert nodes[r.node].gpus == helm_release.PFS
+    for name in DEPLOYMENTS:
+        pod = _one(r, name)
+        assert pod["status"]["containerStatuses"][0]["ready"], name
+        assert _exec(r, pod["metadata"]["name"], "id", "-u").strip() == "65532"
+
+
+def _metrics(url: str) -> dict[str, list[Any]]:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    return {f.name: list(f.samples) for f in text_string_to_metric_families(text)}
+
+
+def _extender_calls(url: str) -> dict[str, float]:
+    samples = _metrics(url).get(extender.REQUESTS_METRIC, [])
+    return {
+        s.labels["verb"]: s.value for s in samples if s.name.endswith("_total") and s.labels["outcome"] == "answered"
+    }
+
+
+def test_a_workload_with_two_gpus_and_an_sdk_prefix_is_placed_runs_and_is_scraped(
+    release: Release,
+    kube: client.CoreV1Api,
+    namespace: str,
+    realnode_plane: controlplane.ControlPlane,
+    tmp_path: pathlib.Path,
+) -> None:
+    r = release
+    helm_release.wait(
+        lambda: gpus.allocatable(kube, r.node) == helm_release.PFS,
+        f"{helm_release.PFS} allocatable {gpus.GPU}",
+        WAIT,
+        lambda: _describe(r),
+    )
+    # The driver's tool, staged from the payload, is what the agents' health checks ran (no image carries it).
+    current = r.fake.root / payload_layout.HOST_CURRENT.lstrip("/")
+    assert os.readlink(current) == helm_release.DRIVER_VERSION
+    device_pod = _one(r, "metax-gpu-device")["metadata"]["name"]
+    listed = _exec(r, device_pod, "/host" + payload_layout.HOST_TOOLS_DIR + "/mx-smi", "-L")
+    assert len([line for line in listed.splitlines() if line.startswith("GPU")]) == helm_release.PFS, listed
+
+    # The administrator wires the extender into the scheduler (docs/scheduler.md). Its pod's address: this
+    # harness has no kube-proxy to translate the Service's ClusterIP for a scheduler on the host's network.
+    scheduler_pod = _one(r, "metax-gpu-scheduler")
+    base = f"http://{scheduler_pod['status']['podIP']}:{extender.PORT}"
+    realnode_plane.restart_scheduler([extender.scheduler_extender(base, timeout_seconds=2)])
+    calls_before = _extender_calls(base + extender.METRICS_PATH)
+
+    script = (
+        'echo "VISIBLE=$METAX_VISIBLE_DEVICES"; echo "RESOLVED=$METAX_MACA_RESOLVED"; maca-version; '
+        + gpus.LIST_DEVICES
+        + "touch /opt/maca/x 2>&1 | sed 's/^/TOUCH /'; echo DONE; sleep 3600"
+    )
+    pod = pods.scheduled_pod("two-gpus", r.node, script, {gpus.GPU: "2"})
+    pod["spec"]["runtimeClassName"] = handler.RUNTIME_HANDLER  # the operator's RuntimeClass
+    pod["spec"]["containers"][0]["env"] = [{"name": "METAX_MACA_VERSION", "value": "maca-2.18"}]
+    kube.create_namespaced_pod(namespace, pod)
+    text = pods.wait_logs(kube, namespace, "two-gpus", "DONE")
+
+    # placed by kube-scheduler through the extender (binding stays the scheduler's)
+    assert kube.read_namespaced_pod("two-gpus", namespace).spec.node_name == r.node
+    calls = _extender_calls(base + extender.METRICS_PATH)
+    # filter only: with one feasible node kube-scheduler skips scoring (tests/integration/scheduler ranks nodes)
+    assert calls.get("filter", 0) > calls_before.get("filter", 0), (calls_before, calls)
+    # its two GPUs, injected by containerd from the CDI spec gpu-device's pod wrote
+    visible = sorted(gpus.env_value(text, "VISIBLE").split(","))
+    assert visible == sorted(str(a) for a in r.fake.gpu_addresses())
+    seen = gpus.device_lines(text)
+    assert set(seen) == gpus.expected_nodes(r.fake, visible), seen
+    # the SDK its prefix chose, read-only, from the wrapper and the maca agent's container-edit service
+    assert "MXMACA 2.18.0.3" in text.splitlines() and "RESOLVED=2.18.0.3" in text, text
+    assert "Read-only file system" in text, text
+
+    # A real Prometheus scrapes the data-exporter's pod: both GPUs' series carry the workload's pod (R-EXPORTER).
+    exporter_pod = _one(r, "metax-data-exporter")
+    prometheus = Prometheus(tmp_path, f"{exporter_pod['status']['podIP']}:{workloads.EXPORTER_PORT}")
+    try:
+        helm_release.wait(prometheus.ready, "prometheus ready", 60, lambda: "")
+        query = f'mx_gpu_usage{{pod="two-gpus", namespace="{namespace}"}}'
+        held = helm_release.wait(
+            lambda: (found := prometheus.query(query)) and len(found) == len(visible) and found,
+            "both GPUs' series scraped with the pod's labels",
+            WAIT,
+            lambda: _describe(r),
+        )
+    finally:
+        prometheus.stop()
+    assert sorted(series["metric"]["pci_address"] for series in held) == visible
+    assert {series["metric"]["container"] for series in held} == {"main"}
+
+
+def test_a_dra_node_serves_a_claimed_pod(release: Release, kube: client.CoreV1Api, namespace: str) -> None:
+    """The administrator moves the node to DRA (R-DRA): the dra-driver's pod replaces gpu-device's, publishes
+    the GPUs, and a pod with a ResourceClaimTemplate for both runs with them."""
+    r = release
+    custom = client.CustomObjectsApi(kube.api_client)
+    kube.patch_node(r.node, {"metadata": {"labels": {allocation.LABEL: allocation.Allocator.DRA.value}}})
+    try:
+        helm_release.wait(
+            lambda: (
+                not _pods(r, "metax-gpu-device")
+                and len(found := _pods(r, "metax-dra-driver")) == 1
+                and (found[0]["status"].get("containerStatuses") or [{}])[0].get("ready")
+            ),
+            "gpu-device's pod gone and the dra-driver's Ready",
+            WAIT,
+            lambda: _describe(r),
+        )
+
+        def published() -> dict[str, Any]:
+            items = custom.list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={r.node}"
+            )["items"]
+            found = slices.published_in(items, r.node)
+            return found if len(found) == helm_release.PFS else {}
+
+        helm_release.wait(published, "the node's GPUs in a ResourceSlice", WAIT, lambda: _describe(r))
+        template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "two-gpus"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpus",
+                                "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 2},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+        custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaimtemplates", template)
+        pod = pods.scheduled_pod("claimed", r.node, gpus.LIST_DEVICES + "echo DONE; sleep 3600", {})
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+        kube.create_namespaced_pod(namespace, pod)
+        text = pods.wait_logs(kube, namespace, "claimed", "DONE")
+        every = sorted(str(a) for a in r.fake.gpu_addresses())
+        assert set(gpus.device_lines(text)) == gpus.expected_nodes(r.fake, every), text
+        kube.delete_namespaced_pod("claimed", namespace, grace_period_seconds=0)
+        pods.wait(lambda: not kube.list_namespaced_pod(namespace).items, "the claimed pod gone", timeout=60)
+    finally:
+        kube.patch_node(r.node, {"metadata": {"labels": {allocation.LABEL: None}}})  # the administrator's label
+
+
+def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
+    release: Release, kube: client.CoreV1Api, record_timing: Callable[[str, float], None]
+) -> None:
+    r = release
+    for what, seconds in r.timings.items():
+        record_timing(f"e2e: {what}", seconds)
+    started = time.monotonic()
+    r.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait")
+    record_timing("e2e: helm uninstall --wait", time.monotonic() - started)
+    events = kube.list_namespaced_event(NAMESPACE).items
+    job_pods = {
+        e.involved_object.name
+        for e in events
+        if e.involved_object.kind == "Pod"
+        and e.involved_object.name.startswith("metax-operator-cleanup-")
+        and e.reason == "Started"
+        and e.source.host == r.node
+    }
+    assert len(job_pods) == 1, sorted({(e.involved_object.name, e.reason) for e in events})
+    helm_release.wait(lambda: not helm_release.pods(r), "every pod of ours gone", WAIT, lambda: _describe(r))
+    record_timing("e2e: helm uninstall to every pod gone", time.monotonic() - started)
+    for kind in ("daemonsets", "deployments", "jobs", "services", "secrets"):
+        left = json.loads(r.kubectl("get", kind, "-n", NAMESPACE, "-o", "json").stdout)["items"]
+        assert left == [], (kind, [o["metadata"]["name"] for o in left])
+    config_maps = json.loads(r.kubectl("get", "configmaps", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    assert [c["metadata"]["name"] for c in config_maps] == ["kube-root-ca.crt"]
+    accounts = json.loads(r.kubectl("get", "serviceaccounts", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    assert [a["metadata"]["name"] for a in accounts] == ["default"]
+    for kind in ("clusterroles", "clusterrolebindings", "validatingwebhookconfigurations"):
+        names = [o["metadata"]["name"] for o in json.loads(r.kubectl("get", kind, "-o", "json").stdout)["items"]]
+        assert not [n for n in names if n.startswith("metax")], (kind, names)
+    operators = r.kubectl("get", "clusteroperators", "-o", "json")
+    assert operators.returncode == 0 and json.loads(operators.stdout)["items"] == []
+    node = kube.read_node(r.node).metadata
+    assert not [k for k in {**(node.labels or {}), **(node.annotations or {})} if k.startswith(PREFIX)]
+    assert host_files(r.fake.root) == r.host_before
+    # the container-runtime agent's uninstall gives the node's containerd its configuration back, byte for byte
+    side = _side(r)
+    started = time.monotonic()
+    assert side.runtime.containerd.uninstall() == []
+    record_timing("e2e: containerd's config restored (one restart)", time.monotonic() - started)
+    side.uninstalled = True
+    layout = r.member.containerd_layout
+    assert layout.config.read_bytes() == side.original
+    assert not pathlib.Path(containerd.dropin_path(str(layout.config))).exists()
