@@ -221,7 +221,9 @@ def test_multi_gpu_pods_follow_the_best_free_set_and_the_extender_filters(gpu_cl
         for s in families[extender.REQUESTS_METRIC].samples
         if s.name.endswith("_total") and s.labels["outcome"] == "answered"
     }
-    assert answered["filter"] >= 5 and answered["prioritize"] >= 4, answered
+    # filter for each pod (the pending one is retried); prioritize only where two nodes were feasible: kube-scheduler
+    # skips scoring with one (the first three placements had mx and pcie, the fourth only mx)
+    assert answered["filter"] >= 5 and answered["prioritize"] >= 3, answered
     [filtered_out] = [s.value for s in families[extender.FILTERED_OUT_METRIC].samples if s.name.endswith("_total")]
     assert filtered_out >= 3  # `few` at every placement above, and every node for the last pod
 
