@@ -504,6 +504,8 @@ def test_a_dra_node_serves_a_claimed_pod(release: Release, kube: client.CoreV1Ap
                 }
             },
         }
+        cdi_dir = r.fake.root / "var/run/cdi"
+        specs_before = set(cdi_dir.iterdir())
         custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaimtemplates", template)
         pod = pods.scheduled_pod("claimed", r.node, gpus.LIST_DEVICES + "echo DONE; sleep 3600", {})
         pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
@@ -512,8 +514,14 @@ def test_a_dra_node_serves_a_claimed_pod(release: Release, kube: client.CoreV1Ap
         text = pods.wait_logs(kube, namespace, "claimed", "DONE")
         every = sorted(str(a) for a in r.fake.gpu_addresses())
         assert set(gpus.device_lines(text)) == gpus.expected_nodes(r.fake, every), text
-        kube.delete_namespaced_pod("claimed", namespace, grace_period_seconds=0)
+        assert len(set(cdi_dir.iterdir()) - specs_before) == 1  # the claim's own CDI spec
+        # Drained before the switch back (docs/dra.md): the pod gone and its claim unprepared by the dra-driver's
+        # pod (its CDI spec removed), since the driver leaves the node with the label.
+        kube.delete_namespaced_pod("claimed", namespace)
         pods.wait(lambda: not kube.list_namespaced_pod(namespace).items, "the claimed pod gone", timeout=60)
+        helm_release.wait(
+            lambda: set(cdi_dir.iterdir()) == specs_before, "the claim unprepared", WAIT, lambda: _describe(r)
+        )
     finally:
         kube.patch_node(r.node, {"metadata": {"labels": {allocation.LABEL: None}}})  # the administrator's label
 
