@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None, *, prepare: Callable[[demo_fleet.Fle
             format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
             force=True,
         )
-        f = demo_fleet.Fleet(workdir, args.nodes)
+        f = demo_fleet.InMemoryFleet(workdir, args.nodes)
         console.print(
             f"[bold]MetaX GPU Operator demo[/bold]: the operator and its node agents on {args.nodes} fake GPU nodes "
             f"({demo_fleet.gpu_total(f.nodes)} GPUs), an in-memory API server, one process"
