@@ -36,6 +36,7 @@ VFIO_CONFIG = converter.camel_case(attrs.fields(spec.VfioManager).vfio_config.na
 OLD, NEW = demo_fleet.DRIVER_VERSIONS
 VFNUM = 4
 MACA_REQUEST = "maca-2.18"
+WORKLOAD_IMAGE = "pytorch/pytorch"
 STAYS = {"run/cdi": "dir 0o755"}
 """What uninstall leaves on a host by design (docs/operator.md, "What stays on a host"): the CDI directory."""
 POLICY: dict[str, Any] = {
@@ -212,7 +213,7 @@ def train_pod(node: str) -> dict[str, Any]:
     """A user's pod asking two GPUs and an SDK by prefix (R-MACA), bound to ``node``."""
     container = {
         "name": "train",
-        "image": "pytorch/pytorch",
+        "image": WORKLOAD_IMAGE,
         "env": [{"name": "METAX_MACA_VERSION", "value": MACA_REQUEST}],
         "resources": {"limits": {GPU: "2"}},
     }
@@ -345,7 +346,7 @@ def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
     vfnums = {"data": {driver_config.NODE_VFNUMS: f"nodes:\n  {n1}:\n    vfnum: {VFNUM}\n"}}
     vfio_config = {"spec": {"vfioManager": {VFIO_CONFIG: [{"nodeName": n0, "gpus": "0,1"}]}}}
     helm = "helm install metax-operator charts/metax-operator -n metax-operator --create-namespace"
-    run = f"kubectl run train --image=pytorch/pytorch --env=METAX_MACA_VERSION={MACA_REQUEST}"
+    run = f"kubectl run train --image={WORKLOAD_IMAGE} --env=METAX_MACA_VERSION={MACA_REQUEST}"
     placed = "" if f.pod_template is None else f" --set-json 'podTemplateSpec={_json(f.pod_template)}'"
     overrides = {"spec": {"nodeName": last, "containers": [{"name": "train", "resources": {"limits": {GPU: "2"}}}]}}
     return (
