@@ -4,13 +4,17 @@ Why a module of its own: the in-memory demo is one process that is gone when it 
 given) a control plane, prints its kubeconfig and the ``kubectl ... -w`` command to watch it from another
 terminal before the scenario starts, and afterwards either tears everything down (the fleet's processes and
 nodes, the control plane, the temporary directory) or, with ``--keep``, leaves it running until Ctrl-C or
-SIGTERM and then tears it down the same way.
+SIGTERM and then tears it down the same way. A scenario that passed ended with the uninstall, so ``--keep``
+installs ``cluster-operator`` again first (the agents come back to be watched); after a failed step it keeps
+the cluster as the step left it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -24,6 +28,7 @@ from rich.console import Console
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import realfleet
+from metax_dev.demo import scenario as scenario_steps
 
 EXIT_OK, EXIT_FAILED = 0, 1
 WATCH = "get clusteroperator,ds,nodes -w"
@@ -41,12 +46,25 @@ STAND_INS = (
 Scenario = Callable[[Console, demo_fleet.Fleet, bool], int]
 
 
-def watch_commands(plane: controlplane.ControlPlane) -> list[str]:
+def kubeconfig(plane: controlplane.ControlPlane, workdir: Path) -> Path:
+    """The control plane's admin kubeconfig with the operator's namespace as its context's default, so
+    ``kubectl get clusteroperator,ds,nodes`` lists the agents' DaemonSets (in the demo's directory: it goes with
+    the demo)."""
+    config = json.loads(plane.kubeconfig_path.read_text())
+    for context in config.get("contexts") or []:
+        context.setdefault("context", {})["namespace"] = realfleet.NAMESPACE
+    path = workdir / "kubeconfig"
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+    return path
+
+
+def watch_commands(plane: controlplane.ControlPlane, config: Path) -> list[str]:
     """The command to watch the cluster from another terminal, and the same with the control plane's kubectl."""
-    commands = [f"KUBECONFIG={plane.kubeconfig_path} kubectl {WATCH}"]
+    commands = [f"KUBECONFIG={config} kubectl {WATCH}"]
     kubectl = plane.bin_dir / "kubectl" if plane.bin_dir is not None else None
     if kubectl is not None and kubectl.exists():
-        commands.append(f"KUBECONFIG={plane.kubeconfig_path} {kubectl} {WATCH}")
+        commands.append(f"KUBECONFIG={config} {kubectl} {WATCH}")
     return commands
 
 
@@ -100,9 +118,10 @@ def _on(
         console.print("What stands in for what needs real hardware or daemons:")
         for line in STAND_INS:
             console.print(f"  - {line}")
-        console.print(f"kubeconfig: {plane.kubeconfig_path}")
+        config = kubeconfig(plane, workdir)
+        console.print(f"kubeconfig: {config} (the admin's, namespace {realfleet.NAMESPACE})")
         console.print("watch it from another terminal:")
-        for command in watch_commands(plane):
+        for command in watch_commands(plane, config):
             console.print(f"  {command}", markup=False, highlight=False)
         if prepare is not None:
             prepare(f)
@@ -112,13 +131,16 @@ def _on(
             console.print(f"[red]stand-in errors[/red]: {f.errors[:3]}")
             code = EXIT_FAILED
         if args.keep:
-            _keep(console, plane)
+            if code == EXIT_OK:  # the scenario ended with the uninstall: install again, to have agents to watch
+                f.objects.apply(scenario_steps.cluster_operator(f.pod_template), field_manager="helm")
+                console.print("--keep: cluster-operator installed again (the scenario's install): the agents come back")
+            _keep(console, plane, config)
     finally:
         f.stop()
     return code
 
 
-def _keep(console: Console, plane: controlplane.ControlPlane) -> None:
+def _keep(console: Console, plane: controlplane.ControlPlane, config: Path) -> None:
     """Until Ctrl-C or SIGTERM: the control plane, the nodes, their agents and the operator keep running."""
     stop = threading.Event()
 
@@ -129,7 +151,8 @@ def _keep(console: Console, plane: controlplane.ControlPlane) -> None:
     try:
         console.print(
             "--keep: the control plane, the nodes with their agents and the operator keep running "
-            f"(kubeconfig {plane.kubeconfig_path}); Ctrl-C or SIGTERM stops and removes everything."
+            f"(KUBECONFIG={config}); Ctrl-C or SIGTERM (kill {os.getpid()}) uninstalls, stops and "
+            "removes everything."
         )
         while not stop.wait(1.0):
             dead = plane.dead_components()

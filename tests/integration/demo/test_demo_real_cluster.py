@@ -4,16 +4,19 @@ The demo runs on the session's control plane (its ``control_plane`` parameter, i
 one): two GPU nodes that are process nodes running the operator's DaemonSet pods against fake GPU hosts, two
 kwok CPU nodes, the operator as a process. Covers, read from the API and the fake hosts (never from the
 demo's output): every step reaches its outcome (exit 0); every GPU node ran every node component's pod and the
-CPU nodes only gpu-label's; afterwards every host is byte-identical to before install (the CDI directory apart
+CPU nodes only gpu-label's; the kubeconfig the watch command names defaults to the operator's namespace;
+afterwards every host is byte-identical to before install (the CDI directory apart
 on GPU nodes), its own driver loaded again; no ClusterOperator, DaemonSet, pod or Node of the demo is left,
 and the session's kwok nodes are as they were.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -38,10 +41,12 @@ class Recorder:
         self.changed: dict[str, list[str]] = {}
         self.modules: dict[str, str | None] = {}
         self.nodes: list[str] = []
+        self.kubeconfig: dict[str, Any] = {}
         self._done = threading.Event()
 
     def prepare(self, f: demo_fleet.Fleet) -> None:
         self.nodes = [n.name for n in [*f.nodes, *f.cpu_nodes]]
+        self.kubeconfig = json.loads((f.workdir / "kubeconfig").read_text())  # what the watch command uses
         threading.Thread(target=self._watch, args=(f,), daemon=True).start()
         original = f.stop
 
@@ -86,6 +91,7 @@ def test_the_demo_scenario_passes_on_the_real_control_plane(
         assert recorder.components_on(name) == {Component.GPU_LABEL.value}, name
         assert recorder.modules[name] is None
     assert recorder.changed == {name: [] for name in recorder.nodes}
+    assert [c["context"]["namespace"] for c in recorder.kubeconfig["contexts"]] == [demo_fleet.NAMESPACE]
 
     api = client.HttpApi(client.api_client(control_plane.kubeconfig_path))
     assert api.list(scenario.CR_API, "ClusterOperator").items == []
