@@ -141,7 +141,10 @@ def _log_tail(console: Console, f: demo_fleet.Fleet, lines: int = 15) -> None:
 
 def _refresh(shown: Live, f: demo_fleet.Fleet, done: threading.Event) -> None:
     while not done.wait(0.25):
-        shown.update(view.table(f, title="nodes × components (live)"))
+        try:
+            shown.update(view.table(f, title="nodes × components (live)"))
+        except (MetaxError, OSError):  # a real API server's moment of refusal: the next refresh shows it again
+            continue
 
 
 class _NoLive:

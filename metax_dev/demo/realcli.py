@@ -30,7 +30,7 @@ from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import realfleet
 from metax_dev.demo import scenario as scenario_steps
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 WATCH = "get clusteroperator,ds,nodes -w"
 
 STAND_INS = (
@@ -77,6 +77,29 @@ def run(
 ) -> int:
     started = time.monotonic()
     own = plane is None
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM tears down as Ctrl-C does
+    try:
+        return _run(console, args, prepare, plane, scenario, started, own)
+    except KeyboardInterrupt:  # raised where it was, after every `finally` on the way tore its part down
+        console.print(f"interrupted: torn down after {time.monotonic() - started:.1f}s")
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(
+    console: Console,
+    args: argparse.Namespace,
+    prepare: Callable[[demo_fleet.Fleet], None] | None,
+    plane: controlplane.ControlPlane | None,
+    scenario: Scenario,
+    started: float,
+    own: bool,
+) -> int:
     with tempfile.TemporaryDirectory(prefix="mxd-", dir="/tmp") as tmp:  # /tmp: unix socket paths are short
         workdir = Path(tmp)
         logging.basicConfig(
