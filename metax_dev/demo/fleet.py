@@ -1,11 +1,13 @@
 """The demo's cluster: the in-memory API server, N fake GPU hosts, the operator, and the stand-ins between them.
 
-Why a module of its own: the scenario talks to a cluster the way an administrator does (apply, read, edit);
-this module is everything that makes that cluster run in one process. The operator is its own composition
-root (`services.operator.bootstrap`) on the in-memory API server, its settings as the chart's environment
-would give them (no leader election for one replica, a driver-ready timeout of 20 s, not 600, so a failed canary is seen
-within the run). Each node is a fake host (`metax_hw_fake.builder`) with its kubelet stand-in
-(`metax_dev.demo.kubelet`), and one loop plays the DaemonSet controller (`metax_dev.demo.standins`).
+Why a module of its own: the scenario talks to a cluster the way an administrator does (apply, read, edit),
+through `Fleet` (the API, the GPU nodes' hosts, the CPU nodes), whichever cluster runs below; `InMemoryFleet`
+is everything that makes that cluster run in one process (the real one: `metax_dev.demo.realfleet`). The
+operator is its own composition root (`services.operator.bootstrap`) on the in-memory API server, its settings
+as the chart's environment would give them (no leader election for one replica, a driver-ready timeout of
+20 s, not 600, so a failed canary is seen within the run). Each node is a fake host (`metax_hw_fake.builder`)
+with its kubelet stand-in (`metax_dev.demo.kubelet`), and one loop plays the DaemonSet controller
+(`metax_dev.demo.standins`).
 """
 
 from __future__ import annotations

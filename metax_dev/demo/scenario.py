@@ -3,8 +3,9 @@
 Why a module of its own: each step acts the way a person would (apply the CR the chart creates, edit the
 ``driver-config`` ConfigMap or the CR, run a GPU pod, run ``metax-operator rollout confirm``, uninstall) and
 then checks its outcome through the API and the fake hosts; a step that does not reach its outcome raises
-`StepFailed`, and the demo exits non-zero. The waits poll the in-memory cluster under a deadline (the time a
-person would give the step); a wrong answer that cannot change any more fails at once.
+`StepFailed`, and the demo exits non-zero. The waits poll the cluster under the fleet's deadline (the time a
+person would give the step); a wrong answer that cannot change any more fails at once. One copy of each step
+serves both clusters: they talk through `demo_fleet.Fleet` (the `Api` both API servers speak, the hosts).
 """
 
 from __future__ import annotations
