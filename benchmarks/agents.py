@@ -35,10 +35,10 @@ if str(ROOT) not in sys.path:
 
 from metax_core.node import readiness
 from metax_dev.controlplane import cluster
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from metax_hw_fake import builder, kmods
 from metax_k8s import client
-from tests.deviceplugin.kubelet import Kubelet
 
 GPUS = 16
 PAYLOAD = "2.20.0"

@@ -32,10 +32,10 @@ from metax_core.node import (
     devices,
     readiness,
 )
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from services.gpu_device import bootstrap, config
 from tests.deviceplugin.fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu
-from tests.deviceplugin.kubelet import Kubelet
 
 GPU = devices.Resource.GPU.value
 SGPU = devices.Resource.SGPU.value

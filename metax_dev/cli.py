@@ -26,7 +26,8 @@ def _fake_host(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    return demo.main(["--nodes", str(args.nodes), *(["--no-live"] if args.no_live else [])])
+    flags = [*(["--no-live"] if args.no_live else []), *(["--keep"] if args.keep else [])]
+    return demo.main(["--nodes", str(args.nodes), "--cluster", args.cluster, *flags])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,9 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     fakehost.add_arguments(p)
     p.set_defaults(func=_fake_host)
 
-    p = sub.add_parser("demo", help="the operator and its node agents on fake GPU nodes, in one process")
+    p = sub.add_parser("demo", help="the operator and its node agents on fake GPU nodes (in one process by default)")
     p.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default 4, mixed GPU counts)")
     p.add_argument("--no-live", action="store_true", help="plain logs instead of the live view")
+    p.add_argument(
+        "--cluster",
+        choices=("memory", "real"),
+        default="memory",
+        help="memory: the in-memory API server, one process (default); real: the Go-built control plane",
+    )
+    p.add_argument("--keep", action="store_true", help="with --cluster real: keep it running after the scenario")
     p.set_defaults(func=_demo)
     return parser
 

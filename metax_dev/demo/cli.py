@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.live import Live
 
 from metax_core.errors import MetaxError
+from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import fleet as demo_fleet
-from metax_dev.demo import scenario, standins, view
+from metax_dev.demo import realcli, scenario, standins, view
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -33,15 +34,36 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default 4, mixed GPU counts; at least 2)")
     p.add_argument("--no-live", action="store_true", help="plain logs instead of the live view")
+    p.add_argument(
+        "--cluster",
+        choices=("memory", "real"),
+        default="memory",
+        help="memory: the in-memory API server, one process (default); real: the Go-built loopback control "
+        "plane (etcd, kube-apiserver, controller-manager, scheduler, kwok), GPU nodes as process nodes",
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="with --cluster real: keep it running after the scenario until Ctrl-C"
+    )
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, prepare: Callable[[demo_fleet.Fleet], None] | None = None) -> int:
-    """``prepare`` runs on the fleet before the scenario (tests inject faults the scenario does not expect)."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prepare: Callable[[demo_fleet.Fleet], None] | None = None,
+    control_plane: controlplane.ControlPlane | None = None,
+) -> int:
+    """``prepare`` runs on the fleet before the scenario (tests inject faults the scenario does not expect, or
+    read the hosts). ``control_plane``: with ``--cluster real``, a started one to use instead of starting one
+    (the tests' session control plane); it is left running."""
     args = parser().parse_args(argv)
     if args.nodes < 2:
         parser().error("--nodes must be at least 2 (one node takes the VF change, another the vfio binding)")
+    if args.keep and args.cluster != "real":
+        parser().error("--keep goes with --cluster real")
     console = Console() if Console().is_terminal else Console(width=160)
+    if args.cluster == "real":
+        return realcli.run(console, args, prepare, control_plane, _scenario)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="metax-demo-", dir="/tmp") as tmp:  # /tmp: unix socket paths are short
         workdir = Path(tmp)
@@ -51,7 +73,7 @@ def main(argv: Sequence[str] | None = None, *, prepare: Callable[[demo_fleet.Fle
             format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
             force=True,
         )
-        f = demo_fleet.Fleet(workdir, args.nodes)
+        f = demo_fleet.InMemoryFleet(workdir, args.nodes)
         console.print(
             f"[bold]MetaX GPU Operator demo[/bold]: the operator and its node agents on {args.nodes} fake GPU nodes "
             f"({demo_fleet.gpu_total(f.nodes)} GPUs), an in-memory API server, one process"
@@ -73,7 +95,7 @@ def main(argv: Sequence[str] | None = None, *, prepare: Callable[[demo_fleet.Fle
     return code
 
 
-def _scenario(console: Console, f: demo_fleet.Fleet, *, live: bool) -> int:
+def _scenario(console: Console, f: demo_fleet.Fleet, live: bool) -> int:
     steps = scenario.steps(f)
     done = threading.Event()
     with Live(view.table(f), console=console, refresh_per_second=4) if live else _NoLive() as shown:
@@ -105,19 +127,24 @@ def _scenario(console: Console, f: demo_fleet.Fleet, *, live: bool) -> int:
 
 
 def _log_tail(console: Console, f: demo_fleet.Fleet, lines: int = 15) -> None:
-    """The last warnings of the operator and the agents (the demo's log is deleted with its directory)."""
-    try:
-        tail = (f.workdir / "demo.log").read_text().splitlines()[-lines:]
-    except OSError:
-        return
-    console.print("last warnings of the operator and the agents:")
-    for line in tail:
-        console.print(f"  {line}", markup=False, highlight=False)
+    """The last warnings of the operator and the agents (the demo's log is deleted with its directory; on the
+    real cluster the operator process writes its own)."""
+    for log in [f.workdir / "demo.log", *sorted(f.workdir.glob("operator-*.log"))]:
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            continue
+        console.print(f"last lines of {log.name}:")
+        for line in tail:
+            console.print(f"  {line}", markup=False, highlight=False)
 
 
 def _refresh(shown: Live, f: demo_fleet.Fleet, done: threading.Event) -> None:
     while not done.wait(0.25):
-        shown.update(view.table(f, title="nodes × components (live)"))
+        try:
+            shown.update(view.table(f, title="nodes × components (live)"))
+        except (MetaxError, OSError):  # a real API server's moment of refusal: the next refresh shows it again
+            continue
 
 
 class _NoLive:

@@ -21,7 +21,7 @@ from typing import Any
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
-from metax_dev.demo import standins, workload
+from metax_dev.demo import intervals, standins, workload
 from metax_dev.processnode import podspec
 from metax_dev.processnode import standins as process_standins
 
@@ -98,18 +98,7 @@ SIDECARS = ("container-edit",)
 """Containers of an agent's pod not run as a thread: maca's container-edit serves the runtime wrapper's socket;
 here its ``Editor`` is built from its environment when a GPU pod starts (`metax_dev.demo.workload`)."""
 
-FAST = {
-    "METAX_LABEL_INTERVAL": "2",  # gpu-label's rounds, and gpu-device's label reads
-    "METAX_DRIVER_INTERVAL": "2",
-    "METAX_VFIO_INTERVAL": "2",
-    "METAX_MACA_INTERVAL": "3",
-    "METAX_TOPO_INTERVAL": "10",
-    "METAX_INVENTORY_INTERVAL": "1",
-    "METAX_READINESS_INTERVAL": "0.5",
-    "METAX_TICK": "0.1",
-}
-"""Shorter round intervals than production (10-60 s) so the demo converges in seconds (a watched object's
-change starts a round at once anyway); nothing else differs from the pod's environment."""
+FAST = intervals.FAST
 
 
 class Running:
@@ -198,7 +187,7 @@ class Kubelet:
         run: Runner
         if component == Component.RUNTIME.value:
             run = standins.RuntimeStandIn(
-                self.node.k8s, self.node.name, self.node.fake.root, probe or pod_dir / "probe"
+                self.node.k8s.api, self.node.name, self.node.fake.root, probe or pod_dir / "probe"
             ).run
         elif component in AGENTS:
             run = AGENTS[component]({**FAST, **env}, self.node)

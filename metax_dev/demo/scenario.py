@@ -3,20 +3,23 @@
 Why a module of its own: each step acts the way a person would (apply the CR the chart creates, edit the
 ``driver-config`` ConfigMap or the CR, run a GPU pod, run ``metax-operator rollout confirm``, uninstall) and
 then checks its outcome through the API and the fake hosts; a step that does not reach its outcome raises
-`StepFailed`, and the demo exits non-zero. The waits poll the in-memory cluster under a deadline (the time a
-person would give the step); a wrong answer that cannot change any more fails at once.
+`StepFailed`, and the demo exits non-zero. The waits poll the cluster under the fleet's deadline (the time a
+person would give the step); a wrong answer that cannot change any more fails at once. One copy of each step
+serves both clusters: they talk through `demo_fleet.Fleet` (the `Api` both API servers speak, the hosts).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from metax_core import versions
+from metax_core.cluster import workloads
+from metax_core.cluster.components import Component
 from metax_core.node import devices, driver_config, labels, vfio
 from metax_core.rollout import status as rollout_status
 from metax_core.runtime import sdk
@@ -34,9 +37,7 @@ VFIO_CONFIG = converter.camel_case(attrs.fields(spec.VfioManager).vfio_config.na
 OLD, NEW = demo_fleet.DRIVER_VERSIONS
 VFNUM = 4
 MACA_REQUEST = "maca-2.18"
-STEP_DEADLINE = 40.0
-"""Seconds a step may take to reach its outcome (the whole demo takes about half a minute here)."""
-DRIVER_DAEMONSET = "metax-driver"
+WORKLOAD_IMAGE = "pytorch/pytorch"
 STAYS = {"run/cdi": "dir 0o755"}
 """What uninstall leaves on a host by design (docs/operator.md, "What stays on a host"): the CDI directory."""
 POLICY: dict[str, Any] = {
@@ -61,13 +62,14 @@ class Step:
 
 
 def wait_until(
+    f: demo_fleet.Fleet,
     what: str,
     check: Callable[[], object],
-    deadline: float = STEP_DEADLINE,
     said: Callable[[], str] | None = None,
 ) -> Any:
     """``check()``'s first truthy answer; StepFailed naming ``what`` (and what ``said()`` reads from the cluster
-    then) when the deadline passes."""
+    then) when the fleet's step deadline passes."""
+    deadline = f.deadline
     end = time.monotonic() + deadline
     while True:
         found = check()
@@ -84,15 +86,18 @@ def _cr_says(f: demo_fleet.Fleet) -> str:
     return f"phase {status.get('phase')}; driver rollout: {rollout.get('phase')}: {rollout.get('message')}"
 
 
-def cluster_operator() -> dict[str, Any]:
+def cluster_operator(pod_template: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The CR the chart creates from its values (R-INSTALL): the payload driver over the hosts' own, MXMACA SDK
-    images, the §3.2.8 policy; topo and the exporter off (topo-master is a Deployment the demo does not run)."""
-    body = {
+    images, the §3.2.8 policy; topo and the exporter off (topo-master is a Deployment the demo does not run).
+    ``pod_template``: the global ``podTemplateSpec`` a cluster needs (the real cluster's process nodes)."""
+    body: dict[str, Any] = {
         "registry": demo_fleet.REGISTRY,
         "driver": {"deployPolicy": "PreferCloud", "payload": {"version": OLD}, "upgradePolicy": POLICY},
         "maca": {"payload": {"images": [fake_sdk.reference(v) for v in demo_fleet.MACA_VERSIONS]}},
         "topo": {"deploy": False},
     }
+    if pod_template is not None:
+        body["podTemplateSpec"] = dict(pod_template)
     return {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": body}
 
 
@@ -119,10 +124,14 @@ def _true(f: demo_fleet.Fleet, kind: rollout_status.ConditionType) -> dict[str, 
 
 
 def install(f: demo_fleet.Fleet) -> list[str]:
-    validation.parse(cluster_operator())  # what the webhook admits (raises InvalidSpec naming every field)
-    f.k8s.objects.apply(cluster_operator(), field_manager="helm")
+    cr = cluster_operator(f.pod_template)
+    validation.parse(cr)  # what the webhook admits (raises InvalidSpec naming every field)
+    f.objects.apply(cr, field_manager="helm")
     wait_until(
-        "cluster-operator Ready", lambda: (f.cr().get("status") or {}).get("phase") == "Ready", said=lambda: _cr_says(f)
+        f,
+        "cluster-operator Ready",
+        lambda: (f.cr().get("status") or {}).get("phase") == "Ready",
+        said=lambda: _cr_says(f),
     )
     components = (f.cr().get("status") or {}).get("components") or []
     shown = ", ".join(f"{c.get('name')}={c.get('state')}" for c in components if c.get("state") != "Disabled")
@@ -133,6 +142,7 @@ def labels_and_allocatable(f: demo_fleet.Fleet) -> list[str]:
     said = []
     wanted = {n.name: str(n.gpus) for n in f.nodes}
     wait_until(
+        f,
         f"allocatable {GPU} = each node's GPUs",
         lambda: all(_allocatable(f, name).get(GPU) == want for name, want in wanted.items()),
     )
@@ -143,17 +153,27 @@ def labels_and_allocatable(f: demo_fleet.Fleet) -> list[str]:
             raise StepFailed(f"{n.name}: label {labels.GPU_COUNT}={found.get(labels.GPU_COUNT)}, {want} GPUs")
         product, driver = found.get(labels.GPU_PRODUCT), found.get(labels.DRIVER_VERSION)
         said.append(f"{n.name}: product={product} count={want} driver={driver} allocatable {GPU}={want}")
+    for c in f.cpu_nodes:  # gpu-label runs everywhere to find GPUs; nothing else comes where it found none
+        others = sorted({_component(p) for p in f.pods(node=c.name)} - {Component.GPU_LABEL.value})
+        if others or _labels(f, c.name).get(workloads.GPU_NODE_LABEL) == labels.TRUE or GPU in _allocatable(f, c.name):
+            raise StepFailed(f"{c.name} (no GPU): pods of {others}, labels {_labels(f, c.name)}")
+        said.append(f"{c.name}: no GPU: only gpu-label runs there, no {workloads.GPU_NODE_LABEL}, no {GPU}")
     return said
+
+
+def _component(pod: Mapping[str, Any]) -> str:
+    return str((pod["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, ""))
 
 
 def vf_change(f: demo_fleet.Fleet) -> list[str]:
     n = f.nodes[1]
     data = {driver_config.NODE_VFNUMS: f"nodes:\n  {n.name}:\n    vfnum: {VFNUM}\n"}
-    f.k8s.api.merge_patch(
+    f.api.merge_patch(
         "v1", "ConfigMap", driver_config.CONFIGMAP_NAME, {"data": data}, namespace=f.ns, field_manager="kubectl"
     )
     want = str(n.gpus * VFNUM)
     wait_until(
+        f,
         f"{n.name}: {GPU}={want} and label {labels.GPU_VFNUM}={VFNUM}",
         lambda: _allocatable(f, n.name).get(GPU) == want and _labels(f, n.name).get(labels.GPU_VFNUM) == str(VFNUM),
     )
@@ -171,7 +191,7 @@ def vf_change(f: demo_fleet.Fleet) -> list[str]:
 def vfio_binding(f: demo_fleet.Fleet) -> list[str]:
     n = f.nodes[0]
     patch = {"spec": {"vfioManager": {VFIO_CONFIG: [{"nodeName": n.name, "gpus": "0,1"}]}}}
-    f.k8s.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager="kubectl")
+    f.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager="kubectl")
 
     def bound() -> str | None:
         text = _annotations(f, n.name).get(vfio.ANNOTATION)
@@ -179,7 +199,7 @@ def vfio_binding(f: demo_fleet.Fleet) -> list[str]:
             raise StepFailed(f"{n.name}: vfio-manager says {vfio.ANNOTATION}={text} (a GPU failed to bind)")
         return text if text == '{"0":1,"1":1}' and _allocatable(f, n.name).get(VFIO_GPU) == "2" else None
 
-    text = wait_until(f"{n.name}: two GPUs on vfio-pci", bound)
+    text = wait_until(f, f"{n.name}: two GPUs on vfio-pci", bound)
     drivers = [n.fake.driver_of(a) for a in n.fake.gpu_addresses()[:2]]
     if drivers != ["vfio-pci", "vfio-pci"]:
         raise StepFailed(f"{n.name}: the host's first two GPUs are bound to {drivers}")
@@ -194,7 +214,7 @@ def train_pod(node: str) -> dict[str, Any]:
     """A user's pod asking two GPUs and an SDK by prefix (R-MACA), bound to ``node``."""
     container = {
         "name": "train",
-        "image": "pytorch/pytorch",
+        "image": WORKLOAD_IMAGE,
         "env": [{"name": "METAX_MACA_VERSION", "value": MACA_REQUEST}],
         "resources": {"limits": {GPU: "2"}},
     }
@@ -204,22 +224,24 @@ def train_pod(node: str) -> dict[str, Any]:
 
 def workload(f: demo_fleet.Fleet) -> list[str]:
     n = f.nodes[-1]
-    f.k8s.api.create(train_pod(n.name), field_manager="kubectl")
+    f.api.create(train_pod(n.name), field_manager="kubectl")
 
     def started() -> dict[str, Any] | None:
         pod = f.get("v1", "Pod", "train", "default") or {}
         phase = (pod.get("status") or {}).get("phase")
-        if phase == "Failed":
-            raise StepFailed(f"pod train failed to start: {pod['status'].get('message')}")
-        return pod if phase == "Running" else None
+        uid = pod.get("metadata", {}).get("uid")
+        refused = n.workloads.refused.get(uid)
+        if phase == "Failed" or refused:
+            raise StepFailed(f"pod train failed to start: {refused or pod['status'].get('message')}")
+        return pod if phase == "Running" and uid in n.workloads.started else None
 
-    pod = wait_until("pod train Running", started)
-    got = n.kubelet.workloads.started[pod["metadata"]["uid"]]
+    pod = wait_until(f, "pod train Running", started)
+    got = n.workloads.started[pod["metadata"]["uid"]]
     installed = sorted(p.name for p in (n.fake.root / sdk.HOST_DIR.lstrip("/")).iterdir())
     answer = versions.resolve(MACA_REQUEST, installed)  # what `metax-operator maca resolve` prints
     held = n.devices.holdings().get(GPU, [])
-    f.k8s.api.delete("v1", "Pod", "train", "default")
-    wait_until("pod train's GPUs released", lambda: not n.devices.holdings())
+    f.api.delete("v1", "Pod", "train", "default")
+    wait_until(f, "pod train's GPUs released", lambda: not n.devices.holdings())
     if len(got.devices) != 2 or len(held) != 2 or got.maca != answer or sdk.MOUNT_PATH not in got.mounts:
         raise StepFailed(f"pod train got devices {got.devices}, MXMACA {got.maca} at {got.mounts}; resolve: {answer}")
     if str(answer) != "2.18.0.10":
@@ -236,9 +258,9 @@ def upgrade(f: demo_fleet.Fleet) -> list[str]:
     canary = f.nodes[0]
     canary.fake.fail_module_load(version=NEW, message="Unknown symbol in module (demo: this kernel refuses 2.21.0)")
     patch = {"spec": {"driver": {"payload": {"version": NEW}}}}
-    f.k8s.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager="kubectl")
+    f.api.merge_patch(CR_API, spec.KIND, spec.OBJECT_NAME, patch, field_manager="kubectl")
     failed = wait_until(
-        "the canary counted failed", lambda: _true(f, rollout_status.ConditionType.FAILED), said=lambda: _cr_says(f)
+        f, "the canary counted failed", lambda: _true(f, rollout_status.ConditionType.FAILED), said=lambda: _cr_says(f)
     )
     others = {n.name: n.fake.module_version("metax") for n in f.nodes[1:]}
     if any(v != OLD for v in others.values()):
@@ -256,13 +278,13 @@ def fallback(f: demo_fleet.Fleet) -> list[str]:
         found = _condition(f, rollout_status.ConditionType.PROGRESSING.value)
         return found if found is not None and found.get("reason") == "FallbackPaused" else None
 
-    paused = wait_until("the fallback pauses", paused_by_fallback, said=lambda: _cr_says(f))
+    paused = wait_until(f, "the fallback pauses", paused_by_fallback, said=lambda: _cr_says(f))
     token = ((f.cr().get("status") or {}).get("upgradeStatus") or {}).get("status", {}).get("confirmToken")
     if not token:
         raise StepFailed("the paused rollout has no confirmToken for `metax-operator rollout confirm`")
     # driver-manager restores the previous driver after each refused load and retries with back-off: between
     # two attempts the canary runs OLD again (during one it has none for a moment, as on a real node).
-    wait_until(f"{canary.name} back on {OLD}", lambda: canary.fake.module_version("metax") == OLD)
+    wait_until(f, f"{canary.name} back on {OLD}", lambda: canary.fake.module_version("metax") == OLD)
     return [
         f"Progressing=False ({paused.get('reason')}): {paused.get('message')}",
         f"{canary.name}: driver-manager put {OLD} back after the refused load; it retries {NEW} with back-off",
@@ -272,15 +294,20 @@ def fallback(f: demo_fleet.Fleet) -> list[str]:
 def confirm(f: demo_fleet.Fleet) -> list[str]:
     canary = f.nodes[0]
     canary.fake.clear_faults()  # the administrator fixes the canary's kernel ...
-    pod = f"{DRIVER_DAEMONSET}-{canary.name}"
-    f.k8s.api.delete("v1", "Pod", pod, demo_fleet.NAMESPACE)  # ... and restarts its driver pod (not its back-off)
-    wait_until(f"{canary.name} loads {NEW} after the fix", lambda: canary.fake.module_version("metax") == NEW)
-    wait_until(f"{pod} Ready", lambda: all(standins.pod_ready(p) for p in f.pods("driver")))
+    for pod in f.pods(Component.DRIVER.value, node=canary.name):  # ... and restarts its driver pod (not its back-off)
+        f.api.delete("v1", "Pod", pod["metadata"]["name"], demo_fleet.NAMESPACE)
+    wait_until(f, f"{canary.name} loads {NEW} after the fix", lambda: canary.fake.module_version("metax") == NEW)
+
+    def driver_pods_ready() -> bool:
+        pods = f.pods(Component.DRIVER.value)
+        return len(pods) == len(f.nodes) and all(standins.pod_ready(p) for p in pods)
+
+    wait_until(f, f"{canary.name}'s driver pod Ready", driver_pods_ready)
     f.settle()  # the status now waits on the fleet as it is: the token read next is the one the operator checks
-    if cli_rollout.confirm_waiting_step(f.k8s.api, None) != 0:
+    if cli_rollout.confirm_waiting_step(f.api, None) != 0:
         raise StepFailed("metax-operator rollout confirm found no step to confirm")
-    wait_until("rollout Succeed", lambda: _true(f, rollout_status.ConditionType.SUCCEED), said=lambda: _cr_says(f))
-    wait_until(f"every node on {NEW}", lambda: all(n.fake.module_version("metax") == NEW for n in f.nodes))
+    wait_until(f, "rollout Succeed", lambda: _true(f, rollout_status.ConditionType.SUCCEED), said=lambda: _cr_says(f))
+    wait_until(f, f"every node on {NEW}", lambda: all(n.fake.module_version("metax") == NEW for n in f.nodes))
     phase = ((f.cr().get("status") or {}).get("upgradeStatus") or {}).get("phase")
     return [
         f"{canary.name}: {NEW} loaded after the fix; the rollout went on to every node",
@@ -289,14 +316,14 @@ def confirm(f: demo_fleet.Fleet) -> list[str]:
 
 
 def uninstall(f: demo_fleet.Fleet) -> list[str]:
-    said = [cli_uninstall.delete_and_wait(f.k8s.api, STEP_DEADLINE, interval=0.2)]
-    wait_until("every operator pod gone", lambda: not f.pods())
-    for n in f.nodes:
+    said = [cli_uninstall.delete_and_wait(f.api, f.deadline, interval=0.2)]
+    wait_until(f, "every operator pod gone", lambda: not f.pods())
+    for n in [*f.nodes, *f.cpu_nodes]:
         left = [k for k in _labels(f, n.name) if k.startswith("metax-tech.com/")]
         left += [k for k in _annotations(f, n.name) if k.startswith("metax-tech.com/")]
         if left:
             raise StepFailed(f"{n.name}: keys left on the Node: {left}")
-        changes = n.changes(allowed=STAYS)
+        changes = n.changes(allowed=STAYS if n.gpus else None)  # gpu-device (CDI) runs on GPU nodes only
         module = (n.fake.module_version("metax"), n.fake.module_params("metax"))
         if changes or module != n.module_before:
             raise StepFailed(f"{n.name}: host differs from before install: {changes[:5]}, module {module}")
@@ -305,9 +332,13 @@ def uninstall(f: demo_fleet.Fleet) -> list[str]:
     return said
 
 
+def _json(body: Mapping[str, Any]) -> str:
+    return json.dumps(body, separators=(",", ":"))
+
+
 def _patch(target: str, body: dict[str, Any], namespace: str = "") -> str:
     where = f"-n {namespace} " if namespace else ""
-    return f"kubectl {where}patch {target} --type merge -p '{json.dumps(body, separators=(',', ':'))}'"
+    return f"kubectl {where}patch {target} --type merge -p '{_json(body)}'"
 
 
 def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
@@ -316,12 +347,16 @@ def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
     vfnums = {"data": {driver_config.NODE_VFNUMS: f"nodes:\n  {n1}:\n    vfnum: {VFNUM}\n"}}
     vfio_config = {"spec": {"vfioManager": {VFIO_CONFIG: [{"nodeName": n0, "gpus": "0,1"}]}}}
     helm = "helm install metax-operator charts/metax-operator -n metax-operator --create-namespace"
-    run = f"kubectl run train --image=pytorch/pytorch --env=METAX_MACA_VERSION={MACA_REQUEST}"
+    run = f"kubectl run train --image={WORKLOAD_IMAGE} --env=METAX_MACA_VERSION={MACA_REQUEST}"
+    placed = "" if f.pod_template is None else f" --set-json 'podTemplateSpec={_json(f.pod_template)}'"
     overrides = {"spec": {"nodeName": last, "containers": [{"name": "train", "resources": {"limits": {GPU: "2"}}}]}}
     return (
         Step(
             "Install",
-            (f"{helm} --set registry={demo_fleet.REGISTRY} --set driver.payload.version={OLD}", f"kubectl get {co}"),
+            (
+                f"{helm} --set registry={demo_fleet.REGISTRY} --set driver.payload.version={OLD}{placed}",
+                f"kubectl get {co}",
+            ),
             install,
         ),
         Step(
@@ -356,7 +391,8 @@ def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
             f"Fix {n0}, confirm: the rollout resumes",
             (
                 f"# the administrator fixes {n0} (the fault is cleared), then restarts its driver pod:",
-                f"kubectl -n {demo_fleet.NAMESPACE} delete pod {DRIVER_DAEMONSET}-{n0}",
+                f"kubectl -n {demo_fleet.NAMESPACE} delete pod -l {workloads.COMPONENT_LABEL}={Component.DRIVER.value} "
+                f"--field-selector spec.nodeName={n0}",
                 "metax-operator rollout confirm",
             ),
             confirm,

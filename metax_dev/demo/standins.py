@@ -14,7 +14,8 @@ What stands in, and for what (the demo prints `STAND_INS`):
 - `DeviceManager`: the kubelet's device manager: what gpu-device's plugins offer becomes the node's allocatable,
   allocation takes devices from it (no gRPC: gpu-device's `PluginFactory` seam);
 - `RuntimeStandIn`: container-runtime needs a running containerd to configure and restart: it publishes the
-  component's readiness signal and answers the uninstall request, as the service tests' stand-in does.
+  component's readiness signal and answers the uninstall request, as the service tests' stand-in does (on
+  the real cluster it is the container-runtime pod's process, `metax_dev.demo.entrypoint`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from metax_core.ports import node as node_ports
 from metax_core.runtime import container_edit
 from metax_hw import hostfiles
 from metax_hw_fake import host as fake_host
+from metax_k8s.api import Api
 from metax_k8s.inmemory import InMemoryCluster
 from services._agent import cluster as agent_cluster
 
@@ -246,18 +248,18 @@ class RuntimeStandIn:
 
     component = "container-runtime"
 
-    def __init__(self, k8s: InMemoryCluster, node: str, root: Path, probe_file: Path) -> None:
-        self.k8s, self.node, self.board, self.probe = k8s, node, hostfiles.FileReadinessBoard(root), probe_file
+    def __init__(self, api: Api, node: str, root: Path, probe_file: Path) -> None:
+        self.api, self.node, self.board, self.probe = api, node, hostfiles.FileReadinessBoard(root), probe_file
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(0.2):
-            node = self.k8s.api.get("v1", "Node", self.node)
+            node = self.api.get("v1", "Node", self.node)
             uid = uninstall.requested(node["metadata"].get("annotations"))
             if uid is not None:  # undone and answered; quiet until its pod goes, even once the request is removed
                 self.board.withdraw(self.component)
                 self.probe.unlink(missing_ok=True)
                 patch = {"metadata": {"annotations": uninstall.render_done(self.component, uninstall.Done(uid))}}
-                self.k8s.api.merge_patch("v1", "Node", self.node, patch, field_manager="metax-container-runtime")
+                self.api.merge_patch("v1", "Node", self.node, patch, field_manager="metax-container-runtime")
                 stop.wait()
                 return
             if not self.probe.exists():

@@ -39,7 +39,7 @@ def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
         component = (p["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
         pods[(p["spec"].get("nodeName", ""), component)] = p
     rows: dict[str, dict[str, str]] = {}
-    for n in f.nodes:
+    for n in [*f.nodes, *f.cpu_nodes]:
         node = f.node_object(n.name)
         row = {}
         for component, title in COLUMNS:
@@ -62,7 +62,7 @@ def table(f: demo_fleet.Fleet, title: str = "") -> Table:
     for header in ("node", "GPUs", *(title for _, title in COLUMNS), "version", "gpu", "vfio-gpu"):
         t.add_column(header, no_wrap=True)
     found = cells(f)
-    for n in f.nodes:
+    for n in [*f.nodes, *f.cpu_nodes]:
         row = found[n.name]
         t.add_row(
             n.name,

@@ -1,9 +1,10 @@
 """The demo kubelet's part for a user's GPU pod: device allocation, then the container's start edit.
 
 Why a module of its own: this is the path a GPU workload takes on a real node, played with the product's own
-code at each step. The kubelet's device manager asks gpu-device for the devices (`standins.DeviceManager` →
-gpu-device's ``allocate``); the container's OCI spec gets the allocation's environment as a CDI-capable
-containerd hands it to the runtime wrapper; then the container-edit service's ``Editor`` (built from the maca
+code at each step. The kubelet's device manager asks gpu-device for the devices (`Allocator`: in-process
+`standins.DeviceManager` → gpu-device's ``allocate``, or gRPC to its plugin on a real-cluster node); the
+container's OCI spec gets the allocation's environment as a CDI-capable containerd hands it to the runtime
+wrapper; then the container-edit service's ``Editor`` (built from the maca
 pod's ``container-edit`` container environment on that node) gathers its inputs from the host and applies the
 one pure edit, `metax_core.runtime.container_edit.edit`, which resolves ``METAX_MACA_VERSION`` with
 `metax_core.versions.resolve` (what ``metax-operator maca resolve`` runs) and mounts that SDK. Not played: the
@@ -14,18 +15,32 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from metax_core import versions
 from metax_core.node import devices
 from metax_core.runtime import container_edit
-from metax_dev.demo import standins
 from services.container_edit import config as edit_config
 from services.container_edit import server as edit_server
 
 GPU = devices.Resource.GPU.value
+
+
+class Allocator(Protocol):
+    """The kubelet's device manager as a GPU pod's admission uses it: in-process (`standins.DeviceManager`) or
+    over gRPC to gpu-device's plugin on a real-cluster node (`metax_dev.demo.devices.KubeletDevices`)."""
+
+    def allocate(self, owner: str, resource: str, count: int) -> devices.ContainerAllocation:
+        """``count`` of ``resource`` for ``owner``'s container; `container_edit.Refusal` when it cannot."""
+        ...
+
+    def release(self, owner: str) -> None: ...
+
+    def holdings(self) -> dict[str, list[str]]:
+        """Resource → the device IDs pods hold (what the kubelet's PodResources API answers)."""
+        ...
 
 
 @attrs.frozen
@@ -38,7 +53,7 @@ class Started:
 class Workloads:
     """The GPU pods on one node: admitted (devices + start edit) or refused, released when deleted."""
 
-    def __init__(self, manager: standins.DeviceManager) -> None:
+    def __init__(self, manager: Allocator) -> None:
         self.manager = manager
         self.started: dict[str, Started] = {}
         self.refused: dict[str, str] = {}

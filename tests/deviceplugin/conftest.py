@@ -15,12 +15,12 @@ import pytest
 
 from metax_core.inventory import PciFunction
 from metax_core.node import readiness
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from services.gpu_device import agent as agent_module
 from services.gpu_device import bootstrap, config
 
 from .fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu
-from .kubelet import Kubelet
 
 NODE = "node-a"
 FAST = {

@@ -22,6 +22,7 @@ import pytest
 
 from metax_core.inventory import PciAddress
 from metax_core.node import readiness
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from metax_hw_fake import builder
 from metax_hw_fake.host import FakeHost
@@ -29,7 +30,6 @@ from services.gpu_device import bootstrap, config
 
 from .cdi_rules import problems
 from .fakes import FakeNodeMetadata
-from .kubelet import Kubelet
 
 GPU = "metax-tech.com/gpu"
 VFIO = "metax-tech.com/vfio-gpu"

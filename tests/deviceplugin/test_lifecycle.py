@@ -18,10 +18,10 @@ import signal
 import threading
 
 from metax_core.node import devices
+from metax_dev.devicekubelet import Kubelet
 from services.gpu_device import __main__ as entry
 
 from .conftest import Node
-from .kubelet import Kubelet
 
 GPU = "metax-tech.com/gpu"
 ALL = {"0000:09:00.0", "0000:0a:00.0", "0000:89:00.0", "0000:8a:00.0"}

@@ -24,6 +24,7 @@ import pytest
 from metax_core.inventory import PciAddress
 from metax_core.node import readiness
 from metax_core.topology import document, extender, placement
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from metax_hw_fake import builder
 from metax_hw_fake.host import FakeHost
@@ -35,7 +36,6 @@ from services.topo_worker import bootstrap as topo_bootstrap
 from services.topo_worker import config as topo_config
 
 from .fakes import FakeNodeMetadata
-from .kubelet import Kubelet
 
 GPU = "metax-tech.com/gpu"
 NODE = "n"

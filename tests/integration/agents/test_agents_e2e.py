@@ -23,7 +23,6 @@ import json
 import pathlib
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -37,13 +36,11 @@ from metax_core.node import labels, readiness, vfio
 from metax_core.spec import validation
 from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from metax_hw_fake import builder
 from metax_k8s import client as metax_client
 from tests.waiting import wait_for
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from deviceplugin.kubelet import Kubelet
 
 pytestmark = pytest.mark.integration
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,53 +9,13 @@ from typing import Any
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
+from metax_dev.operatorprocess import OperatorProcess
 from metax_k8s import client
 from tests.waiting import wait_for
 
 NS = "metax-operator"
 CR_API = "gpu.metax-tech.com/v1alpha1"
 OPERATOR = "metax-operator"
-
-
-class OperatorProcess:
-    def __init__(self, kubeconfig: Path, identity: str, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
-        self.identity = identity
-        self.log_path = log_dir / f"operator-{identity}.log"
-        environment = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "METAX_IDENTITY": identity,
-            "METAX_NAMESPACE": NS,
-            "METAX_DRIVER_READY_TIMEOUT": "20",
-            # kwok runs the agents' pods without the agents: nothing answers the uninstall request, so the
-            # finalizer's bounded wait (R-INSTALL) is what these tests see; 5 s instead of the default 180 s.
-            "METAX_UNINSTALL_TIMEOUT": "5",
-            **(env or {}),
-        }
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.operator"], env=environment, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log.close()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
 
 
 def cluster_operator(spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -88,7 +44,14 @@ class Env:
         self.processes: list[OperatorProcess] = []
 
     def start_operator(self, identity: str = "op-a", **env: str) -> OperatorProcess:
-        p = OperatorProcess(self.kubeconfig, identity, self.log_dir, env)
+        test_env = {
+            "METAX_DRIVER_READY_TIMEOUT": "20",
+            # kwok runs the agents' pods without the agents: nothing answers the uninstall request, so the
+            # finalizer's bounded wait (R-INSTALL) is what these tests see; 5 s instead of the default 180 s.
+            "METAX_UNINSTALL_TIMEOUT": "5",
+            **env,
+        }
+        p = OperatorProcess(self.kubeconfig, identity, self.log_dir, test_env, namespace=NS)
         self.processes.append(p)
         return p
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import pathlib
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,12 +30,10 @@ from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 
 from metax_core.node import readiness, uninstall
 from metax_dev import agents
+from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
 from metax_hw_fake import builder, snapshot
 from metax_k8s.nodes import K8sNodeMetadata
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from deviceplugin.kubelet import Kubelet
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -28,6 +27,7 @@ from metax_core.node import labels, readiness, uninstall, vfio, vfio_config_map
 from metax_core.spec import model as spec_model
 from metax_core.spec.model import VfioConfigEntry
 from metax_dev import fake_sdk
+from metax_dev.devicekubelet import Kubelet
 from metax_hw_fake import builder, snapshot
 from services.driver_manager import agent as driver_agent
 from services.driver_manager import bootstrap as driver_bootstrap
@@ -44,9 +44,6 @@ from services.vfio_manager import bootstrap as vfio_bootstrap
 from services.vfio_manager import config as vfio_config
 
 from .conftest import NAMESPACE, NODE, PAYLOAD_VERSION, Node, make_node, write_payload
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from deviceplugin.kubelet import Kubelet
 
 UID = "cluster-operator-uid"
 HOST_PARAMS = {"xcore_page_size": "0"}

@@ -7,8 +7,9 @@ It behaves as kubelet's devicemanager does where the plugin can tell the differe
   the call, asks GetDevicePluginOptions, then consumes ListAndWatch in the background;
 - on stop it closes its connections and removes ``kubelet.sock``.
 
-Tests read what it saw (`devices`, `registrations`) and wait for conditions with `wait_for`, polling under a
-deadline instead of sleeping.
+Tests (and the real-cluster demo, `metax_dev.demo.devices`) read what it saw (`devices`, `registrations`)
+and wait for conditions with `wait_for`, polling under a deadline instead of sleeping. It lived in
+tests/deviceplugin until the demo needed it; the tests import it from here.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Endpoint:
     connected: bool = True
 
 
-class _Registration(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
+class _Registration(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc, unused-ignore]
     def __init__(self, kubelet: Kubelet) -> None:
         self.kubelet = kubelet
 
@@ -73,7 +74,7 @@ class Kubelet:
             if stat.S_ISSOCK(os.lstat(entry).st_mode):
                 entry.unlink()
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubelet"))
-        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call, unused-ignore]
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server
@@ -100,7 +101,7 @@ class Kubelet:
         if not slash or not name or domain.endswith("kubernetes.io") or "." not in domain:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not an extended resource: {request.resource_name}")
         channel = grpc.insecure_channel(f"unix://{self.plugin_dir / request.endpoint}")
-        stub = api_pb2_grpc.DevicePluginStub(channel)
+        stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call, unused-ignore]
         try:
             options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
         except grpc.RpcError as exc:
