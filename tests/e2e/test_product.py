@@ -52,7 +52,6 @@ import ipaddress
 import json
 import os
 import pathlib
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -70,17 +69,13 @@ from metax_core.node import allocation, payload_layout, readiness
 from metax_core.runtime import containerd, handler
 from metax_core.topology import cluster_view, extender
 from metax_core.topology import document as topology_document
-from metax_dev import fake_sdk, wrapper
+from metax_dev import wrapper
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 from metax_hw import hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
-from services.container_edit import config as edit_config
-from services.container_edit import server as edit_server
 from services.container_runtime import agent as runtime_agent_module
-from services.maca import bootstrap as maca_bootstrap
-from services.maca import config as maca_config
 from tests.realnode import gpus, helm_release, pods, runtime_agent
 from tests.realnode.helm_release import NAMESPACE, Release
 from tests.services.exporter.prometheus import Prometheus
@@ -106,46 +101,18 @@ class RuntimeSide:
     """The two agents run as host processes (module docstring): container-runtime, and maca with its edit service."""
 
     runtime: runtime_agent_module.ContainerRuntime
+    sdk: runtime_agent.SdkSide
     original: bytes
-    stop_edit: threading.Event
-    edit: threading.Thread
     uninstalled: bool = False
 
 
 def runtime_side(r: Release, work: pathlib.Path) -> RuntimeSide:
     """The container-runtime and maca agents of ``r``'s node, their readiness signals on its fake host."""
     board = hostfiles.FileReadinessBoard(r.fake.root)
-    payload, refs = work / "sdk-payload", []
-    for i, version in enumerate(SDK_VERSIONS):
-        fake_sdk.unpack_payload(fake_sdk.write_payload_image(work / "sdk-images", version), payload / str(i))
-        refs.append(fake_sdk.reference(version))
-    k8s = inmemory.InMemoryCluster()  # their Events go nowhere: the cluster's API is the pods' concern here
-    k8s.add_node(r.node)
-    settings = maca_config.Settings(
-        node_name=r.node,
-        host_root=work / "maca-host",
-        payload_dir=payload,
-        payload_images=tuple(refs),  # type: ignore[arg-type]
-    )
-    maca = maca_bootstrap.bootstrap(settings, ports=cluster.in_memory(k8s, "maca", r.node), board=board)
-    maca.tick()
-    socket = work / "edit.sock"
-    stop = threading.Event()
-    edit = threading.Thread(
-        target=edit_server.serve,
-        args=(
-            edit_config.Settings(
-                host_root=pathlib.Path("/"),
-                socket=str(socket),  # type: ignore[arg-type]
-                sdk_dir=str(maca.store.sdk_dir),  # type: ignore[arg-type]
-                in_use_dir=str(maca.store.in_use_dir),  # type: ignore[arg-type]
-            ),
-            stop,
-        ),
-        daemon=True,
-    )
-    edit.start()
+    sdk = runtime_agent.sdk_side(work / "maca", r.node, SDK_VERSIONS, board)
     original = r.member.containerd_layout.config.read_bytes()
+    k8s = inmemory.InMemoryCluster()  # its Events go nowhere: the cluster's API is the pods' concern here
+    k8s.add_node(r.node)
     runtime = runtime_agent.build(
         r.member,
         work / "container-runtime",
@@ -153,15 +120,13 @@ def runtime_side(r: Release, work: pathlib.Path) -> RuntimeSide:
         board=r.fake.root,
         ports=cluster.in_memory(k8s, "container-runtime", r.node),
         wrapper_runc=str(r.member.bin_dir / "runc"),
-        edit_socket=str(socket),
+        edit_socket=str(sdk.socket),
     )
     runtime.tick()
     signals = board.read_all()
     assert signals["container-runtime"].ready, signals["container-runtime"].reason
     assert signals["maca"].ready, signals["maca"].reason
-    while not socket.exists():
-        time.sleep(0.01)
-    return RuntimeSide(runtime, original, stop, edit)
+    return RuntimeSide(runtime, sdk, original)
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +147,7 @@ def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.
             realnode_plane.restart_scheduler(())  # the session's scheduler as it was
             if not side.uninstalled:
                 side.runtime.containerd.uninstall()
-            side.stop_edit.set()
-            side.edit.join(10)
+            side.sdk.close()
 
 
 def _side(r: Release) -> RuntimeSide:

@@ -1,4 +1,5 @@
-"""The container-runtime agent on a real node (C4): its service manager there, and the agent built for the node.
+"""The container-runtime agent on a real node (C4): its service manager there, and the agent built for the node;
+and the maca agent with its container-edit service (R-MACA), whose socket the wrapper that agent installs dials.
 
 The agent runs in the test process with host root ``/`` (the node's files are under its directory, which the
 node's mount namespace shares) and its host programs run directly (the node's own containerd binary); the
@@ -8,13 +9,24 @@ does on a node."""
 from __future__ import annotations
 
 import pathlib
+import threading
+import time
 from typing import Any
 
+import attrs
+
+from metax_core.ports import node as node_ports
+from metax_dev import fake_sdk
 from metax_dev.realnode import node
 from metax_hw import container_runtime, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
+from services.container_edit import config as edit_config
+from services.container_edit import server as edit_server
 from services.container_runtime import agent, bootstrap, config
+from services.maca import agent as maca_agent
+from services.maca import bootstrap as maca_bootstrap
+from services.maca import config as maca_config
 
 
 class HarnessService:
@@ -80,3 +92,55 @@ def service(runtime: agent.ContainerRuntime) -> HarnessService:
     found = runtime.hw.service
     assert isinstance(found, HarnessService)
     return found
+
+
+@attrs.define
+class SdkSide:
+    """The maca agent (its SDK versions installed once) and its container-edit service on ``socket``."""
+
+    maca: maca_agent.Maca
+    socket: pathlib.Path
+    stop: threading.Event
+    service: threading.Thread
+
+    def close(self) -> None:
+        self.stop.set()
+        self.service.join(10)
+
+
+def sdk_side(
+    work: pathlib.Path, node_name: str, versions: tuple[str, ...], board: node_ports.ReadinessBoard | None = None
+) -> SdkSide:
+    """The maca agent on its own host root under ``work`` (the SDK versions from fake payload images,
+    `metax_dev.fake_sdk`; its readiness on ``board``) and the container-edit service serving those versions."""
+    payload, refs = work / "payload", []
+    for i, version in enumerate(versions):
+        fake_sdk.unpack_payload(fake_sdk.write_payload_image(work / "images", version), payload / str(i))
+        refs.append(fake_sdk.reference(version))
+    k8s = inmemory.InMemoryCluster()
+    k8s.add_node(node_name)
+    settings = maca_config.Settings(
+        node_name=node_name,
+        host_root=work / "host",
+        payload_dir=payload,
+        payload_images=tuple(refs),  # type: ignore[arg-type]
+    )
+    maca = maca_bootstrap.bootstrap(settings, ports=cluster.in_memory(k8s, "maca", node_name), board=board)
+    maca.tick()
+    socket = work / "edit.sock"
+    edit_settings = edit_config.Settings(
+        host_root=pathlib.Path("/"),
+        socket=str(socket),  # type: ignore[arg-type]
+        sdk_dir=str(maca.store.sdk_dir),  # type: ignore[arg-type]
+        in_use_dir=str(maca.store.in_use_dir),  # type: ignore[arg-type]
+    )
+    stop = threading.Event()
+    service = threading.Thread(target=edit_server.serve, args=(edit_settings, stop), daemon=True)
+    service.start()
+    deadline = time.monotonic() + 30
+    while not socket.exists():
+        if time.monotonic() > deadline or not service.is_alive():
+            stop.set()
+            raise AssertionError(f"the container-edit service did not listen on {socket}")
+        time.sleep(0.01)
+    return SdkSide(maca, socket, stop, service)

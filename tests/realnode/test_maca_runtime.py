@@ -18,8 +18,6 @@ back byte for byte (the last test).
 from __future__ import annotations
 
 import pathlib
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,16 +27,10 @@ from kubernetes import client
 
 from metax_core.cluster import workloads
 from metax_core.runtime import containerd, handler
-from metax_dev import fake_sdk, wrapper
+from metax_dev import wrapper
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.realnode import node
-from metax_k8s.inmemory import cluster as inmemory
-from services._agent import cluster
-from services.container_edit import config as edit_config
-from services.container_edit import server
 from services.container_runtime import agent
-from services.maca import bootstrap
-from services.maca import config as maca_config
 
 from . import pods, runtime_agent
 
@@ -64,31 +56,8 @@ def metax_handler(
     gpu_node: node.RealNode,
 ) -> Iterator[Handler]:
     tmp = tmp_path_factory.mktemp("maca-rt")
-    payload = tmp / "payload"
-    refs = []
-    for i, version in enumerate(VERSIONS):
-        fake_sdk.unpack_payload(fake_sdk.write_payload_image(tmp / "images", version), payload / str(i))
-        refs.append(fake_sdk.reference(version))
-    k8s = inmemory.InMemoryCluster()
-    k8s.add_node("maca-host")
-    settings = maca_config.Settings(
-        node_name="maca-host",
-        host_root=tmp / "host",
-        payload_dir=payload,
-        payload_images=tuple(refs),  # type: ignore[arg-type]
-    )
-    maca = bootstrap.bootstrap(settings, ports=cluster.in_memory(k8s, "maca", "maca-host"), board=None)
-    maca.tick()
-    socket = tmp / "edit.sock"
-    edit_settings = edit_config.Settings(
-        host_root=pathlib.Path("/"),
-        socket=str(socket),  # type: ignore[arg-type]
-        sdk_dir=str(maca.store.sdk_dir),  # type: ignore[arg-type]
-        in_use_dir=str(maca.store.in_use_dir),  # type: ignore[arg-type]
-    )
-    stop = threading.Event()
-    service = threading.Thread(target=server.serve, args=(edit_settings, stop), daemon=True)
-    service.start()
+    sdk = runtime_agent.sdk_side(tmp / "maca", "maca-host", VERSIONS)
+    socket = sdk.socket
     # the container-runtime agent configures the node's containerd: our drop-in (the root file imports conf.d),
     # the real static wrapper installed with its .conf (the node's runc, the edit socket), one restart
     work = tmp / "container-runtime"
@@ -108,8 +77,6 @@ def metax_handler(
         core.patch_node(gpu_node.name, {"metadata": {"labels": {key: value}}})
     runtime_classes.create_runtime_class(body)
     try:
-        while not socket.exists():
-            time.sleep(0.01)
         yield Handler(runtime, work, original)
     finally:
         runtime_classes.delete_runtime_class(handler.RUNTIME_HANDLER)
@@ -117,8 +84,7 @@ def metax_handler(
             core.patch_node(gpu_node.name, {"metadata": {"labels": {key: None}}})
         api.close()  # type: ignore[no-untyped-call]
         runtime.containerd.uninstall()  # done by the last test already, unless it failed before
-        stop.set()
-        service.join(10)
+        sdk.close()
 
 
 def metax_pod(name: str, gpu_node: node.RealNode, script: str, env: dict[str, str], gpu: bool = True) -> dict[str, Any]:
