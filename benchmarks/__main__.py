@@ -1,0 +1,207 @@
+"""``python -m benchmarks``: every benchmark in sequence, one table of every P-figure, and how cost grows.
+
+Why this module exists: issue 26 item 4 asks for one command that runs every benchmark and prints every
+performance figure with its goal, the value measured and the reference measured in the same run, plus how the
+operator's cost grows with the kwok node count, and for ``benchmarks/RESULTS.md`` to keep the latest table and
+the machine it ran on.
+
+    python -m benchmarks [--only P1,P5] [--nodes 100,1000,5000] [--quick] [--write] [--timeout S] [--note TEXT]
+
+Each module runs in its own subprocess (``--child``: its ``figures()`` as JSON), so one that fails, times out
+or lacks a prerequisite becomes a row with its error and the others still run; the exit code is then 1. A goal
+missed is a result, not a failure (exit 0). ``RESULTS.md`` is written only with ``--write`` (a ``--quick`` or
+``--only`` run never overwrites it by accident). docs/benchmarks.md lists the figures and their goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import figures as fig
+
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+DEFAULT_NODES = (100, 1000, 5000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    name: str
+    ids: tuple[str, ...]
+    what: str
+
+
+MODULES = (
+    Module("rollout", ("P4",), "one rollout decision"),
+    Module("device_plugin", ("P5", "P6"), "gpu-device Allocate and health push"),
+    Module("exporter", ("P7",), "data-exporter scrape"),
+    Module("dra", ("P12",), "DRA driver"),
+    Module("scheduler", ("P11",), "gpu-scheduler extender"),
+    Module("agents", ("P8", "P2"), "node agents on a 16-GPU host"),
+    Module("container_edit", ("P10", "P8"), "runtime wrapper and edit service"),
+    Module("container_runtime", ("P8",), "container-runtime agent"),
+    Module("images", ("P9",), "the product's images"),
+    Module("realpods", ("P8",), "components as real pods"),
+    Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes"),
+)
+
+
+@dataclasses.dataclass
+class Outcome:
+    module: Module
+    seconds: float
+    figures: list[fig.Figure]
+    error: str = ""
+
+
+def selected(only: Sequence[str]) -> list[Module]:
+    if not only:
+        return list(MODULES)
+    wanted = {i.strip().upper() for i in only}
+    unknown = wanted - {i for m in MODULES for i in m.ids}
+    if unknown:
+        raise SystemExit(f"unknown figure(s): {', '.join(sorted(unknown))}")
+    return [m for m in MODULES if wanted & set(m.ids)]
+
+
+def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -> int:
+    """In the child process: one module's figures, as JSON, to ``out``."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    found: list[fig.Figure] = module.figures(quick=quick, nodes=tuple(nodes))
+    out.write_text(json.dumps([f.to_json() for f in found]))
+    return 0
+
+
+def run_module(module: Module, quick: bool, nodes: Sequence[int], timeout: float | None, logs: pathlib.Path) -> Outcome:
+    out = logs / f"{module.name}.json"
+    log = logs / f"{module.name}.log"
+    command = [sys.executable, "-m", "benchmarks", "--child", module.name, "--out", str(out)]
+    command += ["--nodes", ",".join(map(str, nodes))] + (["--quick"] if quick else [])
+    began = time.monotonic()
+    with log.open("wb") as handle:
+        try:
+            done = subprocess.run(
+                command, check=False, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout
+            )
+            code: int | None = done.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    seconds = time.monotonic() - began
+    if code == 0 and out.is_file():
+        return Outcome(module, seconds, [fig.Figure.from_json(d) for d in json.loads(out.read_text())])
+    tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    error = f"timed out after {timeout:.0f} s" if code is None else f"exit {code}: {tail[0][-300:]}"
+    return Outcome(module, seconds, fig.failed(module.ids, module.what, error), error)
+
+
+def machine() -> dict[str, str]:
+    model = ""
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    memory = ""
+    for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], check=False, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit, dirty = git("rev-parse", "--short=12", "HEAD"), git("status", "--porcelain")
+    return {
+        "CPU": model or platform.processor() or "unknown",
+        "cores": str(os.cpu_count()),
+        "RAM": memory,
+        "kernel": platform.release(),
+        "Python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "git commit": commit + (" (with uncommitted changes)" if dirty else ""),
+    }
+
+
+def results_markdown(
+    outcomes: Sequence[Outcome], nodes: Sequence[int], command: str, facts: dict[str, str], notes: Sequence[str]
+) -> str:
+    found = [f for o in outcomes for f in o.figures]
+    parts = [
+        "# Benchmark results\n",
+        f"Written by `{command}` (docs/benchmarks.md says what each figure measures and its goal). "
+        "Every reference was measured in the same run; a verdict is computed from the goal and the value.\n",
+        "## Machine\n",
+        fig.markdown(("", ""), list(facts.items())),
+        "## Figures\n",
+        fig.markdown(fig.COLUMNS, fig.rows(found)),
+        "## Growth with the kwok node count\n",
+        fig.markdown(("measure", *(f"{n:,} nodes" for n in nodes)), fig.growth(found, nodes)),
+        "## Run time per benchmark\n",
+        fig.markdown(
+            ("module", "figures", "seconds", "outcome"),
+            [(o.module.name, ", ".join(o.module.ids), f"{o.seconds:.0f}", o.error or "ok") for o in outcomes],
+        ),
+    ]
+    if notes:
+        parts += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated P-ids, e.g. P1,P5")
+    parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)), help="kwok node counts (P1–P3, P11)")
+    parser.add_argument("--quick", action="store_true", help="fewer samples and smaller sizes: a look, not a result")
+    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per module before it becomes an error")
+    parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md's notes")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    nodes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
+    if args.child:
+        return run_child(args.child, args.quick, nodes, args.out)
+    only = [i for i in args.only.split(",") if i.strip()]
+    modules = selected(only)
+    wanted = {i.strip().upper() for i in only}
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="metax-bench-") as tmp:
+        for module in modules:
+            print(f"== {module.name} ({', '.join(module.ids)}) …", file=sys.stderr, flush=True)
+            outcome = run_module(module, args.quick, nodes, args.timeout, pathlib.Path(tmp))
+            if wanted:
+                outcome.figures = [f for f in outcome.figures if f.id in wanted]
+            print(f"   {outcome.seconds:.0f} s {outcome.error or 'ok'}", file=sys.stderr, flush=True)
+            outcomes.append(outcome)
+    found = [f for o in outcomes for f in o.figures]
+    from rich.console import Console
+
+    console = Console(width=200)
+    console.print(
+        fig.rich_table("Performance figures (reference measured in the same run)", fig.COLUMNS, fig.rows(found))
+    )
+    if any(f.nodes is not None for f in found):
+        header = ("measure", *(f"{n:,} nodes" for n in nodes))
+        console.print(fig.rich_table("Growth with the kwok node count", header, fig.growth(found, nodes)))
+    if args.write:
+        command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+        RESULTS.write_text(results_markdown(outcomes, nodes, command.strip(), machine(), args.note))
+        print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
