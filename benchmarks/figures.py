@@ -46,9 +46,9 @@ class Goal:
 
     def text(self) -> str:
         unit = f" {self.unit}" if self.unit else ""
-        limit = _number(self.limit)
+        limit = f"{int(self.limit):,}" if self.limit == int(self.limit) else f"{self.limit:g}"
         base = {
-            Kind.AT_MOST: f"≤ {limit}{unit}",
+            Kind.AT_MOST: f"≤ {limit}{unit}" if self.limit else f"= 0{unit}",
             Kind.AT_LEAST: f"≥ {limit}{unit}",
             Kind.RATIO_AT_MOST: f"≤ {limit}× reference",
             Kind.RATIO_AT_LEAST: f"≥ {limit}× reference",
