@@ -44,6 +44,8 @@ class Module:
     name: str
     ids: tuple[str, ...]
     what: str
+    per_size: bool = False
+    """One child per kwok node count: a size that fails or runs out of time leaves the smaller ones' figures."""
 
 
 MODULES = (
@@ -57,7 +59,7 @@ MODULES = (
     Module("container_runtime", ("P8",), "container-runtime agent"),
     Module("images", ("P9",), "the product's images"),
     Module("realpods", ("P8",), "components as real pods"),
-    Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes"),
+    Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes", per_size=True),
 )
 
 
@@ -67,6 +69,12 @@ class Outcome:
     seconds: float
     figures: list[fig.Figure]
     error: str = ""
+    nodes: int | None = None
+    """The node count of a per-size run."""
+
+    @property
+    def label(self) -> str:
+        return self.module.name + (f" ({self.nodes:,} nodes)" if self.nodes is not None else "")
 
 
 def selected(only: Sequence[str]) -> list[Module]:
@@ -87,9 +95,16 @@ def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -
     return 0
 
 
-def run_module(module: Module, quick: bool, nodes: Sequence[int], timeout: float | None, logs: pathlib.Path) -> Outcome:
-    out = logs / f"{module.name}.json"
-    log = logs / f"{module.name}.log"
+def run_module(
+    module: Module,
+    quick: bool,
+    nodes: Sequence[int],
+    timeout: float | None,
+    logs: pathlib.Path,
+    size: int | None = None,
+) -> Outcome:
+    stem = module.name + (f"-{size}" if size is not None else "")
+    out, log = logs / f"{stem}.json", logs / f"{stem}.log"
     command = [sys.executable, "-m", "benchmarks", "--child", module.name, "--out", str(out)]
     command += ["--nodes", ",".join(map(str, nodes))] + (["--quick"] if quick else [])
     began = time.monotonic()
@@ -103,10 +118,21 @@ def run_module(module: Module, quick: bool, nodes: Sequence[int], timeout: float
             code = None
     seconds = time.monotonic() - began
     if code == 0 and out.is_file():
-        return Outcome(module, seconds, [fig.Figure.from_json(d) for d in json.loads(out.read_text())])
+        return Outcome(module, seconds, [fig.Figure.from_json(d) for d in json.loads(out.read_text())], nodes=size)
     tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-    error = f"timed out after {timeout:.0f} s" if code is None else f"exit {code}: {tail[0][-300:]}"
-    return Outcome(module, seconds, fig.failed(module.ids, module.what, error), error)
+    error = f"timed out after {timeout or 0:.0f} s" if code is None else f"exit {code}: {tail[0][-300:]}"
+    return Outcome(module, seconds, fig.failed(module.ids, module.what, error, size), error, size)
+
+
+def plan(modules: Sequence[Module], nodes: Sequence[int], quick: bool) -> list[tuple[Module, list[int], int | None]]:
+    """(module, its node counts, the size of a per-size run) in the order they run."""
+    runs: list[tuple[Module, list[int], int | None]] = []
+    for m in modules:
+        if m.per_size and not quick:
+            runs += [(m, [n], n) for n in nodes]
+        else:
+            runs.append((m, list(nodes), None))
+    return runs
 
 
 def machine() -> dict[str, str]:
@@ -152,7 +178,7 @@ def results_markdown(
         "## Run time per benchmark\n",
         fig.markdown(
             ("module", "figures", "seconds", "outcome"),
-            [(o.module.name, ", ".join(o.module.ids), f"{o.seconds:.0f}", o.error or "ok") for o in outcomes],
+            [(o.label, ", ".join(o.module.ids), f"{o.seconds:.0f}", o.error or "ok") for o in outcomes],
         ),
     ]
     if notes:
@@ -167,6 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples and smaller sizes: a look, not a result")
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per module before it becomes an error")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for the whole run; what is left unrun becomes an error row saying so",
+    )
     parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md's notes")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
@@ -178,14 +210,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = selected(only)
     wanted = {i.strip().upper() for i in only}
     outcomes = []
-    with tempfile.TemporaryDirectory(prefix="metax-bench-") as tmp:
-        for module in modules:
-            print(f"== {module.name} ({', '.join(module.ids)}) …", file=sys.stderr, flush=True)
-            outcome = run_module(module, args.quick, nodes, args.timeout, pathlib.Path(tmp))
-            if wanted:
-                outcome.figures = [f for f in outcome.figures if f.id in wanted]
-            print(f"   {outcome.seconds:.0f} s {outcome.error or 'ok'}", file=sys.stderr, flush=True)
-            outcomes.append(outcome)
+    logs = pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-"))
+    deadline = time.monotonic() + args.budget if args.budget is not None else None
+    for module, sizes, size in plan(modules, nodes, args.quick):
+        timeout = args.timeout
+        left = deadline - time.monotonic() if deadline is not None else None
+        if left is not None and left < 10:
+            error = f"not run: the --budget of {args.budget:.0f} s was spent"
+            outcome = Outcome(module, 0.0, fig.failed(module.ids, module.what, error, size), error, size)
+        else:
+            if left is not None:
+                timeout = min(timeout, left) if timeout is not None else left
+            print(f"== {module.name} ({', '.join(module.ids)}) {sizes if size else ''}…", file=sys.stderr, flush=True)
+            outcome = run_module(module, args.quick, sizes, timeout, logs, size)
+        if wanted:
+            outcome.figures = [f for f in outcome.figures if f.id in wanted]
+        print(f"   {outcome.seconds:.0f} s {outcome.error or 'ok'}", file=sys.stderr, flush=True)
+        outcomes.append(outcome)
+    print(f"each module's output: {logs}", file=sys.stderr)
     found = [f for o in outcomes for f in o.figures]
     from rich.console import Console
 

@@ -174,9 +174,11 @@ class Figure:
         )
 
 
-def failed(ids: Iterable[str], what: str, error: str) -> list[Figure]:
+def failed(ids: Iterable[str], what: str, error: str, nodes: int | None = None) -> list[Figure]:
     """The rows of a benchmark that did not produce its figures: one per P-id it owns, each with the error."""
-    return [Figure(id=i, what=what, goal=reported(), error=error or "failed without a message") for i in ids]
+    where = f", {nodes:,} nodes" if nodes is not None else ""
+    message = error or "failed without a message"
+    return [Figure(id=i, what=what + where, goal=reported(), nodes=nodes, error=message) for i in ids]
 
 
 def _number(value: float) -> str:

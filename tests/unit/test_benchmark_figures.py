@@ -126,3 +126,23 @@ def test_a_failing_module_becomes_an_error_row_and_the_next_one_still_runs(
     assert "error" in error_row
     assert "no_such_benchmark" in out  # the child's last line: the import error
     assert any("P4" in line and " ms" in line for line in out.splitlines())
+
+
+def test_a_per_size_module_runs_once_per_node_count_unless_quick() -> None:
+    scale = runner.Module("operator_scale", ("P1",), "the operator", per_size=True)
+    rollout = runner.Module("rollout", ("P4",), "one decision")
+    assert [(m.name, sizes, size) for m, sizes, size in runner.plan([rollout, scale], [100, 1000], quick=False)] == [
+        ("rollout", [100, 1000], None),
+        ("operator_scale", [100], 100),
+        ("operator_scale", [1000], 1000),
+    ]
+    assert len(runner.plan([scale], [100, 1000], quick=True)) == 1
+
+
+def test_a_spent_budget_leaves_error_rows_that_say_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runner, "MODULES", (runner.Module("rollout", ("P4",), "one decision"),))
+    assert runner.main(["--budget", "0"]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if "P4" in line)
+    assert "error" in row and "budget" in row
