@@ -200,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seconds for the whole run; what is left unrun becomes an error row saying so",
     )
     parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md's notes")
+    parser.add_argument("--logs", type=pathlib.Path, help="directory for each module's output (default: a new one)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -210,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = selected(only)
     wanted = {i.strip().upper() for i in only}
     outcomes = []
-    logs = pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-"))
+    logs = args.logs or pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-"))
+    logs.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget if args.budget is not None else None
     for module, sizes, size in plan(modules, nodes, args.quick):
         timeout = args.timeout

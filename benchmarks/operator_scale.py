@@ -332,9 +332,9 @@ def to_figures(rows: Sequence[Row]) -> list[fig.Figure]:
 
 
 def figures(quick: bool = False, nodes: Sequence[int] = (100, 1000, 5000)) -> list[fig.Figure]:
-    """Every size of ``nodes`` with P2 at each (120 s); ``quick``: the smallest size only, 15 s of steady state."""
+    """Every size of ``nodes`` with P2 at each (60 s); ``quick``: the smallest size only, 15 s of steady state."""
     sizes = [min(nodes)] if quick else list(nodes)
-    return to_figures(measure(sizes, 15.0 if quick else 120.0, dict(CHART_ENV), steady_each=True))
+    return to_figures(measure(sizes, 15.0 if quick else 60.0, dict(CHART_ENV), steady_each=True))
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ size without one; a module that fails becomes an error row per P-id while the ne
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pytest
 
@@ -116,11 +117,11 @@ def test_results_markdown_names_the_machine_and_every_figure() -> None:
 
 
 def test_a_failing_module_becomes_an_error_row_and_the_next_one_still_runs(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
     broken = runner.Module("no_such_benchmark", ("P98",), "a module that cannot be imported")
     monkeypatch.setattr(runner, "MODULES", (broken, runner.Module("rollout", ("P4",), "one decision")))
-    assert runner.main(["--quick"]) == 1
+    assert runner.main(["--quick", "--logs", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     error_row = next(line for line in out.splitlines() if "P98" in line)
     assert "error" in error_row
@@ -140,9 +141,9 @@ def test_a_per_size_module_runs_once_per_node_count_unless_quick() -> None:
 
 
 def test_a_spent_budget_leaves_error_rows_that_say_so(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
     monkeypatch.setattr(runner, "MODULES", (runner.Module("rollout", ("P4",), "one decision"),))
-    assert runner.main(["--budget", "0"]) == 1
+    assert runner.main(["--budget", "0", "--logs", str(tmp_path)]) == 1
     row = next(line for line in capsys.readouterr().out.splitlines() if "P4" in line)
     assert "error" in row and "budget" in row

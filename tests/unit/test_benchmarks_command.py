@@ -16,10 +16,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 
-def test_only_p4_quick_prints_p4_with_a_number_and_writes_nothing() -> None:
+def test_only_p4_quick_prints_p4_with_a_number_and_writes_nothing(tmp_path: pathlib.Path) -> None:
     before = RESULTS.read_bytes() if RESULTS.exists() else None
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--only", "P4", "--quick"],
+        [sys.executable, "-m", "benchmarks", "--only", "P4", "--quick", "--logs", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
