@@ -23,6 +23,7 @@ import json
 import os
 import pathlib
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,13 +110,17 @@ def run_module(
     command += ["--nodes", ",".join(map(str, nodes))] + (["--quick"] if quick else [])
     began = time.monotonic()
     with log.open("wb") as handle:
+        child = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
         try:
-            done = subprocess.run(
-                command, check=False, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout
-            )
-            code: int | None = done.returncode
+            code: int | None = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
+            child.send_signal(signal.SIGINT)  # its context managers stop the control planes and nodes it started
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
     seconds = time.monotonic() - began
     if code == 0 and out.is_file():
         return Outcome(module, seconds, [fig.Figure.from_json(d) for d in json.loads(out.read_text())], nodes=size)

@@ -16,9 +16,10 @@ Run from the repository root::
   all pods Ready; then the operator (a subprocess, started as the chart starts it: `services.operator`
   with the Deployment's environment, see `CHART_ENV`) gets the ClusterOperator and the same wait runs. Both
   on the same control plane, one after the other.
-- P2: the operator runs in-process with a counting `Api` wrapper for ``--steady`` seconds after converging,
-  at the largest node count (``--steady 0`` skips it); requests and writes are counted per verb on the
-  client side (the API server's metrics carry no user agent).
+- P2: the operator runs in-process with a counting `Api` wrapper for ``--steady`` seconds, at the largest node
+  count (``--steady 0`` skips it; ``--steady-each``: at every count): started onto the cluster the P1 operator
+  installed (the CR applied again unchanged), counted after ``RESTART_SETTLE`` seconds; requests and writes
+  are counted per verb on the client side (the API server's metrics carry no user agent).
 - P3: the operator subprocess's VmHWM (peak RSS) from /proc after P1, its whole life included (informers'
   initial lists, the install, the reconciles that follow); and the same for an operator restarted onto the
   installed cluster (its informers list every node and all its pods at once), ``RESTART_SETTLE`` seconds on.
@@ -162,6 +163,7 @@ CHART_ENV = chart_env()
 @contextlib.contextmanager
 def operator_process(kubeconfig: pathlib.Path, extra: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "METAX_IDENTITY": "bench", "METAX_LEADER_ELECTION": "false"}
+    env["METAX_UNINSTALL_TIMEOUT"] = str(UNDO_WAIT)
     env.update(extra)
     proc = subprocess.Popen([sys.executable, "-m", "services.operator"], env=env, stderr=subprocess.DEVNULL)
     try:
@@ -193,15 +195,20 @@ def delete_cr(api: client.HttpApi) -> None:
     wait("CR gone", lambda: not api.list(CR_API, spec.KIND).items, timeout=300)
 
 
+UNDO_WAIT = 5.0
+"""Seconds the finalizer waits for the node agents' undo on CR deletion (production: 180 s). kwok nodes run no
+agents, so nothing would answer: the teardown between rows is not measured, and would wait the full 180 s."""
+
 RESTART_SETTLE = 30.0
 """Seconds a restarted operator gets to list everything and reconcile once before its peak RSS is read."""
 
 
 def with_operator(
-    api: client.HttpApi, plane: cluster.ControlPlane, nodes: int, extra: dict[str, str]
+    api: client.HttpApi, plane: cluster.ControlPlane, nodes: int, extra: dict[str, str], keep: bool = False
 ) -> tuple[float, float, float]:
     """P1 seconds, P3 peak RSS of the install, and peak RSS of an operator restarted onto the installed cluster
-    (its informers list every node and every one of its pods at once: the other peak a controller has)."""
+    (its informers list every node and every one of its pods at once: the other peak a controller has).
+    ``keep``: leave the installed cluster for `steady` (which then saves an install and an uninstall)."""
     label_gpu_nodes(api)
     with operator_process(plane.kubeconfig_path, extra) as proc:
         time.sleep(2)  # informers synced
@@ -216,14 +223,16 @@ def with_operator(
     with operator_process(plane.kubeconfig_path, extra) as restarted:
         time.sleep(RESTART_SETTLE)
         rss_restart = peak_rss_mib(restarted.pid)
-        delete_cr(api)  # the restarted operator's finalizer cleans up
-    clear(api)
+        if not keep:
+            delete_cr(api)  # the restarted operator's finalizer cleans up
+    if not keep:
+        clear(api)
     return took, rss, rss_restart
 
 
 def steady(api: client.HttpApi, plane: cluster.ControlPlane, nodes: int, seconds: float) -> Counter[str]:
     counting = CountingApi(client.HttpApi(client.api_client(plane.kubeconfig_path), user_agent="bench-operator"))
-    s = settings.Settings(identity="bench", leader_election=False)
+    s = settings.Settings(identity="bench", leader_election=False, uninstall_timeout=UNDO_WAIT)
     label_gpu_nodes(api)
     op = bootstrap.bootstrap(s, api=counting)  # type: ignore[arg-type]
     op.start()
@@ -233,7 +242,7 @@ def steady(api: client.HttpApi, plane: cluster.ControlPlane, nodes: int, seconds
             field_manager="helm",
         )
         wait("ready", lambda: all_ready(api, nodes))
-        time.sleep(10)
+        time.sleep(RESTART_SETTLE)  # its first reconcile (onto an installed cluster: its initial lists too)
         counting.counting = True
         time.sleep(seconds)
         counting.counting = False
@@ -278,15 +287,14 @@ def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], 
             if n > len(plane.node_names):
                 plane.add_nodes(n - len(plane.node_names), wait=True, timeout=1800)
             base = floor(api, n)
-            took, rss, rss_restart = with_operator(api, plane, n, extra)
+            counted = steady_seconds > 0 and (steady_each or n == sizes[-1])
+            took, rss, rss_restart = with_operator(api, plane, n, extra, keep=counted)
             print(
                 f"P1 {n} nodes: floor {base:.1f}s, operator {took:.1f}s; "
                 f"P3 peak RSS {rss:.1f} MiB (restarted onto it: {rss_restart:.1f} MiB)",
                 flush=True,
             )
-            counts = None
-            if steady_seconds > 0 and (steady_each or n == sizes[-1]):
-                counts = steady(api, plane, n, steady_seconds)
+            counts = steady(api, plane, n, steady_seconds) if counted else None
             rows.append(Row(n, base, took, rss, rss_restart, counts, steady_seconds, time.monotonic() - began))
     return rows
 

@@ -147,3 +147,10 @@ def test_a_spent_budget_leaves_error_rows_that_say_so(
     assert runner.main(["--budget", "0", "--logs", str(tmp_path)]) == 1
     row = next(line for line in capsys.readouterr().out.splitlines() if "P4" in line)
     assert "error" in row and "budget" in row
+
+
+def test_a_module_over_its_timeout_is_stopped_and_becomes_an_error_row(tmp_path: pathlib.Path) -> None:
+    module = runner.Module("rollout", ("P4",), "one decision")
+    outcome = runner.run_module(module, True, [100], 0.05, tmp_path)
+    assert outcome.error == "timed out after 0 s"
+    assert [(f.id, f.verdict) for f in outcome.figures] == [("P4", fig.Verdict.ERROR)]
