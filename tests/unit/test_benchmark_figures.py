@@ -129,13 +129,17 @@ def test_a_failing_module_becomes_an_error_row_and_the_next_one_still_runs(
     assert any("P4" in line and " ms" in line for line in out.splitlines())
 
 
-def test_a_per_size_module_runs_once_per_node_count_unless_quick() -> None:
+def test_a_per_size_module_runs_once_per_node_count_and_the_costliest_runs_come_last() -> None:
     scale = runner.Module("operator_scale", ("P1",), "the operator", per_size=True)
+    pods = runner.Module("realpods", ("P8",), "in pods", late=True)
     rollout = runner.Module("rollout", ("P4",), "one decision")
-    assert [(m.name, sizes, size) for m, sizes, size in runner.plan([rollout, scale], [100, 1000], quick=False)] == [
-        ("rollout", [100, 1000], None),
+    runs = runner.plan([scale, pods, rollout], [100, 1000, 5000], quick=False)
+    assert [(m.name, sizes, size) for m, sizes, size in runs] == [
+        ("rollout", [100, 1000, 5000], None),
         ("operator_scale", [100], 100),
         ("operator_scale", [1000], 1000),
+        ("realpods", [100, 1000, 5000], None),
+        ("operator_scale", [5000], 5000),
     ]
     assert len(runner.plan([scale], [100, 1000], quick=True)) == 1
 
