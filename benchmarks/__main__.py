@@ -149,7 +149,7 @@ def plan(modules: Sequence[Module], nodes: Sequence[int], quick: bool) -> list[t
     return [(m, sizes, size) for _, m, sizes, size in runs]
 
 
-def machine() -> dict[str, str]:
+def machine(started: float | None = None, load_at_start: float | None = None) -> dict[str, str]:
     model = ""
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -170,7 +170,10 @@ def machine() -> dict[str, str]:
         "RAM": memory,
         "kernel": platform.release(),
         "Python": platform.python_version(),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        + (f" (the run took {(time.monotonic() - started) / 60:.0f} min)" if started is not None else ""),
+        "load average (1 min)": (f"{load_at_start:.1f} at the start, " if load_at_start is not None else "")
+        + f"{os.getloadavg()[0]:.1f} at the end (other work on the machine slows every figure)",
         "git commit": commit + (" (with uncommitted changes)" if dirty else ""),
     }
 
@@ -225,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = selected(only)
     wanted = {i.strip().upper() for i in only}
     outcomes = []
+    started, load_at_start = time.monotonic(), os.getloadavg()[0]
     logs = args.logs or pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-"))
     logs.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget if args.budget is not None else None
@@ -256,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(fig.rich_table("Growth with the kwok node count", header, fig.growth(found, nodes)))
     if args.write:
         command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
-        RESULTS.write_text(results_markdown(outcomes, nodes, command.strip(), machine(), args.note))
+        facts = machine(started, load_at_start)
+        RESULTS.write_text(results_markdown(outcomes, nodes, command.strip(), facts, args.note))
         print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
     return 1 if any(o.error for o in outcomes) else 0
 
