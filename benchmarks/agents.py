@@ -26,13 +26,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import attrs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_core.node import readiness
 from metax_dev.controlplane import cluster
 from metax_dev.devicekubelet import Kubelet
@@ -88,12 +91,16 @@ def count_our_writes(api: client.HttpApi, node: str, seconds: float) -> int:
     return writes
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--window", type=float, default=120.0, help="seconds of steady state to watch")
-    parser.add_argument("--edits", type=int, default=3, help="driver-config VF edits to time")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+@attrs.frozen
+class Measured:
+    rss: dict[str, float]
+    bring_up: float
+    writes: int
+    window: float
+    edit_times: list[float]
+
+
+def measure(args: argparse.Namespace) -> Measured:
     work = pathlib.Path(tempfile.mkdtemp(prefix="agb", dir="/tmp"))
     processes: dict[str, subprocess.Popen[bytes]] = {}
     kubelet: Kubelet | None = None
@@ -156,7 +163,49 @@ def main(argv: list[str] | None = None) -> int:
         if kubelet is not None:
             kubelet.stop()
         shutil.rmtree(work, ignore_errors=True)
+    return Measured(rss, bring_up, writes, args.window, edit_times)
 
+
+def to_figures(m: Measured) -> list[fig.Figure]:
+    found = [
+        fig.Figure(
+            id="P8",
+            what=f"{agent} peak RSS (16-GPU fake host, production intervals)",
+            goal=fig.at_most(60.0, "MiB"),
+            value=mib,
+            unit="MiB",
+        )
+        for agent, mib in m.rss.items()
+    ]
+    found.append(
+        fig.Figure(
+            id="P2",
+            what=f"node agents' Node writes per hour in steady state ({m.window:.0f} s watched)",
+            goal=fig.at_most(0, "/h"),
+            value=m.writes * 3600 / m.window,
+            unit="/h",
+        )
+    )
+    return found
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--window", type=float, default=120.0, help="seconds of steady state to watch")
+    parser.add_argument("--edits", type=int, default=3, help="driver-config VF edits to time")
+    return parser.parse_args(argv)
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    logging.basicConfig(level=logging.WARNING)
+    return to_figures(measure(options(["--window", "20", "--edits", "1"] if quick else [])))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv)
+    logging.basicConfig(level=logging.WARNING)
+    m = measure(args)
+    rss, bring_up, writes, edit_times = m.rss, m.bring_up, m.writes, m.edit_times
     rows = [(f"peak RSS {agent} (16-GPU fake host)", f"{mib:.1f} MiB", "<= 60 MiB (P8)") for agent, mib in rss.items()]
     rows.append(("bare node to 16 GPUs advertised", f"{bring_up:.1f} s", "-"))
     rows.append(
@@ -174,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'measure':<{width}}  {'value':>24}  goal")
     for label, value, goal in rows:
         print(f"{label:<{width}}  {value:>24}  {goal}")
+    fig.print_figures(to_figures(m), "P8, P2")
     return 0
 
 

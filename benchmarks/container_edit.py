@@ -28,11 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_core.node import readiness
 from metax_dev import fake_sdk, wrapper
 from metax_dev.controlplane import build, cluster
@@ -74,10 +76,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--runs", type=int, default=40, help="containers per case")
-    args = parser.parse_args(argv)
+Times = dict[tuple[str, str], list[float]]
+GOALS_MS = {"non-GPU": 5.0, "GPU + maca-2.18": 25.0}
+
+
+def measure(args: argparse.Namespace) -> tuple[Times, float, float]:
+    """(create → start ms per (case, runtime), the maca agent's peak RSS, the edit service's peak RSS)."""
     runc = build.build(quiet=True).binary("runc")
     wrap = wrapper.build()
     work = pathlib.Path(tempfile.mkdtemp(prefix="ceb", dir="/tmp"))
@@ -171,7 +175,46 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(work, ignore_errors=True)
+    return times, maca_rss, edit_rss
 
+
+def to_figures(times: Times, maca_rss: float, edit_rss: float) -> list[fig.Figure]:
+    found = []
+    for case, limit in GOALS_MS.items():
+        ours, base = times[(case, "wrapper")], times[(case, "runc")]
+        found.append(
+            fig.Figure(
+                id="P10",
+                what=f"create → start through the runtime wrapper, {case} container, p50 of {len(ours)}",
+                goal=fig.added_at_most(limit, "ms"),
+                value=statistics.median(ours),
+                unit="ms",
+                reference=f"plain runc, interleaved, p50: {statistics.median(base):.1f} ms",
+                reference_value=statistics.median(base),
+            )
+        )
+    for what, mib in (
+        ("maca agent peak RSS (2 SDK versions installed)", maca_rss),
+        ("container-edit service peak RSS (after the runs)", edit_rss),
+    ):
+        found.append(fig.Figure(id="P8", what=what, goal=fig.at_most(60.0, "MiB"), value=mib, unit="MiB"))
+    return found
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--runs", type=int, default=40, help="containers per case")
+    return parser.parse_args(argv)
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    return to_figures(*measure(options(["--runs", "5"] if quick else [])))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv)
+    times, maca_rss, edit_rss = measure(args)
+    cases = GOALS_MS
     print(f"create -> start of a busybox `true` container, {args.runs} each, interleaved (ms)")
     print(f"{'case':<18} {'runtime':<9} {'p50':>7} {'p99':>7}  {'added p50':>9}  goal")
     for case in cases:
@@ -185,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'process':<40} {'peak RSS':>9}  goal")
     print(f"{'maca agent (2 SDK versions installed)':<40} {maca_rss:7.1f} MiB  <= 60 MiB (P8)")
     print(f"{'container-edit service (after the runs)':<40} {edit_rss:7.1f} MiB  <= 60 MiB (P8)")
+    fig.print_figures(to_figures(times, maca_rss, edit_rss), "P10, P8")
     return 0
 
 

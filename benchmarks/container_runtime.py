@@ -27,12 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_dev import containerd_host
 
 ROOT_FILE = "version = {version}\n{paths}\n# the node's own settings\n"
@@ -66,7 +67,7 @@ def _node(
     return node
 
 
-def measure(
+def measure_daemon(
     tmp: pathlib.Path, name: str, spec: tuple[pathlib.Path, pathlib.Path, str, int], rounds: int
 ) -> dict[str, float]:
     node = _node(tmp, name, spec)
@@ -135,14 +136,12 @@ def child_rss(*args: str) -> float:
     return float(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
+def measure(rounds: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """(per containerd: median ms of each measure, peak RSS MiB of the agent and its two references)."""
     binaries = _binaries()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="metax-crbench-"))
     try:
-        results = {name: measure(tmp, name, spec, args.rounds) for name, spec in binaries.items()}
+        results = {name: measure_daemon(tmp, name, spec, rounds) for name, spec in binaries.items()}
         name, spec = next(iter(binaries.items()))
         rss = {
             "bare interpreter": child_rss("bare"),
@@ -151,6 +150,33 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return results, rss
+
+
+def to_figures(rss: dict[str, float]) -> list[fig.Figure]:
+    running = next(k for k in rss if k.startswith("agent running"))
+    imports = rss["agent's imports"]
+    return [
+        fig.Figure(
+            id="P8",
+            what=f"container-runtime {running} (apply, 20 steady rounds, uninstall), peak RSS",
+            goal=fig.at_most(60.0, "MiB"),
+            value=rss[running],
+            unit="MiB",
+            reference=f"bare interpreter {rss['bare interpreter']:.1f} MiB; its imports alone {imports:.1f} MiB",
+        )
+    ]
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    return to_figures(measure(1 if quick else 5)[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    results, rss = measure(args.rounds)
     measures = ["plain restart", "apply + restart", "steady round", "uninstall"]
     print(f"\ncontainer-runtime, median of {args.rounds} (ms)")
     print(f"{'measure':<20}" + "".join(f"{n:>24}" for n in results))
@@ -159,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\npeak RSS (VmHWM, MiB; goal P8: agent <= 60)")
     for what, mib in rss.items():
         print(f"{what:<44}{mib:>8.1f}")
+    fig.print_figures(to_figures(rss), "P8")
     return 0
 
 

@@ -13,6 +13,7 @@ healthyInterval (default 5 s) and a 0.5 s tick, so expect up to ~5.5 s there.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import pathlib
 import random
@@ -22,18 +23,23 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_core.node import (
     devices,
     readiness,
 )
 from metax_dev.devicekubelet import Kubelet
 from metax_hw import hostfiles
+from metax_k8s.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from services.gpu_device import bootstrap, config
 from tests.deviceplugin.fakes import FakeInventory, FakeMonitor, FakeNodeMetadata, gpu
 
@@ -160,25 +166,92 @@ def health_delays(flips: int, healthy_interval: float, tick: float) -> dict[str,
         bench.close()
 
 
+class Echo(api_pb2_grpc.DevicePluginServicer):  # type: ignore[misc]
+    def Allocate(self, request: Any, context: Any) -> Any:
+        return api_pb2.AllocateResponse()
+
+
+def echo_latencies(calls: int, devices: int) -> list[float]:
+    """P5's reference: a bare grpcio server on a unix socket answering Allocate with an empty response."""
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="dpe", dir="/tmp"))
+    echo = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+    api_pb2_grpc.add_DevicePluginServicer_to_server(Echo(), echo)
+    echo.add_insecure_port(f"unix://{directory / 'echo.sock'}")
+    echo.start()
+    ids = [f"GPU-{i}" for i in range(devices)]
+    request = api_pb2.AllocateRequest(container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)])
+    try:
+        with grpc.insecure_channel(f"unix://{directory / 'echo.sock'}") as channel:
+            stub = api_pb2_grpc.DevicePluginStub(channel)
+            stub.Allocate(request, timeout=5)
+            return timed(lambda: stub.Allocate(request, timeout=5), calls)
+    finally:
+        echo.stop(0).wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+HEALTH_SETTINGS = ((0.1, 0.02), (1.0, 0.5))
+"""(healthy_interval, tick) in seconds: a fast setting, and one closer to production's 5 s / 0.5 s."""
+
+
+def measure(calls: int, flips: int) -> tuple[list[tuple[str, float, float, float, int]], list[fig.Figure]]:
+    """The module's table rows (name, p50, p99, max, n) and its P5/P6 figures, from one run."""
+    latencies = rpc_latencies(calls)
+    echoes = {n: echo_latencies(calls, n) for n in (1, 8)}
+    rows = [(name, *percentiles(s), len(s)) for name, s in latencies]
+    rows += [(f"reference: bare grpcio echo, Allocate {n} GPUs", *percentiles(s), len(s)) for n, s in echoes.items()]
+    found = []
+    for (name, samples), n in zip(latencies[:2], (1, 8), strict=True):
+        p99, echo99 = percentiles(samples)[1], percentiles(echoes[n])[1]
+        found.append(
+            fig.Figure(
+                id="P5",
+                what=f"{name} p99 (gpu-device on its unix socket, {len(samples)} calls)",
+                goal=fig.at_most(1.0, "ms"),
+                value=p99,
+                unit="ms",
+                reference=f"bare grpcio echo on a unix socket, p99: {echo99:.3f} ms",
+                reference_value=echo99,
+            )
+        )
+    for interval, tick in HEALTH_SETTINGS:
+        delays = health_delays(flips, interval, tick)
+        label = f"interval {interval:g}s, tick {tick:g}s"
+        rows.append((f"unhealthy → kubelet sees it ({label})", *percentiles(delays["unhealthy"]), flips))
+        rows.append((f"recovered → kubelet sees it ({label})", *percentiles(delays["recovered"]), flips))
+        rows.append((f"  of which check → kubelet push ({label})", *percentiles(delays["push"]), 2 * flips))
+        push99 = percentiles(delays["push"])[1]
+        found.append(
+            fig.Figure(
+                id="P6",
+                what=f"unhealthy → kubelet sees it, worst of {flips} ({label})",
+                goal=fig.at_most(interval * 1000 + 100, "ms", "interval + 100 ms"),
+                value=max(delays["unhealthy"]),
+                unit="ms",
+                reference=f"check → kubelet push alone, p99: {push99:.2f} ms",
+            )
+        )
+    return rows, found
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    logging.basicConfig(level=logging.ERROR)
+    return measure(200 if quick else 2000, 3 if quick else 10)[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--flips", type=int, default=10)
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-
-    rows = [(name, *percentiles(s), len(s)) for name, s in rpc_latencies(options.calls)]
-    for interval, tick in ((0.1, 0.02), (1.0, 0.5)):
-        found = health_delays(options.flips, interval, tick)
-        label = f"interval {interval:g}s, tick {tick:g}s"
-        rows.append((f"unhealthy → kubelet sees it ({label})", *percentiles(found["unhealthy"]), options.flips))
-        rows.append((f"recovered → kubelet sees it ({label})", *percentiles(found["recovered"]), options.flips))
-        rows.append((f"  of which check → kubelet push ({label})", *percentiles(found["push"]), 2 * options.flips))
+    rows, found = measure(options.calls, options.flips)
 
     width = max(len(r[0]) for r in rows)
     print(f"{'measurement':<{width}}  {'p50 ms':>9}  {'p99 ms':>9}  {'max ms':>9}  {'n':>5}")
     for name, p50, p99, worst, n in rows:
         print(f"{name:<{width}}  {p50:>9.3f}  {p99:>9.3f}  {worst:>9.3f}  {n:>5}")
+    fig.print_figures(found, "P5, P6")
     return 0
 
 

@@ -28,13 +28,14 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import argparse
 import concurrent.futures
 import logging
+import math
 import pathlib
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,6 +45,7 @@ if str(ROOT) not in sys.path:
 
 import grpc
 
+from benchmarks import figures as fig
 from metax_core.dra import DRIVER, slices
 from metax_hw_fake import builder
 from metax_k8s.dra import server
@@ -324,6 +326,71 @@ def _pod_exists(core: Any, name: str) -> bool:
     return True
 
 
+def measure(calls: int, rounds: int, pods: int, real_node: bool) -> tuple[list[Any], tuple[int, int, float]]:
+    """The module's rows (name, p50, p99, max, n) and (driver writes, every-round writes, hours), one run."""
+    rows = [(name, *percentiles(s), len(s)) for name, s in prepare_latencies(calls)]
+    if real_node:
+        try:
+            rows += [(name, *percentiles(s), len(s)) for name, s in real_node_times(pods)]
+        except (Exception, SystemExit) as exc:  # the other figures stand; this one becomes an error row
+            rows.append((f"real node failed: {type(exc).__name__}: {exc}", math.nan, math.nan, math.nan, 0))
+    return rows, steady_writes(rounds)
+
+
+def to_figures(rows: list[Any], writes: tuple[int, int, float]) -> list[fig.Figure]:
+    """P12: NodePrepareResources p50 and p99 beside the echo, Running via DRA beside the device plugin, writes."""
+    by_name = {r[0]: r for r in rows}
+    prepare, echo = rows[0], by_name["reference: bare grpcio echo, same request"]
+    found = [
+        fig.Figure(
+            id="P12",
+            what=f"NodePrepareResources, 2 GPUs, {label} ({prepare[4]} calls)",
+            goal=fig.reported(),
+            value=prepare[index],
+            unit="ms",
+            reference=f"bare grpcio echo, same request, {label}: {echo[index]:.3f} ms",
+            reference_value=echo[index],
+        )
+        for label, index in (("p50", 1), ("p99", 2))
+    ]
+    plugin = [r for r in rows if "device plugin (reference)" in r[0]]
+    dra = [r for r in rows if "DRA claim" in r[0]]
+    failed = [r[0] for r in rows if r[0].startswith("real node failed")]
+    if failed:
+        found.append(fig.Figure(id="P12", what="pod created → Running via DRA", goal=fig.reported(), error=failed[0]))
+    if plugin and dra:
+        found.append(
+            fig.Figure(
+                id="P12",
+                what=f"pod created → Running, 2 GPUs, DRA claim from a template, p50 of {dra[0][4]} (real node)",
+                goal=fig.reported(),
+                value=dra[0][1],
+                unit="ms",
+                reference=f"the same pod through the device plugin, p50: {plugin[0][1]:.0f} ms",
+                reference_value=plugin[0][1],
+            )
+        )
+    ours, naive, hours = writes
+    found.append(
+        fig.Figure(
+            id="P12",
+            what=f"ResourceSlice writes per hour in steady state ({hours:.1f} h of rounds)",
+            goal=fig.at_most(0, "/h"),
+            value=ours / hours,
+            unit="/h",
+            reference=f"a publisher applying its slices every round: {naive / hours:.0f}/h",
+        )
+    )
+    return found
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    logging.basicConfig(level=logging.ERROR)
+    if quick:
+        return to_figures(*measure(50, 72, 1, real_node=False))
+    return to_figures(*measure(500, 720, 5, real_node=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
@@ -333,19 +400,18 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
 
-    rows = [(name, *percentiles(s), len(s)) for name, s in prepare_latencies(options.calls)]
-    if not options.no_real_node:
-        rows += [(name, *percentiles(s), len(s)) for name, s in real_node_times(options.pods)]
+    rows, writes = measure(options.calls, options.rounds, options.pods, not options.no_real_node)
     width = max(len(r[0]) for r in rows)
     print(f"{'measurement':<{width}}  {'p50 ms':>9}  {'p99 ms':>9}  {'max ms':>9}  {'n':>5}")
     for name, p50, p99, worst, n in rows:
         print(f"{name:<{width}}  {p50:>9.3f}  {p99:>9.3f}  {worst:>9.3f}  {n:>5}")
-    ours, naive, hours = steady_writes(options.rounds)
+    ours, naive, hours = writes
     print()
     print(
         f"ResourceSlice writes in steady state over {hours:.1f} h of rounds: dra-driver {ours / hours:.0f}/h (goal 0);"
     )
     print(f"  reference, a publisher applying its slices every round: {naive / hours:.0f}/h")
+    fig.print_figures(to_figures(rows, writes), "P12")
     return 0
 
 

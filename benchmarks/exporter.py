@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -38,6 +39,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import prometheus_client
 
+from benchmarks import figures as fig
 from metax_core.metrics import exposition, telemetry
 from metax_hw_fake import builder
 from services.data_exporter import collector
@@ -78,12 +80,8 @@ def scrape(url: str) -> bytes:
         return bytes(response.read())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.exporter", description=__doc__.split("\n")[0])
-    parser.add_argument("--scrapes", type=int, default=400)
-    parser.add_argument("--reference", type=int, default=30)
-    parser.add_argument("--mxsml", action="store_true", help="sample through the fake libmxsml instead of mx-smi")
-    args = parser.parse_args(argv)
+def measure(args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], list[fig.Figure]]:
+    """The module's table rows (measure, value, goal) and its P7 figures, from one run."""
     with tempfile.TemporaryDirectory(prefix="metax-bench-exporter-") as tmp:
         work = pathlib.Path(tmp)
         fake = builder.FakeHostBuilder().gpus(GPUS).host_driver("2.18.0").vfs(VFS).build(work / "host")
@@ -169,10 +167,57 @@ def main(argv: list[str] | None = None) -> int:
         ("exporter RSS now / peak", f"{memory.get('VmRSS', 0):.1f} / {memory.get('VmHWM', 0):.1f} MiB", "≤ 50 MiB"),
         ("scrapes / reference runs", f"{args.scrapes} / {args.reference}", ""),
     ]
+    setting = f"{GPUS} GPUs + {len(vfs)} VFs"
+    found = [
+        fig.Figure(
+            id="P7",
+            what=f"data-exporter scrape p99 ({setting}, {args.scrapes} scrapes)",
+            goal=fig.at_most(10.0, "ms"),
+            value=p99 * ms,
+            unit="ms",
+            reference=f"spawning the tool per scrape, p99: {r99 * ms:.1f} ms",
+            reference_value=r99 * ms,
+        ),
+        fig.Figure(
+            id="P7",
+            what="data-exporter scrape p50, speed-up over spawning the tool per scrape",
+            goal=fig.speedup_at_least(20.0),
+            value=p50 * ms,
+            unit="ms",
+            reference=f"spawning the tool per scrape, p50: {r50 * ms:.1f} ms ({args.reference} runs)",
+            reference_value=r50 * ms,
+        ),
+        fig.Figure(
+            id="P7",
+            what="data-exporter peak RSS (VmHWM) after the scrapes",
+            goal=fig.at_most(50.0, "MiB"),
+            value=memory.get("VmHWM", float("nan")),
+            unit="MiB",
+            reference=f"its RSS now: {memory.get('VmRSS', 0):.1f} MiB",
+        ),
+    ]
+    return rows, found
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.exporter", description=__doc__.split("\n")[0])
+    parser.add_argument("--scrapes", type=int, default=400)
+    parser.add_argument("--reference", type=int, default=30)
+    parser.add_argument("--mxsml", action="store_true", help="sample through the fake libmxsml instead of mx-smi")
+    return parser.parse_args(argv)
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    return measure(options(["--scrapes", "100", "--reference", "10"] if quick else []))[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    rows, found = measure(options(argv))
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  {'value':>24}  goal")
     for label, value, goal in rows:
         print(f"{label:<{width}}  {value:>24}  {goal}")
+    fig.print_figures(found, "P7")
     return 0
 
 

@@ -31,11 +31,15 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
+
+import attrs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_dev.images import build, buildah
 
 LAYERS = ("base (Debian)", "deps (requirements.lock)", "app (the project)")
@@ -64,10 +68,15 @@ def _scratch_commit(storage: buildah.Buildah) -> float:
     return seconds
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--keep-cache", action="store_true", help="leave the throwaway cache for inspection")
-    args = parser.parse_args(argv)
+@attrs.frozen
+class Measured:
+    builds: list[tuple[str, float, str]]
+    """(label, seconds, what ran) per build, and the reference."""
+    layers: dict[str, list[tuple[str, int]]]
+    """Per image: (digest, size) of each layer."""
+
+
+def measure(keep_cache: bool = False) -> Measured:
     work = pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-images-"))
     os.environ["METAX_IMAGES_CACHE"] = str(work / "cache")
     out = work / "out"
@@ -81,25 +90,65 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("top layer only (--rebuild)", top.seconds, "the project's wheel, the app layer, the archives"))
         storage = buildah.Buildah(build.cache_root() / "storage")  # the build's own storage layout
         rows.append(("reference: buildah scratch commit", _scratch_commit(storage), "the floor of one buildah step"))
-
-        print(f"\n{'build':<36} {'seconds':>8}  what ran")
-        for label, seconds, what in rows:
-            print(f"{label:<36} {seconds:8.1f}  {what}")
-
-        print(f"\n{'image':<24} {'total MB':>9}  " + "  ".join(f"{name:>26}" for name in LAYERS))
-        shared: set[str] = set()
-        for name, archive in top.archives.items():
-            layers = _layer_sizes(archive)
-            shared.update(digest for digest, _ in layers)
-            sizes = "  ".join(f"{size / 1e6:23.1f} MB" for _, size in layers)
-            print(f"{name:<24} {sum(s for _, s in layers) / 1e6:9.1f}  {sizes}")
-        first = next(iter(top.archives.values()))
-        base_mb = _layer_sizes(first)[0][1] / 1e6
-        print(f"{'reference: Debian base':<24} {base_mb:9.1f}  (python3, libstdc++6, kmod on Essential)")
-        print(f"\ndistinct layers across {len(top.archives)} images: {len(shared)}")
+        return Measured(rows, {name: _layer_sizes(archive) for name, archive in top.archives.items()})
     finally:
-        if not args.keep_cache:
+        if not keep_cache:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def to_figures(m: Measured) -> list[fig.Figure]:
+    totals = {name: sum(size for _, size in layers) / 1e6 for name, layers in m.layers.items()}
+    largest = max(totals, key=lambda name: totals[name])
+    base_mb = m.layers[largest][0][1] / 1e6
+    found = [
+        fig.Figure(
+            id="P9",
+            what=f"largest image, uncompressed ({largest}; {len(totals)} images share the base and deps layers)",
+            goal=fig.at_most(200.0, "MB"),
+            value=totals[largest],
+            unit="MB",
+            reference=f"the Debian base layer alone: {base_mb:.1f} MB",
+        )
+    ]
+    scratch = m.builds[-1][1]
+    for label, seconds, _ in m.builds[:-1]:
+        found.append(
+            fig.Figure(
+                id="P9",
+                what=f"image build, {label}",
+                goal=fig.reported(),
+                value=seconds,
+                unit="s",
+                reference=f"buildah scratch commit: {scratch:.1f} s",
+            )
+        )
+    return found
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    """The same three builds with or without ``quick``: a cold build has no smaller version."""
+    return to_figures(measure())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--keep-cache", action="store_true", help="leave the throwaway cache for inspection")
+    args = parser.parse_args(argv)
+    m = measure(args.keep_cache)
+    print(f"\n{'build':<36} {'seconds':>8}  what ran")
+    for label, seconds, what in m.builds:
+        print(f"{label:<36} {seconds:8.1f}  {what}")
+
+    print(f"\n{'image':<24} {'total MB':>9}  " + "  ".join(f"{name:>26}" for name in LAYERS))
+    shared: set[str] = set()
+    for name, layers in m.layers.items():
+        shared.update(digest for digest, _ in layers)
+        sizes = "  ".join(f"{size / 1e6:23.1f} MB" for _, size in layers)
+        print(f"{name:<24} {sum(s for _, s in layers) / 1e6:9.1f}  {sizes}")
+    base_mb = next(iter(m.layers.values()))[0][1] / 1e6
+    print(f"{'reference: Debian base':<24} {base_mb:9.1f}  (python3, libstdc++6, kmod on Essential)")
+    print(f"\ndistinct layers across {len(m.layers)} images: {len(shared)}")
+    fig.print_figures(to_figures(m), "P9")
     return 0
 
 

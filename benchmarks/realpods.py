@@ -29,13 +29,17 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+
+import attrs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_dev import agents
 from metax_dev.controlplane import cluster
 from metax_dev.images import build as images_build
@@ -89,11 +93,15 @@ def task_pids(release: helm_release.Release) -> dict[str, int]:
     return pids
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--settle", type=float, default=20.0, help="seconds the components run before RSS is read")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+@attrs.frozen
+class Measured:
+    rows: dict[str, dict[str, str]]
+    install: float
+    uninstall: float
+    node_with_images: float
+
+
+def measure(settle: float) -> Measured:
     built = images_build.build()
     rows: dict[str, dict[str, str]] = {c: {} for c in COMPONENTS}
     with cluster.ControlPlane(nodes=0, verbosity=0) as plane, helm_release.real_node(plane, built) as release:
@@ -107,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             return all(c in found and pod_times(found[c])[0] is not None for c in COMPONENTS)
 
         helm_release.wait(started, "every component's container started", 180, lambda: "")
-        time.sleep(args.settle)
+        time.sleep(settle)
         pids = task_pids(release)
         for pod in helm_release.pods(release):
             name = pod["metadata"]["labels"].get("app.kubernetes.io/name")
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         release.stand_in_for_runtime_and_maca()
         hosts = {c: release.member.spawn(f"host-{a}", agents.command(a), env) for c, a in HOST_AGENT.items()}
         try:
-            time.sleep(args.settle)
+            time.sleep(settle)
             for component, process in hosts.items():
                 rows[component]["host rss"] = (
                     f"{peak_rss_mib(process.popen.pid):.1f}" if process.alive() and process.popen else "exited"
@@ -145,6 +153,52 @@ def main(argv: list[str] | None = None) -> int:
             for process in hosts.values():
                 process.stop()
 
+        return Measured(rows, install, uninstall, release.timings["node with images"])
+
+
+def to_figures(m: Measured) -> list[fig.Figure]:
+    found = []
+    for component in COMPONENTS:
+        r = m.rows[component]
+        try:
+            value = float(r.get("pod rss", "nan"))
+        except ValueError:
+            value = float("nan")
+        if component == "metax-operator":
+            pid, goal = "P3", fig.reported("one real node")
+        elif component == "metax-data-exporter":
+            pid, goal = "P7", fig.at_most(50.0, "MiB")
+        elif component in helm_release.AGENTS:
+            pid, goal = "P8", fig.at_most(60.0, "MiB")
+        else:
+            pid, goal = "P8", fig.reported("a Deployment, not a node agent")
+        host = r.get("host rss")
+        found.append(
+            fig.Figure(
+                id=pid,
+                what=f"{component} peak RSS in its pod (helm install on a real node, 2-GPU fake host)",
+                goal=goal,
+                value=value,
+                unit="MiB",
+                reference=f"the same agent as a host process: {host} MiB" if host else "",
+                error="" if value == value else f"no peak RSS read: {r.get('pod rss', 'no pod')}",
+            )
+        )
+    return found
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
+    logging.basicConfig(level=logging.WARNING)
+    return to_figures(measure(5.0 if quick else 20.0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds the components run before RSS is read")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    m = measure(args.settle)
+    rows, install, uninstall = m.rows, m.install, m.uninstall
     header = ("component", "created -> started (s)", "created -> Ready (s)", "peak RSS in pod (MiB)", "as host process")
     table = [header]
     for component in COMPONENTS:
@@ -155,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-    print(f"\nnode with images imported: {release.timings['node with images']:.1f} s")
+    print(f"\nnode with images imported: {m.node_with_images:.1f} s")
     print(f"helm install --wait: {install:.1f} s; helm uninstall --wait: {uninstall:.1f} s")
     print("P8 goal: <= 60 MiB per agent; host figures: the same agents with the fake host's adapters (full rounds)")
     print(json.dumps({"install_s": round(install, 1), "uninstall_s": round(uninstall, 1)}))
+    fig.print_figures(to_figures(m), "P8 (in pods)")
     return 0
 
 

@@ -28,13 +28,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures as fig
 from metax_core.inventory import PciAddress
 from metax_core.topology import document, extender
 from metax_dev.controlplane import build, network
@@ -149,10 +150,11 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def latency(count: int) -> list[tuple[str, str, str, str]]:
-    rows = []
+def latency(count: int, sizes: Sequence[int] = (1000, 5000)) -> list[fig.Figure]:
+    """P11's latency per node count, beside the trivial extender (the protocol's own cost) in the same run."""
+    found = []
     trivial = trivial_server()
-    for nodes in (1000, 5000):
+    for nodes in sizes:
         state, names = filled_cache(nodes, random.Random(nodes))
         served = server.Server(state, host=network.LOOPBACK, port=0).start()
         try:
@@ -161,17 +163,44 @@ def latency(count: int) -> list[tuple[str, str, str, str]]:
             ref = rounds(trivial.server_address[1], names, 4, count)
         finally:
             served.stop()
-        goal = "≤ 20 ms" if nodes == 1000 else "-"
-        rows.append(
-            (
-                f"extender filter+prioritize, {nodes} nodes",
-                f"{statistics.median(ours):.1f} / {p99(ours):.1f} ms",
-                f"{statistics.median(ref):.1f} / {p99(ref):.1f} ms",
-                goal,
+        found.append(
+            fig.Figure(
+                id="P11",
+                what=f"extender filter+prioritize p99, {nodes:,} nodes (p50 {statistics.median(ours):.1f} ms)",
+                goal=fig.at_most(20.0, "ms", "at 1,000 nodes") if nodes == GOAL_NODES else fig.reported(),
+                value=p99(ours),
+                unit="ms",
+                reference=f"trivial extender, same HTTP and JSON, p99: {p99(ref):.1f} ms",
+                reference_value=p99(ref),
+                nodes=nodes,
             )
         )
     trivial.shutdown()
-    return rows
+    return found
+
+
+GOAL_NODES = 1000
+
+
+def throughput(pods: int, nodes: int) -> fig.Figure:
+    """P11's throughput: pods bound per second with the extender, beside the same plane without it."""
+    without = plane_rate(pods, nodes, with_extender=False)
+    with_ = plane_rate(pods, nodes, with_extender=True)
+    return fig.Figure(
+        id="P11",
+        what=f"kube-scheduler with the extender, {pods} 1-GPU pods on {nodes} kwok nodes",
+        goal=fig.ratio_at_least(0.8),
+        value=with_,
+        unit="pods/s",
+        reference=f"kube-scheduler without the extender: {without:.1f} pods/s",
+        reference_value=without,
+    )
+
+
+def figures(quick: bool = False, nodes: Sequence[int] = (100, 1000, 5000)) -> list[fig.Figure]:
+    sizes = sorted({*nodes, GOAL_NODES})
+    found = latency(20 if quick else 200, sizes)
+    return [*found, throughput(50 if quick else 200, 30)]
 
 
 def wait(check: Callable[[], Any], what: str, timeout: float = 600.0) -> None:
@@ -242,22 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=30, help="kwok nodes per control plane (8 GPUs each)")
     parser.add_argument("--no-plane", action="store_true", help="latency only (no control planes)")
     args = parser.parse_args(argv)
-    rows = [("measure", "ours (p50 / p99)", "reference", "goal")]
-    rows += latency(args.rounds)
+    found = latency(args.rounds)
     if not args.no_plane:
-        without = plane_rate(args.pods, args.nodes, with_extender=False)
-        with_ = plane_rate(args.pods, args.nodes, with_extender=True)
-        rows.append(
-            (
-                f"kube-scheduler, {args.pods} 1-GPU pods on {args.nodes} nodes",
-                f"{with_:.1f} pods/s with extender",
-                f"{without:.1f} pods/s without",
-                f"≥ 0.8× ({with_ / without:.2f}×)",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        found.append(throughput(args.pods, args.nodes))
+    fig.print_figures(found, "P11")
     return 0
 
 

@@ -1,0 +1,270 @@
+"""``python -m benchmarks``: every benchmark in sequence, one table of every P-figure, and how cost grows.
+
+Why this module exists: issue 26 item 4 asks for one command that runs every benchmark and prints every
+performance figure with its goal, the value measured and the reference measured in the same run, plus how the
+operator's cost grows with the kwok node count, and for ``benchmarks/RESULTS.md`` to keep the latest table and
+the machine it ran on.
+
+    python -m benchmarks [--only P1,P5] [--nodes 100,1000,5000] [--quick] [--write] [--timeout S] [--note TEXT]
+
+Each module runs in its own subprocess (``--child``: its ``figures()`` as JSON), so one that fails, times out
+or lacks a prerequisite becomes a row with its error and the others still run; the exit code is then 1. A goal
+missed is a result, not a failure (exit 0). ``RESULTS.md`` is written only with ``--write`` (a ``--quick`` or
+``--only`` run never overwrites it by accident). docs/benchmarks.md lists the figures and their goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import os
+import pathlib
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import figures as fig
+
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+DEFAULT_NODES = (100, 1000, 5000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    name: str
+    ids: tuple[str, ...]
+    what: str
+    per_size: bool = False
+    """One child per kwok node count: a size that fails or runs out of time leaves the smaller ones' figures."""
+    late: bool = False
+    """Runs after the operator's node counts up to `LATE_SIZE`: its figures add to ones other modules give."""
+
+
+LATE_SIZE = 1000
+"""The operator's node counts above this run last, after every module: the most costly rows come last, so a
+``--budget`` that runs out cuts them, not the figures every other module gives."""
+
+
+MODULES = (
+    Module("rollout", ("P4",), "one rollout decision"),
+    Module("device_plugin", ("P5", "P6"), "gpu-device Allocate and health push"),
+    Module("exporter", ("P7",), "data-exporter scrape"),
+    Module("dra", ("P12",), "DRA driver"),
+    Module("scheduler", ("P11",), "gpu-scheduler extender"),
+    Module("agents", ("P8", "P2"), "node agents on a 16-GPU host"),
+    Module("container_edit", ("P10", "P8"), "runtime wrapper and edit service"),
+    Module("container_runtime", ("P8",), "container-runtime agent"),
+    Module("images", ("P9",), "the product's images"),
+    Module("realpods", ("P8",), "components as real pods", late=True),
+    Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes", per_size=True),
+)
+
+
+@dataclasses.dataclass
+class Outcome:
+    module: Module
+    seconds: float
+    figures: list[fig.Figure]
+    error: str = ""
+    nodes: int | None = None
+    """The node count of a per-size run."""
+
+    @property
+    def label(self) -> str:
+        return self.module.name + (f" ({self.nodes:,} nodes)" if self.nodes is not None else "")
+
+
+def selected(only: Sequence[str]) -> list[Module]:
+    if not only:
+        return list(MODULES)
+    wanted = {i.strip().upper() for i in only}
+    unknown = wanted - {i for m in MODULES for i in m.ids}
+    if unknown:
+        raise SystemExit(f"unknown figure(s): {', '.join(sorted(unknown))}")
+    return [m for m in MODULES if wanted & set(m.ids)]
+
+
+def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -> int:
+    """In the child process: one module's figures, as JSON, to ``out``."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    found: list[fig.Figure] = module.figures(quick=quick, nodes=tuple(nodes))
+    out.write_text(json.dumps([f.to_json() for f in found]))
+    return 0
+
+
+def run_module(
+    module: Module,
+    quick: bool,
+    nodes: Sequence[int],
+    timeout: float | None,
+    logs: pathlib.Path,
+    size: int | None = None,
+) -> Outcome:
+    stem = module.name + (f"-{size}" if size is not None else "")
+    out, log = logs / f"{stem}.json", logs / f"{stem}.log"
+    command = [sys.executable, "-m", "benchmarks", "--child", module.name, "--out", str(out)]
+    command += ["--nodes", ",".join(map(str, nodes))] + (["--quick"] if quick else [])
+    began = time.monotonic()
+    with log.open("wb") as handle:
+        child = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            code: int | None = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+            child.send_signal(signal.SIGINT)  # its context managers stop the control planes and nodes it started
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    seconds = time.monotonic() - began
+    if code == 0 and out.is_file():
+        return Outcome(module, seconds, [fig.Figure.from_json(d) for d in json.loads(out.read_text())], nodes=size)
+    tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    error = f"timed out after {timeout or 0:.0f} s" if code is None else f"exit {code}: {tail[0][-300:]}"
+    return Outcome(module, seconds, fig.failed(module.ids, module.what, error, size), error, size)
+
+
+def plan(modules: Sequence[Module], nodes: Sequence[int], quick: bool) -> list[tuple[Module, list[int], int | None]]:
+    """(module, its node counts, the size of a per-size run) in the order they run: the modules, the operator's
+    node counts up to `LATE_SIZE`, the ``late`` modules, then the larger node counts."""
+    runs: list[tuple[int, Module, list[int], int | None]] = []
+    for m in modules:
+        if m.per_size and not quick:
+            runs += [(1 if n <= LATE_SIZE else 3, m, [n], n) for n in nodes]
+        else:
+            runs.append((2 if m.late else 0, m, list(nodes), None))
+    runs.sort(key=lambda run: run[0])  # stable: the registry's order within a phase
+    return [(m, sizes, size) for _, m, sizes, size in runs]
+
+
+def machine(started: float | None = None, load_at_start: float | None = None) -> dict[str, str]:
+    model = ""
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    memory = ""
+    for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], check=False, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit, dirty = git("rev-parse", "--short=12", "HEAD"), git("status", "--porcelain")
+    return {
+        "CPU": model or platform.processor() or "unknown",
+        "cores": str(os.cpu_count()),
+        "RAM": memory,
+        "kernel": platform.release(),
+        "Python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        + (f" (the run took {(time.monotonic() - started) / 60:.0f} min)" if started is not None else ""),
+        "load average (1 min)": (f"{load_at_start:.1f} at the start, " if load_at_start is not None else "")
+        + f"{os.getloadavg()[0]:.1f} at the end (other work on the machine slows every figure)",
+        "git commit": commit + (" (with uncommitted changes)" if dirty else ""),
+    }
+
+
+def results_markdown(
+    outcomes: Sequence[Outcome], nodes: Sequence[int], command: str, facts: dict[str, str], notes: Sequence[str]
+) -> str:
+    found = [f for o in outcomes for f in o.figures]
+    parts = [
+        "# Benchmark results\n",
+        f"Written by `{command}` (docs/benchmarks.md says what each figure measures and its goal). "
+        "Every reference was measured in the same run; a verdict is computed from the goal and the value.\n",
+        "## Machine\n",
+        fig.markdown(("", ""), list(facts.items())),
+        "## Figures\n",
+        fig.markdown(fig.COLUMNS, fig.rows(found)),
+        "## Growth with the kwok node count\n",
+        fig.markdown(("measure", *(f"{n:,} nodes" for n in nodes)), fig.growth(found, nodes)),
+        "## Run time per benchmark\n",
+        fig.markdown(
+            ("module", "figures", "seconds", "outcome"),
+            [(o.label, ", ".join(o.module.ids), f"{o.seconds:.0f}", o.error or "ok") for o in outcomes],
+        ),
+    ]
+    if notes:
+        parts += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated P-ids, e.g. P1,P5")
+    parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)), help="kwok node counts (P1–P3, P11)")
+    parser.add_argument("--quick", action="store_true", help="fewer samples and smaller sizes: a look, not a result")
+    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per module before it becomes an error")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for the whole run; what is left unrun becomes an error row saying so",
+    )
+    parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md's notes")
+    parser.add_argument("--logs", type=pathlib.Path, help="directory for each module's output (default: a new one)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    nodes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
+    if args.child:
+        return run_child(args.child, args.quick, nodes, args.out)
+    only = [i for i in args.only.split(",") if i.strip()]
+    modules = selected(only)
+    wanted = {i.strip().upper() for i in only}
+    outcomes = []
+    started, load_at_start = time.monotonic(), os.getloadavg()[0]
+    logs = args.logs or pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.budget if args.budget is not None else None
+    for module, sizes, size in plan(modules, nodes, args.quick):
+        timeout = args.timeout
+        left = deadline - time.monotonic() if deadline is not None else None
+        if left is not None and left < 10:
+            error = f"not run: the --budget of {args.budget:.0f} s was spent"
+            outcome = Outcome(module, 0.0, fig.failed(module.ids, module.what, error, size), error, size)
+        else:
+            if left is not None:
+                timeout = min(timeout, left) if timeout is not None else left
+            print(f"== {module.name} ({', '.join(module.ids)}) {sizes if size else ''}…", file=sys.stderr, flush=True)
+            outcome = run_module(module, args.quick, sizes, timeout, logs, size)
+        if wanted:
+            outcome.figures = [f for f in outcome.figures if f.id in wanted]
+        print(f"   {outcome.seconds:.0f} s {outcome.error or 'ok'}", file=sys.stderr, flush=True)
+        outcomes.append(outcome)
+    print(f"each module's output: {logs}", file=sys.stderr)
+    found = [f for o in outcomes for f in o.figures]
+    from rich.console import Console
+
+    console = Console(width=200)
+    console.print(
+        fig.rich_table("Performance figures (reference measured in the same run)", fig.COLUMNS, fig.rows(found))
+    )
+    if any(f.nodes is not None for f in found):
+        header = ("measure", *(f"{n:,} nodes" for n in nodes))
+        console.print(fig.rich_table("Growth with the kwok node count", header, fig.growth(found, nodes)))
+    if args.write:
+        command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+        facts = machine(started, load_at_start)
+        RESULTS.write_text(results_markdown(outcomes, nodes, command.strip(), facts, args.note))
+        print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
