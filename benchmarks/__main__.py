@@ -259,7 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         header = ("measure", *(f"{n:,} nodes" for n in nodes))
         console.print(fig.rich_table("Growth with the kwok node count", header, fig.growth(found, nodes)))
     if args.write:
-        command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+        given = list(sys.argv[1:] if argv is None else argv)
+        shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
+        command = "python -m benchmarks " + " ".join(shown)  # the notes are listed under Notes
         facts = machine(started, load_at_start)
         RESULTS.write_text(results_markdown(outcomes, nodes, command.strip(), facts, args.note))
         print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
