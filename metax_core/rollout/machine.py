@@ -25,6 +25,7 @@ re-exported here, so the operator needs only ``from metax_core import rollout``.
 from __future__ import annotations
 
 import datetime as dt
+import operator
 
 import attrs
 
@@ -66,7 +67,7 @@ def decide(
         policy=policy,
         prev=in_utc(previous) if previous is not None else UpgradeStatus(),
         first=previous is None,
-        nodes=tuple(sorted(fleet.nodes, key=lambda n: n.name)),
+        nodes=tuple(sorted(fleet.nodes, key=operator.attrgetter("name"))),
         fleet=fleet,
         now=as_utc(now),
         plans=rollout_plan.plan(policy, len(fleet.nodes)),
@@ -85,7 +86,7 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         Reason.WAITING_FOR_ADMIN,
         Reason.FALLBACK_PAUSED,
     )
-    new = [n for n in ctx.nodes if n.revision is Revision.NEW]
+    new = ctx.by_revision[Revision.NEW]
     if d.direction is rollout_draft.Direction.FORWARD:
         target = rollout_plan.step_at(ctx.plans, d.index).target
         replicas = len(step_nodes) + max(0, target - len(new))

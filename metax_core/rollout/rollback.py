@@ -94,7 +94,7 @@ def run(ctx: Context) -> Draft:
     busy = rollout_draft.settle(ctx, d, roll, Revision.OLD, loop, label)
     if busy is not None:
         return busy
-    new = [n for n in ctx.nodes if n.revision is Revision.NEW]
+    new = ctx.by_revision[Revision.NEW]
     if new:
         if ctx.policy.pause:
             return rollout_draft.held(ctx, d, label, f"{count(len(new), 'node')} still on the new driver")

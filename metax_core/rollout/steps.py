@@ -111,7 +111,7 @@ def _idle(ctx: Context) -> Draft:
 def _all_at_once(ctx: Context, d: Draft) -> Draft:
     """enableRollout is false: no canary; every idle node still on the old driver is upgraded now."""
     d = attrs.evolve(d, phase=Phase.DISABLED)
-    old = [n for n in ctx.nodes if n.revision is Revision.OLD and not n.in_flight]
+    old = [n for n in ctx.by_revision[Revision.OLD] if not n.in_flight]
     label = "enableRollout is false"
     if not old:
         message = f"{label}: no canary steps; every node runs revision {ctx.fleet.new_revision}"
@@ -224,7 +224,7 @@ def _next_loop(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, upgraded: in
     todo = plan.target - upgraded
     if ctx.policy.pause:
         return rollout_draft.held(ctx, d, label, f"{count(todo, 'node')} still to upgrade")
-    old = [n for n in ctx.nodes if n.revision is Revision.OLD]
+    old = ctx.by_revision[Revision.OLD]
     chosen, waiting = rollout_draft.pick(old, min(plan.loop, todo))
     if not chosen:
         message = f"{label}: {count(todo, 'node')} still to upgrade" + rollout_draft.busy_text(waiting)
