@@ -8,6 +8,7 @@ import http.server
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import prometheus_client
@@ -45,6 +46,17 @@ class Metrics:
 def _pod_name(pod: Any) -> str:
     metadata = pod.get("metadata") or {}
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+LOGGED_REASONS = 5
+"""Nodes turned away named in a filter's log line (a 5,000-node cluster would otherwise log 5,000 per pod)."""
+
+
+def _turned_away(failed: Mapping[str, str]) -> str:
+    named = sorted(failed.items())[:LOGGED_REASONS]
+    text = "".join(f"; {node}: {why}" for node, why in named)
+    more = len(failed) - len(named)
+    return text + (f"; and {more} more" if more else "")
 
 
 def handler(state: cache.Cache, metrics: Metrics) -> type[http.server.BaseHTTPRequestHandler]:
@@ -100,7 +112,7 @@ def handler(state: cache.Cache, metrics: Metrics) -> type[http.server.BaseHTTPRe
                     n,
                     len(verdict.passed),
                     len(args.node_names),
-                    "".join(f"; {node}: {why}" for node, why in sorted(verdict.failed.items())),
+                    _turned_away(verdict.failed),
                 )
                 answer = extender.render_filter(verdict)
             else:
