@@ -9,7 +9,6 @@ Exit 0 when every step reached its outcome, 1 when one did not (the rest are ski
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 import threading
 import time
@@ -67,12 +66,7 @@ def main(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="metax-demo-", dir="/tmp") as tmp:  # /tmp: unix socket paths are short
         workdir = Path(tmp)
-        logging.basicConfig(
-            level=logging.WARNING,
-            filename=str(workdir / "demo.log"),
-            format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
-            force=True,
-        )
+        realcli.log_into(workdir)
         f = demo_fleet.InMemoryFleet(workdir, args.nodes)
         console.print(
             f"[bold]MetaX GPU Operator demo[/bold]: the operator and its node agents on {args.nodes} fake GPU nodes "

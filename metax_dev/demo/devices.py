@@ -22,6 +22,7 @@ from metax_core.errors import ClusterError
 from metax_core.node import devices
 from metax_core.runtime import container_edit
 from metax_dev import devicekubelet
+from metax_dev.demo import standins
 from metax_k8s.api import Api
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,7 @@ class KubeletDevices:
 
     def holdings(self) -> dict[str, list[str]]:
         with self._lock:
-            found: dict[str, list[str]] = {}
-            for (_, resource), ids in self.held.items():
-                found.setdefault(resource, []).extend(ids)
-            return found
+            return standins.holdings_by_resource(self.held)
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -46,6 +46,16 @@ STAND_INS = (
 Scenario = Callable[[Console, demo_fleet.Fleet, bool], int]
 
 
+def log_into(workdir: Path) -> None:
+    """The demo's own log (warnings and up, every thread) in its directory: the console is the scenario's."""
+    logging.basicConfig(
+        level=logging.WARNING,
+        filename=str(workdir / "demo.log"),
+        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
 def kubeconfig(plane: controlplane.ControlPlane, workdir: Path) -> Path:
     """The control plane's admin kubeconfig with the operator's namespace as its context's default, so
     ``kubectl get clusteroperator,ds,nodes`` lists the agents' DaemonSets (in the demo's directory: it goes with
@@ -102,12 +112,7 @@ def _run(
 ) -> int:
     with tempfile.TemporaryDirectory(prefix="mxd-", dir="/tmp") as tmp:  # /tmp: unix socket paths are short
         workdir = Path(tmp)
-        logging.basicConfig(
-            level=logging.WARNING,
-            filename=str(workdir / "demo.log"),
-            format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
-            force=True,
-        )
+        log_into(workdir)
         try:
             if plane is None:
                 console.print(

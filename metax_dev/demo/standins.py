@@ -145,6 +145,14 @@ class DaemonSets:
             self.k8s.api.create(pod, field_manager="demo-daemonset-controller")
 
 
+def holdings_by_resource(held: Mapping[tuple[str, str], Sequence[str]]) -> dict[str, list[str]]:
+    """(owner pod, resource) → device IDs, as resource → every device ID held (PodResources' view)."""
+    found: dict[str, list[str]] = {}
+    for (_, resource), ids in held.items():
+        found.setdefault(resource, []).extend(ids)
+    return found
+
+
 class DeviceManager:
     """The kubelet's device manager for one node: the devices each plugin offers, allocations, allocatable."""
 
@@ -164,10 +172,7 @@ class DeviceManager:
     def holdings(self) -> dict[str, list[str]]:
         """Resource → the device IDs pods hold (what the kubelet's PodResources API answers)."""
         with self._lock:
-            found: dict[str, list[str]] = {}
-            for (_, resource), ids in self.held.items():
-                found.setdefault(resource, []).extend(ids)
-            return found
+            return holdings_by_resource(self.held)
 
     def offer(self, resource: str, ids: Sequence[str] | None) -> bool:
         """What a plugin's ListAndWatch sends; the node's capacity and allocatable are written when they change."""
