@@ -58,7 +58,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
@@ -69,13 +68,8 @@ from metax_core.node import allocation, payload_layout, readiness
 from metax_core.runtime import containerd, handler
 from metax_core.topology import cluster_view, extender
 from metax_core.topology import document as topology_document
-from metax_dev import wrapper
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
-from metax_hw import hostfiles
-from metax_k8s.inmemory import cluster as inmemory
-from services._agent import cluster
-from services.container_runtime import agent as runtime_agent_module
 from tests.realnode import gpus, helm_release, pods, runtime_agent
 from tests.realnode.helm_release import NAMESPACE, Release
 from tests.services.exporter.prometheus import Prometheus
@@ -96,44 +90,11 @@ def host_files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for d in AGENT_HOST_DIRS for p in (root / d).rglob("*") if (root / d).exists()}
 
 
-@attrs.define
-class RuntimeSide:
-    """The two agents run as host processes (module docstring): container-runtime, and maca with its edit service."""
-
-    runtime: runtime_agent_module.ContainerRuntime
-    sdk: runtime_agent.SdkSide
-    original: bytes
-    uninstalled: bool = False
-
-
-def runtime_side(r: Release, work: pathlib.Path) -> RuntimeSide:
-    """The container-runtime and maca agents of ``r``'s node, their readiness signals on its fake host."""
-    board = hostfiles.FileReadinessBoard(r.fake.root)
-    sdk = runtime_agent.sdk_side(work / "maca", r.node, SDK_VERSIONS, board)
-    original = r.member.containerd_layout.config.read_bytes()
-    k8s = inmemory.InMemoryCluster()  # its Events go nowhere: the cluster's API is the pods' concern here
-    k8s.add_node(r.node)
-    runtime = runtime_agent.build(
-        r.member,
-        work / "container-runtime",
-        wrapper.build(),
-        board=r.fake.root,
-        ports=cluster.in_memory(k8s, "container-runtime", r.node),
-        wrapper_runc=str(r.member.bin_dir / "runc"),
-        edit_socket=str(sdk.socket),
-    )
-    runtime.tick()
-    signals = board.read_all()
-    assert signals["container-runtime"].ready, signals["container-runtime"].reason
-    assert signals["maca"].ready, signals["maca"].reason
-    return RuntimeSide(runtime, sdk, original)
-
-
 @pytest.fixture(scope="module")
 def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     built = images_build.build()
     with helm_release.real_node(realnode_plane, built) as r:
-        side = runtime_side(r, tmp_path_factory.mktemp("runtime-side"))
+        side = runtime_agent.runtime_side(r.member, r.fake.root, tmp_path_factory.mktemp("runtime-side"), SDK_VERSIONS)
         r.host_before = host_files(r.fake.root)  # their signals stay: no agent of theirs sees the uninstall here
         r.extras["runtime side"] = side
         started = time.monotonic()
@@ -150,9 +111,9 @@ def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.
             side.sdk.close()
 
 
-def _side(r: Release) -> RuntimeSide:
+def _side(r: Release) -> runtime_agent.RuntimeSide:
     side = r.extras["runtime side"]
-    assert isinstance(side, RuntimeSide)
+    assert isinstance(side, runtime_agent.RuntimeSide)
     return side
 
 
