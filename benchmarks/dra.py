@@ -222,7 +222,7 @@ def real_node_times(pods: int) -> list[tuple[str, list[float]]]:
     from metax_core.cluster import dra_objects
     from metax_core.node import readiness
     from metax_dev.controlplane import cluster as controlplane
-    from metax_dev.realnode import launcher
+    from metax_dev.realnode import devnodes, launcher
     from metax_hw import hostfiles
     from tests.realnode import gpus as gpu_helpers
     from tests.realnode import pods as pod_helpers
@@ -245,7 +245,7 @@ def real_node_times(pods: int) -> list[tuple[str, list[float]]]:
                     .host_driver("2.18.0")
                     .build(work / kind.replace(" ", "-"))
                 )
-                gpu_helpers.make_device_nodes_real(fake.root)
+                devnodes.make_device_nodes_real(fake.root)
                 real = nodes.add_node(device_root=fake.root)
                 board = hostfiles.FileReadinessBoard(fake.root)
                 for component in config.from_env({"NODE_NAME": real.name}).required_components:

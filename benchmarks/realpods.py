@@ -4,7 +4,7 @@ peak RSS of each component inside its container next to the same agent as a host
 Run from the repository root (root, cached binaries and images): ``python -m benchmarks.realpods [--settle 20]``.
 It starts a loopback control plane with no kwok node, one real node (kubelet + containerd + runc) on a 2-GPU fake
 host whose containerd imports the images ``./run images`` builds, installs the chart with ``helm install --wait``
-exactly as ``tests/e2e/test_product.py`` does (`tests.realnode.helm_release`), then
+exactly as ``tests/e2e/test_product.py`` does (`metax_dev.productnode.helm_release`), then
 
 * reads each pod's creation time, its container's ``startedAt`` and its Ready condition (seconds, whole-second
   timestamps from the API server and the kubelet);
@@ -17,7 +17,7 @@ exactly as ``tests/e2e/test_product.py`` does (`tests.realnode.helm_release`), t
 
 Every agent finishes its work in its container now (the test payload brings the fake host's mx-smi, which
 driver-manager stages for every agent: docs/images.md); container-runtime and maca run on no node here
-(tests/realnode/helm_release.py says why). Nothing is asserted. Printed as a table.
+(metax_dev/productnode/helm_release.py says why). Nothing is asserted. Printed as a table.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from benchmarks import figures as fig
 from metax_dev import agents
 from metax_dev.controlplane import cluster
 from metax_dev.images import build as images_build
-from tests.realnode import helm_release
+from metax_dev.productnode import helm_release
 
 COMPONENTS = ("metax-operator", *helm_release.AGENTS, *helm_release.DEPLOYMENTS)
 HOST_AGENT = {

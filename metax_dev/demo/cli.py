@@ -9,21 +9,21 @@ Exit 0 when every step reached its outcome, 1 when one did not (the rest are ski
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
-from rich.live import Live
 
-from metax_core.errors import MetaxError
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import fleet as demo_fleet
-from metax_dev.demo import realcli, scenario, standins, view
+from metax_dev.demo import player, realcli, realnode, scenario, standins, view
 
 EXIT_OK, EXIT_FAILED = 0, 1
+S = TypeVar("S")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,6 +43,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep", action="store_true", help="with --cluster real: keep it running after the scenario until Ctrl-C"
     )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="with --cluster real: the product from its images, installed with helm, on a real node (kubelet, "
+        "containerd, runc built here) over a fake 2-GPU host; the steps a real node can run (docs/demo.md)",
+    )
     return p
 
 
@@ -51,18 +57,26 @@ def main(
     *,
     prepare: Callable[[demo_fleet.Fleet], None] | None = None,
     control_plane: controlplane.ControlPlane | None = None,
+    observe: realnode.Observer | None = None,
 ) -> int:
     """``prepare`` runs on the fleet before the scenario (tests inject faults the scenario does not expect, or
     read the hosts). ``control_plane``: with ``--cluster real``, a started one to use instead of starting one
-    (the tests' session control plane); it is left running."""
+    (the tests' session control plane); it is left running. ``observe``: with ``--real-node``, called with the
+    node before the install and once more after the scenario, before the teardown (tests read the host)."""
     args = parser().parse_args(argv)
     if args.nodes < 2:
         parser().error("--nodes must be at least 2 (one node takes the VF change, another the vfio binding)")
-    if args.keep and args.cluster != "real":
-        parser().error("--keep goes with --cluster real")
+    if (args.keep or args.real_node) and args.cluster != "real":
+        parser().error("--keep and --real-node go with --cluster real")
     console = Console() if Console().is_terminal else Console(width=160)
     if args.cluster == "real":
-        return realcli.run(console, args, prepare, control_plane, _scenario)
+        if args.real_node:
+            return realcli.run(console, control_plane, functools.partial(realnode.on_node, console, args, observe))
+        return realcli.run(
+            console,
+            control_plane,
+            lambda plane, workdir: realcli.on_fleet(console, args, prepare, plane, workdir, _scenario),
+        )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="metax-demo-", dir="/tmp") as tmp:  # /tmp: unix socket paths are short
         workdir = Path(tmp)
@@ -90,60 +104,12 @@ def main(
 
 
 def _scenario(console: Console, f: demo_fleet.Fleet, live: bool) -> int:
-    steps = scenario.steps(f)
-    done = threading.Event()
-    with Live(view.table(f), console=console, refresh_per_second=4) if live else _NoLive() as shown:
-        if live:
-            threading.Thread(target=_refresh, args=(shown, f, done), daemon=True).start()
-        try:
-            for number, step in enumerate(steps, 1):
-                console.rule(f"[bold]{number}/{len(steps)} {step.title}")
-                for command in step.commands:
-                    console.print(f"$ {command}", markup=False, highlight=False)
-                began = time.monotonic()
-                try:
-                    said = step.run(f)
-                except (scenario.StepFailed, MetaxError, OSError) as exc:
-                    console.print(f"[red]step failed[/red]: {exc}", highlight=False)
-                    for line in view.lines(f):
-                        console.print(f"  {line}", markup=False, highlight=False)
-                    _log_tail(console, f)
-                    return EXIT_FAILED
-                for line in said:
-                    console.print(f"  {line}", markup=False, highlight=False)
-                console.print(f"  [green]ok[/green] ({time.monotonic() - began:.1f}s)")
-                if not live:
-                    for line in view.lines(f):
-                        console.print(f"  | {line}", markup=False, highlight=False)
-        finally:
-            done.set()
-    return EXIT_OK
-
-
-def _log_tail(console: Console, f: demo_fleet.Fleet, lines: int = 15) -> None:
-    """The last warnings of the operator and the agents (the demo's log is deleted with its directory; on the
-    real cluster the operator process writes its own)."""
-    for log in [f.workdir / "demo.log", *sorted(f.workdir.glob("operator-*.log"))]:
-        try:
-            tail = log.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            continue
-        console.print(f"last lines of {log.name}:")
-        for line in tail:
-            console.print(f"  {line}", markup=False, highlight=False)
-
-
-def _refresh(shown: Live, f: demo_fleet.Fleet, done: threading.Event) -> None:
-    while not done.wait(0.25):
-        try:
-            shown.update(view.table(f, title="nodes × components (live)"))
-        except (MetaxError, OSError):  # a real API server's moment of refusal: the next refresh shows it again
-            continue
-
-
-class _NoLive:
-    def __enter__(self) -> Live:
-        return None  # type: ignore[return-value]
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    logs = [f.workdir / "demo.log", *sorted(f.workdir.glob("operator-*.log"))]
+    return player.play(
+        console,
+        scenario.steps(f),
+        f,
+        lines=lambda: view.lines(f),
+        table=(lambda: view.table(f, title="nodes × components (live)")) if live else None,
+        logs=logs,
+    )

@@ -44,6 +44,8 @@ STAND_INS = (
 )
 
 Scenario = Callable[[Console, demo_fleet.Fleet, bool], int]
+Body = Callable[[controlplane.ControlPlane, Path], int]
+"""What runs on the started control plane, in the demo's directory; its exit code."""
 
 
 def log_into(workdir: Path) -> None:
@@ -78,18 +80,14 @@ def watch_commands(plane: controlplane.ControlPlane, config: Path) -> list[str]:
     return commands
 
 
-def run(
-    console: Console,
-    args: argparse.Namespace,
-    prepare: Callable[[demo_fleet.Fleet], None] | None,
-    plane: controlplane.ControlPlane | None,
-    scenario: Scenario,
-) -> int:
+def run(console: Console, plane: controlplane.ControlPlane | None, body: Body) -> int:
+    """``body`` on ``plane`` (None: a control plane started here, and stopped after), in a temporary directory,
+    Ctrl-C and SIGTERM tearing down what was started."""
     started = time.monotonic()
     own = plane is None
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM tears down as Ctrl-C does
     try:
-        return _run(console, args, prepare, plane, scenario, started, own)
+        return _run(console, plane, body, started, own)
     except KeyboardInterrupt:  # raised where it was, after every `finally` on the way tore its part down
         console.print(f"interrupted: torn down after {time.monotonic() - started:.1f}s")
         return EXIT_INTERRUPTED
@@ -101,15 +99,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _run(
-    console: Console,
-    args: argparse.Namespace,
-    prepare: Callable[[demo_fleet.Fleet], None] | None,
-    plane: controlplane.ControlPlane | None,
-    scenario: Scenario,
-    started: float,
-    own: bool,
-) -> int:
+def _run(console: Console, plane: controlplane.ControlPlane | None, body: Body, started: float, own: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="mxd-", dir="/tmp") as tmp:  # /tmp: unix socket paths are short
         workdir = Path(tmp)
         log_into(workdir)
@@ -120,7 +110,7 @@ def _run(
                     "kwok (built from their Go modules once, cached under ~/.cache/metax-operator) ..."
                 )
                 plane = controlplane.ControlPlane(nodes=0).start()
-            code = _on(console, args, prepare, plane, workdir, scenario)
+            code = body(plane, workdir)
         finally:
             if own and plane is not None:
                 plane.stop()
@@ -128,7 +118,7 @@ def _run(
     return code
 
 
-def _on(
+def on_fleet(
     console: Console,
     args: argparse.Namespace,
     prepare: Callable[[demo_fleet.Fleet], None] | None,
@@ -136,6 +126,7 @@ def _on(
     workdir: Path,
     scenario: Scenario,
 ) -> int:
+    """The scenario on process nodes and kwok CPU nodes of ``plane`` (`realfleet`)."""
     f = realfleet.RealFleet(workdir, plane, args.nodes)
     try:
         console.print(
@@ -162,13 +153,18 @@ def _on(
             if code == EXIT_OK:  # the scenario ended with the uninstall: install again, to have agents to watch
                 f.objects.apply(scenario_steps.cluster_operator(f.pod_template), field_manager="helm")
                 console.print("--keep: cluster-operator installed again (the scenario's install): the agents come back")
-            _keep(console, plane, config)
+            keep(console, plane, config)
     finally:
         f.stop()
     return code
 
 
-def _keep(console: Console, plane: controlplane.ControlPlane, config: Path) -> None:
+def keep(
+    console: Console,
+    plane: controlplane.ControlPlane,
+    config: Path,
+    what: str = "the nodes with their agents and the operator",
+) -> None:
     """Until Ctrl-C or SIGTERM: the control plane, the nodes, their agents and the operator keep running."""
     stop = threading.Event()
 
@@ -178,7 +174,7 @@ def _keep(console: Console, plane: controlplane.ControlPlane, config: Path) -> N
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         console.print(
-            "--keep: the control plane, the nodes with their agents and the operator keep running "
+            f"--keep: the control plane, {what} keep running "
             f"(KUBECONFIG={config}); Ctrl-C or SIGTERM (kill {os.getpid()}) uninstalls, stops and "
             "removes everything."
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -53,11 +53,15 @@ class StepFailed(Exception):
     """A step did not reach its outcome; the text says what the cluster said instead."""
 
 
+S = TypeVar("S")
+"""What a scenario's steps act on: a `demo_fleet.Fleet`, or the real-node demo's release (`realnode`)."""
+
+
 @attrs.frozen
-class Step:
+class Step(Generic[S]):
     title: str
     commands: tuple[str, ...]
-    run: Callable[[demo_fleet.Fleet], list[str]]
+    run: Callable[[S], list[str]]
     """Acts, waits for the outcome, returns what the cluster now says; StepFailed otherwise."""
 
 
@@ -341,7 +345,7 @@ def _patch(target: str, body: dict[str, Any], namespace: str = "") -> str:
     return f"kubectl {where}patch {target} --type merge -p '{_json(body)}'"
 
 
-def steps(f: demo_fleet.Fleet) -> Sequence[Step]:
+def steps(f: demo_fleet.Fleet) -> Sequence[Step[demo_fleet.Fleet]]:
     n0, n1, last = f.nodes[0].name, f.nodes[1].name, f.nodes[-1].name
     co = "clusteroperators.gpu.metax-tech.com cluster-operator"
     vfnums = {"data": {driver_config.NODE_VFNUMS: f"nodes:\n  {n1}:\n    vfnum: {VFNUM}\n"}}

@@ -3,11 +3,11 @@ R-WEBHOOK, R-IMAGES, R-MACA, R-EXPORTER, R-DRA, C7, C9; issue 21 item 3).
 
 One real node (kubelet + containerd + runc built here) on its own fake MetaX host (2 GPUs, the host's driver
 2.18.0 loaded), whose containerd imported the images ``./run images`` builds and a TEST driver payload image
-(`tests.realnode.helm_release`). Every component is a pod from those images, installed with the real
+(`metax_dev.productnode.helm_release`). Every component is a pod from those images, installed with the real
 ``helm install``, except two that change the node's container runtime through the host's service manager, which
 this harness's node does not have: the container-runtime agent and the maca agent (with its container-edit
 service) run as host processes from their composition roots, configure this node's real containerd (the real
-static wrapper, one restart through the launcher: `tests.realnode.runtime_agent`) and publish their readiness
+static wrapper, one restart through the launcher: `metax_dev.productnode.runtime_agent`) and publish their readiness
 signals on the fake host, where the agents' pods read them. The session's kube-scheduler is reconfigured with
 the gpu-scheduler extender, as docs/scheduler.md tells an administrator to. Each pod below is a runc container,
 with its own network namespace on the node's pod network (docs/realnode.md "The pod network"), reaching the API
@@ -62,16 +62,17 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from metax_core.cluster import workloads
-from metax_core.dra import DRIVER, slices
+from metax_core.cluster import workloads as rendered_workloads
+from metax_core.dra import slices
 from metax_core.node import allocation, payload_layout, readiness
 from metax_core.runtime import containerd, handler
 from metax_core.topology import cluster_view, extender
 from metax_core.topology import document as topology_document
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
-from tests.realnode import gpus, helm_release, pods, runtime_agent
-from tests.realnode.helm_release import NAMESPACE, Release
+from metax_dev.productnode import helm_release, runtime_agent, workloads
+from metax_dev.productnode.helm_release import NAMESPACE, Release
+from tests.realnode import gpus, pods
 from tests.services.exporter.prometheus import Prometheus
 
 pytestmark = pytest.mark.realnode
@@ -249,11 +250,11 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
     driver = _one(r, "metax-driver")
     init = driver["status"]["initContainerStatuses"][0]
     assert init["image"] == helm_release.PAYLOAD_IMAGE and init["state"]["terminated"]["exitCode"] == 0
-    listed = _exec(r, driver["metadata"]["name"], "ls", workloads.PAYLOAD_DIR + "/driver")
+    listed = _exec(r, driver["metadata"]["name"], "ls", rendered_workloads.PAYLOAD_DIR + "/driver")
     assert listed.split() == ["metax.ko"]
 
     labels = kube.read_node(r.node).metadata.labels or {}
-    assert labels.get(workloads.GPU_NODE_LABEL) == "true"
+    assert labels.get(rendered_workloads.GPU_NODE_LABEL) == "true"
     assert labels.get(PREFIX + "gpu.count") == str(len(gpus))
     root = r.fake.root
     helm_release.wait(
@@ -370,7 +371,7 @@ def test_a_workload_with_two_gpus_and_an_sdk_prefix_is_placed_runs_and_is_scrape
 
     # A real Prometheus scrapes the data-exporter's pod: both GPUs' series carry the workload's pod (R-EXPORTER).
     exporter_pod = _one(r, "metax-data-exporter")
-    prometheus = Prometheus(tmp_path, f"{exporter_pod['status']['podIP']}:{workloads.EXPORTER_PORT}")
+    prometheus = Prometheus(tmp_path, f"{exporter_pod['status']['podIP']}:{rendered_workloads.EXPORTER_PORT}")
     try:
         helm_release.wait(prometheus.ready, "prometheus ready", 60, lambda: "")
         query = f'mx_gpu_usage{{pod="two-gpus", namespace="{namespace}"}}'
@@ -412,29 +413,11 @@ def test_a_dra_node_serves_a_claimed_pod(release: Release, kube: client.CoreV1Ap
             return found if len(found) == helm_release.PFS else {}
 
         helm_release.wait(published, "the node's GPUs in a ResourceSlice", WAIT, lambda: _describe(r))
-        template = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "two-gpus"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {
-                                "name": "gpus",
-                                "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 2},
-                            }
-                        ]
-                    }
-                }
-            },
-        }
         cdi_dir = r.fake.root / "var/run/cdi"
         specs_before = set(cdi_dir.iterdir())
+        template = workloads.claim_template("two-gpus", 2)
         custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaimtemplates", template)
-        pod = pods.scheduled_pod("claimed", r.node, gpus.LIST_DEVICES + "echo DONE; sleep 3600", {})
-        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
-        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+        pod = workloads.claimed_pod("claimed", r.node, gpus.LIST_DEVICES + "echo DONE; sleep 3600", "two-gpus")
         kube.create_namespaced_pod(namespace, pod)
         text = pods.wait_logs(kube, namespace, "claimed", "DONE")
         every = sorted(str(a) for a in r.fake.gpu_addresses())

@@ -1,25 +1,17 @@
 """GPU helpers shared by the real-node tests: allocatable counts, what a pod's script printed about its
-devices and environment, the fake host's GPUs, and a stand-in for udev on a fake host."""
+devices and environment, the fake host's GPUs (its device nodes: `metax_dev.realnode.devnodes`)."""
 
 from __future__ import annotations
-
-import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
 
 from kubernetes import client
 
 from metax_core.inventory import PciAddress, PciFunction
+from metax_dev.productnode import workloads
 from metax_hw_fake import host
 
 GPU = "metax-tech.com/gpu"
-#: The device numbers the fake hosts' device nodes get: those of /dev/null (harmless when opened).
-DEVICE_NUMBERS = (1, 3)
-
-#: A pod script fragment: one ``NODE <path> <type> <major>:<minor>`` line per device node it sees.
-LIST_DEVICES = 'for f in /dev/dri/* /dev/vfio/* /dev/mxcd; do [ -e "$f" ] && stat -c \'NODE %n %F %t:%T\' "$f"; done; '
+LIST_DEVICES = workloads.LIST_DEVICES
+device_lines = workloads.device_lines
 
 
 def allocatable(core: client.CoreV1Api, node_name: str, resource: str = GPU) -> int:
@@ -30,20 +22,10 @@ def capacity(core: client.CoreV1Api, node_name: str, resource: str = GPU) -> int
     return int((core.read_node(node_name).status.capacity or {}).get(resource, "0"))
 
 
-def device_lines(text: str) -> dict[str, str]:
-    """``NODE <path> <type> <major>:<minor>`` lines printed by the pods' scripts."""
-    seen = {}
-    for line in text.splitlines():
-        if line.startswith("NODE "):
-            _, path, rest = line.split(" ", 2)
-            seen[path] = rest
-    return seen
-
-
 def env_value(text: str, name: str) -> str:
-    values = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{name}=")]
-    assert values, f"{name} not printed in:\n{text}"
-    return values[0]
+    value = workloads.printed(text, name)
+    assert value is not None, f"{name} not printed in:\n{text}"
+    return value
 
 
 def functions(fake: host.FakeHost) -> list[PciFunction]:
@@ -66,35 +48,3 @@ def unschedulable(core: client.CoreV1Api, namespace: str, name: str) -> str:
         if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
             return str(condition.message)
     return ""
-
-
-def make_device_nodes_real(root: Path) -> list[Path]:
-    """Replace the fake host's device node files by character devices (the numbers of /dev/null)."""
-    made = []
-    for path in sorted([*(root / "dev/dri").glob("*"), *(root / "dev/vfio").glob("*"), root / "dev/mxcd"]):
-        if path.exists() and not path.is_char_device():
-            path.unlink()
-            os.mknod(path, 0o666 | 0o020000, os.makedev(*DEVICE_NUMBERS))
-            made.append(path)
-    return made
-
-
-@contextmanager
-def udev(root: Path, interval: float = 0.2) -> Iterator[None]:
-    """While the block runs, turn the device nodes the fake kernel creates as plain files (after a driver
-    reload, for new VFs) into character devices, as udev does on a real host."""
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(interval):
-            # the fake kernel may remove or rewrite a node meanwhile: the next pass catches up
-            with suppress(OSError):
-                make_device_nodes_real(root)
-
-    thread = threading.Thread(target=run, name="udev", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()

@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
-from metax_dev.realnode import images
+from metax_dev.productnode import workloads
 
-
-def busybox_pod(name: str, node: str, script: str, *, resources: Mapping[str, str] | None = None) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": "main",
-        "image": images.BUSYBOX_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", script],
-    }
-    if resources:
-        container["resources"] = {"limits": dict(resources)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [container],
-        },
-    }
-
-
-def scheduled_pod(name: str, node: str, script: str, resources: Mapping[str, str]) -> dict[str, Any]:
-    """Like :func:`busybox_pod`, but placed by the scheduler (node selector), so that it can stay Pending."""
-    pod = busybox_pod(name, node, script, resources=resources)
-    del pod["spec"]["nodeName"]
-    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return pod
+busybox_pod = workloads.busybox_pod
+scheduled_pod = workloads.scheduled_pod
 
 
 def wait(

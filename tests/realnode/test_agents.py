@@ -45,7 +45,8 @@ from metax_core.runtime import containerd
 from metax_dev import agents, fake_sdk, wrapper
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.controlplane import errors, processes
-from metax_dev.realnode import launcher, node
+from metax_dev.productnode import runtime_agent
+from metax_dev.realnode import devnodes, launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
 from services._agent import cluster
@@ -53,7 +54,7 @@ from services.container_runtime import agent as runtime_agent_module
 from services.container_runtime import bootstrap as runtime_bootstrap
 from services.gpu_device import config as device_config
 
-from . import gpus, pods, runtime_agent
+from . import gpus, pods
 from .gpus import GPU
 
 pytestmark = pytest.mark.realnode
@@ -157,10 +158,10 @@ def agents_node(realnode_plane: controlplane.ControlPlane) -> Iterator[AgentsNod
     core.create_namespace({"metadata": {"name": namespace}})
     nodes = launcher.RealNodes(realnode_plane, 0, prefix="agents-node")
     fake = builder.FakeHostBuilder().gpus(PFS).host_driver("2.18.0").build(work / "host")
-    gpus.make_device_nodes_real(fake.root)
+    devnodes.make_device_nodes_real(fake.root)
     member: AgentsNode | None = None
     try:
-        with gpus.udev(fake.root):
+        with devnodes.udev(fake.root):
             nodes.start()
             real = nodes.add_node(device_root=fake.root)
             env = agents.environment(
@@ -229,7 +230,7 @@ def test_gpu_pod_stays_pending_until_the_agents_publish_readiness(
     assert sorted(visible) == sorted(str(f.address) for f in gpus.functions(n.fake))
     seen = gpus.device_lines(text)
     assert set(seen) == gpus.expected_nodes(n.fake, visible), text
-    major, minor = gpus.DEVICE_NUMBERS
+    major, minor = devnodes.DEVICE_NUMBERS
     assert all(v == f"character special file {major:x}:{minor:x}" for v in seen.values()), seen
 
 

@@ -18,9 +18,10 @@ from kubernetes import client
 from metax_core.runtime import containerd, handler
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.controlplane import errors
+from metax_dev.productnode import runtime_agent
 from metax_dev.realnode import launcher, node
 
-from . import pods, runtime_agent
+from . import pods
 
 pytestmark = pytest.mark.realnode
 

@@ -45,7 +45,7 @@ from metax_core.dra import DRIVER, claims, prepare, slices
 from metax_core.node import readiness
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.controlplane import errors, processes
-from metax_dev.realnode import images, launcher, node
+from metax_dev.realnode import devnodes, images, launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
 from services.dra_driver import config as dra_config
@@ -89,7 +89,7 @@ def dra_node(realnode_plane: controlplane.ControlPlane) -> Iterator[DraNode]:
     work = Path(tempfile.mkdtemp(prefix="metax-dranode-"))
     nodes = launcher.RealNodes(realnode_plane, 0, prefix="dra-node")
     fake = builder.FakeHostBuilder().gpus(4, numa_nodes=2, switches=0).host_driver("2.18.0").build(work / "host")
-    gpus.make_device_nodes_real(fake.root)
+    devnodes.make_device_nodes_real(fake.root)
     for version in SDKS:  # what the maca agent would have installed
         (fake.root / "var/lib/metax/maca" / version / "bin").mkdir(parents=True)
     member: DraNode | None = None
@@ -368,7 +368,7 @@ def test_a_gpu_falling_off_the_bus_is_reported_unhealthy_in_the_pods_status(
         assert device not in published(custom, dra_node)
     finally:
         dra_node.fake.clear_faults()
-        gpus.make_device_nodes_real(dra_node.fake.root)
+        devnodes.make_device_nodes_real(dra_node.fake.root)
     wait_published(custom, dra_node)
 
 

@@ -29,10 +29,11 @@ from metax_core.cluster import workloads
 from metax_core.runtime import containerd, handler
 from metax_dev import wrapper
 from metax_dev.controlplane import cluster as controlplane
+from metax_dev.productnode import runtime_agent
 from metax_dev.realnode import node
 from services.container_runtime import agent
 
-from . import pods, runtime_agent
+from . import pods
 
 pytestmark = pytest.mark.realnode
 

@@ -44,20 +44,20 @@ from metax_core.node import readiness
 from metax_dev.controlplane import build, errors, processes
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
-from metax_dev.realnode import launcher, node
+from metax_dev.realnode import devnodes, launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
 from services.gpu_device import config
-from tests.realnode import gpus, pods
+from tests.realnode import pods
 
 #: GPUs on the session's fake host.
 GPUS = 4
-DEVICE_NUMBERS = gpus.DEVICE_NUMBERS
-make_device_nodes_real = gpus.make_device_nodes_real
+DEVICE_NUMBERS = devnodes.DEVICE_NUMBERS
+make_device_nodes_real = devnodes.make_device_nodes_real
 
 _build_error: errors.ControlPlaneError | None = None
 #: The test modules that run the product's images (built before the session's first test when any is selected).
-IMAGE_TESTS = ("test_product",)
+IMAGE_TESTS = ("test_product", "test_demo_real_node")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

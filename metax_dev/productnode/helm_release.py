@@ -1,6 +1,7 @@
 """The product installed with the real ``helm install`` on a real node, from its own images (issue 21 item 3).
 
-Shared by ``tests/e2e/test_product.py`` and ``benchmarks/realpods.py``: a real node (kubelet + containerd + runc
+Shared by ``tests/e2e/test_product.py``, the real-node demo (`metax_dev.demo.realnode`) and
+``benchmarks/realpods.py``: a real node (kubelet + containerd + runc
 built here) on its own fake MetaX host, whose containerd imported the product's images (``./run images``,
 `metax_dev.images.build`) and a TEST driver payload image (one layer written by
 `metax_dev.realnode.images.write_payload_image`: busybox for the init container's ``cp``, the fake payload's
@@ -43,11 +44,9 @@ from metax_dev import agents
 from metax_dev.controlplane import build as controlplane_build
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
-from metax_dev.realnode import images, launcher, node
+from metax_dev.realnode import devnodes, images, launcher, node
 from metax_hw import hostfiles
 from metax_hw_fake import builder, host
-
-from . import gpus
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "metax-operator"
@@ -73,6 +72,10 @@ DEPLOYED = ("exporter", "gpuScheduler", "draDriver")
 #: Deployed, but scheduled on no node (see the module docstring), and prerequisites of the driver and gpu-device.
 NOWHERE = ("runtime", "maca")
 NO_NODE = {"metax.test/stand-in": "true"}
+
+
+class ReleaseError(Exception):
+    """helm or kubectl failed, or what was awaited did not come; the text says what the cluster said."""
 
 
 @dataclass
@@ -107,7 +110,7 @@ class Release:
             [binary, *args], cwd=REPO, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
         )
         if check and done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+            raise ReleaseError(f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
         return done
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -160,14 +163,17 @@ def payload_image(directory: Path) -> Path:
 
 
 @contextmanager
-def real_node(plane: controlplane.ControlPlane, built: images_build.Built) -> Iterator[Release]:
-    """A real node with the product's images on its own fake host (udev stand-in running), torn down after."""
+def real_node(
+    plane: controlplane.ControlPlane, built: images_build.Built, prefix: str = "helm-node"
+) -> Iterator[Release]:
+    """A real node (``<prefix>-0``) with the product's images on its own fake host (udev stand-in running), torn
+    down after."""
     work = Path(tempfile.mkdtemp(prefix="metax-helmnode-"))
-    nodes = launcher.RealNodes(plane, 0, prefix="helm-node")
+    nodes = launcher.RealNodes(plane, 0, prefix=prefix)
     fake = builder.FakeHostBuilder().gpus(PFS).vfio(True).host_driver(DRIVER_VERSION).build(work / "host")
-    gpus.make_device_nodes_real(fake.root)
+    devnodes.make_device_nodes_real(fake.root)
     try:
-        with gpus.udev(fake.root):
+        with devnodes.udev(fake.root):
             nodes.start()
             started = time.monotonic()
             member = nodes.add_node(
@@ -183,7 +189,8 @@ def real_node(plane: controlplane.ControlPlane, built: images_build.Built) -> It
 
 def pods(release: Release) -> list[dict[str, Any]]:
     done = release.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json")
-    assert done.returncode == 0, done.stderr
+    if done.returncode != 0:
+        raise ReleaseError(f"kubectl get pods -n {NAMESPACE} failed: {done.stderr}")
     items: list[dict[str, Any]] = json.loads(done.stdout)["items"]
     return items
 
@@ -207,5 +214,5 @@ def wait(predicate: Callable[[], Any], what: str, timeout: float, explain: Calla
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{explain()}")
+            raise ReleaseError(f"timed out after {timeout:.0f}s waiting for {what}\n{explain()}")
         time.sleep(0.5)

@@ -1,10 +1,10 @@
 """The container-runtime agent on a real node (C4): its service manager there, and the agent built for the node;
 and the maca agent with its container-edit service (R-MACA), whose socket the wrapper that agent installs dials.
 
-The agent runs in the test process with host root ``/`` (the node's files are under its directory, which the
-node's mount namespace shares) and its host programs run directly (the node's own containerd binary); the
-node's containerd is restarted through the launcher (`HarnessService`), which runs it as its child as systemd
-does on a node."""
+The agents run in the calling process (a test's, the real-node demo's) with host root ``/`` (the node's files are
+under its directory, which the node's mount namespace shares) and their host programs run directly (the node's
+own containerd binary); the node's containerd is restarted through the launcher (`HarnessService`), which runs
+it as its child as systemd does on a node."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def sdk_side(
     while not socket.exists():
         if time.monotonic() > deadline or not service.is_alive():
             stop.set()
-            raise AssertionError(f"the container-edit service did not listen on {socket}")
+            raise RuntimeError(f"the container-edit service did not listen on {socket}")
         time.sleep(0.01)
     return SdkSide(maca, socket, stop, service)
 
@@ -179,6 +179,7 @@ def runtime_side(
     )
     runtime.tick()
     signals = board.read_all()
-    assert signals["container-runtime"].ready, signals["container-runtime"].reason
-    assert signals["maca"].ready, signals["maca"].reason
+    for component in ("container-runtime", "maca"):
+        if not signals[component].ready:
+            raise RuntimeError(f"{component} is not ready on {real.name}: {signals[component].reason}")
     return RuntimeSide(runtime, sdk, original)
