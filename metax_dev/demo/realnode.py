@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,8 +51,6 @@ SDK_VERSIONS = ("2.18.0.3", "2.9.1")
 WORKLOAD, CLAIMED, TEMPLATE = "train", "claimed", "two-gpus"
 WORKLOAD_NS = "default"
 NODE_PREFIX = "demo-node"
-#: Where on the fake host the agents write (the same before the install and after the uninstall).
-AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")
 STAND_INS = (
     "the node: a real kubelet, containerd and runc built here, on this machine, in their own mount and network "
     "namespaces; its /dev, /sys and host paths are a fake MetaX host's (2 GPUs, driver "
@@ -112,22 +109,9 @@ class RealNodeDemo:
         return shown
 
 
-def host_files(root: Path) -> set[str]:
-    """The paths under the fake host's directories the agents write to."""
-    return {str(p.relative_to(root)) for d in AGENT_HOST_DIRS for p in (root / d).rglob("*") if (root / d).exists()}
-
-
-def wait_until(d: RealNodeDemo, what: str, check: Callable[[], Any], said: Callable[[], str] | None = None) -> Any:
-    """``check()``'s first truthy answer; `scenario.StepFailed` naming ``what`` after the demo's deadline."""
-    end = time.monotonic() + d.deadline
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > end:
-            tail = f"; the cluster says: {said()}" if said else ""
-            raise scenario.StepFailed(f"{what}: not within {d.deadline:.0f}s{tail}")
-        time.sleep(0.5)
+def _wait(d: RealNodeDemo, what: str, check: Callable[[], Any], said: Callable[[], str] | None = None) -> Any:
+    """`scenario.wait_until` every half second: a check here may be a kubectl process."""
+    return scenario.wait_until(d, what, check, said, interval=0.5)
 
 
 def _kubectl_json(d: RealNodeDemo, *args: str) -> dict[str, Any]:
@@ -139,14 +123,7 @@ def _kubectl_json(d: RealNodeDemo, *args: str) -> dict[str, Any]:
 
 
 def _ours(d: RealNodeDemo, name: str) -> list[dict[str, Any]]:
-    """The live pods of the component whose ``app.kubernetes.io/name`` is ``name`` (no Job's)."""
-    return [
-        p
-        for p in helm_release.pods(d.release)
-        if p["metadata"]["labels"].get("app.kubernetes.io/name") == name
-        and "job-name" not in p["metadata"]["labels"]
-        and not p["metadata"].get("deletionTimestamp")
-    ]
+    return helm_release.component_pods(d.release, name)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -175,7 +152,7 @@ def install(d: RealNodeDemo) -> list[str]:
         conditions = {c["type"]: c for c in status.get("conditions") or []}
         return status if conditions.get("Ready", {}).get("status") == "True" else None
 
-    status = wait_until(d, "cluster-operator Ready", ready, said=lambda: json.dumps(_cr_status(d))[:600])
+    status = _wait(d, "cluster-operator Ready", ready, said=lambda: json.dumps(_cr_status(d))[:600])
     for name in (*helm_release.AGENTS, *helm_release.DEPLOYMENTS, "metax-operator"):
         found = _ours(d, name)
         if len(found) != 1 or not _ready(found[0]):
@@ -193,7 +170,7 @@ def install(d: RealNodeDemo) -> list[str]:
 
 def labels_and_allocatable(d: RealNodeDemo) -> list[str]:
     want = str(helm_release.PFS)
-    wait_until(d, f"allocatable {GPU}={want}", lambda: _allocatable(d) == want, said=lambda: _allocatable(d))
+    _wait(d, f"allocatable {GPU}={want}", lambda: _allocatable(d) == want, said=lambda: _allocatable(d))
     found = _node_meta(d).labels or {}
     if found.get(labels.GPU_COUNT) != want or found.get(rendered.GPU_NODE_LABEL) != labels.TRUE:
         raise scenario.StepFailed(f"{d.node}: labels {found}")
@@ -257,7 +234,7 @@ def _wait_logs(d: RealNodeDemo, name: str) -> str:
         events = d.core.list_namespaced_event(WORKLOAD_NS, field_selector=f"involvedObject.name={name}").items
         return "; ".join(f"{e.reason}: {e.message}" for e in events[-5:])
 
-    result: str = wait_until(d, f"pod {name} Running and printed what it sees", done, said)
+    result: str = _wait(d, f"pod {name} Running and printed what it sees", done, said)
     return result
 
 
@@ -272,10 +249,10 @@ def metrics(d: RealNodeDemo) -> list[str]:
         found = [s for s in (families[name].samples if name in families else []) if s.labels.get("pod") == WORKLOAD]
         return found if len(found) == helm_release.PFS else []
 
-    found = wait_until(d, f"{name} of both GPUs attributed to pod {WORKLOAD}", attributed)
+    found = _wait(d, f"{name} of both GPUs attributed to pod {WORKLOAD}", attributed)
     d.core.delete_namespaced_pod(WORKLOAD, WORKLOAD_NS, grace_period_seconds=0)
-    wait_until(d, f"pod {WORKLOAD} gone", lambda: not _exists(d, WORKLOAD))
-    wait_until(d, f"{GPU} free again", lambda: _allocatable(d) == str(helm_release.PFS))
+    _wait(d, f"pod {WORKLOAD} gone", lambda: not _exists(d, WORKLOAD))
+    _wait(d, f"{GPU} free again", lambda: _allocatable(d) == str(helm_release.PFS))
     return [
         f"{name}{{pci_address={s.labels.get('pci_address')}, namespace={s.labels.get('namespace')}, "
         f"pod={s.labels.get('pod')}, container={s.labels.get('container')}}} {s.value:g}"
@@ -289,7 +266,7 @@ def _exists(d: RealNodeDemo, name: str) -> bool:
 
 def dra(d: RealNodeDemo) -> list[str]:
     d.core.patch_node(d.node, {"metadata": {"labels": {allocation.LABEL: allocation.Allocator.DRA.value}}})
-    wait_until(
+    _wait(
         d,
         "gpu-device's pod gone and the dra-driver's Ready",
         lambda: not _ours(d, "metax-gpu-device") and [p for p in _ours(d, "metax-dra-driver") if _ready(p)],
@@ -300,7 +277,7 @@ def dra(d: RealNodeDemo) -> list[str]:
         found = slices.published_in(items, d.node)
         return found if len(found) == helm_release.PFS else {}
 
-    devices = wait_until(d, "the node's GPUs in a ResourceSlice", published)
+    devices = _wait(d, "the node's GPUs in a ResourceSlice", published)
     cdi = d.release.fake.root / "var/run/cdi"
     specs = set(cdi.iterdir())
     d.release.kubectl("apply", "-n", WORKLOAD_NS, "-f", "-", stdin=json.dumps(pods.claim_template(TEMPLATE, 2)))
@@ -311,14 +288,14 @@ def dra(d: RealNodeDemo) -> list[str]:
         raise scenario.StepFailed(f"pod {CLAIMED} sees no GPU device node: {seen}")
     claim = next(iter(set(cdi.iterdir()) - specs), None)
     d.core.delete_namespaced_pod(CLAIMED, WORKLOAD_NS, grace_period_seconds=0)
-    wait_until(
+    _wait(
         d,
         f"pod {CLAIMED} gone and its claim unprepared",
         lambda: not _exists(d, CLAIMED) and set(cdi.iterdir()) == specs,
     )
     d.release.kubectl("delete", "resourceclaimtemplate", TEMPLATE, "-n", WORKLOAD_NS)
     d.core.patch_node(d.node, {"metadata": {"labels": {allocation.LABEL: None}}})
-    wait_until(
+    _wait(
         d,
         f"gpu-device back on {d.node} and {GPU}={helm_release.PFS}",
         lambda: not _ours(d, "metax-dra-driver") and _allocatable(d) == str(helm_release.PFS),
@@ -335,10 +312,10 @@ def uninstall(d: RealNodeDemo) -> list[str]:
     d.plane.restart_scheduler(())  # the extender goes with the release: out of the scheduler's configuration first
     d.scheduler_extended = False
     d.release.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait", timeout=d.deadline + 60)
-    wait_until(d, "every pod of ours gone", lambda: not helm_release.pods(d.release))
+    _wait(d, "every pod of ours gone", lambda: not helm_release.pods(d.release))
     meta = _node_meta(d)
     left = [k for k in {**(meta.labels or {}), **(meta.annotations or {})} if k.startswith("metax-tech.com/")]
-    files = host_files(d.release.fake.root)
+    files = helm_release.host_files(d.release.fake.root)
     if left or files != d.release.host_before:
         raise scenario.StepFailed(
             f"{d.node}: keys left {left}; host files added {sorted(files - d.release.host_before)[:5]}, "
@@ -422,7 +399,7 @@ def on_node(
         if observe is not None:
             observe(release)
         side = runtime_agent.runtime_side(release.member, release.fake.root, workdir / "runtime-side", SDK_VERSIONS)
-        release.host_before = host_files(release.fake.root)
+        release.host_before = helm_release.host_files(release.fake.root)
         api = plane.api_client()
         d = RealNodeDemo(release, side, client.CoreV1Api(api))
         try:

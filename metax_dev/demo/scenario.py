@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
@@ -65,14 +65,20 @@ class Step(Generic[S]):
     """Acts, waits for the outcome, returns what the cluster now says; StepFailed otherwise."""
 
 
+class Deadlined(Protocol):
+    deadline: float
+    """Seconds a step's wait gets."""
+
+
 def wait_until(
-    f: demo_fleet.Fleet,
+    f: Deadlined,
     what: str,
     check: Callable[[], object],
     said: Callable[[], str] | None = None,
+    interval: float = 0.1,
 ) -> Any:
-    """``check()``'s first truthy answer; StepFailed naming ``what`` (and what ``said()`` reads from the cluster
-    then) when the fleet's step deadline passes."""
+    """``check()``'s first truthy answer, asked every ``interval`` seconds; StepFailed naming ``what`` (and what
+    ``said()`` reads from the cluster then) when the step's deadline (a fleet's, the real-node demo's) passes."""
     deadline = f.deadline
     end = time.monotonic() + deadline
     while True:
@@ -81,7 +87,7 @@ def wait_until(
             return found
         if time.monotonic() > end:
             raise StepFailed(f"{what}: not within {deadline:.0f}s" + (f"; the cluster says: {said()}" if said else ""))
-        time.sleep(0.1)
+        time.sleep(interval)
 
 
 def _cr_says(f: demo_fleet.Fleet) -> str:

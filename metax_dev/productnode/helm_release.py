@@ -195,6 +195,26 @@ def pods(release: Release) -> list[dict[str, Any]]:
     return items
 
 
+def component_pods(release: Release, name: str) -> list[dict[str, Any]]:
+    """The live pods of the component whose ``app.kubernetes.io/name`` is ``name`` (a Job's pods aside)."""
+    return [
+        p
+        for p in pods(release)
+        if p["metadata"]["labels"].get("app.kubernetes.io/name") == name
+        and "job-name" not in p["metadata"]["labels"]
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+#: Where on the fake host the agents write (compared before the install and after the uninstall).
+AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")
+
+
+def host_files(root: Path) -> set[str]:
+    """The paths under the fake host's directories the agents write to."""
+    return {str(p.relative_to(root)) for d in AGENT_HOST_DIRS for p in (root / d).rglob("*") if (root / d).exists()}
+
+
 def ready_seconds(pod: dict[str, Any]) -> float | None:
     """Seconds from the pod's creation to its Ready condition (None: not Ready)."""
     from datetime import datetime

@@ -40,7 +40,7 @@ def snapshot(release: Release) -> dict[str, Any]:
     root = release.fake.root
     files = {
         str(p.relative_to(root))
-        for d in realnode.AGENT_HOST_DIRS
+        for d in helm_release.AGENT_HOST_DIRS
         if (root / d).exists()
         for p in [root / d, *(root / d).rglob("*")]
     }

@@ -80,15 +80,9 @@ pytestmark = pytest.mark.realnode
 AGENTS = helm_release.AGENTS
 DEPLOYMENTS = helm_release.DEPLOYMENTS
 WAIT = 120.0
-#: Where on the fake host the agents write (compared before the install and after the uninstall).
-AGENT_HOST_DIRS = ("var/lib/metax", "run/metax", "var/run/cdi", "var/log/metax")
 PREFIX = "metax-tech.com/"
 #: The MXMACA versions the maca agent installs (fake SDK payload images, `metax_dev.fake_sdk`).
 SDK_VERSIONS = ("2.18.0.3", "2.9.1")
-
-
-def host_files(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for d in AGENT_HOST_DIRS for p in (root / d).rglob("*") if (root / d).exists()}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +90,9 @@ def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.
     built = images_build.build()
     with helm_release.real_node(realnode_plane, built) as r:
         side = runtime_agent.runtime_side(r.member, r.fake.root, tmp_path_factory.mktemp("runtime-side"), SDK_VERSIONS)
-        r.host_before = host_files(r.fake.root)  # their signals stay: no agent of theirs sees the uninstall here
+        r.host_before = helm_release.host_files(
+            r.fake.root
+        )  # their signals stay: no agent of theirs sees the uninstall here
         r.extras["runtime side"] = side
         started = time.monotonic()
         r.helm(*r.install_args())
@@ -118,14 +114,7 @@ def _side(r: Release) -> runtime_agent.RuntimeSide:
     return side
 
 
-def _pods(r: Release, name: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in helm_release.pods(r)
-        if p["metadata"]["labels"].get("app.kubernetes.io/name") == name
-        and "job-name" not in p["metadata"]["labels"]
-        and not p["metadata"].get("deletionTimestamp")
-    ]
+_pods = helm_release.component_pods
 
 
 def _one(r: Release, name: str) -> dict[str, Any]:
@@ -469,7 +458,7 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     assert operators.returncode == 0 and json.loads(operators.stdout)["items"] == []
     node = kube.read_node(r.node).metadata
     assert not [k for k in {**(node.labels or {}), **(node.annotations or {})} if k.startswith(PREFIX)]
-    assert host_files(r.fake.root) == r.host_before
+    assert helm_release.host_files(r.fake.root) == r.host_before
     # the container-runtime agent's uninstall gives the node's containerd its configuration back, byte for byte
     side = _side(r)
     started = time.monotonic()
