@@ -159,6 +159,10 @@ def plan(modules: Sequence[Module], nodes: Sequence[int], quick: bool) -> list[t
     return [(m, sizes, size) for _, m, sizes, size in runs]
 
 
+def took(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def machine(started: float | None = None, load_at_start: float | None = None) -> dict[str, str]:
     model = ""
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -181,7 +185,7 @@ def machine(started: float | None = None, load_at_start: float | None = None) ->
         "kernel": platform.release(),
         "Python": platform.python_version(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        + (f" (the run took {(time.monotonic() - started) / 60:.0f} min)" if started is not None else ""),
+        + (f" (the run took {took(time.monotonic() - started)})" if started is not None else ""),
         "load average (1 min)": (f"{load_at_start:.1f} at the start, " if load_at_start is not None else "")
         + f"{os.getloadavg()[0]:.1f} at the end (other work on the machine slows every figure)",
         "git commit": commit + (" (with uncommitted changes)" if dirty else ""),
