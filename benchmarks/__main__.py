@@ -212,30 +212,40 @@ def write(outcomes: Sequence[Outcome], facts: dict[str, str], command: str, note
     counts = sorted({*DEFAULT_NODES, *results.node_counts(runs)})
     order = [(m.name, size) for m, _, size in plan(MODULES, counts, quick=False)]
     RESULTS.write_text(results.render(runs, order))
-    print(f"merged run {runs[-1]['number']} into {STORE.relative_to(ROOT)}, wrote {RESULTS.relative_to(ROOT)}")
+    print(
+        f"merged run {runs[-1]['number']} into {STORE.relative_to(ROOT)}, wrote {RESULTS.relative_to(ROOT)}",
+        file=sys.stderr,
+    )
 
 
 def spent(budget: float) -> str:
     return f"not run: the --budget of {budget:.0f} s was spent"
 
 
+def durations(logs: pathlib.Path, names: Sequence[str]) -> dict[str, float]:
+    """Each stem's seconds from its files' times in the logs directory: from the previous stem's last write to
+    its own last write (the first stem: from its own first write). A stem without files has none."""
+    times = {name: [p.stat().st_mtime for p in logs.glob(f"{name}.*")] for name in names}
+    ran = sorted((max(t), min(t), name) for name, t in times.items() if t)
+    found, previous = {}, None
+    for last, first, name in ran:
+        found[name] = last - (first if previous is None else previous)
+        previous = last
+    return found
+
+
 def from_logs(
     logs: pathlib.Path, modules: Sequence[Module], nodes: Sequence[int], errors: dict[str, str], budget: float | None
 ) -> list[Outcome]:
     """The outcomes of an earlier run from its logs directory, as `run_module` left it: ``STEM.json`` holds the
-    figures; a stem with only its log, or none, becomes an error row (the text given in `errors`, else the log's
-    last line, else not run). A module's seconds are taken from the files' times: from the previous module's
-    last write to its own (the first: from its own first file's)."""
+    figures; a stem without it becomes an error row: the text given in `errors`, else the last line of its log,
+    else not run (with the budget's text when `budget` is given)."""
     planned = [(m, size, stem(m, size)) for m, _, size in plan(modules, nodes, quick=False)]
-    ends = {name: max(t) for _, _, name in planned if (t := [p.stat().st_mtime for p in logs.glob(f"{name}.*")])}
-    seconds, previous = {}, None
-    for end, name in sorted((end, name) for name, end in ends.items()):
-        first = min(p.stat().st_mtime for p in logs.glob(f"{name}.*"))
-        seconds[name], previous = end - (first if previous is None else previous), end
+    seconds = durations(logs, [name for _, _, name in planned])
     outcomes = []
     for module, size, name in planned:
         out, log = logs / f"{name}.json", logs / f"{name}.log"
-        if out.is_file() and name not in errors:
+        if out.is_file():
             found = [fig.Figure.from_json(d) for d in json.loads(out.read_text())]
             outcomes.append(Outcome(module, seconds[name], found, nodes=size))
             continue
@@ -248,10 +258,11 @@ def from_logs(
 
 
 def given_facts(path: pathlib.Path) -> dict[str, str]:
+    """The facts `machine()` gave an earlier run, from a JSON dict (plus, optionally, its ``command``)."""
     facts = json.loads(path.read_text())
-    missing = [k for k in (*results.MACHINE, "date", "git commit") if k not in facts]
-    if not isinstance(facts, dict) or missing:
-        raise SystemExit(f"{path}: not a dict of machine() facts (missing {', '.join(missing)})")
+    needed = (*results.MACHINE, "date", "git commit")
+    if not isinstance(facts, dict) or any(k not in facts for k in needed):
+        raise SystemExit(f"{path}: not a JSON dict with the facts machine() gives ({', '.join(needed)})")
     return {k: str(v) for k, v in facts.items()}
 
 
@@ -338,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = selected(only)
     wanted = {i.strip().upper() for i in only}
     if args.from_logs:
+        if any("=" not in e for e in args.error):
+            options.error("--error takes STEM=TEXT, e.g. operator_scale-1000=timed out after 387 s")
         errors = dict(e.split("=", 1) for e in args.error)
         outcomes = from_logs(args.from_logs, modules, nodes, errors, args.budget)
         facts = given_facts(args.facts_json)

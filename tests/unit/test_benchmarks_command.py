@@ -6,12 +6,14 @@ it leaves benchmarks/RESULTS.md as it was. ``--write`` merges into benchmarks/re
 only the stored outcomes of the same module and node count, the others keep their run number, and a run left
 with none is dropped; RESULTS.md, rendered from the whole store, gives each figure's run and a growth column
 per node count in the store; ``--write --quick`` is refused; ``--from-logs`` stores an earlier run from a
-logs directory as `run_module` leaves it (a stem with only its log, or none, is an error row).
+logs directory as `run_module` leaves it (a stem with only its log, or none, is an error row; a module's
+seconds come from its files' times).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -194,3 +196,13 @@ def test_from_logs_without_a_stored_json_takes_the_logs_last_line(store: pathlib
     assert runner.main(["--write", "--only", "P4", "--from-logs", str(logs), "--facts-json", str(facts)]) == 1
     (only,) = json.loads((store / "results.json").read_text())[0]["outcomes"]
     assert only["error"] == "no figures: ImportError: no module named x"
+
+
+def test_from_logs_takes_each_modules_seconds_from_its_files_times(tmp_path: pathlib.Path) -> None:
+    written = {"rollout.log": 100.0, "rollout.json": 101.5, "operator_scale-100.log": 102.0}
+    written |= {"operator_scale-100.json": 341.5, "operator_scale-1000.log": 729.0}
+    for name, when in written.items():
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (when, when))
+    found = runner.durations(tmp_path, ["rollout", "operator_scale-100", "operator_scale-1000", "realpods"])
+    assert found == {"rollout": 1.5, "operator_scale-100": 240.0, "operator_scale-1000": 387.5}
