@@ -2,15 +2,18 @@
 
 Why this module exists: issue 26 item 4 asks for one command that runs every benchmark and prints every
 performance figure with its goal, the value measured and the reference measured in the same run, plus how the
-operator's cost grows with the kwok node count, and for ``benchmarks/RESULTS.md`` to keep the latest table and
-the machine it ran on.
+operator's cost grows with the kwok node count, and for ``benchmarks/RESULTS.md`` to keep the latest figures and
+the machine they ran on.
 
     python -m benchmarks [--only P1,P5] [--nodes 100,1000,5000] [--quick] [--write] [--timeout S] [--note TEXT]
+    python -m benchmarks --write --from-logs DIR --facts-json FILE [--error STEM=TEXT] [--budget S] [--note TEXT]
 
 Each module runs in its own subprocess (``--child``: its ``figures()`` as JSON), so one that fails, times out
 or lacks a prerequisite becomes a row with its error and the others still run; the exit code is then 1. A goal
-missed is a result, not a failure (exit 0). ``RESULTS.md`` is written only with ``--write`` (a ``--quick`` or
-``--only`` run never overwrites it by accident). docs/benchmarks.md lists the figures and their goals.
+missed is a result, not a failure (exit 0). ``--write`` merges the run into ``benchmarks/results.json``
+(`benchmarks.results`: an outcome replaces only the stored one of the same module and node count) and renders
+RESULTS.md from the whole store; a ``--quick`` run is never written. ``--from-logs`` stores an earlier run from
+its logs directory instead of running. docs/benchmarks.md lists the figures and their goals.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import figures as fig
+from benchmarks import results
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+STORE = ROOT / "benchmarks" / "results.json"
 DEFAULT_NODES = (100, 1000, 5000)
 
 
@@ -103,6 +108,11 @@ def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -
     return 0
 
 
+def stem(module: Module, size: int | None) -> str:
+    """The name of a module's ``.json`` and ``.log`` in the logs directory."""
+    return module.name + (f"-{size}" if size is not None else "")
+
+
 def run_module(
     module: Module,
     quick: bool,
@@ -111,8 +121,8 @@ def run_module(
     logs: pathlib.Path,
     size: int | None = None,
 ) -> Outcome:
-    stem = module.name + (f"-{size}" if size is not None else "")
-    out, log = logs / f"{stem}.json", logs / f"{stem}.log"
+    name = stem(module, size)
+    out, log = logs / f"{name}.json", logs / f"{name}.log"
     command = [sys.executable, "-m", "benchmarks", "--child", module.name, "--out", str(out)]
     command += ["--nodes", ",".join(map(str, nodes))] + (["--quick"] if quick else [])
     began = time.monotonic()
@@ -149,6 +159,10 @@ def plan(modules: Sequence[Module], nodes: Sequence[int], quick: bool) -> list[t
     return [(m, sizes, size) for _, m, sizes, size in runs]
 
 
+def took(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def machine(started: float | None = None, load_at_start: float | None = None) -> dict[str, str]:
     model = ""
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -171,44 +185,95 @@ def machine(started: float | None = None, load_at_start: float | None = None) ->
         "kernel": platform.release(),
         "Python": platform.python_version(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        + (f" (the run took {(time.monotonic() - started) / 60:.0f} min)" if started is not None else ""),
+        + (f" (the run took {took(time.monotonic() - started)})" if started is not None else ""),
         "load average (1 min)": (f"{load_at_start:.1f} at the start, " if load_at_start is not None else "")
         + f"{os.getloadavg()[0]:.1f} at the end (other work on the machine slows every figure)",
         "git commit": commit + (" (with uncommitted changes)" if dirty else ""),
     }
 
 
-def results_markdown(
-    outcomes: Sequence[Outcome], nodes: Sequence[int], command: str, facts: dict[str, str], notes: Sequence[str]
-) -> str:
-    found = [f for o in outcomes for f in o.figures]
-    parts = [
-        "# Benchmark results\n",
-        f"Written by `{command}` (docs/benchmarks.md says what each figure measures and its goal). "
-        "Every reference was measured in the same run; a verdict is computed from the goal and the value.\n",
-        "## Machine\n",
-        fig.markdown(("", ""), list(facts.items())),
-        "## Figures\n",
-        fig.markdown(fig.COLUMNS, fig.rows(found)),
-        "## Growth with the kwok node count\n",
-        fig.markdown(("measure", *(f"{n:,} nodes" for n in nodes)), fig.growth(found, nodes)),
-        "## Run time per benchmark\n",
-        fig.markdown(
-            ("module", "figures", "seconds", "outcome"),
-            [(o.label, ", ".join(o.module.ids), f"{o.seconds:.0f}", o.error or "ok") for o in outcomes],
-        ),
-    ]
-    if notes:
-        parts += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
-    return "\n".join(parts)
+def stored(outcome: Outcome) -> results.Outcome:
+    """An outcome as `results` stores it."""
+    return {
+        "module": outcome.module.name,
+        "nodes": outcome.nodes,
+        "ids": list(outcome.module.ids),
+        "seconds": round(outcome.seconds, 1),
+        "error": outcome.error,
+        "figures": [f.to_json() for f in outcome.figures],
+    }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def write(outcomes: Sequence[Outcome], facts: dict[str, str], command: str, notes: Sequence[str]) -> None:
+    """Merge this run into `STORE` and render `RESULTS` from the whole store."""
+    run = results.new_run(facts, command, notes, [stored(o) for o in outcomes])
+    runs = results.merge(results.load(STORE), run)
+    results.save(STORE, runs)
+    counts = sorted({*DEFAULT_NODES, *results.node_counts(runs)})
+    order = [(m.name, size) for m, _, size in plan(MODULES, counts, quick=False)]
+    RESULTS.write_text(results.render(runs, order))
+    print(
+        f"merged run {runs[-1]['number']} into {STORE.relative_to(ROOT)}, wrote {RESULTS.relative_to(ROOT)}",
+        file=sys.stderr,
+    )
+
+
+def spent(budget: float) -> str:
+    return f"not run: the --budget of {budget:.0f} s was spent"
+
+
+def durations(logs: pathlib.Path, names: Sequence[str]) -> dict[str, float]:
+    """Each stem's seconds from its files' times in the logs directory: from the previous stem's last write to
+    its own last write (the first stem: from its own first write). A stem without files has none."""
+    times = {name: [p.stat().st_mtime for p in logs.glob(f"{name}.*")] for name in names}
+    ran = sorted((max(t), min(t), name) for name, t in times.items() if t)
+    found, previous = {}, None
+    for last, first, name in ran:
+        found[name] = last - (first if previous is None else previous)
+        previous = last
+    return found
+
+
+def from_logs(
+    logs: pathlib.Path, modules: Sequence[Module], nodes: Sequence[int], errors: dict[str, str], budget: float | None
+) -> list[Outcome]:
+    """The outcomes of an earlier run from its logs directory, as `run_module` left it: ``STEM.json`` holds the
+    figures; a stem without it becomes an error row: the text given in `errors`, else the last line of its log,
+    else not run (with the budget's text when `budget` is given)."""
+    planned = [(m, size, stem(m, size)) for m, _, size in plan(modules, nodes, quick=False)]
+    seconds = durations(logs, [name for _, _, name in planned])
+    outcomes = []
+    for module, size, name in planned:
+        out, log = logs / f"{name}.json", logs / f"{name}.log"
+        if out.is_file():
+            found = [fig.Figure.from_json(d) for d in json.loads(out.read_text())]
+            outcomes.append(Outcome(module, seconds[name], found, nodes=size))
+            continue
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+        error = errors.get(name) or (f"no figures: {tail[0][-300:]}" if tail else "")
+        error = error or (spent(budget) if budget is not None else "not run")
+        figures = fig.failed(module.ids, module.what, error, size)
+        outcomes.append(Outcome(module, seconds.get(name, 0.0), figures, error, size))
+    return outcomes
+
+
+def given_facts(path: pathlib.Path) -> dict[str, str]:
+    """The facts `machine()` gave an earlier run, from a JSON dict (plus, optionally, its ``command``)."""
+    facts = json.loads(path.read_text())
+    needed = (*results.MACHINE, "date", "git commit")
+    if not isinstance(facts, dict) or any(k not in facts for k in needed):
+        raise SystemExit(f"{path}: not a JSON dict with the facts machine() gives ({', '.join(needed)})")
+    return {k: str(v) for k, v in facts.items()}
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated P-ids, e.g. P1,P5")
     parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)), help="kwok node counts (P1–P3, P11)")
     parser.add_argument("--quick", action="store_true", help="fewer samples and smaller sizes: a look, not a result")
-    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    parser.add_argument(
+        "--write", action="store_true", help=f"merge the run into {STORE.relative_to(ROOT)} and render RESULTS.md"
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per module before it becomes an error")
     parser.add_argument(
         "--budget",
@@ -218,17 +283,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md's notes")
     parser.add_argument("--logs", type=pathlib.Path, help="directory for each module's output (default: a new one)")
+    parser.add_argument("--from-logs", type=pathlib.Path, help="with --write: an earlier run's --logs, not a new run")
+    parser.add_argument("--facts-json", type=pathlib.Path, help="with --from-logs: that run's machine() facts")
+    parser.add_argument(
+        "--error", action="append", default=[], help="with --from-logs: STEM=TEXT, the error of a stem without JSON"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    nodes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
-    if args.child:
-        return run_child(args.child, args.quick, nodes, args.out)
-    only = [i for i in args.only.split(",") if i.strip()]
-    modules = selected(only)
-    wanted = {i.strip().upper() for i in only}
+    return parser
+
+
+def run_all(modules: Sequence[Module], nodes: Sequence[int], args: argparse.Namespace) -> list[Outcome]:
     outcomes = []
-    started, load_at_start = time.monotonic(), os.getloadavg()[0]
     logs = args.logs or pathlib.Path(tempfile.mkdtemp(prefix="metax-bench-"))
     logs.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget if args.budget is not None else None
@@ -236,19 +302,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout = args.timeout
         left = deadline - time.monotonic() if deadline is not None else None
         if left is not None and left < 10:
-            error = f"not run: the --budget of {args.budget:.0f} s was spent"
+            error = spent(args.budget)
             outcome = Outcome(module, 0.0, fig.failed(module.ids, module.what, error, size), error, size)
         else:
             if left is not None:
                 timeout = min(timeout, left) if timeout is not None else left
             print(f"== {module.name} ({', '.join(module.ids)}) {sizes if size else ''}…", file=sys.stderr, flush=True)
             outcome = run_module(module, args.quick, sizes, timeout, logs, size)
-        if wanted:
-            outcome.figures = [f for f in outcome.figures if f.id in wanted]
         print(f"   {outcome.seconds:.0f} s {outcome.error or 'ok'}", file=sys.stderr, flush=True)
         outcomes.append(outcome)
     print(f"each module's output: {logs}", file=sys.stderr)
-    found = [f for o in outcomes for f in o.figures]
+    return outcomes
+
+
+def show(outcomes: Sequence[Outcome], wanted: set[str], nodes: Sequence[int]) -> None:
+    """The figures asked for (all a module gives are stored with --write: its run measured them all)."""
+    found = [f for o in outcomes for f in o.figures if not wanted or f.id in wanted]
     from rich.console import Console
 
     console = Console(width=200)
@@ -258,13 +327,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(f.nodes is not None for f in found):
         header = ("measure", *(f"{n:,} nodes" for n in nodes))
         console.print(fig.rich_table("Growth with the kwok node count", header, fig.growth(found, nodes)))
+
+
+def command_line(argv: Sequence[str] | None) -> str:
+    given = list(sys.argv[1:] if argv is None else argv)
+    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
+    return ("python -m benchmarks " + " ".join(shown)).strip()  # the notes are listed under Notes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parser()
+    args = options.parse_args(argv)
+    nodes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
+    if args.child:
+        return run_child(args.child, args.quick, nodes, args.out)
+    if args.write and args.quick:
+        options.error("--write with --quick: a --quick run is a look, not a result, and is never stored")
+    if args.from_logs and not (args.write and args.facts_json):
+        options.error("--from-logs needs --write and --facts-json (the earlier run's machine() facts)")
+    only = [i for i in args.only.split(",") if i.strip()]
+    modules = selected(only)
+    wanted = {i.strip().upper() for i in only}
+    if args.from_logs:
+        if any("=" not in e for e in args.error):
+            options.error("--error takes STEM=TEXT, e.g. operator_scale-1000=timed out after 387 s")
+        errors = dict(e.split("=", 1) for e in args.error)
+        outcomes = from_logs(args.from_logs, modules, nodes, errors, args.budget)
+        facts = given_facts(args.facts_json)
+        command = facts.pop("command", command_line(argv))
+    else:
+        started, load_at_start = time.monotonic(), os.getloadavg()[0]
+        outcomes = run_all(modules, nodes, args)
+        facts, command = machine(started, load_at_start), command_line(argv)
+    show(outcomes, wanted, nodes)
     if args.write:
-        given = list(sys.argv[1:] if argv is None else argv)
-        shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
-        command = "python -m benchmarks " + " ".join(shown)  # the notes are listed under Notes
-        facts = machine(started, load_at_start)
-        RESULTS.write_text(results_markdown(outcomes, nodes, command.strip(), facts, args.note))
-        print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
+        write(outcomes, facts, command, args.note)
     return 1 if any(o.error for o in outcomes) else 0
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks import __main__ as runner
 from benchmarks import figures as fig
+from benchmarks import results
 
 
 def figure(goal: fig.Goal, value: float, ref: float | None = None, **kw: object) -> fig.Figure:
@@ -109,11 +110,11 @@ def test_growth_pivots_by_node_count_and_says_what_was_not_run() -> None:
 def test_results_markdown_names_the_machine_and_every_figure() -> None:
     module = runner.Module("rollout", ("P4",), "one decision")
     outcome = runner.Outcome(module, 2.0, [fig.Figure("P4", "one decision", fig.at_most(5.0, "ms"), 3.0, "ms")])
-    facts = runner.machine()
-    text = runner.results_markdown([outcome], [100], "python -m benchmarks --write", facts, ["5,000 not run"])
-    for key in ("CPU", "cores", "RAM", "kernel", "Python", "date", "git commit"):
+    run = results.new_run(runner.machine(), "python -m benchmarks --write", ["5,000 not run"], [runner.stored(outcome)])
+    text = results.render(results.merge([], run), [("rollout", None)])
+    for key in ("CPU", "cores", "RAM", "kernel", "Python"):
         assert f"| {key} |" in text
-    assert "one decision" in text and "5,000 not run" in text and "| rollout | P4 | 2 | ok |" in text
+    assert "one decision" in text and "5,000 not run" in text and "| rollout | P4 | 1 | 2 | ok |" in text
 
 
 def test_a_failing_module_becomes_an_error_row_and_the_next_one_still_runs(
