@@ -94,13 +94,33 @@ def all_ready(api: client.HttpApi, gpu_nodes: int) -> bool:
     return True
 
 
-def wait(what: str, check: Any, timeout: float = 1800.0) -> float:
+def wait(what: str, check: Any, timeout: float = 1800.0, explain: Any = None) -> float:
+    """Seconds until ``check()``; after ``timeout``, exit naming ``what`` and what ``explain()`` says."""
     began = time.monotonic()
     while not check():
         if time.monotonic() - began > timeout:
-            raise SystemExit(f"timed out waiting for {what}")
+            raise SystemExit(f"timed out waiting for {what}" + (f": {explain()}" if explain is not None else ""))
         time.sleep(0.5)
     return time.monotonic() - began
+
+
+def fleet_says(api: client.HttpApi) -> str:
+    """Each DaemonSet's desired/ready/updated pods and the Nodes not Ready (a kwok falling behind its node
+    heartbeats makes the node lifecycle controller mark their pods not Ready)."""
+    sets = [
+        f"{ds['metadata']['name']} {st.get('desiredNumberScheduled')}/{st.get('numberReady')}/"
+        f"{st.get('updatedNumberScheduled')}"
+        for ds in api.list("apps/v1", "DaemonSet", namespace=NS).items
+        for st in [ds.get("status") or {}]
+    ]
+    not_ready = [
+        n["metadata"]["name"]
+        for n in api.list("v1", "Node").items
+        if not any(
+            c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or []
+        )
+    ]
+    return f"DaemonSets desired/ready/updated: {', '.join(sets)}; Nodes not Ready: {len(not_ready)} {not_ready[:5]}"
 
 
 def prepare(api: client.HttpApi) -> None:
@@ -144,7 +164,7 @@ def floor(api: client.HttpApi, nodes: int) -> float:
     began = time.monotonic()
     for obj in rendered.objects:
         api.apply(obj, field_manager="bench-floor", force=True)
-    wait("floor ready", lambda: all_ready(api, nodes))
+    wait("floor ready", lambda: all_ready(api, nodes), explain=lambda: fleet_says(api))
     took = time.monotonic() - began
     clear(api)
     return took
@@ -217,7 +237,7 @@ def with_operator(
             {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": SPEC},
             field_manager="helm",
         )
-        wait("operator ready", lambda: all_ready(api, nodes))
+        wait("operator ready", lambda: all_ready(api, nodes), explain=lambda: fleet_says(api))
         took = time.monotonic() - began
         rss = peak_rss_mib(proc.pid)
     with operator_process(plane.kubeconfig_path, extra) as restarted:
