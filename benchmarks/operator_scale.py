@@ -94,14 +94,26 @@ def all_ready(api: client.HttpApi, gpu_nodes: int) -> bool:
     return True
 
 
-def wait(what: str, check: Any, timeout: float = 1800.0, explain: Any = None) -> float:
+def wait(what: str, check: Any, timeout: float = 1800.0, explain: Any = None, interval: float = 0.5) -> float:
     """Seconds until ``check()``; after ``timeout``, exit naming ``what`` and what ``explain()`` says."""
     began = time.monotonic()
     while not check():
         if time.monotonic() - began > timeout:
             raise SystemExit(f"timed out waiting for {what}" + (f": {explain()}" if explain is not None else ""))
-        time.sleep(0.5)
+        time.sleep(interval)
     return time.monotonic() - began
+
+
+def all_bound(api: client.HttpApi, gpu_nodes: int) -> bool:
+    """Every DaemonSet has its pod for every GPU node, and no pod of ours waits for the scheduler."""
+    items = api.list("apps/v1", "DaemonSet", namespace=NS).items
+    for ds in items:
+        st = ds.get("status") or {}
+        if st.get("desiredNumberScheduled", -1) < gpu_nodes or st.get("currentNumberScheduled") != st.get(
+            "desiredNumberScheduled"
+        ):
+            return False
+    return bool(items) and not api.list("v1", "Pod", namespace=NS, field_selector="spec.nodeName=").items
 
 
 def fleet_says(api: client.HttpApi) -> str:
@@ -200,6 +212,12 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far, from /proc (clock ticks)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def label_gpu_nodes(api: client.HttpApi) -> None:
     """What gpu-label would publish; the operator's finalizer removes it with every other product key."""
     for node in api.list("v1", "Node").items:
@@ -212,7 +230,7 @@ def label_gpu_nodes(api: client.HttpApi) -> None:
 def delete_cr(api: client.HttpApi) -> None:
     with contextlib.suppress(Exception):
         api.delete(CR_API, spec.KIND, spec.OBJECT_NAME)
-    wait("CR gone", lambda: not api.list(CR_API, spec.KIND).items, timeout=300)
+    wait("CR gone", lambda: not api.list(CR_API, spec.KIND).items, timeout=1800)
 
 
 UNDO_WAIT = 5.0
@@ -240,6 +258,7 @@ def with_operator(
         wait("operator ready", lambda: all_ready(api, nodes), explain=lambda: fleet_says(api))
         took = time.monotonic() - began
         rss = peak_rss_mib(proc.pid)
+        print(f"P1 {nodes} nodes: the operator's CPU from its start to every pod Ready: {cpu_seconds(proc.pid):.1f} s")
     with operator_process(plane.kubeconfig_path, extra) as restarted:
         time.sleep(RESTART_SETTLE)
         rss_restart = peak_rss_mib(restarted.pid)
@@ -319,6 +338,64 @@ def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], 
     return rows
 
 
+FULL_ROW_MAX = 1000
+"""Node counts above it measure P3 alone (`memory_figures`): on the 2-core reference machine the simulated kubelets
+set a pod Running at about 6 pods/s while kube-controller-manager's DaemonSet controller syncs 7 DaemonSets over
+every node (RESULTS.md: the 1,000-node floor), so the P1 floor of 5,000 nodes (35,000 pods) would take hours
+per row."""
+
+
+def memory_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
+    """P3 at ``n`` nodes without P1: the operator installs onto ``n`` kwok GPU nodes and its peak RSS is read once
+    every pod of its DaemonSets exists and is bound (its informers then hold every node and every pod of ours;
+    Ready only changes their status), and again for an operator restarted onto that cluster."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        cluster.ControlPlane(
+            nodes=n,
+            node_labels={workloads.GPU_NODE_LABEL: "true"},
+            workdir_parent=pathlib.Path(tmp),
+            startup_timeout=3600,
+        ) as plane,
+    ):
+        started = time.monotonic()
+        api = client.HttpApi(client.api_client(plane.kubeconfig_path), user_agent="bench")
+        prepare(api)
+        label_gpu_nodes(api)
+        with operator_process(plane.kubeconfig_path, extra) as proc:
+            time.sleep(2)
+            api.apply(
+                {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": SPEC},
+                field_manager="helm",
+            )
+            bound = wait(
+                "every pod bound", lambda: all_bound(api, n), timeout=3600, explain=lambda: fleet_says(api), interval=5
+            )
+            pods = len(api.list("v1", "Pod", namespace=NS).items)
+            rss, cpu = peak_rss_mib(proc.pid), cpu_seconds(proc.pid)
+        with operator_process(plane.kubeconfig_path, extra) as restarted:
+            time.sleep(RESTART_SETTLE)
+            rss_restart = peak_rss_mib(restarted.pid)
+        took = time.monotonic() - started
+    print(
+        f"P3 {n} nodes: {pods} pods bound in {bound:.0f}s (operator CPU {cpu:.0f} s); peak RSS {rss:.1f} MiB "
+        f"(restarted: {rss_restart:.1f})"
+    )
+    return [
+        fig.Figure(
+            id="P3",
+            what=f"operator peak RSS (VmHWM), {n:,} nodes, {pods:,} pods created and bound, not awaited Ready "
+            f"(P3 alone above {FULL_ROW_MAX:,} nodes; the row took {took:.0f} s)",
+            goal=fig.at_most(100.0, "MiB"),
+            value=max(rss, rss_restart),
+            unit="MiB",
+            reference=f"install {rss:.1f} MiB (every pod bound {bound:.0f} s after the CR; the operator's CPU "
+            f"meanwhile {cpu:.0f} s), restarted {rss_restart:.1f} MiB",
+            nodes=n,
+        )
+    ]
+
+
 def to_figures(rows: Sequence[Row]) -> list[fig.Figure]:
     found = []
     for r in rows:
@@ -360,9 +437,15 @@ def to_figures(rows: Sequence[Row]) -> list[fig.Figure]:
 
 
 def figures(quick: bool = False, nodes: Sequence[int] = (100, 1000, 5000)) -> list[fig.Figure]:
-    """Every size of ``nodes`` with P2 at each (60 s); ``quick``: the smallest size only, 15 s of steady state."""
+    """Every size of ``nodes`` up to `FULL_ROW_MAX` with P2 at each (60 s), P3 alone above it; ``quick``: the smallest
+    size only, 15 s of steady state."""
     sizes = [min(nodes)] if quick else list(nodes)
-    return to_figures(measure(sizes, 15.0 if quick else 60.0, dict(CHART_ENV), steady_each=True))
+    full = [n for n in sizes if n <= FULL_ROW_MAX]
+    found = to_figures(measure(full, 15.0 if quick else 60.0, dict(CHART_ENV), steady_each=True)) if full else []
+    for n in sizes:
+        if n > FULL_ROW_MAX:
+            found += memory_figures(n, dict(CHART_ENV))
+    return found
 
 
 def main() -> None:
