@@ -78,7 +78,11 @@ class ControlPlane:
         workdir_parent: Path | None = None,
         verbosity: int = 1,
         scheduler_extenders: Sequence[Mapping[str, Any]] | None = None,
+        node_lease_seconds: int = 40,
     ) -> None:
+        """``node_lease_seconds``: how long a kwok node's Lease lasts (kwok renews it within that time, and
+        kube-controller-manager marks the node NotReady 10 s after it expires): thousands of kwok nodes on two
+        cores need minutes, or kwok falls behind its renewals and nodes flap NotReady (benchmarks/operator_scale)."""
         if nodes < 0:
             raise ValueError("nodes must be >= 0")
         self.initial_nodes = nodes
@@ -90,6 +94,7 @@ class ControlPlane:
         self.node_memory = node_memory
         self.node_pods = node_pods
         self.node_labels = dict(node_labels or {})
+        self.node_lease_seconds = node_lease_seconds
         self.startup_timeout = startup_timeout
         self.keep_workdir = (
             keep_workdir if keep_workdir is not None else os.environ.get("METAX_CONTROLPLANE_KEEP") == "1"
@@ -195,7 +200,9 @@ class ControlPlane:
         credentials = components.write_credentials(self.workdir, self.server_url)
         components.write_kwok_config(self.workdir, self._binary("kwok"))
         minor = components.kubernetes_minor(self._binary("kube-apiserver"))
-        self._config = config = components.Config(self.workdir, self._ports, credentials, self.verbosity, minor)
+        self._config = config = components.Config(
+            self.workdir, self._ports, credentials, self.verbosity, minor, self.node_lease_seconds
+        )
 
         self._start("etcd", config.etcd_args())
         self._wait_for(

@@ -194,6 +194,8 @@ class Config:
     verbosity: int
     kubernetes_minor: int
     """The minor of the kube-apiserver binary started (`kubernetes_minor`): older ones lack some flags."""
+    node_lease_seconds: int = 40
+    """kwok's node Lease duration; kube-controller-manager's node monitor grace period is 10 s more."""
 
     @property
     def etcd_url(self) -> str:
@@ -277,6 +279,8 @@ class Config:
             f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
             "--kube-api-qps=200",
             "--kube-api-burst=400",
+            # a kwok node is NotReady once its Lease is older than this (default 50 s)
+            f"--node-monitor-grace-period={self.node_lease_seconds + 10}s",
         ]
 
     def scheduler_args(self, extenders: Sequence[Mapping[str, Any]] = ()) -> list[str]:
@@ -311,5 +315,5 @@ class Config:
             f"--tls-cert-file={self.credentials.serving.cert}",
             f"--tls-private-key-file={self.credentials.serving.key}",
             f"--cidr={network.POD_CIDR}",
-            "--node-lease-duration-seconds=40",
+            f"--node-lease-duration-seconds={self.node_lease_seconds}",
         ]
