@@ -339,10 +339,9 @@ def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], 
 
 
 FULL_ROW_MAX = 1000
-"""Node counts above it measure P3 alone (`memory_figures`): on the 2-core reference machine the simulated kubelets
-set a pod Running at about 6 pods/s while kube-controller-manager's DaemonSet controller syncs 7 DaemonSets over
-every node (RESULTS.md: the 1,000-node floor), so the P1 floor of 5,000 nodes (35,000 pods) would take hours
-per row."""
+"""Node counts above it measure P3 alone (`memory_figures`): the 1,000-node floor took 180 s for 7,000 pods on the
+2-core reference machine (RESULTS.md, run 3); 5,000 nodes are 35,000 pods and each DaemonSet sync walks every node,
+so a whole P1/P2 row takes hours there (docs/benchmarks.md)."""
 
 
 LARGE_LEASE_SECONDS = 600
