@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from rich.console import Console
 
@@ -23,7 +22,6 @@ from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import player, realcli, realnode, scenario, standins, view
 
 EXIT_OK, EXIT_FAILED = 0, 1
-S = TypeVar("S")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -30,10 +30,13 @@ def play(
     lines: Callable[[], list[str]],
     table: Callable[[], RenderableType] | None,
     logs: Sequence[Path],
+    failures: tuple[type[Exception], ...] = (),
 ) -> int:
     """Each step's commands, then what the cluster says (or why it failed: then ``lines()`` and the ``logs``'
     tails, and the rest is skipped); ``table``: a live view refreshed while the steps run (else ``lines()`` after
-    each step)."""
+    each step). ``failures``: more exceptions that mean a step failed (the real-node demo's helm, kubectl and
+    kubernetes client errors), printed as such, not as a traceback."""
+    expected: tuple[type[Exception], ...] = (scenario.StepFailed, MetaxError, OSError, *failures)
     done = threading.Event()
     with Live(table(), console=console, refresh_per_second=4) if table is not None else _NoLive() as shown:
         if table is not None:
@@ -46,7 +49,7 @@ def play(
                 began = time.monotonic()
                 try:
                     said = step.run(subject)
-                except (scenario.StepFailed, MetaxError, OSError) as exc:
+                except expected as exc:
                     console.print(f"[red]step failed[/red]: {exc}", highlight=False)
                     for line in lines():
                         console.print(f"  {line}", markup=False, highlight=False)
@@ -80,8 +83,8 @@ def _refresh(shown: Live, table: Callable[[], RenderableType], done: threading.E
     while not done.wait(0.25):
         try:
             shown.update(table())
-        except (MetaxError, OSError):  # a real API server's moment of refusal: the next refresh shows it again
-            continue
+        except Exception:  # a view only: an API server's moment of refusal (our client's errors, or the kubernetes
+            continue  # client's on a real node) must not end the refresh; the next one shows it again
 
 
 class _NoLive:

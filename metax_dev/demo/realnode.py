@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from rich import box
 from rich.console import Console
@@ -429,6 +430,7 @@ def _on(console: Console, args: argparse.Namespace, observe: Observer | None, d:
         lines=d.lines,
         table=None if args.no_live else d.table,
         logs=[workdir / "demo.log"],
+        failures=(helm_release.ReleaseError, ApiException, RuntimeError),
     )
     if observe is not None:
         observe(d.release)
