@@ -14,14 +14,17 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import fleet as demo_fleet
-from metax_dev.demo import player, realcli, realnode, scenario, standins, view
+from metax_dev.demo import player, realcli, scenario, standins, view
 
 EXIT_OK, EXIT_FAILED = 0, 1
+if TYPE_CHECKING:
+    from metax_dev.demo.realnode import Observer
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,7 +58,7 @@ def main(
     *,
     prepare: Callable[[demo_fleet.Fleet], None] | None = None,
     control_plane: controlplane.ControlPlane | None = None,
-    observe: realnode.Observer | None = None,
+    observe: Observer | None = None,
 ) -> int:
     """``prepare`` runs on the fleet before the scenario (tests inject faults the scenario does not expect, or
     read the hosts). ``control_plane``: with ``--cluster real``, a started one to use instead of starting one
@@ -69,6 +72,8 @@ def main(
     console = Console() if Console().is_terminal else Console(width=160)
     if args.cluster == "real":
         if args.real_node:
+            from metax_dev.demo import realnode  # the kubernetes client: not in the images, whose metax-dev has --help
+
             return realcli.run(console, control_plane, functools.partial(realnode.on_node, console, args, observe))
         return realcli.run(
             console,

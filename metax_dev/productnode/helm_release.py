@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from metax_core.node import readiness
+from metax_core.wire import meta
 from metax_dev import agents
 from metax_dev.controlplane import build as controlplane_build
 from metax_dev.controlplane import cluster as controlplane
@@ -196,11 +197,11 @@ def pods(release: Release) -> list[dict[str, Any]]:
 
 
 def component_pods(release: Release, name: str) -> list[dict[str, Any]]:
-    """The live pods of the component whose ``app.kubernetes.io/name`` is ``name`` (a Job's pods aside)."""
+    """The live pods of the component whose `meta.APP_LABEL` is ``name`` (a Job's pods aside)."""
     return [
         p
         for p in pods(release)
-        if p["metadata"]["labels"].get("app.kubernetes.io/name") == name
+        if p["metadata"]["labels"].get(meta.APP_LABEL) == name
         and "job-name" not in p["metadata"]["labels"]
         and not p["metadata"].get("deletionTimestamp")
     ]
