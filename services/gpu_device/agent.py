@@ -104,6 +104,8 @@ class Agent:
         self._node = devices.NodeSettings()
         self._topology: document.NodeTopology | None = None
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
+        self._inventory_signals: Mapping[str, readiness.ComponentReadiness] | None = None
+        """The readiness signals the kept inventory was read under."""
         self._advertising = False
         self._said = loop.Say(log)
         self._probe = probe.ProbeFile(settings.probe_file)
@@ -246,6 +248,7 @@ class Agent:
             return
         if after is not None:
             self._decide(after)  # the inventory goes with the readiness it was read under
+        self._inventory_signals = after
         self._say("inventory", f"{len(functions)} MetaX PCI function(s)")
         self._functions, self._device_nodes, self._iommu = functions, nodes, iommu
 
@@ -310,6 +313,12 @@ class Agent:
             signals = self._board.read_all()
         except HardwareError as exc:
             self._say("readiness", f"cannot read readiness signals, keeping the last decision: {exc}", logging.WARNING)
+            return
+        if self.settings.required_components and signals != self._inventory_signals:
+            # The inventory was read under other signals: one read while driver-manager changed VF counts holds a
+            # half-changed inventory, and deciding on the new signals alone would offer it. Read it again under
+            # these (it decides with them), or keep the last decision until a consistent read.
+            self._read_inventory()
             return
         self._decide(signals)
 
