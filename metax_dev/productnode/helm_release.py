@@ -228,12 +228,27 @@ def ready_seconds(pod: dict[str, Any]) -> float | None:
     return None
 
 
-def wait(predicate: Callable[[], Any], what: str, timeout: float, explain: Callable[[], str]) -> Any:
+def poll(
+    predicate: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    explain: Callable[[], str] | None = None,
+    error: type[Exception] = ReleaseError,
+) -> Any:
+    """``predicate()``'s first truthy answer, asked every ``interval`` seconds; ``error`` naming ``what`` (and what
+    ``explain()`` says) after ``timeout`` (the real-node tests' `pods.wait` raises AssertionError through it)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise ReleaseError(f"timed out after {timeout:.0f}s waiting for {what}\n{explain()}")
-        time.sleep(0.5)
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise error(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def wait(predicate: Callable[[], Any], what: str, timeout: float, explain: Callable[[], str]) -> Any:
+    return poll(predicate, what, timeout=timeout, explain=explain)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
-from metax_dev.productnode import workloads
+from metax_dev.productnode import helm_release, workloads
 
 busybox_pod = workloads.busybox_pod
 scheduled_pod = workloads.scheduled_pod
@@ -23,15 +22,7 @@ def wait(
     explain: Callable[[], str] | None = None,
 ) -> Any:
     """Poll until ``predicate()`` is truthy and return it; fail with ``what`` (and ``explain()``) on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(interval)
+    return helm_release.poll(predicate, what, timeout=timeout, interval=interval, explain=explain, error=AssertionError)
 
 
 def describe(core: client.CoreV1Api, namespace: str) -> str:
