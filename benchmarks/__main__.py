@@ -101,8 +101,14 @@ def selected(only: Sequence[str]) -> list[Module]:
 
 
 def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -> int:
-    """In the child process: one module's figures, as JSON, to ``out``."""
-    module = importlib.import_module(f"benchmarks.{name}")
+    """In the child process: one module's figures, as JSON, to ``out``. ``name`` is a module of this package,
+    or a dotted path (tests give one of their own)."""
+    # A run started in the background (``nohup … &``) starts with SIGINT ignored, and so does every child; Python
+    # then installs no handler, and `run_module`'s SIGINT at a timeout would go unheard until its SIGKILL, leaving
+    # the control planes and nodes the module started. Answer it as in a terminal: KeyboardInterrupt, and the
+    # module's context managers stop them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    module = importlib.import_module(name if "." in name else f"benchmarks.{name}")
     found: list[fig.Figure] = module.figures(quick=quick, nodes=tuple(nodes))
     out.write_text(json.dumps([f.to_json() for f in found]))
     return 0
@@ -111,6 +117,10 @@ def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -
 def stem(module: Module, size: int | None) -> str:
     """The name of a module's ``.json`` and ``.log`` in the logs directory."""
     return module.name + (f"-{size}" if size is not None else "")
+
+
+INTERRUPT_GRACE = 120.0
+"""Seconds a timed-out module gets after SIGINT to stop what it started, before SIGKILL."""
 
 
 def run_module(
@@ -134,7 +144,7 @@ def run_module(
             code = None
             child.send_signal(signal.SIGINT)  # its context managers stop the control planes and nodes it started
             try:
-                child.wait(timeout=120)
+                child.wait(timeout=INTERRUPT_GRACE)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()

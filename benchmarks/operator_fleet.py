@@ -72,8 +72,8 @@ def all_bound(api: client.HttpApi, gpu_nodes: int) -> bool:
 
 
 def fleet_says(api: client.HttpApi) -> str:
-    """Each DaemonSet's desired/ready/updated pods and the Nodes not Ready (a kwok falling behind its node
-    heartbeats makes the node lifecycle controller mark their pods not Ready)."""
+    """Each DaemonSet's desired/ready/updated pods, the Nodes not Ready, and the pods the node lifecycle controller
+    marked not Ready (a kwok falling behind its node heartbeats makes it do so)."""
     sets = [
         f"{ds['metadata']['name']} {st.get('desiredNumberScheduled')}/{st.get('numberReady')}/"
         f"{st.get('updatedNumberScheduled')}"
@@ -87,7 +87,17 @@ def fleet_says(api: client.HttpApi) -> str:
             c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or []
         )
     ]
-    return f"DaemonSets desired/ready/updated: {', '.join(sets)}; Nodes not Ready: {len(not_ready)} {not_ready[:5]}"
+    marked = [
+        p["metadata"]["name"]
+        for p in api.list("v1", "Pod", namespace=NS).items
+        for conditions in [{c["type"]: c["status"] for c in (p.get("status") or {}).get("conditions") or []}]
+        if conditions.get("Ready") == "False" and conditions.get("ContainersReady") == "True"
+    ]
+    return (
+        f"DaemonSets desired/ready/updated: {', '.join(sets)}; Nodes not Ready: {len(not_ready)} {not_ready[:5]}; "
+        f"pods not Ready with every container ready (marked so when their node was NotReady; kwok never marks them "
+        f"Ready again): {len(marked)} {marked[:3]}"
+    )
 
 
 def prepare(api: client.HttpApi) -> None:

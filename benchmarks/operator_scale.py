@@ -150,6 +150,13 @@ class Row:
     """The row's wall time: adding the nodes, the floor, the operator, the restart and the steady window."""
 
 
+KWOK_LEASE_SECONDS = 600
+"""The kwok nodes' Lease, at every node count. With kubelet's 40 s, kwok falls behind renewing its Leases on 2 cores
+while thousands of pods start: at 5,000 nodes 2,447 of 5,000 flapped NotReady at once; at 1,000 nodes, on a quiet
+machine, enough of them for 986 pods of the floor's 7,000 to be marked not Ready by the node lifecycle controller,
+which kwok never marks Ready again, so the floor never finished. Node heartbeats are not what P1 measures."""
+
+
 def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], steady_each: bool) -> list[Row]:
     """One control plane grown through ``sizes``; P2 at every size with ``steady_each``, else at the largest."""
     sizes = sorted(set(sizes))
@@ -161,6 +168,7 @@ def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], 
             node_labels={workloads.GPU_NODE_LABEL: "true"},
             workdir_parent=pathlib.Path(tmp),
             startup_timeout=1800,
+            node_lease_seconds=KWOK_LEASE_SECONDS,
         ) as plane,
     ):
         api = client.HttpApi(client.api_client(plane.kubeconfig_path), user_agent="bench")
@@ -188,11 +196,6 @@ FULL_ROW_MAX = 1000
 so a whole P1/P2 row takes hours there (docs/benchmarks.md)."""
 
 
-LARGE_LEASE_SECONDS = 600
-"""The kwok nodes' Lease above `FULL_ROW_MAX` nodes: with 40 s, kwok falls behind renewing 5,000 Leases on 2 cores
-and nodes flap NotReady (2,447 of 5,000 at once in the first try), so the control plane never has them all Ready."""
-
-
 def memory_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
     """P3 at ``n`` nodes without P1: the operator installs onto ``n`` kwok GPU nodes and its peak RSS is read once
     every pod of its DaemonSets exists and is bound (its informers then hold every node and every pod of ours;
@@ -204,7 +207,7 @@ def memory_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
             node_labels={workloads.GPU_NODE_LABEL: "true"},
             workdir_parent=pathlib.Path(tmp),
             startup_timeout=3600,
-            node_lease_seconds=LARGE_LEASE_SECONDS,
+            node_lease_seconds=KWOK_LEASE_SECONDS,
         ) as plane,
     ):
         started = time.monotonic()

@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -206,3 +207,21 @@ def test_from_logs_takes_each_modules_seconds_from_its_files_times(tmp_path: pat
         os.utime(tmp_path / name, (when, when))
     found = runner.durations(tmp_path, ["rollout", "operator_scale-100", "operator_scale-1000", "realpods"])
     assert found == {"rollout": 1.5, "operator_scale-100": 240.0, "operator_scale-1000": 387.5}
+
+
+def test_a_timed_out_module_started_with_sigint_ignored_still_stops_what_it_started(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run in the background (``nohup python -m benchmarks … &``) starts with SIGINT ignored, and its children
+    inherit that: the timeout's SIGINT must still reach the module's context managers (the control planes)."""
+    sleeper = runner.Module("tests.unit.benchmark_sleeper", ("P0",), "sleeps")
+    monkeypatch.setattr(runner, "INTERRUPT_GRACE", 20.0)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        found = runner.run_module(sleeper, quick=True, nodes=(), timeout=10.0, logs=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    log = (tmp_path / "tests.unit.benchmark_sleeper.log").read_text()
+    assert "started" in log, log  # the timeout came while it ran, not before it began
+    assert found.error == "timed out after 10 s"
+    assert "cleaned up" in log and "KeyboardInterrupt" in log, log
