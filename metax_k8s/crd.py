@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 import yaml
 
+from metax_core import wording
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import converter, limits
 from metax_core.spec import model as spec
@@ -250,7 +251,11 @@ def _condition_schema() -> Schema:
                 "format": "date-time",
             },
             "reason": {"description": "Why, in one CamelCase word.", "type": "string", "maxLength": 1024},
-            "message": {"description": "Why, for people.", "type": "string", "maxLength": 32768},
+            "message": {
+                "description": "Why, for people.",
+                "type": "string",
+                "maxLength": wording.CONDITION_MESSAGE_LIMIT,
+            },
         },
     }
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from metax_core import wording
 from metax_core.cluster import components
 from metax_core.cluster.components import Component
 from metax_core.errors import InvalidSpec
@@ -227,7 +228,7 @@ def condition_document(c: Condition) -> dict[str, Any]:
         "observedGeneration": c.observed_generation,
         "lastTransitionTime": rollout_status.format_time(c.last_transition_time),
         "reason": c.reason,
-        "message": c.message,
+        "message": wording.at_most(c.message, wording.CONDITION_MESSAGE_LIMIT),
     }
 
 

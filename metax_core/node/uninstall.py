@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from metax_core import wording
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
 from metax_core.node import vfio
@@ -147,13 +148,33 @@ class FinalizeDecision:
 
     @property
     def message(self) -> str:
+        """For the status condition, the Event and the log, bounded however many nodes there are: nodes with the
+        same answer missing (or the same things kept) are one group, a few named, the largest groups first."""
         if not self.waiting:
-            stays = "; ".join(f"{n}: {', '.join(k)}" for n, k in sorted(self.kept.items()))
+            stays = _grouped(self.kept, lambda who, what: f"{who}: {', '.join(what)}")
             return "every node undid what the agents did" + (f" (kept: {stays})" if stays else "")
-        pending = "; ".join(f"{n} ({', '.join(a)})" for n, a in sorted(self.waiting.items()))
+        pending = _grouped(self.waiting, lambda who, what: f"{who} ({', '.join(what)})")
         if self.timed_out:
             return f"nodes did not answer the uninstall in time, their hosts are left as they are: {pending}"
         return f"waiting for the agents to undo their changes: {pending}"
+
+
+GROUPS_SHOWN = 5
+"""Groups of nodes a message lists before it counts the rest."""
+
+
+def _grouped(by_node: Mapping[str, tuple[str, ...]], say: Callable[[str, tuple[str, ...]], str]) -> str:
+    """``say(who, what)`` per group of nodes with the same ``what``: ``n1, n2 and 998 more (driver, gpu-device)``."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for node, what in sorted(by_node.items()):
+        groups.setdefault(what, []).append(node)
+    ordered = sorted(groups.items(), key=lambda group: (-len(group[1]), group[0]))
+    said = [say(wording.names(nodes), what) for what, nodes in ordered[:GROUPS_SHOWN]]
+    left = ordered[GROUPS_SHOWN:]
+    if left:
+        nodes_left = sum(len(nodes) for _, nodes in left)
+        said.append(f"and {wording.count(nodes_left, 'more node')} in {wording.count(len(left), 'more group')}")
+    return "; ".join(said)
 
 
 def finalize(nodes: Iterable[NodeUndo], uid: str, *, waited: float, timeout: float) -> FinalizeDecision:

@@ -38,6 +38,7 @@ from metax_core.rollout.status import (
 )
 from metax_core.spec import model as spec
 from metax_core.wire import meta
+from metax_core.wording import count, names
 
 CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
 """The annotation on cluster-operator whose value confirms a waiting step (its ``confirmToken``)."""
@@ -47,8 +48,6 @@ IN_FLIGHT_RECHECK = dt.timedelta(seconds=10)
 BUSY_RECHECK = dt.timedelta(seconds=30)
 """Look again this soon while every node the step needs runs GPU workloads."""
 AT_ONCE = dt.timedelta(0)
-NAMES_SHOWN = 10
-"""Node lists in messages are cut after this many names (status stays small on big fleets)."""
 
 TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
 PROGRESSING, SUCCEED = ConditionType.PROGRESSING, ConditionType.SUCCEED
@@ -124,16 +123,6 @@ class Draft:
     waiting_since: dt.datetime | None = None
     confirm_token: str = ""
     requeue: dt.timedelta | None = None
-
-
-def names(items: Sequence[str]) -> str:
-    shown = ", ".join(items[:NAMES_SHOWN])
-    return shown + (f" and {len(items) - NAMES_SHOWN} more" if len(items) > NAMES_SHOWN else "")
-
-
-def count(number: int, noun: str, plural: str | None = None) -> str:
-    """``1 node``, ``2 nodes``: messages are read by people."""
-    return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
 def carry(ctx: Context, direction: Direction, template: Template = Template.NEW) -> Draft:

@@ -29,11 +29,10 @@ from metax_core.rollout.draft import (
     Direction,
     Draft,
     amend,
-    count,
-    names,
 )
 from metax_core.rollout.model import Revision, Template
 from metax_core.rollout.status import ConditionType, Phase, Reason, StepState
+from metax_core.wording import count, names
 
 
 def pinned_message(ctx: Context, disabled: bool, rollback_failure: str | None) -> str:

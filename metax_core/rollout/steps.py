@@ -34,8 +34,6 @@ from metax_core.rollout.draft import (
     Direction,
     Draft,
     amend,
-    count,
-    names,
 )
 from metax_core.rollout.model import Revision, Template
 from metax_core.rollout.status import (
@@ -47,6 +45,7 @@ from metax_core.rollout.status import (
     format_time,
 )
 from metax_core.spec import model as spec
+from metax_core.wording import count, names
 
 
 def next_draft(ctx: Context) -> Draft:

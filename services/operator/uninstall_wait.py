@@ -106,11 +106,13 @@ def _write_condition(
     stored: dict[str, Any] = dict(cr.get("status") or {})
     conditions = [c for c in stored.get("conditions") or [] if c.get("type") != UNINSTALLING]
     before = next((c for c in stored.get("conditions") or [] if c.get("type") == UNINSTALLING), None)
-    if before is not None and (before.get("reason"), before.get("message")) == (reason, decision.message):
-        return False
     generation = int(cr["metadata"].get("generation") or 0)
-    condition = cluster_status.Condition(UNINSTALLING, "True", reason, decision.message, now, generation)
-    stored["conditions"] = [*conditions, cluster_status.condition_document(condition)]
+    condition = cluster_status.condition_document(
+        cluster_status.Condition(UNINSTALLING, "True", reason, decision.message, now, generation)
+    )
+    if before is not None and (before.get("reason"), before.get("message")) == (reason, condition["message"]):
+        return False
+    stored["conditions"] = [*conditions, condition]
     body = {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "status": stored}
     objects.apply_status(body, field_manager=field_manager, force=True)
     return True

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
+from metax_core import wording
+from metax_core.cluster import status as cluster_status
 from metax_core.errors import ClusterError, InvalidSpec
+from metax_core.node import uninstall
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
@@ -179,6 +182,36 @@ def test_status_goes_through_the_subresource_with_the_rollout_schema(
             force=True,
             dry_run=True,
         )
+
+
+@pytest.mark.parametrize("nodes", [1000, 5000])
+def test_the_uninstall_condition_of_a_fleet_that_never_answers_is_accepted(
+    api: client.HttpApi, stored: dict[str, Any], nodes: int
+) -> None:
+    """What the finalizer writes when no node answers its uninstall (R-INSTALL): at 1,000 nodes the message named
+    every node, the API server refused the status (the condition message's maxLength), and the uninstall never
+    finished. Built by the writer's own functions; a message past the limit anyway is cut by the last of them."""
+    everything = frozenset({"container-runtime", "driver", "gpu-device", "gpu-label", "maca", "vfio-manager"})
+    undos = [uninstall.NodeUndo(f"kwok-node-{i}", everything) for i in range(nodes)]
+    decision = uninstall.finalize(undos, "uid", waited=180, timeout=180)
+    moment = dt.datetime(2024, 5, 1, 8, 0, 0, tzinfo=dt.UTC)
+    conditions = [
+        cluster_status.condition_document(
+            cluster_status.Condition("Uninstalling", "True", uninstall.INCOMPLETE_REASON, decision.message, moment, 1)
+        ),
+        cluster_status.condition_document(cluster_status.Condition("Long", "True", "Why", "z" * 40_000, moment, 1)),
+    ]
+    body = {"apiVersion": API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}}
+    preview = api.apply(
+        {**body, "status": {"conditions": conditions}},
+        field_manager="crd-tests-status",
+        subresource="status",
+        force=True,
+        dry_run=True,
+    )
+    said = {c["type"]: c["message"] for c in preview["status"]["conditions"]}
+    assert said["Uninstalling"] == decision.message and f"and {nodes - 10:,} more" in said["Uninstalling"]
+    assert said["Long"].endswith(wording.CUT)
 
 
 def test_printer_columns(api: client.HttpApi, stored: dict[str, Any]) -> None:

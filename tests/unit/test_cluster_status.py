@@ -1,9 +1,9 @@
 """The status roll-up (metax_core.cluster.status) and the operator's ConfigMaps (metax_core.cluster.configmaps).
 
 Aspects: readiness observed from DaemonSet/Deployment status, conditions per situation, lastTransitionTime
-moves only on a transition, invalid spec lists field paths, document round trip of conditions, driver-config
-defaults parse back, vfio config keeps order (a broken driver-config counting as no VFs:
-tests/unit/test_vf_restarts.py).
+moves only on a transition, invalid spec lists field paths, document round trip of conditions, a message past
+the CRD's maxLength is cut (saying so), driver-config defaults parse back, vfio config keeps order (a broken
+driver-config counting as no VFs: tests/unit/test_vf_restarts.py).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import datetime as dt
 
 import yaml
 
+from metax_core import wording
 from metax_core.cluster import components, configmaps, status
 from metax_core.cluster.components import Component
 from metax_core.errors import FieldError, InvalidSpec
@@ -110,3 +111,13 @@ def test_vfio_config_keeps_the_entries_in_order() -> None:
         {"nodeName": "gpu-1", "gpus": "all"},
         {"nodeName": "gpu-.*", "gpus": "0,1"},
     ]
+
+
+def test_a_condition_message_past_the_crd_limit_is_cut_and_says_so() -> None:
+    """The last guard: a message past the CRD's maxLength would make the API server refuse the whole status."""
+    limit = wording.CONDITION_MESSAGE_LIMIT
+    short = status.condition_document(status.Condition("Ready", "False", "Why", "x" * limit, T0, 1))
+    assert short["message"] == "x" * limit  # at the limit: whole
+    long = status.condition_document(status.Condition("Ready", "False", "Why", "y" * (limit + 1), T0, 1))
+    assert len(long["message"]) == limit and long["message"].endswith(wording.CUT)
+    assert long["message"].startswith("y" * (limit - len(wording.CUT)))

@@ -114,6 +114,34 @@ def test_the_wait_is_bounded_and_names_the_nodes_that_did_not_answer() -> None:
     assert "did not answer" in decision.message and "n2 (driver, gpu-device)" in decision.message
 
 
+def test_a_thousand_silent_nodes_make_a_message_a_person_can_read_and_an_event_can_carry() -> None:
+    """At 1,000 nodes the message named every node (35 kB): the status write it went into was refused (the
+    condition's maxLength is 32,768) and the uninstall never finished. Now nodes missing the same answers are one
+    group, ten named; the largest groups come first, five of them, and the rest are counted."""
+    everything = {"container-runtime", "driver", "gpu-device", "gpu-label", "maca", "vfio-manager"}
+    nodes = [node(f"kwok-node-{i:04}", everything) for i in range(990)]
+    nodes += [node(f"odd-{i}", {"driver", f"agent-{i}"}) for i in range(10)]  # ten groups of one
+    decision = uninstall.finalize(nodes, "u", waited=180, timeout=180)
+    assert decision.proceed and decision.timed_out and len(decision.waiting) == 1000
+    message = decision.message
+    assert len(message) <= 1024, len(message)  # an Event's note carries it whole
+    first = ", ".join(f"kwok-node-{i:04}" for i in range(10))
+    assert f"{first} and 980 more ({', '.join(sorted(everything))})" in message, message
+    assert "odd-0 (agent-0, driver); odd-1 (agent-1, driver)" in message, message  # a group of one: as before
+    assert message.endswith("and 6 more nodes in 6 more groups"), message  # 1 + 4 groups named of 11
+
+
+def test_what_stays_on_many_nodes_is_grouped_too() -> None:
+    kept = answered("u", "driver", kept=("metax module: in use",))
+    decision = uninstall.finalize([node(f"n{i:03}", {"driver"}, **kept) for i in range(500)], "u", waited=0, timeout=60)
+    assert decision.proceed and len(decision.kept) == 500
+    assert decision.message == (
+        "every node undid what the agents did (kept: "
+        + ", ".join(f"n{i:03}" for i in range(10))
+        + " and 490 more: driver: metax module: in use)"
+    )
+
+
 def test_what_stays_is_reported() -> None:
     n = node("n1", {"driver"}, **answered("u", "driver", kept=("metax module: in use",)))
     decision = uninstall.finalize([n], "u", waited=0, timeout=60)
