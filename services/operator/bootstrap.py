@@ -45,8 +45,14 @@ def bootstrap(
     queue = WorkQueue(base=s.backoff_base, cap=s.backoff_max)
     key = run.KEY
 
-    def wake(old: object, new: object) -> None:
-        queue.add(key)
+    def wake(old: RawObject | None, new: RawObject | None) -> None:
+        if informers.progress_only(old, new):
+            queue.add_after(key, s.progress_pace)  # bursts of progress coalesce into one reconcile per pace
+        else:
+            queue.add(key)
+
+    def pod_changed(old: RawObject | None, new: RawObject | None) -> None:
+        queue.add_after(key, s.progress_pace)  # the operator owns no pod: every pod change is progress
 
     def node_changed(old: RawObject | None, new: RawObject | None) -> None:
         if (
@@ -99,7 +105,7 @@ def bootstrap(
             namespace=ns,
             label_selector=meta.PART_OF_SELECTOR,
             slim=informers.slim_pod,
-            on_change=wake,
+            on_change=pod_changed,
             watch_seconds=watch_seconds,
         ),
         # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.

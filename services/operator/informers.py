@@ -160,6 +160,19 @@ class Informer:
         self._stop.set()
 
 
+def progress_only(old: RawObject | None, new: RawObject | None) -> bool:
+    """True when an object that existed before and after changed only in what it reports (``status``, and the
+    server's bookkeeping): a workload's progress, not a change to what the operator wants or owns."""
+    if old is None or new is None:
+        return False
+    return _wanted(old) == _wanted(new)
+
+
+def _wanted(obj: RawObject) -> RawObject:
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
+
+
 #: Pod labels the operator reads or selects by: its component, and the DaemonSet controller's revision.
 POD_LABELS = frozenset({workloads.COMPONENT_LABEL, "controller-revision-hash"})
 _NO_WAITING: tuple[str, ...] = ()

@@ -50,6 +50,11 @@ class Settings:
     so that a test node's agents see a fake GPU host; "" (the default) renders the real paths."""
     crash_loop_restarts: int = 3
     """A driver pod whose container restarted this often (or waits in CrashLoopBackOff) has failed."""
+    progress_pace: float = 1.0
+    """Seconds a reconcile for reported progress (pod changes, a status write, its own included) waits, so that the
+    events of an install or a rollout (thousands of pod changes) make one reconcile a second, not one after
+    another: at 500 kwok nodes the install made 225 reconciles and 216 status writes in 123 s. Changes to what the
+    operator wants or owns (spec, labels, a deletion) reconcile at once."""
     backoff_base: float = 0.5
     backoff_max: float = 300.0
     field_manager: str = meta.OPERATOR_FIELD_MANAGER
