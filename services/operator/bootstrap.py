@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from metax_core.cluster import rbac, workloads
+from metax_core.cluster import rbac, wakes, workloads
 from metax_core.dra import classes as dra_classes
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
@@ -46,7 +46,7 @@ def bootstrap(
     key = run.KEY
 
     def wake(old: RawObject | None, new: RawObject | None) -> None:
-        if informers.progress_only(old, new):
+        if wakes.progress_only(old, new):
             queue.add_after(key, s.progress_pace)  # bursts of progress coalesce into one reconcile per pace
         else:
             queue.add(key)
@@ -55,11 +55,7 @@ def bootstrap(
         queue.add_after(key, s.progress_pace)  # the operator owns no pod: every pod change is progress
 
     def node_changed(old: RawObject | None, new: RawObject | None) -> None:
-        if (
-            informers.gpu_labels(old) != informers.gpu_labels(new)
-            or informers.uninstall_keys(old) != informers.uninstall_keys(new)
-            or (old is None) != (new is None)
-        ):
+        if wakes.node_matters(old, new):  # not a heartbeat
             queue.add(key)
 
     ns = s.namespace

@@ -160,19 +160,6 @@ class Informer:
         self._stop.set()
 
 
-def progress_only(old: RawObject | None, new: RawObject | None) -> bool:
-    """True when an object that existed before and after changed only in what it reports (``status``, and the
-    server's bookkeeping): a workload's progress, not a change to what the operator wants or owns."""
-    if old is None or new is None:
-        return False
-    return _wanted(old) == _wanted(new)
-
-
-def _wanted(obj: RawObject) -> RawObject:
-    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
-    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
-
-
 #: Pod labels the operator reads or selects by: its component, and the DaemonSet controller's revision.
 POD_LABELS = frozenset({workloads.COMPONENT_LABEL, "controller-revision-hash"})
 _NO_WAITING: tuple[str, ...] = ()
@@ -248,18 +235,3 @@ def slim_pod(pod: RawObject) -> RawObject:
         },
     }
     return slim
-
-
-def gpu_labels(node: Mapping[str, Any] | None) -> dict[str, str]:
-    """The labels that matter to the operator: the product's own (metax-tech.com/...)."""
-    if node is None:
-        return {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return {k: v for k, v in labels.items() if k.startswith(PREFIX)}
-
-
-def uninstall_keys(node: Mapping[str, Any] | None) -> dict[str, str]:
-    """The uninstall request and the agents' answers on a node (`metax_core.node.uninstall`): the finalizer
-    waits for them, so their changes wake the reconciler."""
-    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
-    return {k: v for k, v in annotations.items() if uninstall.is_protocol_key(k)}

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from harness import NS, wait_for
 
-from metax_core.cluster import workloads
+from metax_core.cluster import wakes, workloads
 from metax_core.ports.cluster import WatchEvent, WatchEventType
 from metax_k8s import client, objects, retry
 from metax_k8s.inmemory import InMemoryCluster
@@ -81,7 +81,7 @@ def test_a_cached_node_is_its_name_its_product_labels_and_the_keys_of_its_produc
             "annotations": {"metax-tech.com/node-gpu-devices": ""},
         }
     }
-    assert informers.gpu_labels(slim) == {workloads.GPU_NODE_LABEL: "true"}
+    assert wakes.gpu_labels(slim) == {workloads.GPU_NODE_LABEL: "true"}
 
 
 def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_else() -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from metax_core.cluster import wakes
 from metax_k8s.inmemory import InMemoryCluster
-from services.operator import bootstrap, informers, run, settings
+from services.operator import bootstrap, run, settings
 
 PACE = 0.3
 NS = settings.Settings(identity="x").namespace
@@ -35,14 +36,14 @@ def test_a_status_or_bookkeeping_change_is_progress_and_anything_else_is_not() -
     progressed = copy.deepcopy(before)
     progressed["status"]["numberReady"] = 2
     progressed["metadata"]["resourceVersion"] = "2"
-    assert informers.progress_only(before, progressed)
+    assert wakes.progress_only(before, progressed)
     relabelled = copy.deepcopy(progressed)
     relabelled["metadata"]["labels"] = {"by": "hand"}
     respecced = copy.deepcopy(progressed)
     respecced["spec"]["template"]["spec"]["containers"][0]["image"] = "b"
-    assert not informers.progress_only(before, relabelled)
-    assert not informers.progress_only(before, respecced)
-    assert not informers.progress_only(None, before) and not informers.progress_only(before, None)
+    assert not wakes.progress_only(before, relabelled)
+    assert not wakes.progress_only(before, respecced)
+    assert not wakes.progress_only(None, before) and not wakes.progress_only(before, None)
 
 
 def operator() -> run.Operator:
