@@ -44,6 +44,16 @@ def four_gpus() -> list[PciFunction]:
     ]
 
 
+class Clock:
+    """A monotonic clock that moves only when a test sets ``now`` (the agent's ``tick`` driven by hand)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @attrs.define
 class Node:
     root: pathlib.Path

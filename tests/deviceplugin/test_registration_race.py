@@ -19,18 +19,10 @@ from metax_k8s.deviceplugin import server
 from services.gpu_device import agent as agent_module
 from services.gpu_device import bootstrap
 
-from .conftest import Node
+from .conftest import Clock, Node
 
 GPU = "metax-tech.com/gpu"
 ALL = {"0000:09:00.0", "0000:0a:00.0", "0000:89:00.0", "0000:8a:00.0"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class HookedPlugin:

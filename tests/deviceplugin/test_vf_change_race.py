@@ -16,21 +16,13 @@ from metax_core.cluster import components
 from metax_core.inventory import PciFunction
 from services.gpu_device import bootstrap
 
-from .conftest import Node, four_gpus
+from .conftest import Clock, Node, four_gpus
 from .fakes import vf
 
 GPU = "metax-tech.com/gpu"
 DRIVER = components.signal(components.Component.DRIVER)
 INVENTORY_EVERY = 100.0
 READINESS_EVERY = 1.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def split(pfs: list[PciFunction], count: int) -> list[PciFunction]:
