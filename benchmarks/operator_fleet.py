@@ -26,14 +26,11 @@ if str(ROOT) not in sys.path:
 
 from metax_core.cluster import components, workloads
 from metax_core.spec import model as spec
+from metax_core.wire import meta
 from metax_k8s import client, crd
 
 NS = spec.NAMESPACE
-
-
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
-
-
 SPEC = {"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.14.6"}}}
 
 
@@ -107,7 +104,7 @@ def prepare(api: client.HttpApi) -> None:
     # The floor applies DaemonSets without the operator, so their ServiceAccounts come first; labelled as the
     # operator labels its own, so the operator phase adopts them instead of refusing to touch them.
     for name in sorted({w.service_account for i in components.CATALOGUE for w in i.workloads if w.service_account}):
-        labels = {"app.kubernetes.io/managed-by": "metax-operator"}
+        labels = {meta.MANAGED_BY_LABEL: meta.MANAGED_BY}
         api.apply(
             {
                 "apiVersion": "v1",
