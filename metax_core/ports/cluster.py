@@ -131,6 +131,11 @@ class Events(Protocol):
         action: str = "Reconcile",
     ) -> None: ...
 
+    def flush(self, timeout: float) -> bool:
+        """Wait until every Event emitted so far is recorded (or has failed); False if ``timeout`` ran out first.
+        A recorder that records in line has nothing waiting."""
+        ...
+
 
 class LeaderLock(Protocol):
     """A coordination.k8s.io/v1 Lease held by one identity at a time."""

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
+EVENTS_BEFORE_GONE = 10.0
+"""How long the finalizer waits for the uninstall's Events to be recorded before it lets the object go."""
 
 
 class Caches:
@@ -249,6 +251,12 @@ class Reconciler:
             message="every object and node key the operator wrote is removed",
             action="Delete",
         )
+        # Recorded before the object goes: whoever sees cluster-operator gone finds the uninstall's last word.
+        if not self.events.flush(EVENTS_BEFORE_GONE):
+            log.warning(
+                "the uninstall's Events are not all recorded after %.0fs; removing the finalizer anyway",
+                EVENTS_BEFORE_GONE,
+            )
         self._set_finalizers(cr, [f for f in finalizers if f != cleanup.FINALIZER])
         self.applier.forget()
         return None

@@ -17,6 +17,7 @@ import time
 
 from metax_core.errors import MetaxError
 from metax_core.spec import model as spec
+from metax_k8s.events import BackgroundEvents
 from services.operator import leader, reconciler, settings
 from services.operator.workqueue import WorkQueue
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 KEY = spec.OBJECT_NAME
 SYNC_SECONDS = 60.0
 """How long the start waits for each informer's first list before it goes on without it."""
+EVENTS_GRACE = 5.0
+"""How long a stop waits for the Events still waiting to be recorded."""
 
 
 class Operator:
@@ -35,12 +38,14 @@ class Operator:
         caches: reconciler.Caches,
         queue: WorkQueue,
         leadership: leader.Leadership,
+        events: BackgroundEvents,
     ) -> None:
         self.settings = s
         self.reconciler = reconciler
         self.caches = caches
         self.queue = queue
         self.leadership = leadership
+        self.events = events
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self.reconciles = 0
@@ -109,6 +114,7 @@ class Operator:
             informer.stop()
         if self._worker is not None:
             self._worker.join(10)
+        self.events.close(EVENTS_GRACE)
         self.leadership.stop()
         self._delete_lease_if_uninstalled()
 

@@ -19,7 +19,7 @@ import pytest
 
 from metax_core.errors import ClusterError, NotFound
 from metax_core.ports.cluster import EventType, ObjectRef
-from metax_k8s import retry
+from metax_k8s import events, retry
 from tests.support.cluster import Cluster, event_list
 
 # -- node metadata -------------------------------------------------------------------------------------------
@@ -122,6 +122,19 @@ def test_events_about_cluster_scoped_objects_go_to_default(cluster: Cluster) -> 
     mine = [e for e in event_list(cluster, "default") if e["regarding"]["name"] == node]
     assert [(e["reason"], e["regarding"]["kind"]) for e in mine] == [("NodeNeedReboot", "Node")]
     assert event_list(cluster) == []
+
+
+def test_background_events_arrive_in_order_and_still_become_one_series(cluster: Cluster) -> None:
+    """What the operator records through `events.BackgroundEvents` reaches the server as if emitted in line."""
+    recorder = events.BackgroundEvents(cluster.events())
+    first = ObjectRef("v1", "ConfigMap", "driver-config", cluster.namespace)
+    second = ObjectRef("v1", "ConfigMap", "vfio-config", cluster.namespace)
+    for regarding in (first, second, first):
+        recorder.emit(regarding, reason="Applied", message="applied")
+    assert recorder.close(30.0) and recorder.dropped == 0
+    found = {e["regarding"]["name"]: e for e in event_list(cluster)}
+    assert sorted(found) == ["driver-config", "vfio-config"]
+    assert found["driver-config"]["series"]["count"] == 2 and "series" not in found["vfio-config"]
 
 
 # -- leader election -----------------------------------------------------------------------------------------

@@ -134,6 +134,8 @@ class Harness:
 
 
 def iter_events(h: Harness, reason: str) -> Iterator[dict[str, Any]]:
+    """The operator's Events with ``reason``, once every one it handed over so far is recorded."""
+    assert h.op.events.flush(10.0), "the operator's Events were not recorded within 10 s"
     for ns in (NS, "default"):
         for e in h.objects.list("events.k8s.io/v1", "Event", namespace=ns).items:
             if e.get("reason") == reason:

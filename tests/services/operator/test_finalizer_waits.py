@@ -5,7 +5,8 @@ Aspects: deleting ``cluster-operator`` puts the uninstall request on every node 
 says so in the ``Uninstalling`` condition naming the node and the agents; once every agent answered the
 cleanup runs and removes the request and the answers with every other product key; a node that never
 answers holds the uninstall no longer than the bounded wait, after which an ``UninstallIncomplete`` Event
-and the condition name it and the cleanup proceeds; answers to another uninstall do not count.
+and the condition name it and the cleanup proceeds; answers to another uninstall do not count; the
+uninstall's Events, recorded off the reconcile's path, are there before the object goes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from harness import CR_API, NS, Harness, cluster_operator, iter_events, wait_for
 
 from metax_core.cluster import rbac
 from metax_core.node import uninstall
+from metax_core.wire import event_reasons
+from metax_k8s.api import Api
 
 
 @pytest.fixture
@@ -127,5 +130,37 @@ def test_the_leader_lease_is_deleted_on_the_way_out_only_after_uninstall() -> No
         finally:
             h2.stop()
         assert h.objects.get(*lease) is None
+    finally:
+        h.stop()
+
+
+UNINSTALL_REASONS = {uninstall.INCOMPLETE_REASON, event_reasons.CLEANED_UP}
+
+
+class SlowEventsApi:
+    """The in-memory API, where creating one of the uninstall's Events takes a second (a busy control plane)."""
+
+    def __init__(self, inner: Api) -> None:
+        self.inner = inner
+
+    def create(self, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        if body.get("kind") == "Event" and body.get("reason") in UNINSTALL_REASONS:
+            time.sleep(1.0)
+        return self.inner.create(body, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_the_uninstall_events_are_recorded_before_the_object_goes() -> None:
+    """Read straight from the server, not through `iter_events` (which waits for the recorder): without the
+    finalizer's own wait, both Events were still queued behind the slow creates when the object was gone."""
+    h = Harness(uninstall_timeout=1.0, api=SlowEventsApi)
+    try:
+        install(h)
+        h.objects.delete(CR_API, "ClusterOperator", "cluster-operator")
+        wait_for("cluster-operator gone", lambda: gone(h), timeout=60)
+        reasons = {e["reason"] for e in h.objects.list("events.k8s.io/v1", "Event", namespace="default").items}
+        assert reasons >= UNINSTALL_REASONS
     finally:
         h.stop()
