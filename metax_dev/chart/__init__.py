@@ -25,7 +25,7 @@ from metax_dev.chart.readme import (
     render_readme,
     rollout_commands,
 )
-from metax_dev.chart.schema import _leaf, render_schema, values_schema
+from metax_dev.chart.schema import render_schema, schema_at, values_schema
 from metax_dev.chart.values import render_values, render_values_template
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "OPERATOR_OPTIONS",
     "UNINSTALL_COMMANDS",
     "Schema",
-    "_leaf",
     "generated_files",
     "main",
     "operator_defaults",
@@ -48,5 +47,6 @@ __all__ = [
     "render_values",
     "render_values_template",
     "rollout_commands",
+    "schema_at",
     "values_schema",
 ]

@@ -39,7 +39,7 @@ def _json_schema(node: Any) -> Any:
     return out
 
 
-def _leaf(schema: Schema, keys: list[str]) -> Schema:
+def schema_at(schema: Schema, keys: list[str]) -> Schema:
     """The node of a ``chart_values.paths`` path (``a.b[].c``) in the values schema."""
     node = schema
     for key in keys:
@@ -77,7 +77,7 @@ def values_schema() -> Schema:
     schema = _json_schema(crd.record_schema(spec.ClusterOperatorSpec))
     for path, kind in chart_values.paths():
         *parents, last = path.split(".")
-        parent = _leaf(schema, parents) if parents else schema
+        parent = schema_at(schema, parents) if parents else schema
         parent["properties"][last] = _as_helm_writes_it(parent["properties"][last], kind)
     tolerations = schema["properties"]["tolerations"]
     # §3.2.4's deprecated `--set-file tolerations=<file>` passes the file's text: a YAML string.

@@ -205,7 +205,7 @@ def test_the_values_schema_and_the_chart_template_cover_every_field() -> None:
     template = chart.render_values_template()
     for path, kind in chart_values.paths():
         *parents, last = path.split(".")
-        node = chart._leaf(schema, parents)["properties"][last] if parents else schema["properties"][last]
+        node = chart.schema_at(schema, parents)["properties"][last] if parents else schema["properties"][last]
         strings = [b for b in node["anyOf"] if b.get("type") == "string"]
         assert len(strings) == 1, path
         if kind is chart_values.Kind.BOOLEAN:
