@@ -165,6 +165,26 @@ POD_LABELS = frozenset({workloads.COMPONENT_LABEL, "controller-revision-hash"})
 _NO_WAITING: tuple[str, ...] = ()
 
 
+SHARED_LIMIT = 16384
+"""Distinct parts `_shared` keeps at most before it starts its table afresh (objects already sharing stay so)."""
+_SHARED: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+
+
+def _shared(part: dict[str, Any]) -> dict[str, Any]:
+    """One dict for every equal ``part``: the pods of a fleet mostly have the same labels, status and annotations,
+    and the pods of one node the same spec, so 35,000 cached pods hold a few thousand of these, not 140,000 (P3).
+    Cached objects are read-only (`Informer.items` hands them out as they are), so sharing their parts is safe.
+    The table is bounded: restart counts and revisions that come and go must not grow it for ever."""
+    key = tuple(part.items())
+    found = _SHARED.get(key)
+    if found is not None:
+        return found
+    if len(_SHARED) >= SHARED_LIMIT:
+        _SHARED.clear()
+    _SHARED[key] = part
+    return part
+
+
 def _interned(value: Any) -> Any:
     """Strings repeated across thousands of objects (keys, node names, revisions, phases) stored once."""
     return sys.intern(value) if isinstance(value, str) else value
@@ -181,19 +201,21 @@ def slim_node(node: RawObject) -> RawObject:
     some are kilobytes of JSON per node), except the few bytes of the uninstall protocol's request and answers
     (`metax_core.node.uninstall`), which the finalizer reads. Everything else is dropped too (status and its
     heartbeats, images, the other labels, taints): at 1,000 nodes the whole objects would be most of the
-    operator's memory (P3).
+    operator's memory (P3). The nodes of a fleet mostly carry the same product labels: those are shared.
     """
     metadata = node.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     return {
         "metadata": {
             "name": _interned(metadata.get("name")),
-            "labels": _product(metadata.get("labels")),
-            "annotations": {
-                sys.intern(k): (str(v) if uninstall.is_protocol_key(k) else "")
-                for k, v in annotations.items()
-                if k.startswith(PREFIX)
-            },
+            "labels": _shared(_product(metadata.get("labels"))),
+            "annotations": _shared(
+                {
+                    sys.intern(k): (str(v) if uninstall.is_protocol_key(k) else "")
+                    for k, v in annotations.items()
+                    if k.startswith(PREFIX)
+                }
+            ),
         }
     }
 
@@ -203,7 +225,8 @@ def slim_pod(pod: RawObject) -> RawObject:
 
     Kept: name, namespace, node, the labels in `POD_LABELS`, the product's annotations (the driver revision),
     owner, creation and deletion times, phase, Ready, the restart count and the waiting reasons. Repeated
-    strings are interned, so a pod costs a few hundred bytes, not the tens of kilobytes of its whole object.
+    strings are interned and equal parts shared (`_shared`), so a pod costs about 0.7 KiB, not the tens of
+    kilobytes of its whole object.
     """
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
@@ -220,18 +243,20 @@ def slim_pod(pod: RawObject) -> RawObject:
         "metadata": {
             "name": metadata.get("name"),
             "namespace": _interned(metadata.get("namespace")),
-            "labels": {sys.intern(k): _interned(v) for k, v in labels.items() if k in POD_LABELS},
-            "annotations": _product(metadata.get("annotations")),
+            "labels": _shared({sys.intern(k): _interned(v) for k, v in labels.items() if k in POD_LABELS}),
+            "annotations": _shared(_product(metadata.get("annotations"))),
             "owner": _interned(f"{owner.get('kind')}/{owner.get('name')}") if owner else None,
-            "creationTimestamp": metadata.get("creationTimestamp"),
+            "creationTimestamp": _interned(metadata.get("creationTimestamp")),  # a DaemonSet's pods share seconds
             "deletionTimestamp": metadata.get("deletionTimestamp"),
         },
-        "spec": {"nodeName": _interned((pod.get("spec") or {}).get("nodeName"))},
-        "status": {
-            "phase": _interned(status.get("phase")),
-            "ready": ready,
-            "restarts": sum(int(c.get("restartCount") or 0) for c in statuses),
-            "waiting": waiting or _NO_WAITING,
-        },
+        "spec": _shared({"nodeName": _interned((pod.get("spec") or {}).get("nodeName"))}),
+        "status": _shared(
+            {
+                "phase": _interned(status.get("phase")),
+                "ready": ready,
+                "restarts": sum(int(c.get("restartCount") or 0) for c in statuses),
+                "waiting": waiting or _NO_WAITING,
+            }
+        ),
     }
     return slim

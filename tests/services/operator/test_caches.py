@@ -5,6 +5,8 @@ Aspects covered:
 - a node is cached as its name, the product's labels and the keys of the product's annotations only;
 - a pod is cached as the fields the reconcile reads (node, component, revision, owner, phase, Ready,
   restarts, waiting reasons), nothing of its spec or other status;
+- equal parts of cached objects are one dict (a fleet's pods share labels and status, a node's pods their
+  spec), each object still reads its own values, and the table of shared parts stays bounded;
 - the informer's initial list is slimmed item by item (the transform), and so are watched changes;
 - a watch remembers only the resourceVersion of what it delivered: a DELETED event made up after a 410
   relist carries apiVersion, kind, name, namespace and the last resourceVersion delivered, not the object;
@@ -101,6 +103,33 @@ def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_els
     }
     assert BIG not in json.dumps(slim)
     assert rollout_driver.is_driver_pod(slim)
+
+
+def test_equal_parts_of_cached_pods_and_nodes_are_one_dict_and_each_reads_its_own_values() -> None:
+    first, second, elsewhere = (
+        informers.slim_pod(_pod(n, node)) for n, node in [("d1", "g1"), ("d2", "g1"), ("d3", "g2")]
+    )
+    for part in ("labels", "annotations"):
+        assert first["metadata"][part] is second["metadata"][part] is elsewhere["metadata"][part]
+    assert first["status"] is second["status"] is elsewhere["status"]
+    assert first["spec"] is second["spec"] and first["spec"] is not elsewhere["spec"]
+    assert (first["spec"]["nodeName"], elsewhere["spec"]["nodeName"]) == ("g1", "g2")
+    assert [p["metadata"]["name"] for p in (first, second, elsewhere)] == ["d1", "d2", "d3"]
+    crashing = _pod("d4", "g1")
+    crashing["status"]["containerStatuses"][0]["restartCount"] = 7
+    assert informers.slim_pod(crashing)["status"]["restarts"] == 8 and first["status"]["restarts"] == 3
+    assert (
+        informers.slim_node(_node("gpu-1"))["metadata"]["labels"]
+        is informers.slim_node(_node("gpu-2"))["metadata"]["labels"]
+    )
+
+
+def test_the_table_of_shared_parts_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(informers, "SHARED_LIMIT", 50)
+    monkeypatch.setattr(informers, "_SHARED", {})
+    slims = [informers.slim_pod(_pod(f"d{i}", f"node-{i}")) for i in range(500)]  # 500 distinct specs
+    assert len(informers._SHARED) <= 50
+    assert [p["spec"]["nodeName"] for p in slims] == [f"node-{i}" for i in range(500)]
 
 
 def test_the_informer_keeps_slim_copies_from_its_list_and_from_its_watch() -> None:
