@@ -119,6 +119,10 @@ def stem(module: Module, size: int | None) -> str:
     return module.name + (f"-{size}" if size is not None else "")
 
 
+class Interrupted(Exception):
+    """Someone stopped the run (SIGINT to a module, or Ctrl-C): what it measured so far is not a result."""
+
+
 INTERRUPT_GRACE = 120.0
 """Seconds a timed-out module gets after SIGINT to stop what it started, before SIGKILL."""
 
@@ -149,6 +153,8 @@ def run_module(
                 child.kill()
                 child.wait()
     seconds = time.monotonic() - began
+    if code == -signal.SIGINT:  # not the timeout's SIGINT (code is None then): someone stopped it
+        raise Interrupted(f"{name} was stopped by SIGINT after {seconds:.0f} s")
     if code == 0 and out.is_file():
         return Outcome(module, seconds, [fig.Figure.from_json(d) for d in json.loads(out.read_text())], nodes=size)
     tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
@@ -367,7 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = facts.pop("command", command_line(argv))
     else:
         started, load_at_start = time.monotonic(), os.getloadavg()[0]
-        outcomes = run_all(modules, nodes, args)
+        try:
+            outcomes = run_all(modules, nodes, args)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            # An error row would replace the stored figure it was meant to measure again (run 6 did so once).
+            print(f"interrupted ({exc or 'Ctrl-C'}): nothing shown, nothing written", file=sys.stderr)
+            return 130
         facts, command = machine(started, load_at_start), command_line(argv)
     show(outcomes, wanted, nodes)
     if args.write:

@@ -7,7 +7,7 @@ only the stored outcomes of the same module and node count, the others keep thei
 with none is dropped; RESULTS.md, rendered from the whole store, gives each figure's run and a growth column
 per node count in the store; ``--write --quick`` is refused; ``--from-logs`` stores an earlier run from a
 logs directory as `run_module` leaves it (a stem with only its log, or none, is an error row; a module's
-seconds come from its files' times).
+seconds come from its files' times); a run someone stops (SIGINT to its module) writes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -225,3 +227,27 @@ def test_a_timed_out_module_started_with_sigint_ignored_still_stops_what_it_star
     assert "started" in log, log  # the timeout came while it ran, not before it began
     assert found.error == "timed out after 10 s"
     assert "cleaned up" in log and "KeyboardInterrupt" in log, log
+
+
+def test_a_run_someone_stops_writes_nothing(store: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT to a module's child (how one stops a run started with ``nohup … &``) is not a timeout: the run
+    ends without --write merging an error row over the figure stored for that module."""
+    sleeper = runner.Module("tests.unit.benchmark_sleeper", ("P0",), "sleeps")
+    monkeypatch.setattr(runner, "MODULES", (sleeper,))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child runs in the store's directory
+    logs = store / "logs"
+    ended: list[int] = []
+    run = threading.Thread(target=lambda: ended.append(runner.main(["--only", "P0", "--write", "--logs", str(logs)])))
+    run.start()
+    log = logs / f"{runner.stem(sleeper, None)}.log"
+    deadline = time.monotonic() + 60
+    while "started" not in (log.read_text() if log.is_file() else "") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "started" in log.read_text(), log.read_text()
+    child = subprocess.run(["pgrep", "-f", "--", f"--child {sleeper.name}"], capture_output=True, text=True, check=True)
+    for pid in child.stdout.split():
+        os.kill(int(pid), signal.SIGINT)
+    run.join(60)
+    assert ended == [130]
+    assert "cleaned up" in log.read_text()
+    assert not (store / "results.json").exists() and not (store / "RESULTS.md").exists()
