@@ -153,7 +153,7 @@ def predict(
         action = Action.CREATE if old is None else Action.DELETE if now is None else Action.UPDATE
         api_version = str((now or old or {}).get("apiVersion", ""))
         objects.append(ObjectChange(api_version, kind, name, namespace, action, unified(kind, name, old, now)))
-        if kind not in ("DaemonSet", "Deployment"):
+        if kind not in workloads.WORKLOAD_KINDS:
             continue
         nodes = tuple(sorted(set(pods_on.get(name, ()))))
         if action is Action.DELETE:

@@ -45,8 +45,8 @@ def product_keys(keys: Iterable[str]) -> list[str]:
 
 
 def serves_service_monitors(objects: Objects) -> bool:
-    """Whether the cluster has the Prometheus Operator's ServiceMonitor CRD (looked up each reconcile, so
-    installing the Prometheus Operator later brings the exporter's ServiceMonitor at the next one)."""
+    """Whether the cluster has the Prometheus Operator's ServiceMonitor CRD, asked of the API server (the uninstall
+    asks it once; the reconciler reads its watch of the CRD instead)."""
     try:
         crd = objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", workloads.SERVICE_MONITOR_CRD)
     except ClusterError as exc:
@@ -57,9 +57,10 @@ def serves_service_monitors(objects: Objects) -> bool:
     return crd is not None
 
 
-def service_monitor(objects: Objects, namespace: str) -> RawObject | None:
-    """The exporter's live ServiceMonitor (with apiVersion and kind), None when absent or the CRD is."""
-    if not serves_service_monitors(objects):
+def service_monitor(objects: Objects, namespace: str, *, served: bool | None = None) -> RawObject | None:
+    """The exporter's live ServiceMonitor (with apiVersion and kind), None when absent or the CRD is. ``served``:
+    whether the CRD is, when the caller knows (the reconciler watches it); else it is looked up."""
+    if not (serves_service_monitors(objects) if served is None else served):
         return None
     found = objects.get(workloads.SERVICE_MONITOR_API, "ServiceMonitor", workloads.EXPORTER_NAME, namespace)
     return None if found is None else {"apiVersion": workloads.SERVICE_MONITOR_API, "kind": "ServiceMonitor", **found}

@@ -66,6 +66,7 @@ class Caches:
         self.deployments = informers["deployments"]
         self.services = informers["services"]
         self.pods = informers["pods"]
+        self.service_monitor_crd = informers["service_monitor_crd"]
         self.all: tuple[Informer, ...] = tuple(informers.values())
         self._by_scope = {(i.kind, i.namespace or ""): i for i in self.all}
 
@@ -158,7 +159,7 @@ class Reconciler:
             configmaps.vfio_config_map(s, self.settings.namespace), self._lookup("ConfigMap", workloads.VFIO_CONFIG_MAP)
         )
 
-        monitoring = cleanup.serves_service_monitors(self.objects)
+        monitoring = bool(self.caches.service_monitor_crd.items())  # watched: installing it wakes a reconcile
         rendered = workloads.render(s, attrs.evolve(self.render_settings, service_monitor=monitoring))
         objects = list(rendered.objects)
         outcome = None
@@ -167,12 +168,10 @@ class Reconciler:
             outcome = self._rollout(s, cr, objects[index], now)
             objects[index] = outcome.manifest
 
-        results: list[cluster_status.ComponentResult] = []
-        for component in rendered.plan.deploy:
-            results.append(states.ComponentState(component).sync(objects, self.applier, self.caches.lookup))
+        results = states.sync_all(rendered.plan.deploy, objects, self.applier, self.caches.lookup)
         results.extend(cluster_status.blocked(b) for b in rendered.plan.blocked)
         results.extend(cluster_status.disabled(c) for c in rendered.plan.disabled)
-        self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan, objects)
+        self._prune({(str(o["kind"]), str(o["metadata"]["name"])) for o in objects}, rendered.plan, objects, monitoring)
         self._withdraw_slices_when_dra_is_off(Component.DRA_DRIVER in rendered.plan.deploy)
 
         if outcome is not None:
@@ -262,7 +261,11 @@ class Reconciler:
         return None
 
     def _prune(
-        self, wanted: set[tuple[str, str]], plan: components.DeployPlan, rendered: list[Mapping[str, Any]]
+        self,
+        wanted: set[tuple[str, str]],
+        plan: components.DeployPlan,
+        rendered: list[Mapping[str, Any]],
+        monitoring: bool,
     ) -> None:
         """Workloads that are not wanted, then the RBAC of every component not deployed (R-DEP)."""
         why_by_component = {b.component.value: b.reason for b in plan.blocked}
@@ -278,8 +281,8 @@ class Reconciler:
                 component = (obj["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
                 why = why_by_component.get(component, f"component {component or '?'} is disabled")
                 self.applier.prune({"apiVersion": api_version, "kind": kind, **obj}, why)
-        if ("ServiceMonitor", workloads.EXPORTER_NAME) not in wanted:
-            live = cleanup.service_monitor(self.objects, self.settings.namespace)
+        if monitoring and ("ServiceMonitor", workloads.EXPORTER_NAME) not in wanted:
+            live = cleanup.service_monitor(self.objects, self.settings.namespace, served=True)
             if live is not None:
                 why = why_by_component.get(Component.EXPORTER.value, "no exporter Service to scrape")
                 self.applier.prune(live, why)

@@ -1,8 +1,9 @@
-"""One state per component, in the gpu-operator shape: desired objects → apply → observed readiness.
+"""Each component's state, in the gpu-operator shape: desired objects → apply → observed readiness.
 
-Why small: the render (`metax_core.cluster.workloads`) and the roll-up (`metax_core.cluster.status`) are pure
-and live in the core; a state only applies its component's objects through the `applier.Applier` and reads
-its workloads back from the informer cache. The reconciler runs the states in R-DEP order.
+Why small: the render and its apply order (`metax_core.cluster.workloads`) and the roll-up
+(`metax_core.cluster.status`) are pure and live in the core; here the objects are applied through the
+`applier.Applier`, each component's workloads read back from the informer cache, and a component that
+cannot be applied reported without holding up the others.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
-from metax_core.cluster import status
+from metax_core.cluster import status, workloads
 from metax_core.cluster.components import Component
-from metax_core.cluster.workloads import COMPONENT_LABEL
 from metax_core.errors import MetaxError
 from metax_core.ports.cluster import RawObject
 from services.operator import applier
@@ -26,35 +24,33 @@ Lookup = Callable[[str, str, str | None], RawObject | None]
 """(kind, name, namespace) → the live object from the cache, or None."""
 
 
-@attrs.frozen
-class ComponentState:
-    component: Component
+def sync_all(
+    deploy: Sequence[Component], rendered: Sequence[Mapping[str, Any]], apply: applier.Applier, lookup: Lookup
+) -> list[status.ComponentResult]:
+    """Apply the objects of the components in ``deploy`` in `workloads.in_apply_order` (every component's accounts,
+    roles, services and config, then the workloads), and observe each component's readiness from its workloads.
 
-    @property
-    def name(self) -> str:
-        return self.component.value
-
-    def objects(self, rendered: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        return [o for o in rendered if o["metadata"]["labels"].get(COMPONENT_LABEL) == self.component.value]
-
-    def sync(
-        self, rendered: Sequence[Mapping[str, Any]], apply: applier.Applier, lookup: Lookup
-    ) -> status.ComponentResult:
-        mine = self.objects(rendered)
-        live: list[RawObject | None] = []
+    A component whose object cannot be applied (not ours, or refused) reports that and gets none of its later
+    objects applied, so its workloads never start without their accounts; the other components go on.
+    """
+    live: dict[Component, list[RawObject | None]] = {c: [] for c in deploy}
+    failed: dict[Component, status.ComponentResult] = {}
+    for manifest in workloads.in_apply_order(rendered):
+        metadata = manifest["metadata"]
+        owner = (metadata.get("labels") or {}).get(workloads.COMPONENT_LABEL)
+        component = next((c for c in live if c.value == owner), None)
+        if component is None or component in failed:
+            continue
+        cached = lookup(str(manifest["kind"]), str(metadata["name"]), metadata.get("namespace"))
         try:
-            for manifest in mine:
-                metadata = manifest["metadata"]
-                cached = lookup(str(manifest["kind"]), str(metadata["name"]), metadata.get("namespace"))
-                result = apply.apply(manifest, cached)
-                if manifest["kind"] in ("DaemonSet", "Deployment"):
-                    live.append(result)
+            result = apply.apply(manifest, cached)
         except applier.NotOurs as exc:  # the applier reported it (once per object and reason)
-            return status.failed(self.component, str(exc))
+            failed[component] = status.failed(component, str(exc))
+            continue
         except MetaxError as exc:
-            log.warning("component %s: apply failed: %s", self.name, exc)
-            return status.failed(self.component, f"apply failed: {exc}")
-        return status.observe(self.component, live, rolling_update=self.component is not Component.DRIVER)
-
-
-STATES = tuple(ComponentState(c) for c in Component)
+            log.warning("component %s: apply failed: %s", component.value, exc)
+            failed[component] = status.failed(component, f"apply failed: {exc}")
+            continue
+        if manifest["kind"] in workloads.WORKLOAD_KINDS:
+            live[component].append(result)
+    return [failed.get(c) or status.observe(c, live[c], rolling_update=c is not Component.DRIVER) for c in deploy]

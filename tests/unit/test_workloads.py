@@ -69,6 +69,28 @@ def test_only_the_host_paths_of_section_1_3_2_are_mounted() -> None:
     assert driver_mounts["/host/lib/modules"] is True
 
 
+def test_the_apply_order_puts_every_workload_last_and_keeps_deploy_order_within_each_group() -> None:
+    """Issue 26, P1: accounts, roles, services and config go through the API server before the first DaemonSet
+    makes it busy; each workload still comes after its own ServiceAccount."""
+    values = {**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}}
+    rendered = list(workloads.render(validation.parse(values), workloads.RenderSettings(service_monitor=True)).objects)
+    ordered = workloads.in_apply_order(rendered)
+    kinds = [o["kind"] in workloads.WORKLOAD_KINDS for o in ordered]
+    assert sorted(map(id, ordered)) == sorted(map(id, rendered))  # the same objects, none lost or repeated
+    first = kinds.index(True)
+    assert first > 0 and all(kinds[first:]), [o["kind"] for o in ordered]
+    assert [o for o in ordered if o["kind"] not in workloads.WORKLOAD_KINDS] == [
+        o for o in rendered if o["kind"] not in workloads.WORKLOAD_KINDS
+    ]
+    assert ordered[first:] == [o for o in rendered if o["kind"] in workloads.WORKLOAD_KINDS]
+    assert {"Service", "ServiceMonitor", "RuntimeClass"} <= {o["kind"] for o in ordered[:first]}
+    position = {(o["kind"], o["metadata"]["name"]): i for i, o in enumerate(ordered)}
+    for workload in ordered[first:]:
+        account = workload["spec"]["template"]["spec"].get("serviceAccountName")
+        if account:
+            assert position[("ServiceAccount", account)] < position[(workload["kind"], workload["metadata"]["name"])]
+
+
 def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
     """`RenderSettings.host_path_prefix` (test only, docs/realnode.md) prefixes each hostPath; the mount paths in
     the container, and the default render, stay the real ones. The one addition under a prefix: the privileged

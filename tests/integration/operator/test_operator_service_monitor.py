@@ -81,7 +81,8 @@ def test_the_service_monitor_follows_the_prometheus_operators_crd(operator_env: 
     try:
         svc = wait_for("the exporter Service", lambda: service(env), timeout=120)
         assert svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0]["nodePort"] == 30940
-        assert "metax-data-exporter" in env.daemonsets()
+        # the Service is applied before every workload (workloads.in_apply_order): the DaemonSet may come after
+        wait_for("the exporter DaemonSet", lambda: "metax-data-exporter" in env.daemonsets(), timeout=60)
 
         env.api.create(CRD)  # no CR edit: the operator watches the CRD by name and reconciles at once
         wait_served(env.api, workloads.SERVICE_MONITOR_API, "ServiceMonitor", timeout=60)

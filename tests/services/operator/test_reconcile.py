@@ -64,6 +64,39 @@ def test_install_applies_every_enabled_component_and_reports_ready(harness: Harn
     assert list(iter_events(harness, "Applied"))
 
 
+class ApplyRecordingApi:
+    """The in-memory API, recording the kind of every object applied (not its status)."""
+
+    def __init__(self, inner: Api) -> None:
+        self.inner = inner
+        self.applied: list[str] = []
+
+    def apply(self, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        if not options.get("subresource"):
+            self.applied.append(str(body["kind"]))
+        return self.inner.apply(body, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_the_first_install_applies_every_workload_after_every_other_object() -> None:
+    """Issue 26, P1: the first DaemonSet makes the API server busy; nothing else should queue behind it."""
+    h = Harness(api=ApplyRecordingApi)
+    recording = h.api
+    assert isinstance(recording, ApplyRecordingApi)
+    try:
+        _install(h)
+        kinds = recording.applied
+        first = next(i for i, k in enumerate(kinds) if k in workloads.WORKLOAD_KINDS)
+        assert {"ServiceAccount", "ClusterRole", "RoleBinding", "RuntimeClass"} <= set(kinds[:first])
+        assert set(kinds[first:]) <= workloads.WORKLOAD_KINDS, kinds
+        daemonsets = h.daemonsets()
+        assert daemonsets and kinds[first:].count("DaemonSet") == len(daemonsets)
+    finally:
+        h.stop()
+
+
 def test_steady_state_makes_no_writes(harness: Harness) -> None:
     _install(harness)
     harness.mark_workloads_ready()
