@@ -44,15 +44,16 @@ def bootstrap(
     objs = objects.K8sObjects(api)
     queue = WorkQueue(base=s.backoff_base, cap=s.backoff_max)
     key = run.KEY
+    pace = run.Pace(s.progress_pace)
 
     def wake(old: RawObject | None, new: RawObject | None) -> None:
         if wakes.progress_only(old, new):
-            queue.add_after(key, s.progress_pace)  # bursts of progress coalesce into one reconcile per pace
+            queue.add_after(key, pace.delay())  # bursts of progress coalesce into one reconcile per pace
         else:
             queue.add(key)
 
     def pod_changed(old: RawObject | None, new: RawObject | None) -> None:
-        queue.add_after(key, s.progress_pace)  # the operator owns no pod: every pod change is progress
+        queue.add_after(key, pace.delay())  # the operator owns no pod: every pod change is progress
 
     def node_changed(old: RawObject | None, new: RawObject | None) -> None:
         if wakes.node_matters(old, new):  # not a heartbeat
@@ -136,4 +137,4 @@ def bootstrap(
         queue.add(key)
 
     leadership = leader.Leadership(lock, on_started=new_term)
-    return run.Operator(s, reconciler=rec, caches=caches, queue=queue, leadership=leadership, events=ev)
+    return run.Operator(s, reconciler=rec, caches=caches, queue=queue, leadership=leadership, events=ev, pace=pace)

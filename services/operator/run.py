@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 
+from metax_core.cluster import wakes
 from metax_core.errors import MetaxError
 from metax_core.spec import model as spec
 from metax_k8s.events import BackgroundEvents
@@ -29,6 +30,18 @@ EVENTS_GRACE = 5.0
 """How long a stop waits for the Events still waiting to be recorded."""
 
 
+class Pace:
+    """How long reported progress waits before it reconciles (`wakes.progress_delay`): the operator's pace, and
+    more while its reconciles take long (the worker records how long the last one took)."""
+
+    def __init__(self, base: float) -> None:
+        self.base = base
+        self.last_reconcile = 0.0
+
+    def delay(self) -> float:
+        return wakes.progress_delay(self.base, self.last_reconcile)
+
+
 class Operator:
     def __init__(
         self,
@@ -39,6 +52,7 @@ class Operator:
         queue: WorkQueue,
         leadership: leader.Leadership,
         events: BackgroundEvents,
+        pace: Pace,
     ) -> None:
         self.settings = s
         self.reconciler = reconciler
@@ -46,6 +60,7 @@ class Operator:
         self.queue = queue
         self.leadership = leadership
         self.events = events
+        self.pace = pace
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self.reconciles = 0
@@ -89,9 +104,11 @@ class Operator:
                     self.queue.add_after(key, 1.0)
                     continue
                 self.reconciles += 1
+                began = time.monotonic()
                 try:
                     again = self.reconciler.reconcile()
                 finally:
+                    self.pace.last_reconcile = time.monotonic() - began
                     self.completed += 1
                 self.queue.forget(key)
                 delay = self.settings.resync_seconds if again is None else min(again, self.settings.resync_seconds)

@@ -4,14 +4,18 @@ At 500 kwok nodes an install made 225 reconciles and 216 status writes in 123 s:
 DaemonSet status update and the operator's own status write each queued a reconcile right after the last. Now
 changes that only report progress (a status, any pod change) queue one reconcile a pace later, and the burst
 behind it coalesces into it; a change to what the operator wants or owns (spec, labels, creation, deletion)
-still reconciles at once. The queue is read directly: nothing here depends on how fast the machine is, except
-that a timer of 0.3 s is not due within 0 s.
+still reconciles at once. While reconciles take long, progress waits longer (`wakes.progress_delay`: five times
+the last reconcile, up to 15 s), and the worker records how long each took. The queue is read directly: nothing
+here depends on how fast the machine is, except that a timer is not due before its time.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
+
+import pytest
 
 from metax_core.cluster import wakes
 from metax_k8s.inmemory import InMemoryCluster
@@ -87,4 +91,37 @@ def test_a_change_to_what_the_operator_owns_reconciles_at_once() -> None:
     assert op.queue.get(timeout=0) == run.KEY
     op.queue.done(run.KEY)
     change(op, "DaemonSet", edited, None)  # deleted by hand
+    assert op.queue.get(timeout=0) == run.KEY
+
+
+@pytest.mark.parametrize(
+    ("last_reconcile", "delay"),
+    [(0.0, PACE), (0.05, PACE), (0.2, 1.0), (1.0, 5.0), (60.0, wakes.MAX_PROGRESS_DELAY)],
+)
+def test_progress_waits_five_times_the_last_reconcile_within_bounds(last_reconcile: float, delay: float) -> None:
+    assert wakes.progress_delay(PACE, last_reconcile) == pytest.approx(delay)
+
+
+def test_after_a_slow_reconcile_progress_waits_longer_and_a_spec_change_does_not() -> None:
+    op = operator()
+    slow = 0.2  # five times that is 1.0 s, over three times the pace
+    op.reconciler.reconcile = lambda: time.sleep(slow)  # type: ignore[method-assign,func-returns-value]
+    op.start()
+    try:
+        op.queue.add(run.KEY)
+        deadline = time.monotonic() + 10
+        while op.completed < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert op.pace.last_reconcile >= slow
+    finally:
+        op.stop()
+    op = operator()
+    op.pace.last_reconcile = slow
+    change(op, "DaemonSet", daemonset(numberReady=0), daemonset(numberReady=1))
+    assert op.queue.get(timeout=PACE * 2) is None  # the pace alone would be due by now
+    assert op.queue.get(timeout=5) == run.KEY
+    op.queue.done(run.KEY)
+    respecced = daemonset(numberReady=1)
+    respecced["spec"]["template"]["spec"]["containers"][0]["image"] = "b"
+    change(op, "DaemonSet", daemonset(numberReady=1), respecced)
     assert op.queue.get(timeout=0) == run.KEY
