@@ -57,11 +57,9 @@ def serves_service_monitors(objects: Objects) -> bool:
     return crd is not None
 
 
-def service_monitor(objects: Objects, namespace: str, *, served: bool | None = None) -> RawObject | None:
-    """The exporter's live ServiceMonitor (with apiVersion and kind), None when absent or the CRD is. ``served``:
-    whether the CRD is, when the caller knows (the reconciler watches it); else it is looked up."""
-    if not (serves_service_monitors(objects) if served is None else served):
-        return None
+def service_monitor(objects: Objects, namespace: str) -> RawObject | None:
+    """The exporter's live ServiceMonitor (with apiVersion and kind), None when absent. Only asked where the
+    cluster serves ServiceMonitors (`serves_service_monitors`, or the reconciler's watch of their CRD)."""
     found = objects.get(workloads.SERVICE_MONITOR_API, "ServiceMonitor", workloads.EXPORTER_NAME, namespace)
     return None if found is None else {"apiVersion": workloads.SERVICE_MONITOR_API, "kind": "ServiceMonitor", **found}
 
@@ -103,7 +101,7 @@ def remove_everything(
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
             writes += 1
     writes += withdraw_slices(objects)
-    monitor = service_monitor(objects, namespace)
+    monitor = service_monitor(objects, namespace) if serves_service_monitors(objects) else None
     if monitor is not None:
         apply.prune(monitor, "cluster-operator is being deleted")
         writes += 1

@@ -282,7 +282,7 @@ class Reconciler:
                 why = why_by_component.get(component, f"component {component or '?'} is disabled")
                 self.applier.prune({"apiVersion": api_version, "kind": kind, **obj}, why)
         if monitoring and ("ServiceMonitor", workloads.EXPORTER_NAME) not in wanted:
-            live = cleanup.service_monitor(self.objects, self.settings.namespace, served=True)
+            live = cleanup.service_monitor(self.objects, self.settings.namespace)
             if live is not None:
                 why = why_by_component.get(Component.EXPORTER.value, "no exporter Service to scrape")
                 self.applier.prune(live, why)

@@ -34,11 +34,11 @@ def sync_all(
     objects applied, so its workloads never start without their accounts; the other components go on.
     """
     live: dict[Component, list[RawObject | None]] = {c: [] for c in deploy}
+    by_label = {c.value: c for c in deploy}
     failed: dict[Component, status.ComponentResult] = {}
     for manifest in workloads.in_apply_order(rendered):
         metadata = manifest["metadata"]
-        owner = (metadata.get("labels") or {}).get(workloads.COMPONENT_LABEL)
-        component = next((c for c in live if c.value == owner), None)
+        component = by_label.get((metadata.get("labels") or {}).get(workloads.COMPONENT_LABEL, ""))
         if component is None or component in failed:
             continue
         cached = lookup(str(manifest["kind"]), str(metadata["name"]), metadata.get("namespace"))

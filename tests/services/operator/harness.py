@@ -27,6 +27,17 @@ def cluster_operator(spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {"apiVersion": CR_API, "kind": "ClusterOperator", "metadata": {"name": "cluster-operator"}, "spec": body}
 
 
+class ApiWrapper:
+    """The cluster's API as the operator sees it through a test: every call passes through to ``inner`` except
+    the ones a subclass defines (to count, record or slow them down). Give the subclass to `Harness` as ``api``."""
+
+    def __init__(self, inner: Api) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class Harness:
     def __init__(
         self,

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import CR_API, NS, Harness, cluster_operator, iter_events, wait_for
+from harness import CR_API, NS, ApiWrapper, Harness, cluster_operator, iter_events, wait_for
 
 from metax_core.cluster import rbac
 from metax_core.node import uninstall
 from metax_core.wire import event_reasons
-from metax_k8s.api import Api
 
 
 @pytest.fixture
@@ -137,19 +136,13 @@ def test_the_leader_lease_is_deleted_on_the_way_out_only_after_uninstall() -> No
 UNINSTALL_REASONS = {uninstall.INCOMPLETE_REASON, event_reasons.CLEANED_UP}
 
 
-class SlowEventsApi:
+class SlowEventsApi(ApiWrapper):
     """The in-memory API, where creating one of the uninstall's Events takes a second (a busy control plane)."""
-
-    def __init__(self, inner: Api) -> None:
-        self.inner = inner
 
     def create(self, body: dict[str, Any], **options: Any) -> dict[str, Any]:
         if body.get("kind") == "Event" and body.get("reason") in UNINSTALL_REASONS:
             time.sleep(1.0)
         return self.inner.create(body, **options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def test_the_uninstall_events_are_recorded_before_the_object_goes() -> None:

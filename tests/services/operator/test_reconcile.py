@@ -12,7 +12,7 @@ import collections
 import logging
 from typing import Any
 
-from harness import NS, Harness, cluster_operator, iter_events, wait_for
+from harness import NS, ApiWrapper, Harness, cluster_operator, iter_events, wait_for
 
 from metax_core.cluster import workloads
 from metax_core.cluster.components import Component
@@ -64,20 +64,17 @@ def test_install_applies_every_enabled_component_and_reports_ready(harness: Harn
     assert list(iter_events(harness, "Applied"))
 
 
-class ApplyRecordingApi:
+class ApplyRecordingApi(ApiWrapper):
     """The in-memory API, recording the kind of every object applied (not its status)."""
 
     def __init__(self, inner: Api) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.applied: list[str] = []
 
     def apply(self, body: dict[str, Any], **options: Any) -> dict[str, Any]:
         if not options.get("subresource"):
             self.applied.append(str(body["kind"]))
         return self.inner.apply(body, **options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def test_the_first_install_applies_every_workload_after_every_other_object() -> None:
@@ -183,19 +180,16 @@ def test_rbac_of_a_disabled_component_and_of_its_dependents_is_pruned_and_comes_
     assert _rbac_of(harness, "runtime") == installed["runtime"]
 
 
-class ReadCountingApi:
+class ReadCountingApi(ApiWrapper):
     """The in-memory API, counting single-object reads by kind."""
 
     def __init__(self, inner: Api) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gets: collections.Counter[str] = collections.Counter()
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
         self.gets[kind] += 1
         return self.inner.get(api_version, kind, name, namespace)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 RBAC_KIND_NAMES = {kind for _, kind, _ in RBAC_KINDS}

@@ -7,21 +7,18 @@ import threading
 import time
 from typing import Any
 
-from harness import Harness
+from harness import ApiWrapper, Harness
 
 from metax_k8s.api import Api
 
 
-class SlowNodeList:
+class SlowNodeList(ApiWrapper):
     """The cluster's API, with every list of Nodes held until ``release`` is set (a list of 5,000 nodes)."""
 
     def __init__(self, inner: Api) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.release = threading.Event()
         self.listing = threading.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def list(self, api_version: str, kind: str, **kwargs: Any) -> Any:
         if kind == "Node":
