@@ -6,6 +6,7 @@ operator's cost grows with the kwok node count, and for ``benchmarks/RESULTS.md`
 the machine they ran on.
 
     python -m benchmarks [--only P1,P5] [--nodes 100,1000,5000] [--quick] [--write] [--timeout S] [--note TEXT]
+                         [--full-rows-to N]
     python -m benchmarks --write --from-logs DIR --facts-json FILE [--error STEM=TEXT] [--budget S] [--note TEXT]
 
 Each module runs in its own subprocess (``--child``: its ``figures()`` as JSON), so one that fails, times out
@@ -54,6 +55,8 @@ class Module:
     """One child per kwok node count: a size that fails or runs out of time leaves the smaller ones' figures."""
     late: bool = False
     """Runs after the operator's node counts up to `LATE_SIZE`: its figures add to ones other modules give."""
+    full_rows: bool = False
+    """Its ``figures()`` takes ``full_rows_to``: the largest node count it measures every one of its figures at."""
 
 
 LATE_SIZE = 1000
@@ -72,7 +75,7 @@ MODULES = (
     Module("container_runtime", ("P8",), "container-runtime agent"),
     Module("images", ("P9",), "the product's images"),
     Module("realpods", ("P8",), "components as real pods", late=True),
-    Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes", per_size=True),
+    Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes", per_size=True, full_rows=True),
 )
 
 
@@ -100,16 +103,17 @@ def selected(only: Sequence[str]) -> list[Module]:
     return [m for m in MODULES if wanted & set(m.ids)]
 
 
-def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path) -> int:
+def run_child(name: str, quick: bool, nodes: Sequence[int], out: pathlib.Path, full_rows_to: int | None = None) -> int:
     """In the child process: one module's figures, as JSON, to ``out``. ``name`` is a module of this package,
-    or a dotted path (tests give one of their own)."""
+    or a dotted path (tests give one of their own); ``full_rows_to`` is given only to a `Module.full_rows` one."""
     # A run started in the background (``nohup … &``) starts with SIGINT ignored, and so does every child; Python
     # then installs no handler, and `run_module`'s SIGINT at a timeout would go unheard until its SIGKILL, leaving
     # the control planes and nodes the module started. Answer it as in a terminal: KeyboardInterrupt, and the
     # module's context managers stop them.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     module = importlib.import_module(name if "." in name else f"benchmarks.{name}")
-    found: list[fig.Figure] = module.figures(quick=quick, nodes=tuple(nodes))
+    given = {} if full_rows_to is None else {"full_rows_to": full_rows_to}
+    found: list[fig.Figure] = module.figures(quick=quick, nodes=tuple(nodes), **given)
     out.write_text(json.dumps([f.to_json() for f in found]))
     return 0
 
@@ -134,11 +138,14 @@ def run_module(
     timeout: float | None,
     logs: pathlib.Path,
     size: int | None = None,
+    full_rows_to: int | None = None,
 ) -> Outcome:
     name = stem(module, size)
     out, log = logs / f"{name}.json", logs / f"{name}.log"
     command = [sys.executable, "-m", "benchmarks", "--child", module.name, "--out", str(out)]
     command += ["--nodes", ",".join(map(str, nodes))] + (["--quick"] if quick else [])
+    if full_rows_to is not None and module.full_rows:
+        command += ["--full-rows-to", str(full_rows_to)]
     began = time.monotonic()
     with log.open("wb") as handle:
         child = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
@@ -304,6 +311,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--error", action="append", default=[], help="with --from-logs: STEM=TEXT, the error of a stem without JSON"
     )
+    parser.add_argument(
+        "--full-rows-to",
+        type=int,
+        default=None,
+        metavar="N",
+        help="operator_scale measures P1, P2 and P3 at node counts up to N (default 1000), P3 alone above it",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
     return parser
@@ -324,7 +338,7 @@ def run_all(modules: Sequence[Module], nodes: Sequence[int], args: argparse.Name
             if left is not None:
                 timeout = min(timeout, left) if timeout is not None else left
             print(f"== {module.name} ({', '.join(module.ids)}) {sizes if size else ''}…", file=sys.stderr, flush=True)
-            outcome = run_module(module, args.quick, sizes, timeout, logs, size)
+            outcome = run_module(module, args.quick, sizes, timeout, logs, size, args.full_rows_to)
         print(f"   {outcome.seconds:.0f} s {outcome.error or 'ok'}", file=sys.stderr, flush=True)
         outcomes.append(outcome)
     print(f"each module's output: {logs}", file=sys.stderr)
@@ -356,13 +370,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = options.parse_args(argv)
     nodes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
     if args.child:
-        return run_child(args.child, args.quick, nodes, args.out)
+        return run_child(args.child, args.quick, nodes, args.out, args.full_rows_to)
     if args.write and args.quick:
         options.error("--write with --quick: a --quick run is a look, not a result, and is never stored")
     if args.from_logs and not (args.write and args.facts_json):
         options.error("--from-logs needs --write and --facts-json (the earlier run's machine() facts)")
     only = [i for i in args.only.split(",") if i.strip()]
     modules = selected(only)
+    if args.full_rows_to is not None and not any(m.full_rows for m in modules):
+        options.error("--full-rows-to is for operator_scale (P1, P2, P3), and none of them is selected")
     wanted = {i.strip().upper() for i in only}
     if args.from_logs:
         if any("=" not in e for e in args.error):
