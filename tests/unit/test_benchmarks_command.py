@@ -7,7 +7,8 @@ only the stored outcomes of the same module and node count, the others keep thei
 with none is dropped; RESULTS.md, rendered from the whole store, gives each figure's run and a growth column
 per node count in the store; ``--write --quick`` is refused; ``--from-logs`` stores an earlier run from a
 logs directory as `run_module` leaves it (a stem with only its log, or none, is an error row; a module's
-seconds come from its files' times); a run someone stops (SIGINT to its module) writes nothing.
+seconds come from its files' times); a run someone stops (SIGINT to its module) writes nothing; ``--full-rows-to``
+reaches only a module that takes it, is refused without one, and moves operator_scale's whole rows past 1,000.
 """
 
 from __future__ import annotations
@@ -251,3 +252,39 @@ def test_a_run_someone_stops_writes_nothing(store: pathlib.Path, monkeypatch: py
     assert ended == [130]
     assert "cleaned up" in log.read_text()
     assert not (store / "results.json").exists() and not (store / "RESULTS.md").exists()
+
+
+@pytest.mark.parametrize(("full_rows", "given"), [(True, 5000.0), (False, 1000.0)])
+def test_full_rows_to_reaches_only_a_module_that_takes_it(
+    tmp_path: pathlib.Path, full_rows: bool, given: float
+) -> None:
+    """``--full-rows-to`` reaches the child of a `Module.full_rows` module; any other module's ``figures`` is
+    called as before (it has no such parameter), so a run of every module with the flag does not fail them."""
+    module = runner.Module("tests.unit.benchmark_rows", ("P0",), "rows", full_rows=full_rows)
+    found = runner.run_module(module, quick=False, nodes=(5000,), timeout=60.0, logs=tmp_path, full_rows_to=5000)
+    assert not found.error, found.error
+    assert [f.value for f in found.figures] == [given]
+
+
+def test_full_rows_to_without_the_operator_figures_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        runner.main(["--only", "P4", "--full-rows-to", "5000"])
+    assert refused.value.code == 2
+    assert "--full-rows-to" in capsys.readouterr().err
+
+
+def test_operator_scale_measures_whole_rows_up_to_full_rows_to_and_p3_alone_above(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from benchmarks import operator_scale
+
+    rows: list[list[int]] = []
+    alone: list[int] = []
+    monkeypatch.setattr(operator_scale, "measure", lambda sizes, *_a, **_k: rows.append(list(sizes)) or [])
+    monkeypatch.setattr(operator_scale, "memory_figures", lambda n, _extra: alone.append(n) or [])
+    operator_scale.figures(nodes=(100, 1000, 5000))
+    assert (rows, alone) == ([[100, 1000]], [5000])
+    rows.clear()
+    alone.clear()
+    operator_scale.figures(nodes=(100, 1000, 5000), full_rows_to=5000)
+    assert (rows, alone) == ([[100, 1000, 5000]], [])
