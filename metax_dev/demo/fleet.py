@@ -159,12 +159,6 @@ class Fleet:
         found = [dict(p) for p in self.objects.list("v1", "Pod", NAMESPACE, label_selector=selector).items]
         return [p for p in found if node is None or p["spec"].get("nodeName") == node]
 
-    def events(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        for ns in (NAMESPACE, "default"):
-            found += [dict(e) for e in self.objects.list("events.k8s.io/v1", "Event", ns).items]
-        return found
-
 
 class InMemoryFleet(Fleet):
     def __init__(self, workdir: Path, count: int) -> None:
