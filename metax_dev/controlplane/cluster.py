@@ -155,6 +155,10 @@ class ControlPlane:
     def log_tail(self, component: str, lines: int = 60) -> str:
         return processes.tail(self.log_path(component), lines)
 
+    def pids(self) -> dict[str, int]:
+        """Each running component's process id, by name (for a benchmark's CPU accounting from /proc)."""
+        return {n: p.popen.pid for n, p in self._processes.items() if p.popen is not None and p.alive()}
+
     def dead_components(self) -> list[str]:
         """The components started but no longer running (empty while all is well)."""
         return [p.name for p in self._processes.values() if not p.alive()]
