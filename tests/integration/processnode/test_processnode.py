@@ -28,6 +28,7 @@ from metax_core.errors import NotFound
 from metax_dev.controlplane import cluster, network
 from metax_dev.processnode import address
 from metax_dev.processnode import node as processnode
+from metax_dev.processnode.worker import PodWorker
 from metax_k8s import client
 from tests.waiting import wait_for
 
@@ -323,6 +324,11 @@ def _pid(api: client.HttpApi, namespace: str, name: str, index: int = 0) -> int:
     return int(container_id.removeprefix("process://")) if container_id else 0
 
 
+def _printed(worker: PodWorker, container: str, line: str) -> bool:
+    """Whether the container printed ``line`` (a whole line: the log's start line quotes the command)."""
+    return line in worker.log_path(container).read_text().splitlines()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -340,12 +346,14 @@ def test_deletion_sigterm_then_grace_then_sigkill_then_the_pod_is_gone(
     pids = [_pid(api, namespace, "stop", 0), _pid(api, namespace, "stop", 1)]
     worker = process_node.worker(namespace, "stop")
     assert worker is not None
-    wait_for("stubborn ignores SIGTERM", lambda: "up" in worker.log_path("stubborn").read_text())
+    # Each script prints "up" once its SIGTERM handling is set; the log's start line quotes the script, so only
+    # a whole line "up" says the process got that far (before it, a SIGTERM would just kill it).
+    wait_for("both handle SIGTERM", lambda: all(_printed(worker, c, "up") for c in ("graceful", "stubborn")))
     began = time.monotonic()
     api.delete("v1", "Pod", "stop", namespace)
     wait_for("pod gone", lambda: not api.list("v1", "Pod", namespace=namespace).items, timeout=30)
     took = time.monotonic() - began
-    assert "got SIGTERM" in worker.log_path("graceful").read_text()
+    assert _printed(worker, "graceful", "got SIGTERM")
     assert took >= 3  # the stubborn container had its grace period before SIGKILL
     assert not any(_alive(p) for p in pids)
 
