@@ -241,7 +241,8 @@ def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], 
 FULL_ROW_MAX = 1000
 """Node counts above it measure P3 alone (`memory_figures`): the 1,000-node floor took 162–180 s for 7,000 pods on
 the 2-core reference machine (RESULTS.md, run 4 and its notes); 5,000 nodes are 35,000 pods and each DaemonSet
-sync walks every node, so a whole P1/P2 row took 106 min there (RESULTS.md run 11, ``--full-rows-to 5000``)."""
+sync walks every node, so a whole P1/P2 row took 87–106 min there (RESULTS.md runs 11 and 12,
+``--full-rows-to 5000``)."""
 
 
 def memory_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
