@@ -1,6 +1,6 @@
 """R-MACA's cost at container start, and the memory of the two processes it adds (P8).
 
-Run from the repository root (as root): ``python -m benchmarks.container_edit [--runs 40]``. It uses the
+Run from the repository root (as root): ``python -m benchmarks.container_edit [--runs 150]``. It uses the
 harness's runc (`metax_dev.controlplane.build`, cached), the wrapper compiled by `metax_dev.wrapper`, two fake
 SDK payloads (`metax_dev.fake_sdk`) installed by the real maca agent, and the edit service as its own process
 (``python -m services.container_edit``), then times, for ``--runs`` containers each (busybox, ``true``):
@@ -8,7 +8,8 @@ SDK payloads (`metax_dev.fake_sdk`) installed by the real maca agent, and the ed
 * create → start: ``runc create`` then ``runc start`` of the same bundle, plain runc and through the wrapper,
   for a non-GPU container and for a GPU one (``METAX_VISIBLE_DEVICES`` + ``METAX_MACA_VERSION=maca-2.18``:
   the edit service resolves, records and mounts the SDK). The reference is plain runc in the same run,
-  interleaved, so machine load hits both alike; "added" is the difference of the medians;
+  interleaved and each first every other time, so machine load and the order hit both alike; "added" is the
+  difference of the medians;
 * the edit service's peak RSS after the runs (VmHWM), and the maca agent's peak RSS as its production process
   (``python -m services.maca`` against the real test control plane, installing the two versions).
 
@@ -41,6 +42,11 @@ from metax_dev.controlplane import build, cluster
 from metax_dev.realnode import images
 
 VERSIONS = ("2.18.0.3", "2.9.1")
+RUNS = 150
+"""Containers per case and runtime. A create → start takes 40–55 ms here with a spread (p25–p75) of about 10 ms,
+and the wrapper adds two execs of a small static binary (about 1.2 ms each, timed with ``--version``). With 40
+and 60 runs the difference of the medians came out at +7.0 ms (RESULTS.md run 10) and +5.5 ms, too noisy to
+tell a 5 ms goal; with 150, +3.2 ms, and a bootstrap of that run put it between +1.4 and +5.4 ms (95 %)."""
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -140,10 +146,12 @@ def measure(args: argparse.Namespace) -> tuple[Times, float, float]:
         times: dict[tuple[str, str], list[float]] = {(c, r): [] for c in cases for r in ("runc", "wrapper")}
         n = 0
         errors = work / "stderr"
-        for _ in range(args.runs):
+        pair = (("runc", runc), ("wrapper", wrap))
+        for i in range(args.runs):
             for case, config in cases.items():
                 directory = work / ("plain" if case == "non-GPU" else "gpu")
-                for runtime, binary in (("runc", runc), ("wrapper", wrap)):
+                # Each goes first every other time, so neither always starts right after the other's deletion.
+                for runtime, binary in pair if i % 2 == 0 else pair[::-1]:
                     (directory / "config.json").write_bytes(config)  # containerd writes a fresh one per container
                     n += 1
                     cid = f"b{n}"
@@ -203,7 +211,7 @@ def to_figures(times: Times, maca_rss: float, edit_rss: float) -> list[fig.Figur
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--runs", type=int, default=40, help="containers per case")
+    parser.add_argument("--runs", type=int, default=RUNS, help="containers per case and runtime")
     return parser.parse_args(argv)
 
 
