@@ -43,10 +43,8 @@ from metax_dev.realnode import images
 
 VERSIONS = ("2.18.0.3", "2.9.1")
 RUNS = 150
-"""Containers per case and runtime. A create → start takes 40–55 ms here with a spread (p25–p75) of about 10 ms,
-and the wrapper adds two execs of a small static binary (about 1.2 ms each, timed with ``--version``). With 40
-and 60 runs the difference of the medians came out at +7.0 ms (RESULTS.md run 10) and +5.5 ms, too noisy to
-tell a 5 ms goal; with 150, +3.2 ms, and a bootstrap of that run put it between +1.4 and +5.4 ms (95 %)."""
+"""Containers per case and runtime: the wrapper adds about 2.5 ms to a create → start whose p25–p75 spread is
+about 10 ms, so fewer runs cannot tell the 5 ms goal (docs/maca.md says what was measured with how many)."""
 
 
 def peak_rss_mib(pid: int) -> float:
