@@ -180,11 +180,23 @@ class Server(socketserver.ThreadingUnixStreamServer):
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a socket left by a killed run: nobody listens on it
-        old = os.umask(0o177)  # the socket is for root (the runtime) only
+        super().__init__(str(path), _Handler)
+
+    def server_bind(self) -> None:
+        """Bind under a staging name, make the socket root-only (the runtime's), then rename it into place: it
+        appears at its path already 0600. Never through the umask: that is the whole process's, and another
+        thread creating files meanwhile would get 0600 directories too (CI hit it: the runtime tests and
+        metax_dev.productnode run the service in a thread next to code that makes directories)."""
+        staging = self.path.with_name(f".{self.path.name}~")
+        staging.unlink(missing_ok=True)  # left by a run killed between bind and rename
+        self.socket.bind(str(staging))
         try:
-            super().__init__(str(path), _Handler)
-        finally:
-            os.umask(old)
+            os.chmod(staging, 0o600)
+            os.replace(staging, self.path)
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
+        self.server_address = str(self.path)
 
     def close(self) -> None:
         self.server_close()

@@ -10,8 +10,10 @@ refused; the probe file exists while it listens; the socket and the probe file a
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -100,3 +102,50 @@ def test_a_version_removed_during_the_start_is_refused(tmp_path: pathlib.Path) -
     got = editor.answer(edit_wire.Request("c3", "/b", None, GPU_CONFIG))
     assert got.status is edit_wire.Status.REFUSED
     assert "removed while the container started" in got.message
+
+
+def test_the_socket_is_root_only_even_under_a_permissive_umask(tmp_path: pathlib.Path) -> None:
+    """The socket appears at its path already 0600 (bound under a staging name, then renamed), whatever the umask."""
+    old = os.umask(0)
+    try:
+        started = server.Server(tmp_path / "e.sock", server.Editor(settings(tmp_path)))
+        try:
+            assert stat.S_IMODE((tmp_path / "e.sock").stat().st_mode) == 0o600
+            assert stat.S_ISSOCK((tmp_path / "e.sock").stat().st_mode)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["e.sock"]  # no staging name left
+        finally:
+            started.close()
+    finally:
+        os.umask(old)
+
+
+def test_starting_the_service_leaves_other_threads_files_alone(tmp_path: pathlib.Path) -> None:
+    """The race CI once hit: the service set the process-wide umask to 0177 while it bound, and a directory another
+    thread made meanwhile (a runc bundle there; the maca agent's SDK unpacking in the product) came out 0600, which
+    a container without CAP_DAC_OVERRIDE cannot search."""
+    made = tmp_path / "made"
+    made.mkdir()
+    stop = threading.Event()
+
+    def make_directories() -> None:
+        i = 0
+        while not stop.is_set():
+            (made / str(i)).mkdir()
+            i += 1
+
+    maker = threading.Thread(target=make_directories)
+    maker.start()
+    try:
+        for _ in range(200):
+            server.Server(tmp_path / "e.sock", server.Editor(settings(tmp_path))).close()
+    finally:
+        stop.set()
+        maker.join()
+    modes = {oct(stat.S_IMODE(d.stat().st_mode)) for d in made.iterdir()}
+    assert modes == {oct(0o777 & ~_umask())}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
