@@ -10,6 +10,14 @@
   The two messages are encoded by hand (two fields each) rather than generating the whole CRI API.
 * `Dockerd`, `Crio`: the same for Docker (``GET /info``) and CRI-O (``crio config``, ``GET /config``).
 * `SystemdService` restarts a unit through the host's systemd. containerd has no reload (SIGHUP stops it).
+* `SignalRestart` signals the daemon itself (restart mode ``signal``): the process serving the runtime's socket,
+  found by the socket's peer credentials (``SO_PEERCRED``, as NVIDIA's toolkit finds it), checked to be that
+  runtime's daemon and never PID 1 (a socket-activated unit's socket is systemd's); its supervisor (systemd's
+  ``Restart=always`` in containerd's own unit, runit, daemontools, s6) starts it again. dockerd reloads on SIGHUP
+  instead (its ``runtimes`` are reloadable).
+* `daemon` finds that process; `Containerd` then runs ``config dump`` and ``--version`` with the daemon's own
+  binary in the daemon's own mount namespace (``nsenter --target <pid> --mount``), so a node whose containerd is
+  not on the usual PATH (k3s's) is dry-run with what it runs.
 """
 
 from __future__ import annotations
@@ -17,16 +25,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal as signals
+import socket as sockets
+import struct
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from metax_core.errors import HardwareError
 
 log = logging.getLogger(__name__)
 
 NSENTER = "nsenter"
-HOST_NAMESPACES = ("--target", "1", "--mount", "--")
 PROC_ROOT = "/proc/1/root"
 """The host's root seen through PID 1 (hostPID): how a pod reaches the runtime's socket without a mount."""
 CRI_STATUS = "/runtime.v1.RuntimeService/Status"
@@ -40,11 +53,12 @@ class HostProgram:
         self.host_namespaces = host_namespaces
         self.timeout = timeout
 
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        return [NSENTER, *HOST_NAMESPACES, *argv] if self.host_namespaces else list(argv)
+    def argv(self, argv: Sequence[str], target: int = 1) -> list[str]:
+        """``argv`` in the mount namespace of process ``target`` (the host's: PID 1) when in host namespaces."""
+        return [NSENTER, "--target", str(target), "--mount", "--", *argv] if self.host_namespaces else list(argv)
 
-    def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = self.argv(argv)
+    def run(self, argv: Sequence[str], *, check: bool = True, target: int = 1) -> subprocess.CompletedProcess[str]:
+        command = self.argv(argv, target)
         # The host's programs are looked up on a usual host PATH (containerd's tarball puts it in /usr/local/bin);
         # run directly, on this process's own.
         path = HOST_PATH if self.host_namespaces else os.environ.get("PATH", HOST_PATH)
@@ -67,21 +81,96 @@ class HostProgram:
         return done
 
 
+DAEMONS: Mapping[str, tuple[str, int]] = {
+    "containerd": ("containerd", signals.SIGTERM),
+    "crio": ("crio", signals.SIGTERM),
+    "docker": ("dockerd", signals.SIGHUP),
+}
+"""Per runtime, its daemon's program name and the signal restart mode ``signal`` sends it: containerd and CRI-O
+stop on SIGTERM, leaving their containers running (shims, conmon), and their supervisor starts them again;
+dockerd reloads its ``runtimes`` on SIGHUP (a stopped dockerd would stop its containers without live-restore)."""
+
+
+@attrs.frozen
+class Daemon:
+    """The process serving a runtime's socket."""
+
+    pid: int
+    exe: str
+    """Its binary's path in its own mount namespace (`` (deleted)`` stripped: what a restart runs)."""
+
+
+def peer_pid(socket_path: str, timeout: float = 5.0) -> int:
+    """The PID (in this process's PID namespace) of the process that listens on ``socket_path``."""
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(socket_path)
+            creds = sock.getsockopt(sockets.SOL_SOCKET, sockets.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError as exc:
+            raise HardwareError("find the process serving", socket_path, str(exc.strerror or exc)) from exc
+    pid, _, _ = struct.unpack("3i", creds)
+    return int(pid)
+
+
+def daemon(socket_path: str, expected: str) -> Daemon:
+    """The runtime's daemon serving ``socket_path``, checked to be program ``expected`` (``containerd``, ``crio``,
+    ``dockerd``) and not PID 1 (with socket activation the listening socket belongs to systemd)."""
+    pid = peer_pid(socket_path)
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError as exc:
+        raise HardwareError("read the daemon's binary", f"/proc/{pid}/exe", str(exc.strerror or exc)) from exc
+    if pid == 1 or not os.path.basename(exe).startswith(expected):
+        raise HardwareError(
+            "find the runtime's daemon",
+            socket_path,
+            f"the process serving it is {exe} (pid {pid}), not {expected}: a socket-activated service? "
+            "Restart mode signal needs the daemon itself to serve its socket (use restartMode systemd)",
+        )
+    return Daemon(pid, exe)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
 class Containerd:
     """The host's containerd: its version, a dry load of a config, and what the running daemon loaded."""
 
-    def __init__(self, program: HostProgram, *, binary: str, socket: str) -> None:
+    PROGRAM = "containerd"
+
+    def __init__(self, program: HostProgram, *, binary: str | None, socket: str) -> None:
         self.program = program
         self.binary = binary
+        """The host's containerd program; None: the running daemon's own binary (else ``containerd`` on the PATH)."""
         self.socket = socket
         """The CRI socket as this process can open it (under `PROC_ROOT` in a pod)."""
 
+    def _how(self) -> tuple[str, int]:
+        """The binary to run and the process whose mount namespace it runs in."""
+        if self.binary is not None:
+            return self.binary, 1
+        try:
+            found = daemon(self.socket, self.PROGRAM)
+        except HardwareError:
+            return self.PROGRAM, 1
+        return found.exe, found.pid
+
     def version_text(self) -> str:
-        return self.program.run([self.binary, "--version"]).stdout
+        binary, target = self._how()
+        return self.program.run([binary, "--version"], target=target).stdout
 
     def dump(self, config: str) -> tuple[bool, str]:
         """``containerd --config <config> config dump``: (loads, the effective config or the error)."""
-        done = self.program.run([self.binary, "--config", config, "config", "dump"], check=False)
+        binary, target = self._how()
+        done = self.program.run([binary, "--config", config, "config", "dump"], check=False, target=target)
         if done.returncode != 0:
             return False, (done.stderr or done.stdout).strip()[-_MAX:]
         return True, done.stdout
@@ -275,3 +364,46 @@ class SystemdService:
     def restart(self, unit: str) -> None:
         log.info("restarting systemd unit %s", unit)
         self.program.run(["systemctl", "restart", unit])
+
+
+class SignalRestart:
+    """Restart mode ``signal``: the daemon serving ``socket`` gets ``signum``; with ``exits`` (SIGTERM) the call
+    returns once that process is gone (its supervisor starts a new one), without (dockerd's SIGHUP reload) at once."""
+
+    def __init__(
+        self,
+        socket: str,
+        expected: str,
+        *,
+        signum: int = signals.SIGTERM,
+        exit_wait: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.socket = socket
+        self.expected = expected
+        self.signum = signum
+        self.exit_wait = exit_wait
+        self.sleep = sleep
+        self.clock = clock
+
+    @property
+    def name(self) -> str:
+        return f"{signals.Signals(self.signum).name} to the {self.expected} serving {self.socket}"
+
+    def restart(self, unit: str) -> None:
+        target = daemon(self.socket, self.expected)
+        log.info("sending %s to %s (pid %d)", signals.Signals(self.signum).name, target.exe, target.pid)
+        try:
+            os.kill(target.pid, self.signum)
+        except OSError as exc:
+            raise HardwareError(f"signal {self.expected}", str(target.pid), str(exc.strerror or exc)) from exc
+        if self.signum == signals.SIGHUP:
+            return
+        deadline = self.clock() + self.exit_wait
+        while alive(target.pid):
+            if self.clock() >= deadline:
+                raise HardwareError(
+                    f"restart {self.expected}", str(target.pid), f"still running {self.exit_wait:.0f}s after the signal"
+                )
+            self.sleep(0.05)

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CDI_DIR = "/var/run/cdi"
 
 
-def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, durable across a crash."""
+def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, durable across a crash; the file gets
+    ``mode`` (and ``owner``, uid and gid) before it is renamed into place, so it is never readable by more."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -38,6 +39,8 @@ def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+        if owner is not None:
+            os.chown(tmp, *owner)
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)

@@ -74,12 +74,16 @@ DRIVER_CONFIG = Var("METAX_DRIVER_CONFIG", _driver_config_name)
 VFIO_CONFIG = Var("METAX_VFIO_CONFIG", _vfio_config_name)
 CONTAINER_STATE_ROOT = Var("METAX_CONTAINER_STATE_ROOT", lambda s: "/proc/1/root")
 """Where maca sees runc's state directories: the host's root through hostPID (its in-use check)."""
+RUNTIME_RESTART_MODE = Var("METAX_RUNTIME_RESTART_MODE", lambda s: s.runtime.restart_mode.value)
+"""How container-runtime restarts the node's runtime (`metax_core.spec.fieldtypes.RestartMode`)."""
+RUNTIME_SOCKET = Var("METAX_RUNTIME_SOCKET", lambda s: s.runtime.socket)
+"""The runtime's CRI socket on the host (None: the runtime's usual one)."""
 SAMPLE_INTERVAL = Var("METAX_EXPORTER_SAMPLE_INTERVAL", lambda s: str(s.exporter.sample_interval))
 EXPORTED_POD_LABELS = Var("METAX_EXPORTER_EXPORTED_POD_LABELS", lambda s: str(s.exporter.exported_pod_labels).lower())
 
 SPEC_FED: Mapping[Component, tuple[Var, ...]] = {
     Component.GPU_LABEL: (SGPU_SHARES,),
-    Component.RUNTIME: (),
+    Component.RUNTIME: (RUNTIME_RESTART_MODE, RUNTIME_SOCKET),
     Component.DRIVER: (DEPLOY_POLICY, FW_UPGRADE_POLICY, FW_ENABLE_VIRT, DRIVER_CONFIG, DRIVER_VERSION),
     Component.VFIO_MANAGER: (VFIO_CONFIG,),
     Component.GPU_DEVICE: (HEALTHY_INTERVAL, SGPU_SHARES),

@@ -58,6 +58,18 @@ class Allocation(enum.Enum):
     DRA = "dra"
 
 
+class RestartMode(enum.Enum):
+    """How container-runtime restarts the node's runtime after configuring it (extension; docs/container-runtime.md)."""
+
+    SYSTEMD = "systemd"
+    """``systemctl restart <unit>`` in the host's namespaces."""
+    SIGNAL = "signal"
+    """A signal to the process serving the runtime's socket: SIGTERM (containerd, CRI-O), whose supervisor starts
+    it again (systemd's ``Restart=always``, runit, s6, daemontools); SIGHUP to dockerd, which reloads."""
+    NONE = "none"
+    """Never: the administrator restarts it; the node is not ready until the running daemon has the handler."""
+
+
 class LogLevel(enum.Enum):
     """Log verbosity of a component (the `log` struct; extension of the GPU Extensions Table 2.8)."""
 

@@ -32,6 +32,7 @@ Toleration = fieldtypes.Toleration
 PodSpecOverrides = fieldtypes.PodSpecOverrides
 PodTemplateSpec = fieldtypes.PodTemplateSpec
 Log = fieldtypes.Log
+RestartMode = fieldtypes.RestartMode
 
 API_GROUP = "gpu.metax-tech.com"
 API_VERSION = "v1alpha1"
@@ -295,6 +296,27 @@ class Runtime:
             DESCRIPTION: (
                 "Node selector, affinity and tolerations of this component's pods; when set, the global "
                 "podTemplateSpec is ignored for this component (R-MERGE)."
+            )
+        },
+    )
+    restart_mode: RestartMode = attrs.field(
+        default=RestartMode.SYSTEMD,
+        metadata={
+            DESCRIPTION: (
+                "Extension: how the agent restarts the node's container runtime after configuring it: systemd "
+                "(systemctl restart in the host's namespaces), signal (SIGTERM to the process serving the runtime's "
+                "socket, whose supervisor starts it again: systemd's Restart=always, runit, s6; SIGHUP to dockerd, "
+                "which reloads) or none (the administrator restarts it; the node is not ready until then)."
+            )
+        },
+    )
+    socket: str | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Extension: the runtime's CRI socket on the host when it is not the usual one "
+                "(/run/containerd/containerd.sock, /run/crio/crio.sock, /run/docker.sock), e.g. k3s's "
+                "/run/k3s/containerd/containerd.sock; an absolute path."
             )
         },
     )

@@ -188,6 +188,7 @@ def semantic_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
     errors += vfio_config.check_entries(s.vfio_manager.vfio_config)
     errors += _maca_errors(s.maca)
     errors += _exporter_errors(s.exporter)
+    errors += _runtime_errors(s.runtime)
     for key, component in _components(s):
         if component.pod_template_spec is not None:
             errors += _template_errors(component.pod_template_spec, f"{key}.podTemplateSpec")
@@ -351,6 +352,27 @@ def _maca_errors(m: spec.Maca) -> list[FieldError]:
         elif versions.version_of_tag(tag) is None:
             errors.append(FieldError(here, f"tag must start with the MXMACA version (e.g. 2.18.0.3-...), got {tag!r}"))
     return errors
+
+
+SOCKET_PATH_MAX = 95
+"""The agent reaches the socket as ``/proc/1/root<path>`` (12 more bytes) and a unix socket's path holds 107."""
+
+
+def _runtime_errors(r: spec.Runtime) -> list[FieldError]:
+    if r.socket is None:
+        return []
+    path = r.socket
+    if not path.startswith("/") or "/../" in f"{path}/" or any(c.isspace() or c == "\0" for c in path):
+        return [FieldError("runtime.socket", f"must be an absolute path without '..' or spaces, got {path!r}")]
+    if len(path.encode()) > SOCKET_PATH_MAX:
+        return [
+            FieldError(
+                "runtime.socket",
+                f"must be at most {SOCKET_PATH_MAX} bytes long (the agent reaches it as /proc/1/root{path}, and a "
+                "unix socket path holds 107 bytes)",
+            )
+        ]
+    return []
 
 
 def _exporter_errors(e: spec.Exporter) -> list[FieldError]:

@@ -328,7 +328,7 @@ def uninstall(d: RealNodeDemo) -> list[str]:
     if (
         restored
         or layout.config.read_bytes() != d.side.original
-        or Path(containerd.dropin_path(str(layout.config))).exists()
+        or Path(containerd.dropin_path(str(layout.config), 3)).exists()
     ):
         raise scenario.StepFailed(f"{d.node}: containerd's configuration not restored: {restored}")
     return [

@@ -24,6 +24,7 @@ from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.ports import node as node_ports
 from metax_core.runtime import crio, detect, handler, record, wrapper_conf
+from metax_core.spec.fieldtypes import RestartMode
 from metax_core.wire import event_reasons
 from metax_hw import container_runtime
 from services._agent import base, cluster
@@ -63,7 +64,6 @@ class ContainerRuntime(base.NodeAgentBase):
         self.files = files.HostFiles(settings.host_root)
         self.ledger = files.Ledger(self.files, f"{settings.state_dir.rstrip('/')}/{record.FILE_NAME}")
         common: dict[str, Any] = {
-            "service": hw.service,
             "files_": self.files,
             "ledger": self.ledger,
             "wrapper": settings.wrapper_host_path,
@@ -72,11 +72,11 @@ class ContainerRuntime(base.NodeAgentBase):
             "sleep": sleep,
             "clock": clock,
         }
+        containerd_socket = self.socket(detect.RuntimeKind.CONTAINERD)
         self.containerd = containerd_round.ContainerdRound(
-            host=container_runtime.Containerd(
-                hw.program, binary=settings.containerd_binary, socket=self.socket(detect.RuntimeKind.CONTAINERD)
-            ),
+            host=container_runtime.Containerd(hw.program, binary=settings.containerd_binary, socket=containerd_socket),
             root_path=settings.containerd_config,
+            service=self._restarter(detect.RuntimeKind.CONTAINERD, clock, sleep),
             **common,
         )
         self.docker = docker_round.DockerRound(
@@ -84,6 +84,7 @@ class ContainerRuntime(base.NodeAgentBase):
                 hw.program, binary=settings.docker_binary, socket=self.socket(detect.RuntimeKind.DOCKER)
             ),
             config_path=settings.docker_config,
+            service=self._restarter(detect.RuntimeKind.DOCKER, clock, sleep),
             **common,
         )
         self.crio = crio_round.CrioRound(
@@ -92,6 +93,7 @@ class ContainerRuntime(base.NodeAgentBase):
             ),
             config_path=settings.crio_config,
             config_dir=settings.crio_config_dir,
+            service=self._restarter(detect.RuntimeKind.CRIO, clock, sleep),
             **common,
         )
         self.rounds: dict[detect.RuntimeKind, rounds.RuntimeRound] = {
@@ -106,6 +108,20 @@ class ContainerRuntime(base.NodeAgentBase):
         self._kept: list[str] = []
         self.detected: detect.Detected | None = None
         self._stamp: tuple[Any, ...] | None = None
+
+    def _restarter(
+        self, kind: detect.RuntimeKind, clock: Callable[[], float], sleep: Callable[[float], None]
+    ) -> node_ports.ServiceManager | None:
+        """What restarts runtime ``kind`` in the configured restart mode (None: nothing, mode ``none``)."""
+        mode = self.settings.restart_mode
+        if mode is RestartMode.NONE:
+            return None
+        if mode is RestartMode.SYSTEMD:
+            return self.hw.service
+        program, signum = container_runtime.DAEMONS[kind.value]
+        return container_runtime.SignalRestart(
+            self.socket(kind), program, signum=signum, exit_wait=self.settings.restart_wait, sleep=sleep, clock=clock
+        )
 
     # -- the loop --------------------------------------------------------------------------------------------
 
@@ -141,7 +157,7 @@ class ContainerRuntime(base.NodeAgentBase):
 
     def _files_stamp(self) -> tuple[Any, ...]:
         out: list[Any] = []
-        for path in (p for r in self.rounds.values() for p in r.paths):
+        for path in dict.fromkeys(p for r in self.rounds.values() for p in r.watched):
             try:
                 st = self.files.at(path).stat()
             except OSError:
@@ -163,17 +179,10 @@ class ContainerRuntime(base.NodeAgentBase):
         choice = self.settings.runtime
         kinds = list(detect.RuntimeKind) if choice is RuntimeChoice.AUTO else [detect.RuntimeKind(choice.value)]
         sockets = {k: os.path.exists(self.socket(k)) for k in kinds}
-        binaries = {
-            detect.RuntimeKind.CONTAINERD: self.settings.containerd_binary,
-            detect.RuntimeKind.DOCKER: self.settings.docker_binary,
-            detect.RuntimeKind.CRIO: self.settings.crio_binary,
-        }
         versions: dict[detect.RuntimeKind, str] = {}
         for kind, present in sockets.items():
-            if present:
-                done = self.hw.program.run([binaries[kind], "--version"], check=False)
-                if done.returncode == 0:
-                    versions[kind] = done.stdout
+            if present and (text := self.rounds[kind].version_output()) is not None:
+                versions[kind] = text
         where = {k: self.settings.runtime_socket or detect.SOCKETS[k] for k in kinds}
         return detect.detect(sockets, versions, where)
 

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 
 import attrs
 
+from metax_core.cluster import agent_env
 from metax_core.runtime import crio, handler
+from metax_core.spec.fieldtypes import RestartMode
 from services._agent import settings as agent_settings
 from services._agent.settings import HostPath, Seconds, env
 
@@ -27,8 +29,9 @@ class Settings(agent_settings.NodeAgentSettings):
     containerd_config: HostPath = attrs.field(
         default=HostPath("/etc/containerd/config.toml"), metadata=env("METAX_CONTAINERD_CONFIG")
     )
-    containerd_binary: str = attrs.field(default="containerd", metadata=env("METAX_CONTAINERD_BINARY"))
-    """The host's containerd program (found on the host's PATH, or a host path)."""
+    containerd_binary: str | None = attrs.field(default=None, metadata=env("METAX_CONTAINERD_BINARY"))
+    """The host's containerd program (a name on the host's PATH, or a host path); unset: the running daemon's own
+    binary, run in the daemon's own mount namespace (else ``containerd`` on the host's PATH)."""
     docker_config: HostPath = attrs.field(
         default=HostPath("/etc/docker/daemon.json"), metadata=env("METAX_DOCKER_CONFIG")
     )
@@ -38,8 +41,12 @@ class Settings(agent_settings.NodeAgentSettings):
     crio_config_dir: HostPath = attrs.field(default=HostPath(crio.DROPIN_DIR), metadata=env("METAX_CRIO_CONFIG_DIR"))
     """CRI-O's drop-in directory, where our ``99-metax.conf`` goes."""
     crio_binary: str = attrs.field(default="crio", metadata=env("METAX_CRIO_BINARY"))
-    runtime_socket: HostPath | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SOCKET"))
+    runtime_socket: HostPath | None = attrs.field(default=None, metadata=env(agent_env.RUNTIME_SOCKET.name))
     """The runtime's CRI socket; default: the runtime's usual one (`metax_core.runtime.detect.SOCKETS`)."""
+    restart_mode: RestartMode = attrs.field(
+        default=RestartMode.SYSTEMD, metadata=env(agent_env.RUNTIME_RESTART_MODE.name)
+    )
+    """How the runtime is restarted after a change: systemd, signal (its supervisor starts it again) or none."""
     service: str | None = attrs.field(default=None, metadata=env("METAX_RUNTIME_SERVICE"))
     """The systemd unit that runs the runtime; default: the runtime's usual one (containerd, docker, crio)."""
     host_namespaces: bool = attrs.field(default=True, metadata=env("METAX_HOST_NAMESPACES"))

@@ -38,16 +38,27 @@ class CrioRound(rounds.RuntimeRound):
         return (self.dropin_path,)
 
     def plan(self, current: Mapping[str, str | None], context: Any) -> rounds.Planned:
-        return rounds.Planned({self.dropin_path: crio.dropin(self.wrapper)}, {}, frozenset({self.dropin_path}))
+        # ours copies nothing of theirs, and is still no more permissive than CRI-O's own file
+        mode = record.created_mode([self.files.stat(self.config_path)])
+        return rounds.Planned(
+            {self.dropin_path: crio.dropin(self.wrapper)},
+            {},
+            frozenset({self.dropin_path}),
+            create_modes={self.dropin_path: mode},
+        )
 
     def reverse(self, entry: record.FileRecord, text: str) -> str:
         raise AssertionError(f"{entry.path} is owned: uninstall removes it, it has no edits to reverse")
 
-    def validate(self) -> tuple[bool, str]:
+    def validate(self, baseline: rounds.Baseline | None = None) -> tuple[bool, str]:
         ok, output = self.host.check(self.config_path, self.config_dir)
         if not ok:
             return False, output
         return crio.checked(output, self.wrapper)
+
+    def version_output(self) -> str | None:
+        done = self.host.program.run([self.host.binary, "--version"], check=False)
+        return done.stdout if done.returncode == 0 else None
 
     def ask(self) -> Mapping[str, Any]:
         text = self.host.config()

@@ -38,10 +38,14 @@ class DockerRound(rounds.RuntimeRound):
     def reverse(self, entry: record.FileRecord, text: str) -> str:
         return docker.unconfigure(text, entry.edits, entry.path)
 
-    def validate(self) -> tuple[bool, str]:
+    def validate(self, baseline: rounds.Baseline | None = None) -> tuple[bool, str]:
         if self.version[:2] < (23, 0):
             return True, "dockerd before 23.0 has no --validate: the file was parsed as JSON only"
         return self.host.validate(self.config_path)
+
+    def version_output(self) -> str | None:
+        done = self.host.program.run([self.host.binary, "--version"], check=False)
+        return done.stdout if done.returncode == 0 else None
 
     def ask(self) -> Mapping[str, Any]:
         return self.host.info()

@@ -1,6 +1,7 @@
 """The host files container-runtime writes, each through a temporary file and a rename (never half-written).
 
-`HostFiles` reads and writes host paths under the agent's host root; `Ledger` keeps the record of edits
+`HostFiles` reads and writes host paths under the agent's host root, and a rewritten file keeps its mode and owner
+(a new one gets the mode it is given: `metax_core.runtime.record.created_mode`); `Ledger` keeps the record of edits
 (`metax_core.runtime.record`), which is always written *before* the files it describes, so an agent killed
 between any two steps finds on restart either the old files with a record that already knows their text,
 or the new files: in both cases the record's ``before`` is the text that was there before us. `install_wrapper`
@@ -12,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import stat
 import tempfile
 
 from metax_core.errors import HardwareError, InvalidSpec
-from metax_core.runtime import record
+from metax_core.runtime import containerd_imports, record
 from metax_hw import hostfiles
 
 
@@ -34,24 +36,72 @@ class HostFiles:
         except (OSError, UnicodeDecodeError) as exc:
             raise HardwareError("read", path, str(exc)) from exc
 
-    def write(self, path: str, text: str) -> None:
+    def stat(self, path: str) -> record.FileMode | None:
+        """The file's permission bits and owner (None: no file)."""
         try:
-            hostfiles.atomic_write(self.at(path), text)
+            st = self.at(path).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise HardwareError("stat", path, str(exc)) from exc
+        return record.FileMode(stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+
+    def write(self, path: str, text: str, mode: record.FileMode | None = None) -> None:
+        """``text`` into ``path`` through a rename: with ``mode`` when given, else the file's own mode and owner
+        (a new file: 0644)."""
+        keep = mode or self.stat(path)
+        try:
+            if keep is None:
+                hostfiles.atomic_write(self.at(path), text)
+            else:
+                hostfiles.atomic_write(self.at(path), text, keep.mode, (keep.uid, keep.gid))
         except OSError as exc:
             raise HardwareError("write", path, str(exc.strerror or exc)) from exc
 
-    def put(self, path: str, text: str | None) -> None:
-        """Make the file ``text``; None: no file."""
+    def put(self, path: str, text: str | None, mode: record.FileMode | None = None) -> None:
+        """Make the file ``text`` (None: no file), with ``mode`` when given (see `write`)."""
         if text is None:
             self.remove(path)
-        elif self.read(path) != text:
-            self.write(path, text)
+        elif self.read(path) != text or (mode is not None and self.stat(path) != mode):
+            self.write(path, text, mode)
 
     def remove(self, path: str) -> None:
         try:
             self.at(path).unlink(missing_ok=True)
         except OSError as exc:
             raise HardwareError("remove", path, str(exc)) from exc
+
+    def glob(self, pattern: str) -> tuple[str, ...]:
+        """The host paths matching ``pattern`` as Go's ``filepath.Glob`` finds them (containerd's imports): sorted,
+        ``*`` never crossing ``/``, hidden names included, unreadable directories skipped."""
+        found = ["/"]
+        for part in pattern.strip("/").split("/"):
+            following: list[str] = []
+            for base in found:
+                if not any(c in part for c in "*?[\\"):
+                    candidate = os.path.join(base, part)
+                    if os.path.lexists(self.at(candidate)):
+                        following.append(candidate)
+                    continue
+                try:
+                    names = sorted(os.listdir(self.at(base)))
+                except OSError:
+                    continue
+                following += [os.path.join(base, n) for n in names if containerd_imports.glob_match(part, n)]
+            found = following
+        return tuple(sorted(found))
+
+    def scratch(self, path: str, text: str) -> str:
+        """A private (0600) temporary sibling of ``path`` holding ``text`` (named like `clean_temporaries`'s
+        leftovers, so a kill between writing and removing it is cleaned next round); its host path."""
+        target = self.at(path)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.baseline-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise HardwareError("write a scratch copy of", path, str(exc.strerror or exc)) from exc
+        return "/" + str(pathlib.Path(tmp).relative_to(self.host_root)).lstrip("/")
 
     def missing_dirs(self, path: str) -> tuple[str, ...]:
         """The directories a write of ``path`` would create, outermost first (host paths)."""
@@ -131,7 +181,7 @@ class Ledger:
         if entry is None or not entry.files:
             self.clear()
         else:
-            self.files.put(self.path, record.render(entry))
+            self.files.put(self.path, record.render(entry), record.PRIVATE)
 
     def clear(self) -> None:
         self.files.remove(self.path)

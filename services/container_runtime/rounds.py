@@ -9,14 +9,19 @@ The steps, each safe to be killed after (`RuntimeRound.run`; the runtime's own p
 2. **backup** — the record (`files.Ledger`) is written first, holding each file's text before us.
 3. **write** — owned files first, the root file last, each through a rename.
 4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``, ``crio config``); if it
-   refuses, the files and the record go back to what they were and nothing is restarted
-   (`RuntimeConfigInvalid`). Texts that loaded once are not dry-run again until they change.
+   refuses, or the effective configuration lost anything but what we add (containerd: a dump taken before the
+   write, `baseline`, against one after), the files and the record go back to what they were and nothing is
+   restarted (`RuntimeConfigInvalid`). Texts that loaded once are not dry-run again until they change.
 5. **restart** — only when the *running* daemon lacks the handler (asked over its API; a daemon that does not
    answer is not started by us: its administrator stopped it, or it is starting and reads our files): a
    re-render we repaired while the daemon still has the handler restarts nothing, nor does a reboot. The restart goes
-   through the service manager; the daemon must then serve with the handler within ``restart_wait``. If not,
-   every recorded file is restored to its text before us and the runtime restarted again
+   through the service manager (`restart`: systemd, a signal to the daemon whose supervisor starts it again, or
+   none: the administrator restarts it); the daemon must then serve with the handler within ``restart_wait``. If
+   not, every recorded file is restored to its text (and mode) before us and the runtime restarted again
    (`RuntimeRestartFailed`); the same inputs are not tried again until they change.
+
+Every file keeps its mode and owner; a file we create gets the mode `Planned.create_modes` says (no more
+permissive than what it copies), the record 0600.
 """
 
 from __future__ import annotations
@@ -45,10 +50,26 @@ class Outcome:
 
 @attrs.frozen
 class Planned:
-    texts: Mapping[str, str]
-    """Each file's wanted text, in write order (owned files first, the root file last)."""
+    texts: Mapping[str, str | None]
+    """Each file's wanted text, in write order (owned files first, the root file last); None: an owned file of
+    ours that is no longer wanted (removed, and dropped from the record)."""
     edits: Mapping[str, tuple[record.RootEdit, ...]]
     owned: frozenset[str]
+    create_modes: Mapping[str, record.FileMode] = attrs.field(factory=dict)
+    """The mode and owner of a file this plan creates (`record.created_mode`); absent: 0644."""
+    note: str = ""
+    """Said with the readiness reason when ready (containerd 1.7 with CDI off)."""
+
+
+@attrs.frozen
+class Baseline:
+    """What the dry run needs from before the write (containerd: the effective configuration without us)."""
+
+    ok: bool
+    text: str = ""
+    """The dump, or why the node's files do not load even without our change."""
+    scratch: str = ""
+    """The scratch file the dump was taken from (its name appears in the dump's ``imports``)."""
 
 
 class RuntimeRound:
@@ -60,7 +81,7 @@ class RuntimeRound:
     def __init__(
         self,
         *,
-        service: node_ports.ServiceManager,
+        service: node_ports.ServiceManager | None,
         files_: files.HostFiles,
         ledger: files.Ledger,
         wrapper: str,
@@ -69,7 +90,8 @@ class RuntimeRound:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.service = service
+        self.restart = service
+        """What restarts the runtime; None: nothing does (restart mode ``none``: the administrator restarts it)."""
         self.files = files_
         self.ledger = ledger
         self.wrapper = wrapper
@@ -80,7 +102,7 @@ class RuntimeRound:
         self.last_error = ""
         self.created_now: tuple[str, ...] = ()
         """The directories the last write created (removed again when its files go back)."""
-        self.validated: tuple[str, ...] | None = None
+        self.validated: tuple[str | None, ...] | None = None
         """The texts the host's runtime last loaded in a dry run."""
         self.failed_inputs: tuple[Any, ...] | None = None
         """The files' texts and the runtime's version of a restart that failed: not retried until they change."""
@@ -95,6 +117,11 @@ class RuntimeRound:
         """Every file this round may write, in write order."""
         raise NotImplementedError
 
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """The files whose change is looked at every tick (ours, and what the plan read)."""
+        return self.paths
+
     def plan(self, current: Mapping[str, str | None], context: Any) -> Planned:
         raise NotImplementedError
 
@@ -102,7 +129,11 @@ class RuntimeRound:
         """``text`` with ``entry``'s recorded edits undone (a file someone changed after us)."""
         raise NotImplementedError
 
-    def validate(self) -> tuple[bool, str]:
+    def baseline(self, planned: Planned, current: Mapping[str, str | None]) -> Baseline | None:
+        """Taken before a write (None: this runtime's dry run needs nothing from before)."""
+        return None
+
+    def validate(self, baseline: Baseline | None = None) -> tuple[bool, str]:
         raise NotImplementedError
 
     def ask(self) -> Mapping[str, Any]:
@@ -115,6 +146,10 @@ class RuntimeRound:
     def sandboxes(self) -> list[str]:
         """Pods still running with the handler (their shims call the wrapper)."""
         return []
+
+    def version_output(self) -> str | None:
+        """What the host's runtime binary prints for ``--version`` (None: it does not run)."""
+        raise NotImplementedError
 
     def repaired(self, path: str) -> str:
         return f"{path} was rewritten without our part; it is added again"
@@ -131,37 +166,43 @@ class RuntimeRound:
         try:
             planned = self.plan(current, context)
         except InvalidSpec as exc:
-            message = f"cannot configure {self.runtime}: {exc}"
-            self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
-            return Outcome(False, message)
+            return self._invalid(f"cannot configure {self.runtime}: {exc}")
         inputs = (tuple(current.values()), version)
         if self.failed_inputs == inputs:
             return Outcome(False, "a restart with our configuration failed; waiting for the configuration to change")
         previous_record = self.ledger.load()
+        pending = any(text != current.get(p) for p, text in planned.texts.items())
+        baseline = self.baseline(planned, current) if pending else None
+        if baseline is not None and not baseline.ok:
+            return self._invalid(
+                f"{self.runtime} does not load the node's configuration even without our change: {baseline.text}"
+            )
         changed = self._write(planned, current)
         validated = tuple(planned.texts.values())
-        loads, why = (True, "") if validated == self.validated else self.validate()
+        loads, why = (True, "") if validated == self.validated else self.validate(baseline)
         if not loads:
             if changed:
                 self._restore(current)
                 for directory in reversed(self.created_now):
                     self.files.remove_dir_if_empty(directory)
                 self.ledger.save(previous_record)
-            message = f"{self.runtime} does not load the configuration with runtime handler metax: {why}"
-            self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
-            return Outcome(False, message)
+            return self._invalid(f"{self.runtime} does not load the configuration with runtime handler metax: {why}")
         self.validated = validated
-        self.seen = dict(planned.texts)
+        self.seen = {p: t for p, t in planned.texts.items() if t is not None}
         if not self.serving():  # stopped by its administrator, or starting: it reads our files when it starts
             return Outcome(False, f"{self.runtime} does not answer ({self.last_error}); not restarted by us")
         loaded, reason = self.loaded()
         if loaded:
-            return Outcome(True, reason)
-        log.info("restarting %s (%s): %s", self.runtime, self.service.name, reason)
+            return Outcome(True, reason + planned.note)
+        if self.restart is None:
+            return Outcome(
+                False, f"{reason}; restart {self.runtime} to load it (restart mode none: the agent does not)"
+            )
+        log.info("restarting %s (%s): %s", self.runtime, self.restart.name, reason)
         if self._restart_and_wait():
             loaded, reason = self.loaded()
             self.event(event_reasons.RUNTIME_CONFIGURED, f"{self.runtime} {version}: {reason}", False)
-            return Outcome(True, reason)
+            return Outcome(True, reason + planned.note)
         self.failed_inputs = inputs
         self.rollback()
         message = (
@@ -171,26 +212,37 @@ class RuntimeRound:
         self.event(event_reasons.RUNTIME_RESTART_FAILED, message, True)
         return Outcome(False, message)
 
+    def _invalid(self, message: str) -> Outcome:
+        self.event(event_reasons.RUNTIME_CONFIG_INVALID, message, True)
+        return Outcome(False, message)
+
     def _write(self, planned: Planned, current: Mapping[str, str | None]) -> bool:
         changes = [p for p, text in planned.texts.items() if text != current.get(p)]
         if not changes:
             return False
         rec = self.ledger.load() or record.Record(self.runtime)
         repaired = []
-        for path in planned.texts:
+        for path, text in planned.texts.items():
             old = rec.file(path)
+            if text is None:  # an owned file of ours the plan no longer wants
+                rec = rec.without(path)
+                continue
             if path not in changes and old is not None:
                 continue
             owned = path in planned.owned
             if old is not None and record.changed_by_others(old, current.get(path), self.seen.get(path)):
                 repaired.append(path)
             edits = planned.edits.get(path, ())
-            rec = rec.with_file(record.remember(old, path, current.get(path), planned.texts[path], edits, owned))
-        self.created_now = tuple(dict.fromkeys(d for p in changes for d in self.files.missing_dirs(p)))
+            mode = self.files.stat(path) if current.get(path) is not None else None
+            rec = rec.with_file(record.remember(old, path, current.get(path), text, edits, owned, mode))
+        self.created_now = tuple(
+            dict.fromkeys(d for p in changes if planned.texts[p] is not None for d in self.files.missing_dirs(p))
+        )
         rec = rec.with_dirs(self.created_now)
         self.ledger.save(rec)  # backup: before any file changes
         for path in changes:
-            self.files.write(path, planned.texts[path])
+            exists = current.get(path) is not None
+            self.files.put(path, planned.texts[path], None if exists else planned.create_modes.get(path))
         for path in repaired:
             message = self.repaired_owned(path) if path in planned.owned else self.repaired(path)
             self.event(event_reasons.RUNTIME_CONFIG_REPAIRED, message, True)
@@ -218,11 +270,13 @@ class RuntimeRound:
 
     def _restart_and_wait(self, until: Callable[[], bool] | None = None) -> bool:
         check = until or (lambda: self.loaded()[0])
+        if self.restart is None:
+            return check()
         try:
-            self.service.restart(self.unit)
+            self.restart.restart(self.unit)
         except HardwareError as exc:
             self.last_error = str(exc)
-            log.warning("restart of %s failed: %s", self.service.name, exc)
+            log.warning("restart of %s failed: %s", self.restart.name, exc)
         deadline = self.clock() + self.restart_wait
         while True:
             if check():
@@ -233,7 +287,7 @@ class RuntimeRound:
 
     def _restore(self, texts: Mapping[str, str | None]) -> None:
         for path in reversed(self.paths):  # the root first: it must not name a missing drop-in
-            self.files.put(path, texts[path])
+            self.files.put(path, texts[path])  # a file that was there kept its mode and owner through our write
 
     def rollback(self) -> None:
         """Every recorded file back to its text before us, the record gone, the runtime restarted."""
@@ -252,7 +306,10 @@ class RuntimeRound:
         plan = record.undo_plan(rec, current, self.reverse)
         owned = {f.path for f in rec.files if f.owned}
         for path in sorted(plan, key=lambda p: p in owned):  # the root file first, then the drop-in
-            self.files.put(path, plan[path])
+            entry = rec.file(path)
+            # back as it was before us: its mode and owner too; reversed edits in someone's text: their mode stays
+            mode = entry.before_mode if entry is not None and plan[path] == entry.before else None
+            self.files.put(path, plan[path], mode)
         for directory in reversed(rec.created_dirs):  # innermost first; one someone else filled stays
             self.files.remove_dir_if_empty(directory)
         if clear:
@@ -268,7 +325,9 @@ class RuntimeRound:
         if not self.undo_files(clear=False):
             return []
         kept: list[str] = []
-        if self.loaded()[0] and not self._restart_and_wait(lambda: self.serving() and not self.loaded()[0]):
+        if self.restart is None and self.loaded()[0]:
+            kept.append(f"{self.runtime} still runs runtime handler {handler.RUNTIME_HANDLER} until it is restarted")
+        elif self.loaded()[0] and not self._restart_and_wait(lambda: self.serving() and not self.loaded()[0]):
             kept.append(
                 f"{self.runtime} did not come back without runtime handler {handler.RUNTIME_HANDLER}: {self.last_error}"
             )

@@ -50,8 +50,8 @@ def test_the_agent_configures_restarts_once_and_publishes_ready(containerd16: Ru
     assert "RuntimeConfigured" in node.reasons()
     # the root file gained only the import; the drop-in is at version 2 with the whole CRI section
     after = node.root_config.read_text()
-    assert after.replace(f'imports = ["{containerd.dropin_path(str(node.root_config))}"]\n', "") == original
-    dropin = tomlkit.parse(pathlib.Path(containerd.dropin_path(str(node.root_config))).read_text()).unwrap()
+    assert after.replace(f'imports = ["{containerd.dropin_path(str(node.root_config), 2)}"]\n', "") == original
+    dropin = tomlkit.parse(pathlib.Path(containerd.dropin_path(str(node.root_config), 2)).read_text()).unwrap()
     cri = dropin["plugins"]["io.containerd.grpc.v1.cri"]
     assert dropin["version"] == 2 and cri["cni"]["bin_dir"] == "/usr/lib/cni" and "enable_cdi" not in cri
     # the daemon's CNI settings are still the root file's (1.x replaces whole sections: ours carries them)
@@ -126,7 +126,7 @@ def test_an_administrators_edit_made_meanwhile_survives_uninstall(containerd16: 
     node.root_config.write_text(edited)
     assert agent.containerd.uninstall() == []
     assert node.root_config.read_text() == original.replace("/etc/cni/net.d", "/etc/cni/site.d")
-    assert not pathlib.Path(containerd.dropin_path(str(node.root_config))).exists()
+    assert not pathlib.Path(containerd.dropin_path(str(node.root_config), 2)).exists()
 
 
 def test_the_uninstall_request_on_its_node_undoes_answers_and_leaves_the_host_as_found(

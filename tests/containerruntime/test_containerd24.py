@@ -31,7 +31,7 @@ def test_configured_restarted_once_and_ready(containerd24: RuntimeNode) -> None:
     assert node.signal().ready, node.signal().reason
     assert node.supervisor.restarts == 1
     assert node.handlers()["metax"]["options"]["BinaryName"] == str(node.toolkit / handler.WRAPPER_NAME)
-    dropin = tomlkit.parse(pathlib.Path(containerd.dropin_path(str(node.root_config))).read_text()).unwrap()
+    dropin = tomlkit.parse(pathlib.Path(containerd.dropin_path(str(node.root_config), 4)).read_text()).unwrap()
     assert dropin["version"] == 4
     assert set(dropin["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]) == {"metax"}
 
@@ -42,7 +42,7 @@ def test_configured_restarted_once_and_ready(containerd24: RuntimeNode) -> None:
     node.root_config.write_text(original + "# re-rendered\n")
     agent.tick()  # the root file's stat changed: the round runs at once
     assert "RuntimeConfigRepaired" in node.reasons()
-    assert containerd.dropin_path(str(node.root_config)) in node.root_config.read_text()
+    assert containerd.dropin_path(str(node.root_config), 4) in node.root_config.read_text()
     assert node.supervisor.restarts == 1 and node.signal().ready
 
     # uninstall: the re-rendered text comes back (our part gone), the daemon restarted once more, no handler

@@ -65,7 +65,7 @@ def test_configured_corpus_file_loads_with_only_our_handler_added(path: pathlib.
 
     done = containerd.configure(root.read_text(), root_path=str(root), schema=schema)
     root.write_text(done.root_text)
-    dropin = pathlib.Path(containerd.dropin_path(str(root)))
+    dropin = pathlib.Path(done.dropin)
     dropin.parent.mkdir(parents=True, exist_ok=True)
     dropin.write_text(done.dropin_text)
     dumped = subprocess.run(

@@ -34,13 +34,13 @@ def _kill_after(monkeypatch: pytest.MonkeyPatch, step: str, node: RuntimeNode) -
 
         monkeypatch.setattr(owner, name, wrapped)
 
-    dropin = containerd.dropin_path(str(node.root_config))
+    dropin = containerd.dropin_path(str(node.root_config), 2)
     if step == "backup":
         after(files.Ledger, "save")
     elif step == "write drop-in":
-        after(files.HostFiles, "write", lambda path, _text: path == dropin)
+        after(files.HostFiles, "write", lambda path, *_: path == dropin)
     elif step == "write root":
-        after(files.HostFiles, "write", lambda path, _text: path == str(node.root_config))
+        after(files.HostFiles, "write", lambda path, *_: path == str(node.root_config))
     elif step == "validate":
         after(containerd_round.ContainerdRound, "validate")
     else:

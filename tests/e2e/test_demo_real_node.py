@@ -50,7 +50,7 @@ def snapshot(release: Release) -> dict[str, Any]:
         "root": str(root),
         "files": files,
         "containerd": config.read_bytes(),
-        "dropin": Path(containerd.dropin_path(str(config))).exists(),
+        "dropin": Path(containerd.dropin_path(str(config), 3)).exists(),
         "releases": release.helm("list", "-A", "-q").stdout.split(),
         "objects": {
             kind: [

@@ -467,4 +467,4 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     side.uninstalled = True
     layout = r.member.containerd_layout
     assert layout.config.read_bytes() == side.original
-    assert not pathlib.Path(containerd.dropin_path(str(layout.config))).exists()
+    assert not pathlib.Path(containerd.dropin_path(str(layout.config), 3)).exists()

@@ -263,7 +263,7 @@ def assert_signals_are_the_agents_own(kube: client.CoreV1Api, n: AgentsNode) -> 
     assert on_host.version == runtime.detected.text and "2.4.2" in on_host.version
     assert (True, on_host.reason) == runtime.containerd.loaded()  # the running daemon has the metax handler
     assert runtime_agent.service(runtime).restarts == 1  # one restart: the first round's
-    assert Path(containerd.dropin_path(str(n.node.containerd_layout.config))).is_file()
+    assert Path(containerd.dropin_path(str(n.node.containerd_layout.config), 3)).is_file()
 
 
 def test_vf_count_edit_changes_what_the_kubelet_allocates(

@@ -79,7 +79,7 @@ def test_configured_on_a_running_node_pods_keep_running_and_uninstall_restores(
     assert service.restarts == 1
     # the root file (version 3, imports conf.d/*.toml) needed no edit: only our drop-in was added
     assert root_config.read_bytes() == original
-    assert pathlib.Path(containerd.dropin_path(str(root_config))).is_file()
+    assert pathlib.Path(containerd.dropin_path(str(root_config), 3)).is_file()
 
     def echo() -> str:
         try:
@@ -114,7 +114,7 @@ def test_configured_on_a_running_node_pods_keep_running_and_uninstall_restores(
     assert not (work / "toolkit").exists()
     assert service.restarts == 2
     assert root_config.read_bytes() == original
-    assert not pathlib.Path(containerd.dropin_path(str(root_config))).exists()
+    assert not pathlib.Path(containerd.dropin_path(str(root_config), 3)).exists()
     assert pods.wait(echo, "kubectl exec after the uninstall's restart", timeout=30) == "still here\n"
 
 

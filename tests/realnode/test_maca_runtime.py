@@ -150,7 +150,7 @@ def test_uninstall_gives_the_containerd_config_back(gpu_node: node.RealNode, met
     assert kept == []
     layout = gpu_node.containerd_layout
     assert layout.config.read_bytes() == metax_handler.original
-    assert not pathlib.Path(containerd.dropin_path(str(layout.config))).exists()
+    assert not pathlib.Path(containerd.dropin_path(str(layout.config), 3)).exists()
     assert runtime_agent.service(runtime).restarts == 2
     assert handler.RUNTIME_HANDLER not in runtime.containerd.host.cri_config()["containerd"]["runtimes"]
     wrapper_kept = runtime._remove_wrapper(runtime.containerd)

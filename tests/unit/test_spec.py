@@ -458,3 +458,28 @@ def test_unstructure_uses_camel_case_and_leaves_out_unset_fields() -> None:
     assert document["driver"]["payload"] == {"name": "driver-image", "version": "2.32.0"}
     assert document["driver"]["upgradePolicy"]["maxParallel"] == "100%"
     assert "podTemplateSpec" not in document and "tolerations" not in document
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        ({"restartMode": "reboot"}, "runtime.restartMode: must be one of systemd, signal, none; got string 'reboot'"),
+        ({"socket": "run/k3s/containerd.sock"}, "runtime.socket: must be an absolute path"),
+        ({"socket": "/run/../etc/shadow"}, "runtime.socket: must be an absolute path without '..'"),
+        ({"socket": "/" + "x" * 95}, "runtime.socket: must be at most 95 bytes long"),
+    ],
+)
+def test_runtime_restart_mode_and_socket_are_checked(runtime: dict[str, Any], message: str) -> None:
+    """The extension fields of container-runtime (docs/container-runtime.md, restart modes; issue 37 item 4)."""
+    assert any(e.startswith(message) for e in errors_of({"runtime": runtime})), errors_of({"runtime": runtime})
+
+
+def test_runtime_restart_mode_and_socket_defaults() -> None:
+    s = validation.parse(VERSION)
+    assert (s.runtime.restart_mode, s.runtime.socket) == (spec.RestartMode.SYSTEMD, None)
+    runtime = {"restartMode": "signal", "socket": "/run/k3s/containerd/containerd.sock"}
+    k3s = validation.parse({**VERSION, "runtime": runtime})
+    assert (k3s.runtime.restart_mode, k3s.runtime.socket) == (
+        spec.RestartMode.SIGNAL,
+        "/run/k3s/containerd/containerd.sock",
+    )

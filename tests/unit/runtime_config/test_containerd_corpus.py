@@ -45,7 +45,7 @@ def test_the_root_keeps_every_line_and_gains_at_most_our_import(path: Path) -> N
     added = [line for line in after if line not in before]
     imports_lines = [line for line in before if line.startswith("imports")]
     assert removed == (imports_lines if done.edits else [])
-    assert all(line.startswith("imports") and containerd.dropin_path(corpus.ROOT_PATH) in line for line in added)
+    assert all(line.startswith("imports") and done.dropin in line for line in added)
     covered = "conf.d/*.toml" in original
     assert (done.edits == ()) is covered
 
@@ -64,7 +64,10 @@ def test_the_dropin_declares_the_handler_at_the_roots_version(path: Path) -> Non
         root_cri = tomlkit.parse(path.read_text()).unwrap().get("plugins", {}).get("io.containerd.grpc.v1.cri", {})
         for name in root_cri.get("containerd", {}).get("runtimes", {}):
             assert name in cri["containerd"]["runtimes"]
-        assert (cri.get("enable_cdi") is True) is (schema.cdi is detect.Cdi.OFF_BY_DEFAULT)
+        # 1.7: CDI turned on unless the root sets enable_cdi itself (an explicit false is kept, issue 37 item 3)
+        set_by_root = root_cri.get("enable_cdi")
+        wanted = set_by_root if set_by_root is not None else schema.cdi is detect.Cdi.OFF_BY_DEFAULT or None
+        assert cri.get("enable_cdi") == wanted
     else:
         assert set(cri) == {"containerd"}
 
@@ -84,7 +87,7 @@ def test_an_absent_root_file_is_created_and_removed_again() -> None:
     done = containerd.configure(None, root_path=corpus.ROOT_PATH, schema=schema)
     assert tomlkit.parse(done.root_text).unwrap() == {
         "version": 4,
-        "imports": [containerd.dropin_path(corpus.ROOT_PATH)],
+        "imports": [done.dropin],
     }
     entry = record.remember(None, corpus.ROOT_PATH, None, done.root_text, done.edits, owned=False)
     assert record.undo_text(entry, done.root_text, lambda t: t) is None

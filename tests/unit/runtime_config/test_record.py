@@ -82,3 +82,59 @@ def test_undo_text_per_case() -> None:
 )
 def test_changed_by_others(entry: record.FileRecord, now: str | None, seen: str | None, changed: bool) -> None:
     assert record.changed_by_others(entry, now, seen) is changed
+
+
+def test_modes_and_owners_read_back_and_an_old_record_without_them_still_reads() -> None:
+    rec = record.Record(
+        "containerd",
+        (record.FileRecord(ROOT, False, "a", "a+ours", (EDIT,), record.FileMode(0o600, 0, 4)),),
+    )
+    assert record.parse(record.render(rec)) == rec
+    assert '"mode": "0600"' in record.render(rec)
+    old = (
+        '{"format": 1, "runtime": "c", "files": '
+        '[{"path": "/x", "owned": false, "before": "a", "after": "b", "edits": []}]}'
+    )
+    assert record.parse(old).files[0].before_mode is None
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ['{"mode": "rw", "uid": 0, "gid": 0}', '{"mode": "0600"}', '"0600"', '{"mode": "77777", "uid": 0, "gid": 0}'],
+)
+def test_a_bad_mode_is_refused_naming_the_field(mode: str) -> None:
+    text = (
+        '{"format": 1, "runtime": "c", "files": [{"path": "/x", "owned": false, "before": "a", "after": "b", '
+        f'"edits": [], "beforeMode": {mode}}}]}}'
+    )
+    with pytest.raises(InvalidSpec, match=r"files\[0\]\.beforeMode"):
+        record.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("copies", "wanted"),
+    [
+        ((), record.FileMode(0o644)),
+        ((record.FileMode(0o600, 0, 0),), record.FileMode(0o600)),
+        ((record.FileMode(0o640, 0, 5), record.FileMode(0o644, 0, 0)), record.FileMode(0o640, 0, 5)),
+        ((record.FileMode(0o666, 7, 7),), record.FileMode(0o644, 7, 7)),  # never more than 0644
+        ((record.FileMode(0o755, 0, 0), None), record.FileMode(0o644)),
+    ],
+)
+def test_a_created_file_is_no_more_permissive_than_what_it_copies(
+    copies: tuple[record.FileMode | None, ...], wanted: record.FileMode
+) -> None:
+    assert record.created_mode(copies) == wanted
+
+
+def test_remember_keeps_the_mode_from_before_us_across_our_own_rewrites() -> None:
+    first = record.remember(None, ROOT, "A", "A+ours", (EDIT,), owned=False, mode=record.FileMode(0o600))
+    assert first.before_mode == record.FileMode(0o600)
+    # our own text again (a retried write, another round): the mode from before us stays
+    again = record.remember(first, ROOT, "A+ours", "A+ours", (EDIT,), owned=False, mode=record.FileMode(0o644))
+    assert again.before_mode == record.FileMode(0o600)
+    # re-rendered by someone else with another mode: theirs is the new "before"
+    rerendered = record.remember(first, ROOT, "B", "B+ours", (EDIT,), owned=False, mode=record.FileMode(0o640))
+    assert rerendered.before_mode == record.FileMode(0o640)
+    created = record.remember(None, ROOT, None, "new", (EDIT,), owned=False, mode=None)
+    assert created.before_mode is None
