@@ -5,8 +5,10 @@ with its own root, state and sockets, and the harness's service manager for it (
 containerd as its child in a private mount namespace with its own ``/run`` (the shims' sockets, FIFOs and
 runc state never reach the host's), and restarts it by SIGTERM and a new start, as ``systemctl restart``
 does (containerd has no reload: SIGHUP stops it). ``fail_starts`` makes the next start(s) exit at once, as a
-unit whose daemon does not come up. `RuntimeNode` is one such daemon with its root file, the agent's
-settings for it (host root ``/``: every path under its directory; host programs run directly), and an
+unit whose daemon does not come up. ``supervise()`` also starts the daemon again whenever it exits, as systemd's
+``Restart=always`` in containerd's own unit does: the stand-in for a node where the agent's restart mode
+``signal`` stops the daemon and its supervisor brings it back. `RuntimeNode` is one such daemon with its root
+file, the agent's settings for it (host root ``/``: every path under its directory; host programs run directly), and an
 in-memory cluster with its Node. `stand_in_wrapper` writes the test-only wrapper: a shell script that logs
 each call and execs runc, standing in for ``metax-container-runtime`` until the real wrapper lands.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import pathlib
 import signal
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -62,6 +65,10 @@ class Supervisor:
         self.process: subprocess.Popen[bytes] | None = None
         self.fail_starts = 0
         self.restarts = 0
+        self.exits = 0
+        """How many times the daemon exited by itself and was started again (`supervise`)."""
+        self._watch: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -80,7 +87,34 @@ class Supervisor:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
 
+    def supervise(self, delay: float = 0.5) -> None:
+        """Start the daemon again ``delay`` seconds after it exits by itself (not after `stop`)."""
+
+        def watch() -> None:
+            while True:
+                with self._lock:
+                    process = self.process
+                if process is None:
+                    return
+                process.wait()
+                time.sleep(delay)
+                with self._lock:
+                    if self.process is not process:  # stopped or restarted by the harness meanwhile
+                        continue
+                    self.exits += 1
+                    self.start()
+
+        self._watch = threading.Thread(target=watch, name=f"supervise {self.binary.name}", daemon=True)
+        self._watch.start()
+
     def stop(self) -> None:
+        with self._lock:
+            self._stop()
+        if self._watch is not None and self._watch is not threading.current_thread():
+            self._watch.join(10)
+            self._watch = None
+
+    def _stop(self) -> None:
         if self.process is None:
             return
         if self.process.poll() is None:
@@ -94,8 +128,9 @@ class Supervisor:
 
     def restart(self, unit: str = "containerd") -> None:
         self.restarts += 1
-        self.stop()
-        self.start()
+        with self._lock:
+            self._stop()
+            self.start()
 
     @property
     def pid(self) -> int | None:
