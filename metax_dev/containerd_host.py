@@ -15,6 +15,8 @@ each call and execs runc, standing in for ``metax-container-runtime`` until the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 import signal
 import subprocess
@@ -41,6 +43,83 @@ def harness_bin() -> pathlib.Path:
     return build.build(quiet=True).bin_dir
 
 
+def _mount_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_gone(pids: list[int], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(container_runtime.alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class Namespace:
+    """A private mount namespace with its own ``/run`` (a tmpfs), held by a sleeping process until `stop`; ``setup``:
+    more shell lines run in it first (mounts a node's files need)."""
+
+    def __init__(self, setup: str = "") -> None:
+        self.holder: subprocess.Popen[bytes] | None = None
+        self.setup = setup
+
+    def start(self) -> None:
+        more = f"{self.setup.strip()}\n" if self.setup.strip() else ""
+        setup = f"set -e\nmount -t tmpfs -o mode=0755 tmpfs /run\n{more}echo ready\nexec sleep infinity\n"
+        self.holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert self.holder.stdout is not None
+        if self.holder.stdout.readline() != b"ready\n":
+            self.holder.wait()
+            error = self.holder.stderr.read().decode(errors="replace") if self.holder.stderr else ""
+            raise RuntimeError(f"the node's mount namespace did not come up (exit {self.holder.returncode}): {error}")
+
+    @property
+    def path(self) -> str:
+        assert self.holder is not None, "the namespace is not started"
+        return f"/proc/{self.holder.pid}/ns/mnt"
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """``argv`` run in the namespace (nsenter execs it: the PID is the program's)."""
+        return ["nsenter", f"--mount={self.path}", "--", *argv]
+
+    def members(self) -> list[int]:
+        """Every process in the namespace but its holder."""
+        if self.holder is None:
+            return []
+        ours = _mount_namespace(self.holder.pid)
+        return [p for p in _pids() if p != self.holder.pid and ours is not None and _mount_namespace(p) == ours]
+
+    def stop(self) -> None:
+        """Kill what still runs in it, then its holder: the namespace and every mount in it go."""
+        if self.holder is None:
+            return
+        left = self.members()
+        kill_all(left)
+        wait_gone(left)
+        self.holder.kill()
+        self.holder.wait()
+        for stream in (self.holder.stdout, self.holder.stderr):
+            if stream is not None:
+                stream.close()
+        self.holder = None
+
+
 class Supervisor:
     """The test harness's service manager: containerd as its child, restarted by stop + start."""
 
@@ -53,6 +132,7 @@ class Supervisor:
         *,
         args: list[str] | None = None,
         binds: tuple[tuple[pathlib.Path, str], ...] = (),
+        namespace: Namespace | None = None,
     ) -> None:
         self.binary = binary
         self.config_path = config_path
@@ -62,6 +142,9 @@ class Supervisor:
         """The daemon's arguments (containerd: ``--config <root file>``)."""
         self.binds = binds
         """Directories bound over host paths inside the namespace (dockerd writes /etc/docker/key.json)."""
+        self.namespace = namespace
+        """A process whose mount namespace the daemon starts in (prepared by the caller, held open by that process);
+        None: each start makes its own, with its own ``/run`` and `binds`."""
         self.process: subprocess.Popen[bytes] | None = None
         self.fail_starts = 0
         self.restarts = 0
@@ -77,10 +160,13 @@ class Supervisor:
     def start(self) -> None:
         # A private mount namespace with its own /run: the shims' sockets, FIFOs and runc state that containerd
         # keeps under /run/containerd never reach the host's /run (unshare execs, so the PID is containerd's).
-        binds = "".join(f"mount --bind {source} {target} && " for source, target in self.binds)
-        setup = f'mount -t tmpfs -o mode=0755 tmpfs /run && {binds}exec "$@"'
-        argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"]
-        argv += [str(self.binary), *self.args]
+        if self.namespace is not None:
+            argv = self.namespace.enter([str(self.binary), *self.args])
+        else:
+            binds = "".join(f"mount --bind {source} {target} && " for source, target in self.binds)
+            setup = f'mount -t tmpfs -o mode=0755 tmpfs /run && {binds}exec "$@"'
+            argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"]
+            argv += [str(self.binary), *self.args]
         if self.fail_starts:
             self.fail_starts -= 1
             argv.append("--no-such-flag")  # the daemon exits at once: a unit that does not come up

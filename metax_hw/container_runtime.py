@@ -54,8 +54,10 @@ class HostProgram:
         self.timeout = timeout
 
     def argv(self, argv: Sequence[str], target: int = 1) -> list[str]:
-        """``argv`` in the mount namespace of process ``target`` (the host's: PID 1) when in host namespaces."""
-        return [NSENTER, "--target", str(target), "--mount", "--", *argv] if self.host_namespaces else list(argv)
+        """``argv`` in the mount namespace of process ``target``: always in host namespaces (the host's: PID 1),
+        and otherwise when ``target`` (a runtime daemon) lives in another mount namespace than this process."""
+        enter = self.host_namespaces or (target != 1 and not same_mount_namespace(target))
+        return [NSENTER, "--target", str(target), "--mount", "--", *argv] if enter else list(argv)
 
     def run(self, argv: Sequence[str], *, check: bool = True, target: int = 1) -> subprocess.CompletedProcess[str]:
         command = self.argv(argv, target)
@@ -131,6 +133,14 @@ def daemon(socket_path: str, expected: str) -> Daemon:
     return Daemon(pid, exe)
 
 
+def same_mount_namespace(pid: int) -> bool:
+    """Whether process ``pid`` sees the files this process sees (the same mount namespace)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return True  # not to be entered either way: run here
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie, exited but not yet reaped by its parent, does not)."""
     try:
@@ -154,14 +164,14 @@ class Containerd:
         """The CRI socket as this process can open it (under `PROC_ROOT` in a pod)."""
 
     def _how(self) -> tuple[str, int]:
-        """The binary to run and the process whose mount namespace it runs in."""
-        if self.binary is not None:
-            return self.binary, 1
+        """The binary to run (the configured one, else the running daemon's own, else ``containerd``) and the process
+        whose mount namespace it runs in (the running daemon's: it sees the files the daemon reads; else PID 1)."""
         try:
-            found = daemon(self.socket, self.PROGRAM)
+            found: Daemon | None = daemon(self.socket, self.PROGRAM)
         except HardwareError:
-            return self.PROGRAM, 1
-        return found.exe, found.pid
+            found = None
+        binary = self.binary or (found.exe if found is not None else self.PROGRAM)
+        return binary, found.pid if found is not None else 1
 
     def version_text(self) -> str:
         binary, target = self._how()
@@ -274,6 +284,59 @@ def sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 1
     return found
 
 
+CRI_SANDBOX_STATUS = "/runtime.v1.RuntimeService/PodSandboxStatus"
+CRIO_HANDLER_ANNOTATION = "io.kubernetes.cri-o.RuntimeHandler"
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _encode_sandbox_status(sandbox: str) -> bytes:
+    """``PodSandboxStatusRequest{pod_sandbox_id: sandbox, verbose: true}`` (fields 1 and 2)."""
+    data = sandbox.encode()
+    return b"\x0a" + _encode_varint(len(data)) + data + b"\x10\x01"
+
+
+def crio_sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 10.0) -> list[str]:
+    """The pod sandboxes CRI-O runs with ``runtime_handler``. CRI-O's ``ListPodSandbox`` leaves
+    ``runtime_handler`` empty (cri-o ``internal/lib/sandbox/builder.go``), so each sandbox's verbose
+    ``PodSandboxStatus`` is read: its ``info["info"]`` JSON carries the sandbox's OCI spec, whose annotation
+    ``io.kubernetes.cri-o.RuntimeHandler`` names the handler."""
+    import grpc
+
+    found = []
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            listing: Callable[..., bytes] = channel.unary_unary(
+                CRI_LIST_SANDBOXES, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            status: Callable[..., bytes] = channel.unary_unary(
+                CRI_SANDBOX_STATUS, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            ids = [
+                {n: v for n, v in _fields(item) if isinstance(v, bytes)}.get(1, b"").decode()
+                for number, item in _fields(listing(b"", timeout=timeout))
+                if number == 1 and isinstance(item, bytes)
+            ]
+            for sandbox in ids:
+                info = status_info(status(_encode_sandbox_status(sandbox), timeout=timeout)).get("info", "{}")
+                try:
+                    spec = json.loads(info).get("runtimeSpec") or {}
+                except (ValueError, AttributeError):
+                    continue
+                if (spec.get("annotations") or {}).get(CRIO_HANDLER_ANNOTATION) == runtime_handler:
+                    found.append(sandbox)
+    except grpc.RpcError as exc:
+        raise HardwareError("list the runtime's pod sandboxes", socket, str(exc.details() or exc.code())) from exc
+    return found
+
+
 def unix_http_get(socket_path: str, path: str, timeout: float = 10.0) -> bytes:
     """``GET <path>`` over a unix socket (dockerd's API, CRI-O's info endpoint)."""
     import http.client
@@ -350,7 +413,7 @@ class Crio:
             raise HardwareError("read crio's config", self.socket, f"not text: {exc}") from exc
 
     def sandboxes(self, runtime_handler: str) -> list[str]:
-        return sandboxes_with_handler(self.socket, runtime_handler)
+        return crio_sandboxes_with_handler(self.socket, runtime_handler)
 
 
 class SystemdService:

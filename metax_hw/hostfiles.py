@@ -28,11 +28,19 @@ log = logging.getLogger(__name__)
 DEFAULT_CDI_DIR = "/var/run/cdi"
 
 
-def atomic_write(path: pathlib.Path, text: str, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+def atomic_write(
+    path: pathlib.Path,
+    text: str,
+    mode: int = 0o644,
+    owner: tuple[int, int] | None = None,
+    staging: pathlib.Path | None = None,
+) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename, durable across a crash; the file gets
-    ``mode`` (and ``owner``, uid and gid) before it is renamed into place, so it is never readable by more."""
+    ``mode`` (and ``owner``, uid and gid) before it is renamed into place, so it is never readable by more. The
+    temporary is made in ``staging`` (on the same filesystem) when a reader takes *every* file of ``path``'s
+    directory (CRI-O's ``crio.conf.d``), else beside ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=staging or path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -7,7 +7,9 @@ ctr, the runc shim, runc and pause (a real node) are not downloaded but built fr
 which takes minutes cold. So the binaries are cached under a key that hashes everything that decides them
 (every target of :mod:`metax_dev.controlplane.targets`: go.mod, go.sum, the ``.go``/``.c`` sources, the Go
 version, the platform, the C toolchain, the flags); a test run with the same sources reuses them in no time,
-and concurrent runs wait for one build instead of racing.
+and concurrent runs wait for one build instead of racing. The oldest supported Kubernetes minor
+(:func:`build_oldest`) and CRI-O (crio, copyimg and pinns, :func:`build_crio`) are binary sets of their own, under
+their own keys, built only by the sessions whose tests need them.
 """
 
 from __future__ import annotations
@@ -245,6 +247,47 @@ def build_oldest(
     )
 
 
+def crio_cache_root(cache_dir: Path | None = None) -> Path:
+    return (cache_dir or cache_root()) / "crio"
+
+
+def build_crio(
+    *,
+    module_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    force: bool = False,
+    quiet: bool = False,
+) -> BuildResult:
+    """Build (or reuse) CRI-O: ``crio``, ``copyimg`` and ``pinns`` (:func:`targets.crio_targets`).
+
+    The same cached build as :func:`build_oldest`, under ``<cache>/crio/<key>``, its own key (the module's go.mod and
+    go.sum, its tags and flags, pinns' C sources from the Go module cache, the Go and C toolchains and libseccomp),
+    so only the sessions that run the CRI-O tests build it (a few minutes cold) and editing it never invalidates the
+    other binary sets; pruned like them. conmon is Debian's (package ``conmon``), runc the main set's."""
+    started = time.monotonic()
+    module_dir = (module_dir or targets.crio_module_dir()).resolve()
+    if not (module_dir / "go.mod").is_file():
+        raise errors.ControlPlaneError(f"no Go module at {module_dir}")
+    go = find_go()
+    versions = module_versions(module_dir, {"github.com/cri-o/cri-o": "cri-o"})
+    cri_o = targets.module_source(go, module_dir, "github.com/cri-o/cri-o", _build_env())
+    steps = targets.crio_targets(module_dir, cri_o / "pinns" / "src")
+    return _cached_build(
+        _Plan(
+            crio_cache_root(cache_dir),
+            _key(go, module_dir, steps),
+            steps,
+            targets.CRIO,
+            versions,
+            f"cri-o {versions['cri-o']}",
+        ),
+        go,
+        started=started,
+        force=force,
+        quiet=quiet,
+    )
+
+
 @dataclass(frozen=True)
 class _Plan:
     """One cached binary set: where, under which key, built by which targets, expected binaries."""
@@ -314,8 +357,8 @@ def _cached_build(plan: _Plan, go: Path, *, started: float, force: bool, quiet: 
 
 def _command(target: targets.Target, go: Path, out_dir: Path) -> list[str]:
     if target.kind == "c":
-        source = target.source_dir / target.packages[0]
-        return ["gcc", "-static", "-O2", "-Wall", "-o", str(out_dir / target.binaries[0]), str(source)]
+        sources = [str(target.source_dir / p) for p in target.packages]
+        return ["gcc", "-static", "-O2", "-Wall", *target.cflags, "-o", str(out_dir / target.binaries[0]), *sources]
     command = [str(go), "build", "-trimpath", "-buildvcs=false"]
     if target.tags:
         command += ["-tags", ",".join(target.tags)]
@@ -343,7 +386,7 @@ def _run_target(target: targets.Target, go: Path, out_dir: Path, log_path: Path)
         hint = ""
         if target.cgo or target.kind == "c":
             hint = (
-                "\n(runc and pause need gcc, libc6-dev, pkg-config, libseccomp-dev and "
+                "\n(runc, CRI-O, pinns and pause need gcc, libc6-dev, pkg-config, libseccomp-dev and "
                 "busybox-static; `./run test` installs them on Debian)"
             )
         raise errors.ControlPlaneError(

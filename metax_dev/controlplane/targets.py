@@ -6,11 +6,13 @@ CGO and libseccomp; everything else is static). Each :class:`Target` names a mod
 packages it builds, the binaries that come out and the environment and flags; :func:`targets` lists
 them in build order and :func:`fingerprint` feeds everything that decides a target's binaries into the
 cache key of :mod:`metax_dev.controlplane.build`. The node's ``pause`` program (plain C, compiled with
-``gcc -static``) is a target too, so the whole node needs one cached build.
+``gcc -static``) is a target too, so the whole node needs one cached build. CRI-O's build (:func:`crio_targets`:
+crio and copyimg with CGO, pinns in C from the cri-o module's own sources) is a binary set of its own.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -31,6 +33,11 @@ CHART: Final = ("helm",)
 _HELM_MODULE: Final = "helm.sh/helm/v3"
 #: Binaries a real node uses (docs/realnode.md).
 NODE: Final = ("kubelet", "kubectl", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "pause")
+#: CRI-O and what it needs beside conmon and runc (docs/container-runtime.md): ``crio`` and the test tool ``copyimg``
+#: that puts an image archive into its storage (both from ``metax_dev/realnode/gomod/crio``, one ``go build``, CGO for
+#: libseccomp), and ``pinns``, the small C program CRI-O pins a pod's namespaces with (``pinns/src`` of the cri-o
+#: module, ``gcc -static``).
+CRIO: Final = ("crio", "copyimg", "pinns")
 #: Binaries of the oldest Kubernetes minor the product supports (R-COMPAT), from their own Go module
 #: (``metax_dev/controlplane/gomod-oldest``, one ``go build``): a second control plane runs them with the etcd
 #: and kwok above. kube-controller-manager and kube-scheduler must not be newer than kube-apiserver (the
@@ -40,6 +47,19 @@ OLDEST: Final = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 _CONTAINERD_CMDS: Final = ("containerd", "ctr", "containerd-shim-runc-v2")
 _CONTAINERD_MODULE: Final = "github.com/containerd/containerd/v2"
 _RUNC_MODULE: Final = "github.com/opencontainers/runc"
+_CRIO_MODULE: Final = "github.com/cri-o/cri-o"
+#: CRI-O's Makefile tags as its ``hack/*_tag.sh`` pick them on a Debian host without gpgme, btrfs, SELinux or AppArmor
+#: headers: the containers/image OpenPGP verifier instead of gpgme, no btrfs graph driver, seccomp (libseccomp-dev).
+CRIO_TAGS: Final = (
+    "containers_image_ostree_stub",
+    "exclude_graphdriver_btrfs",
+    "btrfs_noversion",
+    "containers_image_openpgp",
+    "seccomp",
+)
+#: pinns as CRI-O's ``pinns/Makefile`` builds it (its ``-Werror`` left out: a newer gcc's new warning must not fail
+#: the test bed's build).
+PINNS_CFLAGS: Final = ("-std=c99", "-Os", "-Wextra")
 #: runc's default tags minus ``libpathrs`` (a Rust library Debian does not package).
 RUNC_TAGS: Final = ("seccomp", "urfave_cli_no_docs")
 
@@ -58,6 +78,8 @@ class Target:
     ldflags: str = ""
     #: What else decides the output, e.g. the C compiler and libseccomp versions.
     toolchain: tuple[str, ...] = field(default=())
+    #: C only: flags after the build's own (``-static -O2 -Wall``); ``packages`` are the sources, compiled together.
+    cflags: tuple[str, ...] = ()
 
     def sources(self) -> list[Path]:
         if self.kind == "c":
@@ -123,6 +145,41 @@ def runc_module_dir() -> Path:
 
 def pause_source_dir() -> Path:
     return _REALNODE_DIR / "pause"
+
+
+def crio_module_dir() -> Path:
+    return _REALNODE_DIR / "gomod" / "crio"
+
+
+def crio_version(module_dir: Path | None = None) -> str:
+    """The cri-o version the CRI-O module requires (its go.mod)."""
+    go_mod = (module_dir or crio_module_dir()) / "go.mod"
+    version = required_version(go_mod, _CRIO_MODULE)
+    if not version:
+        raise errors.ControlPlaneError(f"{go_mod} does not require {_CRIO_MODULE}")
+    return version
+
+
+def module_source(go: Path, module_dir: Path, module: str, env: Mapping[str, str]) -> Path:
+    """Where the Go module cache holds ``module`` at the version ``module_dir``'s go.mod requires (downloaded if
+    missing, verified against its go.sum): the C sources a Go module ships, such as CRI-O's pinns."""
+    done = subprocess.run(
+        [str(go), "mod", "download", "-json", module],
+        cwd=module_dir,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        found = json.loads(done.stdout) if done.stdout.strip() else {}
+    except ValueError:
+        found = {}
+    directory = found.get("Dir") if isinstance(found, dict) else None
+    if done.returncode != 0 or not isinstance(directory, str) or not directory:
+        detail = (found.get("Error") if isinstance(found, dict) else None) or done.stderr.strip()
+        raise errors.ControlPlaneError(f"`go mod download {module}` in {module_dir} failed: {detail}")
+    return Path(directory)
 
 
 def node_versions() -> dict[str, str]:
@@ -206,6 +263,37 @@ def oldest_targets(module_dir: Path, kubernetes_version: str) -> list[Target]:
     ]
 
 
+def crio_targets(module_dir: Path, pinns_dir: Path) -> list[Target]:
+    """The CRI-O build: crio and copyimg in one ``go build`` (CGO: libseccomp), then pinns from ``pinns_dir`` (the
+    cri-o module's ``pinns/src`` in the Go module cache, `module_source`)."""
+    version = crio_version(module_dir)
+    cc = _tool_version("gcc", "--version")
+    return [
+        Target(
+            name=f"cri-o {version}",
+            kind="go",
+            source_dir=module_dir,
+            packages=(f"{_CRIO_MODULE}/cmd/crio", f"{_CRIO_MODULE}/test/copyimg"),
+            binaries=("crio", "copyimg"),
+            cgo=True,
+            tags=CRIO_TAGS,
+            # CRI-O's version is a constant of its source; the build date its Makefile stamps is fixed here, so the
+            # same sources give the same binary
+            ldflags=f"-s -w -X {_CRIO_MODULE}/internal/version.buildDate=1970-01-01T00:00:00Z",
+            toolchain=(cc, _tool_version("pkg-config", "--modversion", "libseccomp")),
+        ),
+        Target(
+            name="pinns",
+            kind="c",
+            source_dir=pinns_dir,
+            packages=tuple(p.name for p in sorted(pinns_dir.glob("*.c"))),
+            binaries=("pinns",),
+            toolchain=(cc,),
+            cflags=PINNS_CFLAGS,
+        ),
+    ]
+
+
 def fingerprint(target: Target) -> bytes:
     """Everything that decides ``target``'s binaries, as bytes for the cache key."""
     parts = [
@@ -214,6 +302,8 @@ def fingerprint(target: Target) -> bytes:
         f"packages={','.join(target.packages)}\0".encode(),
     ]
     parts += [line.encode() + b"\0" for line in target.toolchain]
+    if target.cflags:  # absent before C flags were a field: the other targets' keys stay what they were
+        parts.append(f"cflags={' '.join(target.cflags)}\0".encode())
     for path in target.sources():
         parts.append(str(path.relative_to(target.source_dir)).encode() + b"\0")
         parts.append(path.read_bytes() + b"\0")

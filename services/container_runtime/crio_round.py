@@ -28,6 +28,7 @@ class CrioRound(rounds.RuntimeRound):
         self.host = host
         self.config_path = config_path
         self.config_dir = config_dir
+        self.files.stage_outside(config_dir)  # CRI-O reads every file of crio.conf.d, hidden ones too
 
     @property
     def dropin_path(self) -> str:
@@ -72,3 +73,18 @@ class CrioRound(rounds.RuntimeRound):
 
     def sandboxes(self) -> list[str]:
         return self.host.sandboxes(handler.RUNTIME_HANDLER)
+
+    def uninstall(self) -> list[str]:
+        """Nothing is undone while pods still run with the handler: a CRI-O restarted without it cannot stop them
+        (``StopPodSandbox``: "failed to find runtime handler metax"), so the drop-in and the wrapper stay, and the
+        answer says so; the agent asks again every round until they are gone."""
+        try:
+            running = self.sandboxes()
+        except HardwareError as exc:
+            return [f"cannot list the pods of runtime handler {handler.RUNTIME_HANDLER}: {exc}; nothing undone yet"]
+        if running:
+            return [
+                f"{len(running)} pod sandbox(es) still run with runtime handler {handler.RUNTIME_HANDLER}: CRI-O "
+                "cannot stop them without it, so its drop-in and the wrapper stay until they are gone"
+            ]
+        return super().uninstall()

@@ -24,6 +24,16 @@ from metax_hw import hostfiles
 class HostFiles:
     def __init__(self, host_root: pathlib.Path) -> None:
         self.host_root = host_root
+        self.staging: dict[str, str] = {}
+        """Directories whose every file a runtime reads (CRI-O's ``crio.conf.d``, hidden files included) and where
+        a write's temporary goes instead (their parent): a temporary left by a killed write is never loaded."""
+
+    def stage_outside(self, directory: str) -> None:
+        self.staging[directory.rstrip("/")] = os.path.dirname(directory.rstrip("/")) or "/"
+
+    def _staging(self, path: str) -> pathlib.Path | None:
+        outside = self.staging.get(os.path.dirname(path))
+        return None if outside is None else self.at(outside)
 
     def at(self, path: str) -> pathlib.Path:
         return self.host_root / path.lstrip("/")
@@ -50,11 +60,12 @@ class HostFiles:
         """``text`` into ``path`` through a rename: with ``mode`` when given, else the file's own mode and owner
         (a new file: 0644)."""
         keep = mode or self.stat(path)
+        staging = self._staging(path)
         try:
             if keep is None:
-                hostfiles.atomic_write(self.at(path), text)
+                hostfiles.atomic_write(self.at(path), text, staging=staging)
             else:
-                hostfiles.atomic_write(self.at(path), text, keep.mode, (keep.uid, keep.gid))
+                hostfiles.atomic_write(self.at(path), text, keep.mode, (keep.uid, keep.gid), staging=staging)
         except OSError as exc:
             raise HardwareError("write", path, str(exc.strerror or exc)) from exc
 
@@ -144,11 +155,14 @@ class HostFiles:
         return True
 
     def clean_temporaries(self, path: str) -> None:
-        """The temporary sibling a write killed midway leaves (``.<name>.*.tmp``, `hostfiles.atomic_write`)."""
+        """The temporary a write killed midway leaves (``.<name>.*.tmp``, `hostfiles.atomic_write`): beside the
+        file, or in its staging directory."""
         target = self.at(path)
+        staging = self._staging(path)
         with contextlib.suppress(OSError):
-            for leftover in target.parent.glob(f".{target.name}.*.tmp"):
-                leftover.unlink(missing_ok=True)
+            for directory in (target.parent, *([staging] if staging is not None else [])):
+                for leftover in directory.glob(f".{target.name}.*.tmp"):
+                    leftover.unlink(missing_ok=True)
 
     def wrapper_ok(self, path: str) -> bool:
         target = self.at(path)

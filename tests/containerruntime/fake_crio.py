@@ -1,18 +1,23 @@
-"""A TEST-ONLY stand-in for CRI-O (no CRI-O runs here: Debian bookworm does not package it): the parts of its
-behaviour the container-runtime agent relies on, as CRI-O's own sources and man pages describe them.
+"""A TEST-ONLY stand-in for CRI-O, kept for what the real one (`metax_dev.crio_host`, one version) cannot be: a CRI-O
+of another version, such as one older than the 1.23 the agent supports (`test_crio_fake`). It behaves as the real
+CRI-O does in what the agent relies on, and `test_crio_contract` checks that against the real 1.35 for the same
+files (the same verdict from ``crio config``, the same runtimes in ``GET /config``).
 
 Run as a program (``python fake_crio.py …``, standard library + tomlkit only, so the agent runs it as a host
 binary through its ``crio`` argument):
 
-* ``--version`` prints ``crio version 1.30.4``;
-* ``--config C --config-dir D config``: loads ``C`` then every file of ``D`` in lexical order, a later file's
-  option winning (crio.conf.d(5)), validates (every runtime handler's ``runtime_type`` is oci/vm/pod and its
-  ``runtime_path`` an executable file; ``default_runtime`` names a handler), prints the effective configuration
-  as TOML, or exits 1 with the reason;
-* ``--config C --config-dir D --listen SOCKET``: the daemon. It loads the files once at start (a start on
-  files that do not validate exits 1, as CRI-O does) and serves ``GET /config`` (the loaded configuration as
-  TOML, as ``crio status config`` reads it) over HTTP on the unix socket. Its service manager is the tests'
-  ``metax_dev.containerd_host.Supervisor`` (a restart is a stop and a new start, as systemd's).
+* ``--version`` prints ``crio version <FAKE_CRIO_VERSION or 1.30.4>``;
+* ``--config C --config-dir D config``: loads ``C`` then every file under ``D`` (recursively, hidden files too, in
+  lexical order: CRI-O's ``filepath.Walk``), a later file's option winning, except that a runtime handler's table
+  replaces the handler whole (CRI-O decodes ``[crio.runtime.runtimes.<name>]`` into a new entry of its map); checks
+  that ``default_runtime`` names a handler (CRI-O's ``Validate(false)`` checks no handler's path or type); prints
+  the effective configuration as TOML, or exits 1 with the reason;
+* ``--config C --config-dir D --listen SOCKET``: the daemon. It loads the files once at start (files that do not
+  load: exit 1), drops a handler whose ``runtime_type`` is unknown or whose ``runtime_path`` does not exist (empty:
+  its name is looked up on PATH), with a warning, and exits 1 if that is the default one (CRI-O's
+  ``ValidateRuntimes``), then serves ``GET /config`` (the configuration as TOML, as ``crio status config`` reads
+  it) over HTTP on the unix socket. Its service manager is the tests' ``metax_dev.containerd_host.Supervisor`` (a
+  restart is a stop and a new start, as systemd's).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import http.server
 import os
 import pathlib
+import shutil
 import socketserver
 import sys
 from typing import Any
@@ -31,19 +37,34 @@ VERSION = "1.30.4"
 BUILTIN: dict[str, Any] = {
     "crio": {
         "runtime": {
-            "default_runtime": "runc",
-            "runtimes": {"runc": {"runtime_path": "", "runtime_type": "oci", "runtime_root": "/run/runc"}},
+            "default_runtime": "crun",
+            "runtimes": {"crun": {"runtime_path": "", "runtime_type": "oci", "runtime_root": "/run/crun"}},
         }
     }
 }
+"""CRI-O's own defaults (``crio config --default``), the part the agent looks at."""
+RUNTIMES = ("crio", "runtime", "runtimes")
+TYPES = ("", "oci", "vm", "pod")
 
 
-def _merge(into: dict[str, Any], layer: dict[str, Any]) -> None:
+def _merge(into: dict[str, Any], layer: dict[str, Any], at: tuple[str, ...] = ()) -> None:
     for key, value in layer.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
+        if at != RUNTIMES and isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value, (*at, key))
         else:
             into[key] = value
+
+
+def _walk(directory: pathlib.Path) -> list[pathlib.Path]:
+    """Every file under ``directory`` in the order of Go's ``filepath.Walk``: lexical, depth first."""
+    found: list[pathlib.Path] = []
+    for name in sorted(os.listdir(directory)):
+        path = directory / name
+        if path.is_dir():
+            found += _walk(path)
+        else:
+            found.append(path)
+    return found
 
 
 def load(config: str, config_dir: str) -> dict[str, Any]:
@@ -51,22 +72,40 @@ def load(config: str, config_dir: str) -> dict[str, Any]:
     effective: dict[str, Any] = tomlkit.parse(tomlkit.dumps(BUILTIN)).unwrap()
     files = [pathlib.Path(config)] if os.path.isfile(config) else []
     if os.path.isdir(config_dir):
-        files += sorted(p for p in pathlib.Path(config_dir).iterdir() if p.is_file())
+        files += _walk(pathlib.Path(config_dir))
     for path in files:
         try:
             _merge(effective, tomlkit.parse(path.read_text()).unwrap())
-        except Exception as exc:  # tomlkit raises several kinds; CRI-O says "parsing config"
-            raise ValueError(f"parsing config file {path}: {exc}") from None
+        except Exception as exc:  # tomlkit raises several kinds; CRI-O says "unable to decode configuration"
+            raise ValueError(f"unable to decode configuration {path}: {exc}") from None
     runtime = effective["crio"]["runtime"]
-    for name, handler in runtime["runtimes"].items():
-        if handler.get("runtime_type", "oci") not in ("oci", "vm", "pod"):
-            raise ValueError(f"validating runtime config: invalid runtime_type for runtime {name!r}")
-        path = handler.get("runtime_path", "")
-        if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise ValueError(f"validating runtime config: invalid runtime_path for runtime {name!r}: {path}")
     if runtime["default_runtime"] not in runtime["runtimes"]:
-        raise ValueError(f"validating runtime config: default_runtime {runtime['default_runtime']!r} is not defined")
+        name = runtime["default_runtime"]
+        raise ValueError(
+            f"validating runtime config: default_runtime set to {name!r}, "
+            f"but no runtime entry table [crio.runtime.runtimes.{name}] was found"
+        )
     return effective
+
+
+def validate_runtimes(effective: dict[str, Any]) -> None:
+    """At the daemon's start: a handler that cannot run is dropped, the default one is fatal (ValueError)."""
+    runtime = effective["crio"]["runtime"]
+    for name, handler in list(runtime["runtimes"].items()):
+        path = handler.get("runtime_path", "")
+        problem = ""
+        if handler.get("runtime_type", "") not in TYPES:
+            problem = f"invalid `runtime_type` {handler.get('runtime_type')!r} for runtime {name!r}"
+        elif not path and shutil.which(name) is None:
+            problem = f"{name!r} not found in $PATH"
+        elif path and not os.path.exists(path):
+            problem = f"invalid runtime_path for runtime {name!r}: {path}"
+        if not problem:
+            continue
+        if name == runtime["default_runtime"]:
+            raise ValueError(f"runtime validation: {problem}")
+        print(f"Runtime handler {name!r} is being ignored due to: {problem}", file=sys.stderr)
+        del runtime["runtimes"][name]
 
 
 def _serve(socket_path: str, text: str) -> None:
@@ -95,7 +134,7 @@ def _serve(socket_path: str, text: str) -> None:
 
 def main(argv: list[str]) -> int:
     if argv == ["--version"]:
-        print(f"crio version {VERSION}")
+        print(f"crio version {os.environ.get('FAKE_CRIO_VERSION', VERSION)}")
         return 0
     parser = argparse.ArgumentParser(prog="crio")
     parser.add_argument("--config", default="/etc/crio/crio.conf")
@@ -105,6 +144,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)  # an unknown flag exits 2 at once (the Supervisor's failed start)
     try:
         effective = load(args.config, args.config_dir)
+        if args.command != "config":
+            validate_runtimes(effective)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 1
