@@ -16,8 +16,10 @@ exactly as ``tests/e2e/test_product.py`` does (`metax_dev.productnode.helm_relea
   waits ``--settle`` seconds and reads their VmHWM the same way.
 
 Every agent finishes its work in its container now (the test payload brings the fake host's mx-smi, which
-driver-manager stages for every agent: docs/images.md); container-runtime and maca run on no node here
-(metax_dev/productnode/helm_release.py says why). Nothing is asserted. Printed as a table.
+driver-manager stages for every agent: docs/images.md), container-runtime and maca included (they configure and
+restart the node's supervised containerd from their pods). The host-process agents run without those two, whose
+readiness signals the benchmark publishes for them (gpu-device waits for both). Nothing is asserted. Printed as a
+table.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import figures as fig
+from metax_core.node import readiness
 from metax_dev import agents
 from metax_dev.controlplane import cluster
 from metax_dev.images import build as images_build
 from metax_dev.productnode import helm_release
+from metax_hw import hostfiles
 
 COMPONENTS = ("metax-operator", *helm_release.AGENTS, *helm_release.DEPLOYMENTS)
 HOST_AGENT = {
@@ -54,11 +58,12 @@ HOST_AGENT = {
 }
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+def peak_rss_mib(proc: pathlib.Path) -> float:
+    """VmHWM of the process whose ``/proc`` directory is ``proc``."""
+    for line in (proc / "status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for pid {pid}")
+    raise RuntimeError(f"no VmHWM in {proc}")
 
 
 def _time(text: str) -> datetime:
@@ -77,7 +82,7 @@ def pod_times(pod: dict[str, Any]) -> tuple[float | None, float | None]:
 
 
 def task_pids(release: helm_release.Release) -> dict[str, int]:
-    """Container id -> the pid of its main process, from the node's containerd."""
+    """Container id -> the pid of its main process, from the node's containerd (in the node's PID namespace)."""
     ctr = release.member.bin_dir / "ctr"
     done = subprocess.run(
         [str(ctr), "--address", str(release.member.containerd_socket), "-n", "k8s.io", "task", "ls"],
@@ -93,6 +98,13 @@ def task_pids(release: helm_release.Release) -> dict[str, int]:
     return pids
 
 
+def stand_in_for_runtime_and_maca(host_root: pathlib.Path) -> None:
+    """container-runtime and maca run no host process here: their readiness signals, which gpu-device waits for."""
+    board = hostfiles.FileReadinessBoard(host_root)
+    for component in ("container-runtime", "maca"):
+        board.publish(readiness.ComponentReadiness(component, True, "benchmark: stand-in, not run as a host process"))
+
+
 @attrs.frozen
 class Measured:
     rows: dict[str, dict[str, str]]
@@ -105,7 +117,6 @@ def measure(settle: float) -> Measured:
     built = images_build.build()
     rows: dict[str, dict[str, str]] = {c: {} for c in COMPONENTS}
     with cluster.ControlPlane(nodes=0, verbosity=0) as plane, helm_release.real_node(plane, built) as release:
-        release.stand_in_for_runtime_and_maca()
         began = time.monotonic()
         release.helm(*release.install_args())
         install = time.monotonic() - began
@@ -125,7 +136,9 @@ def measure(settle: float) -> Measured:
             rows[name]["started"] = f"{start:.0f}" if start is not None else "-"
             rows[name]["ready"] = f"{ready:.0f}" if ready is not None else "not Ready"
             container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-            rows[name]["pod rss"] = f"{peak_rss_mib(pids[container_id]):.1f}" if container_id in pids else "-"
+            rows[name]["pod rss"] = (
+                f"{peak_rss_mib(release.member.proc(pids[container_id])):.1f}" if container_id in pids else "-"
+            )
         began = time.monotonic()
         release.helm("uninstall", helm_release.RELEASE, "-n", helm_release.NAMESPACE, "--wait")
         uninstall = time.monotonic() - began
@@ -141,13 +154,14 @@ def measure(settle: float) -> Measured:
         env["METAX_DRIVER_VERSION"] = helm_release.DRIVER_VERSION
         env["METAX_POD_RESOURCES_SOCKET"] = str(release.member.pod_resources_socket)
         env["METAX_LOG_LEVEL"] = "WARNING"
-        release.stand_in_for_runtime_and_maca()
+        stand_in_for_runtime_and_maca(release.fake.root)
         hosts = {c: release.member.spawn(f"host-{a}", agents.command(a), env) for c, a in HOST_AGENT.items()}
         try:
             time.sleep(settle)
             for component, process in hosts.items():
+                pid = release.member.program_pid(process) if process.alive() else None
                 rows[component]["host rss"] = (
-                    f"{peak_rss_mib(process.popen.pid):.1f}" if process.alive() and process.popen else "exited"
+                    f"{peak_rss_mib(pathlib.Path(f'/proc/{pid}')):.1f}" if pid is not None else "exited"
                 )
         finally:
             for process in hosts.values():

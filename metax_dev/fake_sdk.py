@@ -23,14 +23,29 @@ def reference(version: str) -> str:
     return f"{IMAGE}:{version}-ubuntu22.04-amd64"
 
 
+def payload_tree(directory: Path, version: str) -> Path:
+    """The payload image's ``/payload`` as a directory (``maca/bin/maca-version``, ``maca/lib``, ``maca/version``)."""
+    maca = directory / "maca"
+    for name, text in _files(version).items():
+        path = maca / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if name.startswith("bin/") else 0o644)
+    return directory
+
+
+def _files(version: str) -> dict[str, str]:
+    return {
+        "bin/maca-version": f"#!/bin/sh\necho MXMACA {version}\n",
+        "lib/libmaca.so": f"fake libmaca {version}\n",
+        "version": f"{version}\n",
+    }
+
+
 def write_payload_image(directory: Path, version: str) -> Path:
     """An OCI archive of a maca payload image bringing ``version``."""
     with tempfile.TemporaryDirectory() as tmp:
-        files = {
-            "bin/maca-version": f"#!/bin/sh\necho MXMACA {version}\n",
-            "lib/libmaca.so": f"fake libmaca {version}\n",
-            "version": f"{version}\n",
-        }
+        files = _files(version)
         entries = []
         for name, text in files.items():
             source = Path(tmp) / name.replace("/", "_")

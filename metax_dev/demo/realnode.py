@@ -36,19 +36,19 @@ from metax_core.cluster import workloads as rendered
 from metax_core.dra import slices
 from metax_core.metrics import names as metric_names
 from metax_core.node import allocation, labels
-from metax_core.runtime import containerd, handler
+from metax_core.runtime import handler
 from metax_core.topology import extender
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import player, realcli, scenario
 from metax_dev.images import build as images_build
-from metax_dev.productnode import helm_release, runtime_agent
+from metax_dev.productnode import helm_release
 from metax_dev.productnode import workloads as pods
 from metax_dev.productnode.helm_release import NAMESPACE, Release
 
 GPU = scenario.GPU
 MACA_REQUEST = scenario.MACA_REQUEST
-#: The MXMACA versions the maca agent installs (fake SDK payload images): the request resolves to the first.
-SDK_VERSIONS = ("2.18.0.3", "2.9.1")
+#: The MXMACA versions the maca pod installs (fake SDK payload images): the request resolves to the first.
+SDK_VERSIONS = helm_release.SDK_VERSIONS
 WORKLOAD, CLAIMED, TEMPLATE = "train", "claimed", "two-gpus"
 WORKLOAD_NS = "default"
 NODE_PREFIX = "demo-node"
@@ -56,9 +56,9 @@ STAND_INS = (
     "the node: a real kubelet, containerd and runc built here, on this machine, in their own mount and network "
     "namespaces; its /dev, /sys and host paths are a fake MetaX host's (2 GPUs, driver "
     f"{helm_release.DRIVER_VERSION} loaded), through the TEST-ONLY chart value operator.testOnly.hostPathPrefix",
-    "container-runtime and maca: run as host processes from their composition roots (they restart the node's "
-    "containerd through a service manager this node has not): the real static wrapper in the node's containerd, "
-    f"fake MXMACA {' and '.join(SDK_VERSIONS)}",
+    "the node's containerd runs under Debian's daemontools supervise (as under systemd's Restart=always), so the "
+    "container-runtime pod restarts it by signal (runtime.restartMode=signal); the maca pod installs fake MXMACA "
+    f"{' and '.join(SDK_VERSIONS)} from test payload images",
     "the driver payload image: a test image with the fake host's own driver version (driver-manager keeps it: "
     "its module tools would act on this machine's kernel)",
 )
@@ -66,10 +66,9 @@ STAND_INS = (
 
 @attrs.define
 class RealNodeDemo:
-    """The release on its node, the two host-process agents, and what the scenario records as it goes."""
+    """The release on its node, and what the scenario records as it goes."""
 
     release: Release
-    side: runtime_agent.RuntimeSide
     core: Any
     """The admin's ``kubernetes.client.CoreV1Api`` on the control plane (Any: its models' fields are Optional
     throughout, and a pod read back here always has its spec, status and metadata)."""
@@ -322,22 +321,17 @@ def uninstall(d: RealNodeDemo) -> list[str]:
             f"{d.node}: keys left {left}; host files added {sorted(files - d.release.host_before)[:5]}, "
             f"removed {sorted(d.release.host_before - files)[:5]}"
         )
-    layout = d.release.member.containerd_layout
-    restored = d.side.runtime.containerd.uninstall()
-    d.side.uninstalled = True
-    if (
-        restored
-        or layout.config.read_bytes() != d.side.original
-        or Path(containerd.dropin_path(str(layout.config), 3)).exists()
-    ):
-        raise scenario.StepFailed(f"{d.node}: containerd's configuration not restored: {restored}")
+    if d.release.runtime_config() != d.release.runtime_before:
+        raise scenario.StepFailed(f"{d.node}: containerd's root file not restored (bytes or mode)")
+    if (d.release.fake.root / "etc/containerd/conf.d").exists():
+        raise scenario.StepFailed(f"{d.node}: container-runtime's drop-in directory is left")
     return [
         "kube-scheduler's configuration without the extender entry again",
         f"the pre-delete Job ran `metax-operator uninstall`; no pod, object or metax-tech.com key of ours is left on "
         f"{d.node}",
-        f"the fake host: the agents' directories as before ({len(d.release.host_before)} paths: the readiness "
-        "signals of container-runtime and maca, which run beside the release)",
-        "container-runtime's uninstall: the node's containerd configuration byte-identical to before, no drop-in",
+        f"the fake host: the agents' directories as before ({len(d.release.host_before)} paths)",
+        "container-runtime's pod gave containerd its root file back, byte- and mode-identical, no drop-in, and "
+        "restarted it by signal",
     ]
 
 
@@ -392,17 +386,16 @@ def on_node(
     workdir: Path,
 ) -> int:
     """The scenario on a real node of ``plane``: the images built (or found in their cache), the node started
-    with them, container-runtime and maca beside it; everything the scenario left torn down after."""
+    with them; everything the scenario left torn down after."""
     console.print("Building (or finding) the product's images (./run images, cached) ...")
     built = images_build.build()
     console.print("Starting a real node (kubelet, containerd, runc) on a fake 2-GPU host, importing the images ...")
     with helm_release.real_node(plane, built, prefix=NODE_PREFIX) as release:
         if observe is not None:
             observe(release)
-        side = runtime_agent.runtime_side(release.member, release.fake.root, workdir / "runtime-side", SDK_VERSIONS)
         release.host_before = helm_release.host_files(release.fake.root)
         api = plane.api_client()
-        d = RealNodeDemo(release, side, client.CoreV1Api(api))
+        d = RealNodeDemo(release, client.CoreV1Api(api))
         try:
             return _on(console, args, observe, d, workdir)
         finally:
@@ -443,12 +436,9 @@ def _on(console: Console, args: argparse.Namespace, observe: Observer | None, d:
 
 
 def _tear_down(d: RealNodeDemo) -> None:
-    """What the scenario (or --keep) left: the release, the scheduler's extender entry, containerd's
-    configuration, the maca agent's edit service."""
+    """What the scenario (or --keep) left: the release (its uninstall restores containerd's configuration) and the
+    scheduler's extender entry."""
     if helm_release.RELEASE in d.release.helm("list", "-n", NAMESPACE, "-q", check=False).stdout:
         d.release.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait", check=False)
     if d.scheduler_extended:
         d.plane.restart_scheduler(())
-    if not d.side.uninstalled:
-        d.side.runtime.containerd.uninstall()
-    d.side.sdk.close()

@@ -3,9 +3,12 @@
 Shared by ``tests/e2e/test_product.py``, the real-node demo (`metax_dev.demo.realnode`) and
 ``benchmarks/realpods.py``: a real node (kubelet + containerd + runc
 built here) on its own fake MetaX host, whose containerd imported the product's images (``./run images``,
-`metax_dev.images.build`) and a TEST driver payload image (one layer written by
-`metax_dev.realnode.images.write_payload_image`: busybox for the init container's ``cp``, the fake payload's
-``driver/metax.ko`` under ``/payload``); the chart installed with the values in `install_args`.
+`metax_dev.images.build`) and TEST payload images (one layer each, written by
+`metax_dev.realnode.images.write_payload_image`: busybox for the init container's ``cp``, under ``/payload`` the
+fake driver payload's ``driver/metax.ko`` or a fake MXMACA SDK, `metax_dev.fake_sdk`); the chart installed with
+the values in `install_args`. The node is a *runtime host* (`metax_dev.realnode.node.RealNode.runtime_binds`): its
+containerd reads ``/etc/containerd/config.toml`` and the wrapper and SDK under ``/var/lib/metax`` from the fake
+host, under a real supervisor (daemontools), so container-runtime and maca run as the pods the chart deploys.
 
 The values beyond the README's install command, and why:
 
@@ -13,14 +16,13 @@ The values beyond the README's install command, and why:
   are the fake host's ``/sys``, ``/dev``, ``/var/lib/metax``, ... instead of the node's own;
 * ``operator.nodeSelector`` and ``podTemplateSpec.nodeSelector``: this node (other real nodes of the session's
   control plane have no product images);
-* ``exporter.deploy`` and ``gpuScheduler.deploy``: true (off by default), so every component runs, except two
-  that would change this machine rather than the fake host: ``runtime`` (its agent configures and restarts the
-  node's container runtime through the host's service manager, which this harness's node does not have:
-  tests/realnode/test_container_runtime.py runs it against this node's containerd) and ``maca`` (its runtime
-  side needs that runtime configuration: tests/realnode/test_maca_runtime.py). The driver and gpu-device depend
-  on both (`metax_core.cluster.components`: disabling them blocks both, ``PrerequisiteDisabled``), so they stay
-  deployed with a ``podTemplateSpec`` node selector no node matches (DaemonSets of 0 pods), and the test
-  publishes their readiness signals on the fake host;
+* ``exporter.deploy``, ``gpuScheduler.deploy`` and ``draDriver.deploy``: true (off by default), so every
+  component runs;
+* ``runtime.restartMode=signal``: the container-runtime pod restarts the node's containerd the way it does on a
+  node whose runtime runs under a supervisor (it stops the daemon serving the socket, daemontools' ``supervise``
+  starts it again); the socket is the usual one, in the node's own ``/run``, which the pod (hostPID: the node's PID
+  namespace, `metax_dev.realnode.hostns`) reaches as ``/proc/1/root/run/containerd/containerd.sock``;
+* ``maca.payload.images``: the fake SDK payload images the node imported;
 * ``operator.image.pullPolicy=Never``: nothing is ever pulled (the components' images are present, so their
   ``IfNotPresent`` never pulls either).
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -39,14 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metax_core.node import readiness
 from metax_core.wire import meta
-from metax_dev import agents
+from metax_dev import agents, fake_sdk
 from metax_dev.controlplane import build as controlplane_build
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 from metax_dev.realnode import devnodes, images, launcher, node
-from metax_hw import hostfiles
 from metax_hw_fake import builder, host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,10 +58,14 @@ PFS = 2
 #: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
 DRIVER_VERSION = "2.18.0"
 PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
-#: The node agents' DaemonSets that run on the node (runtime and maca aside: see the module docstring).
+#: The MXMACA versions the maca pod installs (fake SDK payload images, `metax_dev.fake_sdk`).
+SDK_VERSIONS = ("2.18.0.3", "2.9.1")
+#: The node agents' DaemonSets that run on the node.
 AGENTS = (
     "metax-gpu-label",
+    "metax-container-runtime",
     "metax-driver",
+    "metax-maca",
     "metax-vfio-manager",
     "metax-gpu-device",
     "metax-topo-worker",
@@ -70,9 +75,6 @@ AGENTS = (
 DEPLOYMENTS = ("metax-topo-master", "metax-gpu-scheduler")
 #: Off by chart default, deployed here: every component runs.
 DEPLOYED = ("exporter", "gpuScheduler", "draDriver")
-#: Deployed, but scheduled on no node (see the module docstring), and prerequisites of the driver and gpu-device.
-NOWHERE = ("runtime", "maca")
-NO_NODE = {"metax.test/stand-in": "true"}
 
 
 class ReleaseError(Exception):
@@ -89,6 +91,8 @@ class Release:
     helm_home: Path
     timings: dict[str, float] = field(default_factory=dict)
     host_before: set[str] = field(default_factory=set)
+    runtime_before: tuple[bytes, int] = (b"", 0)
+    """The node's containerd root file before the install: its bytes and mode (uninstall gives both back)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """What a test module keeps beside the release (its own host-side agents)."""
 
@@ -137,6 +141,10 @@ class Release:
             "operator.image.pullPolicy=Never",
             "--set",
             "operator.uninstallTimeoutSeconds=30",
+            "--set",
+            "runtime.restartMode=signal",
+            "--set-json",
+            "maca.payload.images=" + json.dumps([fake_sdk.reference(v) for v in SDK_VERSIONS]),
             "--set-json",
             "operator.nodeSelector=" + json.dumps(pin),
             "--set-json",
@@ -146,21 +154,30 @@ class Release:
         ]
         for component in DEPLOYED:
             args += ["--set", f"{component}.deploy=true"]
-        for component in NOWHERE:
-            args += ["--set-json", f"{component}.podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": NO_NODE}})]
         return args
 
-    def stand_in_for_runtime_and_maca(self) -> None:
-        """container-runtime and maca run on no node here (module docstring): publish their readiness signals."""
-        board = hostfiles.FileReadinessBoard(self.fake.root)
-        for component in ("container-runtime", "maca"):
-            board.publish(readiness.ComponentReadiness(component, True, "test: stand-in, not run on this node"))
+    def runtime_config(self) -> tuple[bytes, int]:
+        """The node's containerd root file now: its bytes and permission bits."""
+        path = self.member.containerd_layout.config
+        return path.read_bytes(), stat.S_IMODE(path.stat().st_mode)
 
 
 def payload_image(directory: Path) -> Path:
     """The TEST driver payload image: the fake payload (`metax_dev.agents.write_payload`) under ``/payload``."""
     payload = agents.write_payload(directory / "payload", DRIVER_VERSION)
     return images.write_payload_image(directory / "driver-image.tar", PAYLOAD_IMAGE, payload)
+
+
+def sdk_payload_images(directory: Path) -> list[Path]:
+    """The TEST MXMACA payload images (`SDK_VERSIONS`): each a fake SDK under ``/payload/maca`` and busybox."""
+    return [
+        images.write_payload_image(
+            directory / f"maca-{version}.tar",
+            fake_sdk.reference(version),
+            fake_sdk.payload_tree(directory / f"maca-{version}", version),
+        )
+        for version in SDK_VERSIONS
+    ]
 
 
 @contextmanager
@@ -177,10 +194,12 @@ def real_node(
         with devnodes.udev(fake.root):
             nodes.start()
             started = time.monotonic()
+            payloads = [payload_image(work / "payload"), *sdk_payload_images(work / "sdk")]
             member = nodes.add_node(
-                device_root=fake.root, images=[*built.archives.values(), payload_image(work / "payload")]
+                device_root=fake.root, images=[*built.archives.values(), *payloads], runtime_host=True
             )
             release = Release(plane, member, fake, work / "helm")
+            release.runtime_before = release.runtime_config()
             release.timings["node with images"] = time.monotonic() - started
             yield release
     finally:

@@ -1,10 +1,12 @@
-"""The container-runtime agent on a real node (C4): its service manager there, and the agent built for the node;
-and the maca agent with its container-edit service (R-MACA), whose socket the wrapper that agent installs dials.
+"""The container-runtime agent on a real node as a host process (C4), for the real-node tests that drive it round by
+round: its service manager there, and the agent built for the node; and the maca agent with its container-edit
+service (R-MACA), whose socket the wrapper that agent installs dials. (The product's own path, both agents as the
+chart's pods, is tests/e2e/test_product.py's.)
 
-The agents run in the calling process (a test's, the real-node demo's) with host root ``/`` (the node's files are
-under its directory, which the node's mount namespace shares) and their host programs run directly (the node's
-own containerd binary); the node's containerd is restarted through the launcher (`HarnessService`), which runs
-it as its child as systemd does on a node."""
+The agents run in the calling process (a test's) with host root ``/`` (the node's files are under its directory,
+which the node's mount namespace shares) and their host programs run directly (the node's own containerd binary);
+the node's containerd is restarted through its supervisor (`HarnessService`: ``svc -t``, as systemd restarts a
+unit on a node)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import attrs
 
 from metax_core.ports import node as node_ports
-from metax_dev import fake_sdk, wrapper
+from metax_dev import fake_sdk
 from metax_dev.realnode import node
 from metax_hw import container_runtime, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
@@ -144,42 +146,3 @@ def sdk_side(
             raise RuntimeError(f"the container-edit service did not listen on {socket}")
         time.sleep(0.01)
     return SdkSide(maca, socket, stop, service)
-
-
-@attrs.define
-class RuntimeSide:
-    """A node's container-runtime and maca agents run as host processes (they restart the node's runtime through
-    a service manager the harness's node has not): the runtime agent, the maca agent with its edit service, and
-    the node's containerd config as it was before."""
-
-    runtime: agent.ContainerRuntime
-    sdk: SdkSide
-    original: bytes
-    uninstalled: bool = False
-
-
-def runtime_side(
-    real: node.RealNode, host_root: pathlib.Path, work: pathlib.Path, versions: tuple[str, ...]
-) -> RuntimeSide:
-    """``real``'s containerd configured by the container-runtime agent (the real static wrapper, one restart),
-    the maca agent serving ``versions``; both publish their readiness signals on the fake host at ``host_root``."""
-    board = hostfiles.FileReadinessBoard(host_root)
-    sdk = sdk_side(work / "maca", real.name, versions, board)
-    original = real.containerd_layout.config.read_bytes()
-    k8s = inmemory.InMemoryCluster()  # its Events go nowhere: the cluster's API is the pods' concern here
-    k8s.add_node(real.name)
-    runtime = build(
-        real,
-        work / "container-runtime",
-        wrapper.build(),
-        board=host_root,
-        ports=cluster.in_memory(k8s, "container-runtime", real.name),
-        wrapper_runc=str(real.bin_dir / "runc"),
-        edit_socket=str(sdk.socket),
-    )
-    runtime.tick()
-    signals = board.read_all()
-    for component in ("container-runtime", "maca"):
-        if not signals[component].ready:
-            raise RuntimeError(f"{component} is not ready on {real.name}: {signals[component].reason}")
-    return RuntimeSide(runtime, sdk, original)

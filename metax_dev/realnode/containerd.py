@@ -7,16 +7,38 @@ docs/realnode.md): ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE in the sandbo
 ``netns_mounts_under_state_dir`` (pod network namespaces are bind-mounted under the node's state
 dir), CDI on with the node's spec directories, runc from the cached build with its state root in
 the node's directory, and a drop-in ``conf.d`` for extra runtime handlers.
+
+containerd runs under a real service supervisor, Debian's daemontools ``supervise`` (`service_run_script`):
+``supervise`` starts ``<node>/containerd/service/run`` and starts it again a second after it exits, as systemd's
+``Restart=always`` in containerd's own unit does on a node. So the container-runtime agent's restart mode
+``signal`` (it stops the daemon serving the socket, docs/container-runtime.md) restarts this node's containerd the
+way it restarts a real node's; ``svc -t`` is the harness's own restart, ``svc -dx`` its stop.
+
+A node whose runtime is configured from pods (``runtime_host``: container-runtime and maca as the chart deploys
+them) reads its root file at the usual ``/etc/containerd/config.toml`` in its mount namespace, where the fake
+host's ``etc/containerd`` is bound (`metax_dev.realnode.hostns`): the agent's pod edits that file through its
+hostPath, and the imports it writes (``/etc/containerd/conf.d/99-metax.toml``) resolve in the node's namespace.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from metax_dev.realnode import images
+
+SUPERVISE = "supervise"
+SVC = "svc"
+"""Debian's daemontools (``./run`` installs the package): the supervisor and its control command."""
+NAMESPACE_CONFIG = "/etc/containerd/config.toml"
+"""Where a ``runtime_host`` node's containerd reads its root file, in the node's mount namespace."""
+NAMESPACE_SOCKET = "/run/containerd/containerd.sock"
+"""Where every node's containerd serves, in the node's own ``/run`` (the usual path: the agents' pods reach it as
+``/proc/1/root/run/containerd/containerd.sock``, as on any node); this process opens it through the node's
+namespace holder (`metax_dev.realnode.hostns.MountNamespace.path`)."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +46,8 @@ class Layout:
     """The node's containerd paths."""
 
     base: Path
+    etc: Path | None = None
+    """Where its root file lives when not in ``base`` (a ``runtime_host`` node: the fake host's etc/containerd)."""
 
     @property
     def root(self) -> Path:
@@ -34,12 +58,23 @@ class Layout:
         return self.base / "state"
 
     @property
-    def socket(self) -> Path:
-        return self.base / "containerd.sock"
+    def socket(self) -> str:
+        """The socket as the node's processes (containerd, the kubelet, pods) open it."""
+        return NAMESPACE_SOCKET
 
     @property
     def config(self) -> Path:
-        return self.base / "config.toml"
+        return (self.etc or self.base) / "config.toml"
+
+    @property
+    def config_in_namespace(self) -> str:
+        """The root file as containerd opens it in the node's mount namespace."""
+        return NAMESPACE_CONFIG if self.etc is not None else str(self.config)
+
+    @property
+    def service(self) -> Path:
+        """The supervised service directory (``run`` and daemontools' ``supervise/`` state)."""
+        return self.base / "service"
 
     @property
     def dropins(self) -> Path:
@@ -86,9 +121,9 @@ def config_text(
             f"imports = [{_toml(str(layout.dropins / '*.toml'))}]",
             "",
             "[grpc]",
-            f"  address = {_toml(str(layout.socket))}",
+            f"  address = {_toml(layout.socket)}",
             "[ttrpc]",
-            f"  address = {_toml(str(layout.socket) + '.ttrpc')}",
+            f"  address = {_toml(layout.socket + '.ttrpc')}",
             "[metrics]",
             '  address = ""',
             "",
@@ -128,7 +163,7 @@ def config_text(
 
 def write_config(layout: Layout, text: str) -> Path:
     """Create containerd's directories and write ``text`` (from :func:`config_text`) as its config."""
-    for directory in (layout.root, layout.state, layout.dropins, layout.runc_root):
+    for directory in (layout.root, layout.state, layout.dropins, layout.runc_root, layout.config.parent):
         directory.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(text)
     return layout.config
@@ -137,4 +172,18 @@ def write_config(layout: Layout, text: str) -> Path:
 def command(bin_dir: Path, layout: Layout) -> list[str]:
     """containerd's command line; PATH finds the runc shim in the cached build first."""
     path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    return ["env", f"PATH={path}", str(bin_dir / "containerd"), "--config", str(layout.config)]
+    return ["env", f"PATH={path}", str(bin_dir / "containerd"), "--config", layout.config_in_namespace]
+
+
+def service_run_script(bin_dir: Path, layout: Layout) -> str:
+    """The ``run`` script ``supervise`` starts (and starts again whenever containerd exits)."""
+    return "#!/bin/sh\nexec 2>&1\nexec " + " ".join(shlex.quote(a) for a in command(bin_dir, layout)) + "\n"
+
+
+def write_service(bin_dir: Path, layout: Layout) -> list[str]:
+    """The supervised service for containerd; the command that runs its supervisor."""
+    layout.service.mkdir(parents=True, exist_ok=True)
+    run = layout.service / "run"
+    run.write_text(service_run_script(bin_dir, layout))
+    run.chmod(0o755)
+    return [SUPERVISE, str(layout.service)]

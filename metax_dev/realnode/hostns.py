@@ -1,4 +1,4 @@
-"""Each real node's private view of the host: a mount namespace held open by a small process.
+"""Each real node's private view of the host: a mount namespace and a PID namespace held open by a small process.
 
 Why this module exists: kubelet hard-codes its device-plugin directory
 (``/var/lib/kubelet/device-plugins``) and writes ``/var/log/containers``; containerd's shims and CDI
@@ -18,14 +18,21 @@ which:
   ``/var/lib/kubelet/plugins`` is the fake host's, so a DRA driver pod whose host paths are the fake host's
   registers where the kubelet watches and serves where the kubelet dials.
 
-A holder process (``pause``) keeps the namespace alive; the node's processes enter it with
-``nsenter --mount``. When the holder and everything that entered are gone, the kernel drops the
-namespace and every mount in it, so teardown cannot leave a mount behind on the host.
+The node also has a PID namespace of its own, whose init (PID 1) is the holder (``pause``, which reaps orphans such
+as containerd's shims), with its own ``/proc``: a pod with ``hostPID`` (container-runtime, maca, the driver) sees
+the node's processes, ``/proc/1/root`` is the node's root (where its ``/run/containerd/containerd.sock`` is) and
+``nsenter --target 1 --mount`` enters the node's mount namespace, as on a node whose init is systemd. (This
+machine's own PID 1 cannot be entered at all.) The node's processes enter both namespaces with
+``nsenter --mount --pid`` (which forks: the process the caller holds is nsenter, its child the program). When the
+holder dies every process of the node dies with it (the kernel kills a PID namespace with its init); when the
+holder and everything that entered are gone, the kernel drops the namespaces and every mount in them, so teardown
+cannot leave a mount behind on the host.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -44,7 +51,13 @@ _OVERLAID: Final = ("/var/lib", "/var/log")
 _DEV_SUBMOUNTS: Final = ("pts", "shm", "mqueue", "hugepages")
 
 
-def setup_script(ns_dir: Path, holder: Path, device_root: Path | None, pod_resources_dir: Path | None = None) -> str:
+def setup_script(
+    ns_dir: Path,
+    holder: Path,
+    device_root: Path | None,
+    pod_resources_dir: Path | None = None,
+    binds: Sequence[tuple[Path, str]] = (),
+) -> str:
     """The shell script the holder runs inside the new namespace before it execs ``holder``.
 
     With a ``device_root`` (a fake GPU host) the fake host's device nodes are the node's, the kubelet's
@@ -102,6 +115,17 @@ def setup_script(ns_dir: Path, holder: Path, device_root: Path | None, pod_resou
                 f"mount --bind {registry} {root}{PLUGINS_REGISTRY_DIR}",
                 f"mount --bind {root}{PLUGINS_DIR} {PLUGINS_DIR}",
             ]
+    for bound, target in binds:
+        # a runtime host (container-runtime and maca as pods): the fake host's directory is the node's own here.
+        # A target under the node's own /var/lib overlay or /run tmpfs is made there; any other must exist on the
+        # host already (/etc/containerd: Debian's containerd package), never created on it.
+        private = target.startswith(("/var/lib/", "/run/"))
+        make = f"mkdir -p {q(target)}" if private else f'echo "{target} is missing on this host" >&2; exit 1'
+        lines += [
+            f"mkdir -p {q(str(bound))}",
+            f"if [ ! -d {q(target)} ]; then {make}; fi",
+            f"mount --bind {q(str(bound))} {q(target)}",
+        ]
     lines += [f"touch {q(str(ns_dir / 'ready'))}", f"exec {q(str(holder))}"]
     return "\n".join(lines) + "\n"
 
@@ -118,19 +142,39 @@ class MountNamespace:
         device_root: Path | None = None,
         pod_resources_dir: Path | None = None,
         join_cgroup: Path | None = None,
+        binds: Sequence[tuple[Path, str]] = (),
     ) -> None:
         self.ns_dir = ns_dir
+        self.binds = list(binds)
         self.holder = holder
         self.device_root = device_root
         self.pod_resources_dir = pod_resources_dir
         self.join_cgroup = join_cgroup
-        command = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", str(ns_dir / "setup.sh")]
+        command = [
+            "unshare",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",  # the node's init dies with the holder, and the whole node with its init
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            str(ns_dir / "setup.sh"),
+        ]
         self.process = processes.Process("mount-namespace", self.wrap(command, enter=False), log_path)
 
     def wrap(self, command: list[str], *, enter: bool = True) -> list[str]:
-        """``command`` run in the node's cgroup and (``enter``) its mount namespace."""
+        """``command`` run in the node's cgroup and (``enter``) its mount and PID namespaces."""
         if enter:
-            command = ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", *command]
+            command = [
+                "nsenter",
+                f"--mount=/proc/{self.pid}/ns/mnt",
+                f"--pid=/proc/{self.pid}/ns/pid_for_children",
+                "--",
+                *command,
+            ]
         if self.join_cgroup is None:
             return command
         join = 'echo $$ > "$1"; shift; exec "$@"'
@@ -138,16 +182,31 @@ class MountNamespace:
 
     @property
     def pid(self) -> int:
+        """The holder's ``unshare`` (in this machine's PID namespace; it is in the node's mount namespace, and its
+        ``pid_for_children`` is the node's PID namespace)."""
         popen = self.process.popen
         if popen is None:
             raise errors.NodeError("the node's mount namespace is not running")
         return popen.pid
 
+    def path(self, inside: str) -> Path:
+        """A path of the node's own view (its ``/run``, its ``/proc``) as this process opens it."""
+        return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
+
+    def inner_pid(self, pid: int) -> int:
+        """The program behind ``pid``, a process `wrap` started (``nsenter``, which forked it into the node's PID
+        namespace), in this machine's PID namespace; ``pid`` itself when it has no child (yet)."""
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return pid
+        return int(children[0]) if children else pid
+
     def start(self, timeout: float = 20.0) -> None:
         """Write the setup script, start the holder, wait until every mount is in place."""
         self.ns_dir.mkdir(parents=True, exist_ok=True)
         (self.ns_dir / "setup.sh").write_text(
-            setup_script(self.ns_dir, self.holder, self.device_root, self.pod_resources_dir)
+            setup_script(self.ns_dir, self.holder, self.device_root, self.pod_resources_dir, self.binds)
         )
         self.process.start()
         processes.wait_for(

@@ -101,9 +101,11 @@ class RealNodes:
                     "real nodes need root: mount namespaces, overlay mounts, cgroups and mknod "
                     "(run the tests as root, as CI does)"
                 )
-            for tool in ("unshare", "nsenter", "mount", "mountpoint", "ip"):
+            for tool in ("unshare", "nsenter", "mount", "mountpoint", "ip", containerd.SUPERVISE, containerd.SVC):
                 if shutil.which(tool) is None:
-                    raise errors.NodeError(f"{tool} is not on PATH (Debian: util-linux, mount, iproute2)")
+                    raise errors.NodeError(
+                        f"{tool} is not on PATH (Debian: util-linux, mount, iproute2, daemontools; ./run installs them)"
+                    )
             for line in reap_stale():
                 logger.info("%s", line)
             self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
@@ -123,9 +125,12 @@ class RealNodes:
         self.started_seconds = time.monotonic() - started
         return self
 
-    def add_node(self, device_root: Path | None = None, images: Sequence[Path] = ()) -> node.RealNode:
+    def add_node(
+        self, device_root: Path | None = None, images: Sequence[Path] = (), *, runtime_host: bool = False
+    ) -> node.RealNode:
         """One more node (the next ``<prefix>-<i>``), started and Ready; ``images``: more OCI archives its
-        containerd imports (the product's, `metax_dev.images`) besides the two test images."""
+        containerd imports (the product's, `metax_dev.images`) besides the two test images; ``runtime_host``: its
+        runtime is configured from pods (`node.RealNode.runtime_binds`)."""
         with self._lock:
             if self.workdir is None or self._tracking_parent is None:
                 raise errors.NodeError("RealNodes not started")
@@ -141,6 +146,7 @@ class RealNodes:
                 image_archives=[*self._images, *images],
                 tracking_parent=self._tracking_parent,
                 device_root=device_root,
+                runtime_host=runtime_host,
                 verbosity=self.verbosity,
             )
             self.nodes.append(member)

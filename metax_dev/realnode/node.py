@@ -61,6 +61,7 @@ class RealNode:
         image_archives: Sequence[Path],
         tracking_parent: Path,
         device_root: Path | None = None,
+        runtime_host: bool = False,
         verbosity: int = 1,
         startup_timeout: float = 90.0,
     ) -> None:
@@ -74,7 +75,13 @@ class RealNode:
         self.verbosity = verbosity
         self.startup_timeout = startup_timeout
         self.tracking_cgroup = tracking_parent / f"{base_dir.name}-{name}"
-        self.containerd_layout = containerd.Layout(self.dir / "containerd")
+        if runtime_host and device_root is None:
+            raise errors.NodeError(f"node {name}: a runtime host needs a device root (the fake host its pods see)")
+        self.runtime_host = runtime_host
+        """Whether container-runtime and maca configure this node from their pods: the fake host's runtime-facing
+        directories are the node's own in its mount namespace (`runtime_binds`)."""
+        etc = device_root / "etc" / "containerd" if runtime_host and device_root is not None else None
+        self.containerd_layout = containerd.Layout(self.dir / "containerd", etc)
         self.kubelet_layout = kubelet.Layout(self.dir / "kubelet")
         self.log_dir = self.dir / "logs"
         self.network: podnet.PodNetwork | None = None
@@ -103,7 +110,36 @@ class RealNode:
 
     @property
     def containerd_socket(self) -> Path:
-        return self.containerd_layout.socket
+        """containerd's socket as this process opens it (through the node's namespace holder)."""
+        if self.namespace is None:
+            raise errors.NodeError(f"node {self.name} is not running")
+        return self.namespace.path(self.containerd_layout.socket)
+
+    def proc(self, pid: int) -> Path:
+        """``/proc/<pid>`` of a process of the node's PID namespace (a container's, as containerd reports it)."""
+        if self.namespace is None:
+            raise errors.NodeError(f"node {self.name} is not running")
+        return self.namespace.path(f"/proc/{pid}")
+
+    def program_pid(self, process: processes.Process) -> int:
+        """The program a `spawn` started, in this machine's PID namespace (the process held is its ``nsenter``)."""
+        if self.namespace is None or process.popen is None:
+            raise errors.NodeError(f"node {self.name}: {process.name} is not running")
+        return self.namespace.inner_pid(process.popen.pid)
+
+    @property
+    def runtime_binds(self) -> list[tuple[Path, str]]:
+        """On a runtime host, the fake host's directories bound at their host paths in the node's namespace: the
+        root file's (the agent's pod edits it, containerd reads it), ``/var/lib/metax`` (the wrapper and the SDK
+        versions the pods install, which containerd's shims and runc use) and ``/run/metax`` (the container-edit
+        socket the wrapper dials)."""
+        if not self.runtime_host or self.device_root is None:
+            return []
+        return [
+            (self.device_root / "etc" / "containerd", "/etc/containerd"),
+            (self.device_root / "var" / "lib" / "metax", "/var/lib/metax"),
+            (self.device_root / "run" / "metax", "/run/metax"),
+        ]
 
     @property
     def pod_resources_socket(self) -> Path:
@@ -169,6 +205,7 @@ class RealNode:
             device_root=self.device_root,
             pod_resources_dir=self.kubelet_layout.pod_resources_socket.parent,
             join_cgroup=self.tracking_cgroup,
+            binds=self.runtime_binds,
         )
         self._processes["namespace"] = self.namespace.process
         self.namespace.start()
@@ -215,7 +252,7 @@ class RealNode:
             stream_port=network.free_port(),
         )
         containerd.write_config(layout, text)
-        self._start_process("containerd", containerd.command(self.bin_dir, layout))
+        self._start_process("containerd", containerd.write_service(self.bin_dir, layout))
         self._wait(self._containerd_serving, "containerd", "containerd")
 
     def _kubernetes_service(self) -> str:
@@ -248,7 +285,7 @@ class RealNode:
             layout,
             serving=serving,
             ca=self.control_plane.ca_path,
-            runtime_socket=self.containerd_socket,
+            runtime_socket=Path(self.containerd_layout.socket),
             port=self.kubelet_port,
             healthz_port=network.free_port(),
         )
@@ -271,16 +308,36 @@ class RealNode:
         self.timings.kubelet_restarts.append(seconds)
         return seconds
 
+    def containerd_pid(self) -> int | None:
+        """The PID of the containerd serving the node's socket (None: none does)."""
+        from metax_core.errors import HardwareError
+        from metax_hw import container_runtime
+
+        try:
+            return container_runtime.peer_pid(str(self.containerd_socket), timeout=2)
+        except HardwareError:
+            return None
+
     def restart_containerd(self) -> float:
-        """Stop containerd (SIGTERM) and start it again; running containers keep running (their shims
-        are not containerd's children). Returns seconds until the node is whole again: containerd serves, and
-        the kubelet has reported the node's status since (a status the kubelet computed while containerd
-        was down says ``containerd://Unknown``; a later test reading the Node must not see that one)."""
+        """Have containerd's supervisor restart it (``svc -t``: SIGTERM, and ``supervise`` starts it again); running
+        containers keep running (their shims are not containerd's children). Returns seconds until the node is whole
+        again (`wait_containerd_back`)."""
         started = time.monotonic()
-        self._processes.pop("containerd").stop()
-        self._start_process("containerd", containerd.command(self.bin_dir, self.containerd_layout))
-        self._wait(self._containerd_serving, "containerd after restart", "containerd")
-        back = datetime.datetime.now(datetime.UTC)
+        before = self.containerd_pid()
+        self._svc("-t")
+        self.wait_containerd_back(before)
+        return time.monotonic() - started
+
+    def wait_containerd_back(self, before: int | None, *, since: datetime.datetime | None = None) -> None:
+        """Until a containerd other than PID ``before`` serves, and the kubelet has reported the node's status since
+        (a status the kubelet computed while containerd was down says ``containerd://Unknown``; a later test
+        reading the Node must not see that one)."""
+        self._wait(
+            lambda: self.containerd_pid() not in (None, before) and self._containerd_serving(),
+            "containerd after restart",
+            "containerd",
+        )
+        back = since or datetime.datetime.now(datetime.UTC)
         api = self._api()
         try:
             self._wait(
@@ -290,7 +347,29 @@ class RealNode:
             )
         finally:
             api.close()  # type: ignore[no-untyped-call]
-        return time.monotonic() - started
+
+    def _svc(self, *flags: str) -> None:
+        done = subprocess.run(
+            [containerd.SVC, *flags, str(self.containerd_layout.service)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
+        if done.returncode != 0:
+            raise errors.NodeError(f"svc {' '.join(flags)} on {self.name}'s containerd: {done.stderr.strip()}")
+
+    def _stop_containerd(self) -> None:
+        """``svc -dx``: containerd gets SIGTERM, ``supervise`` exits once it is down (it ignores SIGTERM itself)."""
+        process = self._processes.pop("containerd", None)
+        if process is None:
+            return
+        if process.alive():
+            try:
+                self._svc("-dx")
+            except (errors.NodeError, subprocess.TimeoutExpired) as exc:
+                logger.warning("%s: %s; stopping containerd's supervisor by signal", self.name, exc)
+        process.wait_stopped(timeout=20)
 
     def _kubelet_healthy(self) -> bool:
         port = json.loads(self.kubelet_layout.config.read_text())["healthzPort"]
@@ -324,7 +403,7 @@ class RealNode:
         # Containers first (their cgroups are /k8s.io/<id>, shared by every node on this machine).
         ids = self.containerd_layout.container_ids()
         step("remove containers", lambda: hygiene.remove_container_cgroups(ids, keep_cgroup_parents))
-        step("stop containerd", lambda: stop_process("containerd"))
+        step("stop containerd", self._stop_containerd)
         # Shims and anything else the node's processes forked.
         step("remove the node's cgroup", lambda: hygiene.remove_cgroup(self.tracking_cgroup))
         if self.namespace is not None:

@@ -6,8 +6,9 @@ The demo calls the test's observer twice: once its node is Ready and before anyt
 after its scenario, before its teardown. Between the two the demo installed the chart, ran a GPU workload placed
 through the extender, scraped it, moved the node to DRA and back, and uninstalled; the test checks what that
 left: the node's Events (the kubelet started each component's image and both workloads on this node), nothing of
-the product on the API server or the Node, the fake host's agent directories as before but for the readiness
-signals of the two agents that run beside the release, and the node's containerd configuration byte for byte.
+the product on the API server or the Node, the fake host's agent directories as before (but for the empty
+directories the kubelet makes for hostPath volumes), and the node's containerd root file byte for byte and mode for
+mode: container-runtime and maca ran as pods, configured and restarted the node's containerd and undid it all.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from metax_dev.productnode.helm_release import NAMESPACE, Release
 pytestmark = pytest.mark.realnode
 
 PREFIX = "metax-tech.com/"
-#: What the two agents beside the release leave by design: their readiness signals (no uninstall of theirs runs).
-SIGNALS = {"run/metax", "run/metax/ready", "run/metax/ready/container-runtime.json", "run/metax/ready/maca.json"}
 #: What the kubelet creates for the agents' hostPath volumes (``DirectoryOrCreate``) and nothing removes: an empty
 #: directory where there was none (docs/operator.md, "What stays on a host").
 KUBELET_MADE = {"var/log/metax"}
@@ -49,7 +48,7 @@ def snapshot(release: Release) -> dict[str, Any]:
         "node": release.node,
         "root": str(root),
         "files": files,
-        "containerd": config.read_bytes(),
+        "containerd": release.runtime_config(),
         "dropin": Path(containerd.dropin_path(str(config), 3)).exists(),
         "releases": release.helm("list", "-A", "-q").stdout.split(),
         "objects": {
@@ -113,10 +112,9 @@ def test_the_real_node_demo_runs_the_product_from_its_images_and_gives_the_node_
     assert before["releases"] == [] and after["releases"] == []
     assert after["objects"] == {kind: [] for kind in after["objects"]}
     assert after["operators"] == [] and after["keys"] == []
-    # the host: as before, but for the two readiness signals of the agents beside the release
+    # the host: as before, but for the empty directories the kubelet made
     assert before["files"] <= after["files"]
-    assert after["files"] - before["files"] <= SIGNALS | KUBELET_MADE
+    assert after["files"] - before["files"] <= KUBELET_MADE
     root = Path(after["root"])
     assert not [p for d in KUBELET_MADE if (root / d).exists() for p in (root / d).iterdir()]
-    assert {"run/metax/ready/container-runtime.json", "run/metax/ready/maca.json"} <= after["files"]
     assert after["containerd"] == before["containerd"] and not after["dropin"]

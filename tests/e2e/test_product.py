@@ -2,13 +2,13 @@
 R-WEBHOOK, R-IMAGES, R-MACA, R-EXPORTER, R-DRA, C7, C9; issue 21 item 3).
 
 One real node (kubelet + containerd + runc built here) on its own fake MetaX host (2 GPUs, the host's driver
-2.18.0 loaded), whose containerd imported the images ``./run images`` builds and a TEST driver payload image
-(`metax_dev.productnode.helm_release`). Every component is a pod from those images, installed with the real
-``helm install``, except two that change the node's container runtime through the host's service manager, which
-this harness's node does not have: the container-runtime agent and the maca agent (with its container-edit
-service) run as host processes from their composition roots, configure this node's real containerd (the real
-static wrapper, one restart through the launcher: `metax_dev.productnode.runtime_agent`) and publish their readiness
-signals on the fake host, where the agents' pods read them. The session's kube-scheduler is reconfigured with
+2.18.0 loaded), whose containerd imported the images ``./run images`` builds and TEST payload images (the driver's,
+two MXMACA SDKs: `metax_dev.productnode.helm_release`). Every component is a pod from those images, installed with
+the real ``helm install`` — container-runtime and maca included (issue 37 item 4): the node's containerd runs under
+a real supervisor (Debian's daemontools) and reads its root file at ``/etc/containerd/config.toml``, so the
+container-runtime pod configures it through its hostPath and restarts it the way it restarts a node whose runtime
+is supervised (restart mode ``signal``: it stops the daemon serving the socket, the supervisor starts it again),
+and every pod on the node keeps running through that restart. The session's kube-scheduler is reconfigured with
 the gpu-scheduler extender, as docs/scheduler.md tells an administrator to. Each pod below is a runc container,
 with its own network namespace on the node's pod network (docs/realnode.md "The pod network"), reaching the API
 server through its in-cluster configuration, with the security context and hostPaths the chart and the operator
@@ -24,6 +24,9 @@ In order, every step asserted through the API server, the pods and the host:
 * every node DaemonSet runs as a container of its image with the rendered security context and sees the fake
   host under ``/host``; the driver pod's init container ran the payload image; gpu-label published the node's
   GPU labels; driver-manager and gpu-device wrote their host files on the fake host;
+* the container-runtime pod configured the node's containerd with one restart (another containerd process serves
+  the socket, with runtime handler ``metax``; the root file kept its mode), the maca pod installed both SDK
+  versions, and no container on the node restarted: not ours, not a bystander pod started before the install;
 * cluster-operator is Ready: topo-worker published the node's topology, topo-master built the cluster view;
 * a workload asking for ``metax-tech.com/gpu: 2`` with ``runtimeClassName: metax`` and ``METAX_MACA_VERSION``
   is placed by the real kube-scheduler through the extender (its ``/metrics`` counted the calls), runs with
@@ -35,8 +38,8 @@ In order, every step asserted through the API server, the pods and the host:
   both devices;
 * ``helm uninstall --wait`` runs the pre-delete Job as a real pod on the node, and afterwards nothing of ours
   is left: no objects, no pods, no ``metax-tech.com`` node labels or annotations, no host files the agents
-  wrote; with the container-runtime agent's uninstall, the node's containerd configuration is byte for byte
-  what it was.
+  wrote; the container-runtime pod's uninstall gave the node's containerd its root file back byte for byte and
+  mode for mode, and the running containerd has no ``metax`` handler; the bystander pod is still running.
 
 The test payload's mx-smi is the fake host's (`metax_hw_fake.builder.portable_tool`, run by the image's own
 Python on the fake host at the agent's ``METAX_HOST_ROOT``); with the test-only host path prefix the agents also
@@ -59,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomlkit
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -70,8 +74,10 @@ from metax_core.topology import cluster_view, extender
 from metax_core.topology import document as topology_document
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
-from metax_dev.productnode import helm_release, runtime_agent, workloads
+from metax_dev.productnode import helm_release, workloads
 from metax_dev.productnode.helm_release import NAMESPACE, Release
+from metax_dev.realnode import containerd as containerd_layout
+from metax_hw import container_runtime
 from tests.realnode import gpus, pods
 from tests.services.exporter.prometheus import Prometheus
 
@@ -81,19 +87,22 @@ AGENTS = helm_release.AGENTS
 DEPLOYMENTS = helm_release.DEPLOYMENTS
 WAIT = 120.0
 PREFIX = "metax-tech.com/"
-#: The MXMACA versions the maca agent installs (fake SDK payload images, `metax_dev.fake_sdk`).
-SDK_VERSIONS = ("2.18.0.3", "2.9.1")
+SDK_VERSIONS = helm_release.SDK_VERSIONS
+BYSTANDER = "bystander"
+"""A pod of someone else's on the node, started before the install: it must never restart because of us."""
 
 
 @pytest.fixture(scope="module")
-def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+def release(realnode_plane: controlplane.ControlPlane) -> Iterator[Release]:
     built = images_build.build()
+    api = realnode_plane.api_client()
+    kube = client.CoreV1Api(api)
     with helm_release.real_node(realnode_plane, built) as r:
-        side = runtime_agent.runtime_side(r.member, r.fake.root, tmp_path_factory.mktemp("runtime-side"), SDK_VERSIONS)
-        r.host_before = helm_release.host_files(
-            r.fake.root
-        )  # their signals stay: no agent of theirs sees the uninstall here
-        r.extras["runtime side"] = side
+        r.host_before = helm_release.host_files(r.fake.root)
+        kube.create_namespaced_pod("default", pods.busybox_pod(BYSTANDER, r.node, "echo up; sleep 36000"))
+        pods.wait_running(kube, "default", BYSTANDER)
+        r.extras["bystander"] = _container(kube.read_namespaced_pod(BYSTANDER, "default"))
+        r.extras["containerd before"] = r.member.containerd_pid()
         started = time.monotonic()
         r.helm(*r.install_args())
         r.timings["helm install --wait"] = time.monotonic() - started
@@ -103,15 +112,14 @@ def release(realnode_plane: controlplane.ControlPlane, tmp_path_factory: pytest.
             if helm_release.RELEASE in r.helm("list", "-n", NAMESPACE, "-q").stdout:
                 r.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait", check=False)
             realnode_plane.restart_scheduler(())  # the session's scheduler as it was
-            if not side.uninstalled:
-                side.runtime.containerd.uninstall()
-            side.sdk.close()
+            kube.delete_namespaced_pod(BYSTANDER, "default", grace_period_seconds=0)
+            api.close()  # type: ignore[no-untyped-call]  # untyped in the kubernetes client
 
 
-def _side(r: Release) -> runtime_agent.RuntimeSide:
-    side = r.extras["runtime side"]
-    assert isinstance(side, runtime_agent.RuntimeSide)
-    return side
+def _container(pod: Any) -> tuple[str, int]:
+    """A pod's (only) container: its ID and restart count."""
+    status = pod.status.container_statuses[0]
+    return status.container_id, status.restart_count
 
 
 _pods = helm_release.component_pods
@@ -218,7 +226,7 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
         for e in rendered["metax-gpu-device"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert device_env[readiness.REQUIRED_ENV] == "gpu-label,container-runtime,driver,maca"
-    assert rendered["metax-container-runtime"]["status"]["desiredNumberScheduled"] == 0
+    assert rendered["metax-container-runtime"]["status"]["desiredNumberScheduled"] == 1
     gpus = sorted(str(a) for a in r.fake.gpu_addresses())
     for name in AGENTS:
         pod = _one(r, name)
@@ -260,10 +268,53 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
     assert len(cdi["devices"]) == len(gpus)
 
 
+def test_container_runtime_and_maca_configure_the_node_from_their_pods(
+    release: Release, kube: client.CoreV1Api
+) -> None:
+    """The path every administrator takes (issue 37 item 4): the container-runtime pod edits the node's root file
+    through its hostPath, dry-runs it with the node's own containerd (in the daemon's namespaces, from its pod) and
+    restarts containerd by signal; its supervisor starts it again with the handler; the maca pod installs both SDK
+    versions and serves the container-edit socket the wrapper dials. Every container on the node, ours and the
+    bystander's, is the same container afterwards, never restarted."""
+    r = release
+    for name in ("metax-container-runtime", "metax-maca"):
+        helm_release.wait(
+            lambda name=name: (
+                all(  # type: ignore[misc]
+                    s.get("ready") for p in _pods(r, name) for s in (p["status"].get("containerStatuses") or [{}])
+                )
+                and _pods(r, name)
+            ),
+            f"{name}'s pod Ready",
+            WAIT,
+            lambda: _describe(r),
+        )
+    after = r.member.containerd_pid()
+    assert after is not None and after != r.extras["containerd before"]  # restarted once, by its supervisor
+    loaded = container_runtime.cri_status_config(str(r.member.containerd_socket))
+    metax = loaded["containerd"]["runtimes"][handler.RUNTIME_HANDLER]
+    assert metax["options"]["BinaryName"] == handler.WRAPPER_HOST_PATH
+    imports = tomlkit.parse(r.member.containerd_layout.config.read_text())["imports"]
+    assert list(imports)[-1] == containerd.dropin_path(containerd_layout.NAMESPACE_CONFIG, 3)  # the agent's host path
+    assert r.runtime_config()[1] == r.runtime_before[1]  # the root file kept its mode
+    installed = sorted(p.name for p in (r.fake.root / "var/lib/metax/maca").iterdir() if p.name[0].isdigit())
+    assert installed == sorted(SDK_VERSIONS)
+    assert (r.fake.root / "run/metax/container-edit.sock").is_socket()
+    runtime_pod = _one(r, "metax-container-runtime")
+    log = r.kubectl("logs", "-n", NAMESPACE, runtime_pod["metadata"]["name"]).stdout
+    assert "sending SIGTERM to" in log, log[-3000:]
+    events = [e for e in kube.list_namespaced_event("default").items if e.reason == "RuntimeConfigured"]
+    assert [e.involved_object.name for e in events] == [r.node]
+    for pod in helm_release.pods(r):
+        for status in pod["status"].get("containerStatuses") or []:
+            assert status["restartCount"] == 0, (pod["metadata"]["name"], status)
+    assert _container(kube.read_namespaced_pod(BYSTANDER, "default")) == r.extras["bystander"]
+
+
 def test_the_cluster_operator_is_ready_with_topology_and_the_scheduler(
     release: Release, kube: client.CoreV1Api
 ) -> None:
-    """Every component deployed (runtime and maca as stand-ins) and Ready: topo-worker published the node's
+    """Every component deployed and Ready: topo-worker published the node's
     topology from its pod, topo-master built the cluster view, the extender answers (C7, C9, R-READY)."""
     r = release
 
@@ -429,6 +480,16 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     r = release
     for what, seconds in r.timings.items():
         record_timing(f"e2e: {what}", seconds)
+    # The GPU workloads are gone before the uninstall, as an administrator removes them first: the kubelet removes a
+    # deleted pod's sandbox at its next garbage collection (within a minute). A sandbox of handler metax still on the
+    # node would keep the wrapper, which its shim calls to delete it (docs/container-runtime.md, "Uninstall").
+    socket = str(r.member.containerd_socket)
+    helm_release.wait(
+        lambda: not container_runtime.sandboxes_with_handler(socket, handler.RUNTIME_HANDLER),
+        "the GPU workloads' sandboxes removed by the kubelet",
+        WAIT,
+        lambda: _describe(r),
+    )
     started = time.monotonic()
     r.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait")
     record_timing("e2e: helm uninstall --wait", time.monotonic() - started)
@@ -459,12 +520,10 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     node = kube.read_node(r.node).metadata
     assert not [k for k in {**(node.labels or {}), **(node.annotations or {})} if k.startswith(PREFIX)]
     assert helm_release.host_files(r.fake.root) == r.host_before
-    # the container-runtime agent's uninstall gives the node's containerd its configuration back, byte for byte
-    side = _side(r)
-    started = time.monotonic()
-    assert side.runtime.containerd.uninstall() == []
-    record_timing("e2e: containerd's config restored (one restart)", time.monotonic() - started)
-    side.uninstalled = True
-    layout = r.member.containerd_layout
-    assert layout.config.read_bytes() == side.original
-    assert not pathlib.Path(containerd.dropin_path(str(layout.config), 3)).exists()
+    # the container-runtime pod's uninstall gave the node's containerd its root file back, byte and mode, and
+    # restarted it without the handler; nobody else's container restarted
+    assert r.runtime_config() == r.runtime_before
+    assert not (r.fake.root / "etc/containerd/conf.d").exists()
+    loaded = container_runtime.cri_status_config(str(r.member.containerd_socket))
+    assert handler.RUNTIME_HANDLER not in loaded["containerd"]["runtimes"]
+    assert _container(kube.read_namespaced_pod(BYSTANDER, "default")) == r.extras["bystander"]
