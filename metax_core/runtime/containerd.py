@@ -76,7 +76,8 @@ CDI_KEY = "enable_cdi"
 
 
 def dropin_path(root_path: str, file_version: int) -> str:
-    """Our drop-in for a root file of config ``file_version`` (2: containerd 1.x, see the module docstring)."""
+    """Our drop-in next to ``root_path``: 2 stands for containerd 1.x (which replaces sections: see the module
+    docstring), 3 and 4 for 2.x (a version-2 root on containerd 2.x gets the 2.x drop-in: `configure`)."""
     directory = "metax" if file_version == 2 else "conf.d"
     return posixpath.join(posixpath.dirname(root_path), directory, DROPIN_NAME)
 
@@ -159,23 +160,24 @@ def _handler_entry(cri: Mapping[str, Any] | None, wrapper: str) -> dict[str, Any
     return entry
 
 
+def _merge_into(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+    """containerd 2.x's merge: tables key by key, any other value replaced."""
+    for key, value in other.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge_into(into[key], value)
+        else:
+            into[key] = copy.deepcopy(_plain(value))
+
+
 def _deep_merged(walked: containerd_imports.Walk, plugin: str, until: str) -> dict[str, Any]:
     """containerd 2.x's view of ``plugins.<plugin>`` from the files loaded before ``until``: merged key by key."""
-
-    def merge(into: dict[str, Any], other: Mapping[str, Any]) -> None:
-        for key, value in other.items():
-            if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-                merge(into[key], value)
-            else:
-                into[key] = copy.deepcopy(_plain(value))
-
     out: dict[str, Any] = {}
     for path in walked.order:
         if path == until:
             break
         section = _get(walked.docs[path], "plugins", plugin)
         if isinstance(section, Mapping):
-            merge(out, section)
+            _merge_into(out, section)
     return out
 
 
@@ -251,7 +253,8 @@ def configure(
     imports = doc.get("imports")
     if imports is not None and not isinstance(imports, list):
         raise InvalidSpec([FieldError(f"{root_path}: imports", f"must be a list of paths, got {_plain(imports)!r}")])
-    ours = dropin_path(root_path, version)
+    replaces = schema.replaces_sections  # 1.x: the daemon, not the file's version, decides how imports merge
+    ours = dropin_path(root_path, 2 if replaces else 3)
     stale = tuple(p for p in dropin_paths(root_path) if p != ours)
     texts = {**(loaded or {}), root_path: root_text}
     edits: list[RootEdit] = []
@@ -259,7 +262,7 @@ def configure(
     current = containerd_imports.walk(
         root_path, texts, globs or {}, replace={root_path: doc.unwrap(), **{p: {} for p in (ours, *stale)}}
     )
-    if version == 2:
+    if replaces:
         if containerd_imports.covered_by(current, ours) is None:
             _ensure_import_last(doc, ours, edits)
     elif not covered(doc.get("imports"), ours, root_path):
@@ -269,7 +272,7 @@ def configure(
         root_path, texts, globs or {}, replace={root_path: doc.unwrap(), ours: {}, **{p: {} for p in stale}}
     )
     missing = [p for p in walked.missing if p not in (ours, *stale)]
-    if version == 2 and missing:
+    if replaces and missing:
         raise _refuse(
             f"{root_path}: imports",
             f"names {missing[0]}, which does not exist: containerd 1.x does not start with an import that names "
@@ -277,7 +280,7 @@ def configure(
         )
     cdi_off: str | None = None
     cdi_added = False
-    if version == 2:
+    if replaces:
         hidden = containerd_imports.defined_after(walked, plugin, ours)
         if hidden:
             raise _refuse(
@@ -293,7 +296,10 @@ def configure(
             cdi_off = section.origin
         cdi_added = schema.cdi is detect.Cdi.OFF_BY_DEFAULT and CDI_KEY not in (section.body or {})
     else:
-        merged = _deep_merged(walked, plugin, ours)
+        # containerd 2.x migrates a version-2 file's io.containerd.grpc.v1.cri into io.containerd.cri.v1.runtime:
+        # the default runtime may be defined under either name (AKS's version-2 files use the new one)
+        merged = _deep_merged(walked, detect.cri_runtime_plugin(2), ours)
+        _merge_into(merged, _deep_merged(walked, detect.cri_runtime_plugin(3), ours))
         body = {"containerd": {"runtimes": {handler.RUNTIME_HANDLER: _handler_entry(merged, wrapper)}}}
         copies = (root_path,)
     changed = bool(edits) or _imports_of(root_text, root_path) != _plain(doc.get("imports"))
