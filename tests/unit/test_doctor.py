@@ -463,3 +463,30 @@ def test_a_device_plugin_node_of_a_dra_cluster_is_checked_as_before_and_an_inval
     assert d.healthy and "dra-driver-pod" not in ids and ids[-1] == "allocatable"
     assert "'DRA' is not one of device-plugin, dra" in d.links[ids.index("allocator")].evidence
     assert "allocator" not in [x.id for x in diagnose().links]  # DRA off: the chain is as it was
+
+
+def test_a_runtime_configuration_refused_by_name_is_what_doctor_says() -> None:
+    """Issue 37: containerd 1.x with a file loaded after our drop-in that defines the CRI section. The agent refuses
+    (its Event's message is the core's refusal, made here by the core itself) and doctor's container-runtime line
+    names the file that would hide the handler."""
+    from metax_core.errors import InvalidSpec
+    from metax_core.runtime import containerd, detect
+
+    later = "/opt/vendor/late.toml"
+    vendor = "/etc/containerd/config.d/10-vendor.toml"
+    root = 'version = 2\nimports = ["/etc/containerd/config.d/*.toml"]\n'
+    cri = '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
+    with pytest.raises(InvalidSpec) as refused:
+        containerd.configure(
+            root,
+            root_path="/etc/containerd/config.toml",
+            schema=detect.containerd_schema((1, 7, 27)),
+            loaded={vendor: f'version = 2\nimports = ["{later}"]\n', later: f"version = 2\n{cri}"},
+            globs={"/etc/containerd/config.d/*.toml": (vendor,)},
+        )
+    message = f"cannot configure containerd: {refused.value}"  # services.container_runtime.rounds, as it sends it
+    event = facts.EventFacts(event_reasons.RUNTIME_CONFIG_INVALID, message, "Warning", "container-runtime", "t")
+    unready = pod(Component.RUNTIME, ready=False, ready_message="containers with unready status: [container-runtime]")
+    link = first(diagnose(pod_list=pods(runtime=unready), events=[event]))
+    assert link.id == "container-runtime-ready"
+    assert f"last Event RuntimeConfigInvalid: cannot configure containerd: {later}: is loaded after" in link.evidence
