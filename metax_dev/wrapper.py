@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from metax_core.runtime import handler
+from metax_dev import cachedir
 
 SOURCE = Path(__file__).resolve().parents[1] / "services" / "container_edit" / "wrapper.c"
 FLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-format-truncation")
@@ -25,8 +26,7 @@ class WrapperBuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "metax-operator" / "wrapper"
+    return cachedir.cache_dir("wrapper")
 
 
 def _compiler() -> str:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from metax_dev import cachedir
 from metax_dev.controlplane import errors, oldest_source, processes, targets
 
 logger = logging.getLogger(__name__)
@@ -62,11 +63,7 @@ def go_module_dir() -> Path:
 
 def cache_root() -> Path:
     """Where built binaries are kept: ``$METAX_CONTROLPLANE_CACHE`` or the XDG cache dir."""
-    override = os.environ.get("METAX_CONTROLPLANE_CACHE")
-    if override:
-        return Path(override)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "metax-operator" / "controlplane"
+    return cachedir.cache_dir("controlplane", "METAX_CONTROLPLANE_CACHE")
 
 
 def find_go() -> Path:

@@ -42,7 +42,7 @@ from typing import Final
 
 from metax_core.runtime import handler
 from metax_core.wire import meta
-from metax_dev import wrapper
+from metax_dev import cachedir, wrapper
 from metax_dev.images import buildah, definitions
 
 logger = logging.getLogger(__name__)
@@ -69,11 +69,7 @@ class Built:
 
 
 def cache_root() -> Path:
-    override = os.environ.get("METAX_IMAGES_CACHE")
-    if override:
-        return Path(override)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "metax-operator" / "images"
+    return cachedir.cache_dir("images", "METAX_IMAGES_CACHE")
 
 
 def _digest(*parts: object) -> str:
