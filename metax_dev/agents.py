@@ -41,6 +41,14 @@ def gpu_label(environ: Mapping[str, str]) -> Built:
     return agent, label_bootstrap.runner(agent)
 
 
+def gpu_discovery(environ: Mapping[str, str]) -> Built:
+    from services.gpu_label import discovery
+
+    settings = discovery.RECIPE.settings(environ)
+    agent = discovery.RECIPE.bootstrap(settings, hw=discovery.Hardware(_fake(environ).hw.devices))
+    return agent, discovery.RECIPE.runner(agent)
+
+
 def driver_manager(environ: Mapping[str, str]) -> Built:
     from services.driver_manager import agent as driver_agent
     from services.driver_manager import bootstrap as driver_bootstrap
@@ -85,6 +93,7 @@ PAYLOAD_VERSION = "2.20.0"
 #: Each agent's intervals for tests: rounds every few seconds instead of the production 10-30 s.
 FAST: Mapping[str, Mapping[str, str]] = {
     "gpu-label": {"METAX_LABEL_INTERVAL": "3"},
+    "gpu-discovery": {"METAX_LABEL_INTERVAL": "3"},
     "driver-manager": {"METAX_DEPLOY_POLICY": "PreferCloud", "METAX_DRIVER_INTERVAL": "5"},
     "vfio-manager": {"METAX_VFIO_INTERVAL": "10"},
     # maca's payload directory is not the driver's (each has its own pod): no SDK images unless a test gives some.
@@ -158,6 +167,7 @@ def command(agent: str) -> list[str]:
 
 
 AGENTS: Mapping[str, Callable[[Mapping[str, str]], Built]] = {
+    "gpu-discovery": gpu_discovery,
     "gpu-label": gpu_label,
     "driver-manager": driver_manager,
     "vfio-manager": vfio_manager,

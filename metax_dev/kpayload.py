@@ -41,8 +41,9 @@ from pathlib import Path
 
 import attrs
 
-from metax_core.cluster import workloads
+from metax_core.cluster import payloads
 from metax_core.node import payload_layout
+from metax_dev import cachedir
 
 SOURCE = Path(__file__).resolve().parent / "kmodule"
 COMPILER = "gcc-12"
@@ -50,8 +51,7 @@ _RELEASE = re.compile(r"^(\d+\.\d+)\.(\d+)-(\d+)-(.+)$")
 
 
 def cache_root() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "metax-operator" / "kpayload"
+    return cachedir.cache_dir("kpayload")
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> str:
@@ -289,7 +289,7 @@ def write_image(archive: Path, name: str, payload: Path) -> Path:
     busybox = images.BUSYBOX
     entries = [images.Entry("bin/busybox", busybox)]
     entries += [images.Entry(f"bin/{a}", link="busybox") for a in ("sh", "cp", "mkdir")]
-    root = workloads.PAYLOAD_SOURCE.strip("/")
+    root = payloads.PAYLOAD_SOURCE.strip("/")
     files = sorted(p for p in payload.rglob("*") if p.is_file())
     entries += [images.Entry(f"{root}/{p.relative_to(payload)}", p, mode=0o644) for p in files]
     dirs = sorted({f"{root}/{d.relative_to(payload)}" for d in payload.rglob("*") if d.is_dir()})
@@ -300,7 +300,7 @@ def write_image(archive: Path, name: str, payload: Path) -> Path:
 def unpack_image(archive: Path, target: Path) -> Path:
     """The image's ``/payload`` tree copied out of its archive into ``target``, as the init container's
     ``cp -a /payload/.`` leaves it in the agent's ``METAX_PAYLOAD_DIR``."""
-    root = workloads.PAYLOAD_SOURCE.strip("/") + "/"
+    root = payloads.PAYLOAD_SOURCE.strip("/") + "/"
     with tarfile.open(archive) as tar:
         index = json.loads(_member(tar, "index.json"))
         manifest = json.loads(_member(tar, _blob_name(index["manifests"][0]["digest"])))

@@ -35,7 +35,7 @@ import yaml
 
 from metax_core import wording
 from metax_core.rollout import status as rollout_status
-from metax_core.spec import converter, limits
+from metax_core.spec import converter, limits, quantity
 from metax_core.spec import model as spec
 from metax_core.wire import meta
 
@@ -162,6 +162,8 @@ def type_schema(tp: Any, *, strict_enums: bool = True) -> Schema:
         return {"type": "string"}
     if tp is spec.IntOrPercent:
         return _int_or_percent()
+    if tp is spec.Quantity:
+        return {"x-kubernetes-int-or-string": True, "pattern": f"^{quantity.PATTERN}$"}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         values = [member.value for member in tp]
         if strict_enums:

@@ -48,6 +48,15 @@ class Workload:
     host_pid: bool
     service_account: str | None
     """None: the namespace's default ServiceAccount (data-exporter, as Table 1.3.1 says), without a token."""
+    memory_mib: tuple[int, int] = (64, 128)
+    """Its container's default memory request and limit (issue 38 item 5): the peak RSS measured in its pod (P8,
+    benchmarks/RESULTS.md) rounded up for the request, about twice that for the limit; those that copy payloads or
+    scale with the cluster get more. ``resources`` in its spec section sets others."""
+    everywhere: bool = False
+    """A DaemonSet that runs on every node, not only where ``gpu.installed`` is set: gpu-discovery, which sets it."""
+    publishes_readiness: bool = True
+    """Its agent publishes the component's readiness signal and answers the uninstall request on its node
+    (`metax_core.cluster.node_undos`). False: gpu-discovery, which writes one label and nothing on the host."""
 
 
 @attrs.frozen
@@ -84,22 +93,54 @@ class ComponentInfo:
         return self.title
 
 
-def _ds(name: str, *, privileged: bool = True, host_pid: bool = False, own_sa: bool = True) -> Workload:
-    return Workload(name, WorkloadKind.DAEMON_SET, privileged, host_pid, name if own_sa else None)
+def _ds(
+    name: str,
+    *,
+    privileged: bool = True,
+    host_pid: bool = False,
+    own_sa: bool = True,
+    memory: tuple[int, int] = (64, 128),
+) -> Workload:
+    return Workload(name, WorkloadKind.DAEMON_SET, privileged, host_pid, name if own_sa else None, memory)
 
 
-def _deploy(name: str) -> Workload:
-    return Workload(name, WorkloadKind.DEPLOYMENT, False, False, name)
+GPU_DISCOVERY = Workload(
+    "metax-gpu-discovery",
+    WorkloadKind.DAEMON_SET,
+    privileged=False,
+    host_pid=False,
+    service_account="metax-gpu-discovery",
+    memory_mib=(48, 128),
+    everywhere=True,
+    publishes_readiness=False,
+)
+"""gpu-label's unprivileged half (issue 38 item 3): on every node, it reads which PCI functions are MetaX GPUs from
+``/sys`` (world-readable) and sets ``gpu.installed`` where there are some; every privileged agent, gpu-label's
+own included, selects that label, so nothing privileged runs on a node without MetaX GPUs (the control plane's
+included). Why not node-feature-discovery's PCI label: the operator would then not work on a cluster without it,
+and its label names the vendor id, not what the product found (docs/security.md "What runs where")."""
+
+
+def _deploy(name: str, memory: tuple[int, int] = (64, 256)) -> Workload:
+    return Workload(name, WorkloadKind.DEPLOYMENT, False, False, name, memory)
 
 
 C = Component
 CATALOGUE: tuple[ComponentInfo, ...] = (
-    ComponentInfo(C.GPU_LABEL, "gpu-label", (), (_ds("metax-gpu-label"),), AGENT_PROBE),
+    ComponentInfo(C.GPU_LABEL, "gpu-label", (), (GPU_DISCOVERY, _ds("metax-gpu-label", memory=(48, 128))), AGENT_PROBE),
     ComponentInfo(
         C.RUNTIME, "container-runtime", (C.GPU_LABEL,), (_ds("metax-container-runtime", host_pid=True),), AGENT_PROBE
     ),
-    ComponentInfo(C.DRIVER, "driver", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-driver", host_pid=True),), AGENT_PROBE),
-    ComponentInfo(C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True),), AGENT_PROBE),
+    ComponentInfo(
+        C.DRIVER,
+        "driver",
+        (C.GPU_LABEL, C.RUNTIME),
+        (_ds("metax-driver", host_pid=True, memory=(48, 256)),),
+        AGENT_PROBE,
+    ),
+    ComponentInfo(
+        C.MACA, "maca", (C.GPU_LABEL, C.RUNTIME), (_ds("metax-maca", host_pid=True, memory=(48, 256)),), AGENT_PROBE
+    ),
     ComponentInfo(
         C.GPU_DEVICE,
         "gpu-device",
@@ -110,7 +151,9 @@ CATALOGUE: tuple[ComponentInfo, ...] = (
     ComponentInfo(
         C.EXPORTER, "data-exporter", (C.GPU_LABEL, C.DRIVER), (_ds("metax-data-exporter", own_sa=False),), AGENT_PROBE
     ),
-    ComponentInfo(C.VFIO_MANAGER, "vfio-manager", (C.GPU_LABEL,), (_ds("metax-vfio-manager"),), AGENT_PROBE),
+    ComponentInfo(
+        C.VFIO_MANAGER, "vfio-manager", (C.GPU_LABEL,), (_ds("metax-vfio-manager", memory=(48, 128)),), AGENT_PROBE
+    ),
     ComponentInfo(
         C.TOPO, "topo", (C.GPU_LABEL,), (_deploy("metax-topo-master"), _ds("metax-topo-worker")), AGENT_PROBE
     ),

@@ -145,7 +145,8 @@ def _pod_links(
     facts: ClusterFacts,
     events: Sequence[EventFacts],
 ) -> Iterator[Link]:
-    key, title, ns = info.component.value, info.signal, facts.namespace
+    key, ns = info.component.value, facts.namespace
+    title = info.signal if workload.publishes_readiness else workload.name.removeprefix("metax-")  # gpu-discovery
     mine = [p for p in pods if p.component == key and p.node == node.name and p.name.startswith(workload.name)]
     live = [p for p in mine if not p.deleting]
     last_warning = _last_event(events, info.signal, warning_only=True)
@@ -204,12 +205,13 @@ def _gpu_found(node: NodeFacts, ns: str, pods: Sequence[PodFacts]) -> Link:
         product = node.labels.get(node_labels.GPU_PRODUCT, "unknown product")
         count = node.labels.get(node_labels.GPU_COUNT, "?")
         return _ok(GPU_FOUND, "MetaX GPU found", f"{label}=true: {count} x {product}", Component.GPU_LABEL.value)
-    pod = next((p.name for p in pods if p.component == Component.GPU_LABEL.value and p.node == node.name), None)
+    discovery = components.GPU_DISCOVERY.name
+    pod = next((p.name for p in pods if p.name.startswith(discovery) and p.node == node.name), None)
     look = f"kubectl -n {ns} logs pod/{pod}" if pod else f"kubectl describe node {node.name}"
     return _broken(
         GPU_FOUND,
         "MetaX GPU found",
-        f"no label {label}=true: gpu-label found no MetaX GPU (PCI vendor 0x9999) on this node",
+        f"no label {label}=true: gpu-discovery found no MetaX GPU (PCI vendor 0x9999) on this node",
         look,
         Component.GPU_LABEL.value,
     )
@@ -390,7 +392,7 @@ def _links(
         daemonsets = [w for w in info.workloads if w.kind is WorkloadKind.DAEMON_SET]
         if (component not in plan.deploy and component not in blocked) or not daemonsets or component is unused:
             continue  # disabled, not a node component (its Deployment is in the cluster summary), or not its allocator
-        if component is not Component.GPU_LABEL and not has_gpu:
+        if not has_gpu and not any(w.everywhere for w in daemonsets):
             continue  # node agents run on GPU nodes only: the gpu-found link says why this one is not
         if component in blocked:
             yield _broken(
@@ -402,10 +404,11 @@ def _links(
             )
             continue
         for workload in daemonsets:
-            yield from _pod_links(info, workload, node, pods, facts, events)
-        if component is Component.GPU_LABEL:
-            yield _gpu_found(node, facts.namespace, pods)
-        elif component is Component.DRIVER:
+            if workload.everywhere or has_gpu:
+                yield from _pod_links(info, workload, node, pods, facts, events)
+            if workload.everywhere:  # gpu-discovery, then what it found (gpu-label runs only where it found GPUs)
+                yield _gpu_found(node, facts.namespace, pods)
+        if component is Component.DRIVER:
             yield from _driver_links(node, facts, s, pods, events)
         elif component is Component.VFIO_MANAGER:
             yield _vfio_link(node, facts, pods, events)

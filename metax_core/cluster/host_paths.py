@@ -19,6 +19,8 @@ _LOG = ("/var/log/metax", False)
 _RUN = ("/run/metax", False)
 _TOOLS = ("/var/lib/metax", True)  # the running driver's mx-smi, libmxsml (`payload_layout.HOST_CURRENT`), read only
 HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
+    # The PCI functions' vendor and device ids, world-readable: gpu-discovery needs nothing else of the host.
+    "metax-gpu-discovery": (("/sys", True),),
     "metax-gpu-label": (("/sys", True), ("/dev", True), _TOOLS, _RUN, _LOG),
     "metax-container-runtime": (
         ("/etc/containerd", False),

@@ -15,15 +15,20 @@ from typing import Any
 from metax_core.cluster import components, workloads
 from metax_core.node import uninstall
 
+_SILENT = frozenset(w.name for info in components.CATALOGUE for w in info.workloads if not w.publishes_readiness)
+"""Workloads whose pods answer no uninstall request (gpu-discovery): a node that runs only those has nothing to undo."""
+
 
 def node_undos(nodes: Iterable[Any], pods: Iterable[Any]) -> list[uninstall.NodeUndo]:
     """Each node that runs a pod of an agent with an undo, with those agents and the node's annotations."""
     agents: dict[str, set[str]] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        value = ((pod.get("metadata") or {}).get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(workloads.APP_LABEL) in _SILENT:
+            continue
         try:
-            signal = components.BY_COMPONENT[components.Component(value)].signal
+            signal = components.BY_COMPONENT[components.Component(labels.get(workloads.COMPONENT_LABEL, ""))].signal
         except ValueError:
             continue
         if node and signal in uninstall.AGENTS:

@@ -135,8 +135,10 @@ VFIO_CONFIG_MAP = vfio_config_map.NAME
 COMPONENT_RULES: Mapping[str, AccountRules] = {
     r.account: r
     for r in (
-        # Reads GPU state on its node, writes node labels (R-LABELS); watches nodes to find GPU ones.
-        _agent("metax-gpu-label", Rule("", ("nodes",), (*READ, "patch"))),
+        # On every node: sets gpu.installed on its node where it finds MetaX GPUs (issue 38 item 3).
+        _agent("metax-gpu-discovery", _NODE_LABELS),
+        # Reads GPU state on its node, writes node labels (R-LABELS).
+        _agent("metax-gpu-label", _NODE_LABELS),
         # Its readiness label on its node.
         _agent("metax-container-runtime", _NODE_LABELS),
         # Its node's labels/annotations, the driver-config ConfigMap (R-VF, R-MODPARAM), NodeNeedReboot (R-FW).
@@ -335,6 +337,7 @@ def operator_rules() -> AccountRules:
     namespace = [
         Rule("apps", ("daemonsets", "deployments"), (*READ, *WRITE)),
         Rule("", ("services", "configmaps", "serviceaccounts"), (*READ, *WRITE)),
+        Rule("networking.k8s.io", ("networkpolicies",), (*READ, *WRITE)),  # the exporter's and the extender's
         Rule("", ("pods",), ("delete",)),
         Rule("monitoring.coreos.com", ("servicemonitors",), ("create",)),
         Rule(

@@ -13,14 +13,24 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import agent_env, components, dra_objects, host_paths, merge, rbac
+from metax_core.cluster import (
+    agent_env,
+    components,
+    dra_objects,
+    host_paths,
+    merge,
+    network_policies,
+    payloads,
+    pod_security,
+    rbac,
+)
 from metax_core.cluster.components import Component, Workload, WorkloadKind
 from metax_core.metrics import names as metric_names
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
 from metax_core.runtime import handler
 from metax_core.spec import model as spec
-from metax_core.spec import names
+from metax_core.spec import quantity
 from metax_core.topology import cluster_view, extender
 from metax_core.wire import meta
 
@@ -91,17 +101,17 @@ def image(s: spec.ClusterOperatorSpec, workload: Workload, settings: RenderSetti
     return f"{prefix}{workload.name}:{settings.version}"
 
 
-def default_pod_spec(component: Component, workload: Workload) -> dict[str, Any]:
-    """The component's own defaults for the managed fields (before the administrator's overrides).
+def default_pod_spec(workload: Workload) -> dict[str, Any]:
+    """The workload's own defaults for the managed fields (before the administrator's overrides).
 
-    Node agents (DaemonSets) run on MetaX GPU nodes only, except gpu-label, which runs everywhere to find
-    them; every DaemonSet tolerates control-plane taints (a field report against MetaX's operator).
-    Deployments run anywhere the scheduler likes.
+    Node agents (DaemonSets) run on MetaX GPU nodes only, except gpu-discovery, which runs everywhere to find
+    them (`components.Workload.everywhere`); every DaemonSet tolerates control-plane taints (a field report against
+    MetaX's operator). Deployments run anywhere the scheduler likes.
     """
     if workload.kind is WorkloadKind.DEPLOYMENT:
         return {}
     pod: dict[str, Any] = {"tolerations": copy.deepcopy(_CONTROL_PLANE_TOLERATIONS)}
-    if component is not Component.GPU_LABEL:
+    if not workload.everywhere:
         pod["nodeSelector"] = {GPU_NODE_LABEL: node_labels.TRUE}
     return pod
 
@@ -142,16 +152,20 @@ def readiness_probe(declared: components.ReadinessProbe) -> dict[str, Any]:
     }
 
 
-def _security_context(workload: Workload) -> dict[str, Any]:
-    if workload.privileged:
-        return {"privileged": True}
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def default_resources(workload: Workload) -> spec.Resources:
+    """A workload's measured defaults (`components.Workload.memory_mib`): 10m CPU requested and no CPU limit (a CPU
+    limit throttles a device plugin's answers and health checks), a memory request and limit."""
+    request, limit = workload.memory_mib
+    return spec.Resources(
+        spec.ResourceList(quantity.cpu(10), quantity.memory(request)), spec.ResourceList(memory=quantity.memory(limit))
+    )
+
+
+def container_resources(s: spec.ClusterOperatorSpec, component: Component, workload: Workload) -> dict[str, Any]:
+    """The agent container's requests and limits: the component's ``resources`` over the workload's defaults."""
+    chosen = components.component_spec(s, component).resources
+    defaults = default_resources(workload)
+    return (chosen.over(defaults) if chosen is not None else defaults).manifest()
 
 
 def _labels(component: Component, workload: Workload) -> dict[str, str]:
@@ -178,8 +192,8 @@ def workload_manifest(
         "image": image(s, workload, settings),
         "imagePullPolicy": settings.image_pull_policy,
         "env": _env(s, component, workload, deployed),
-        "securityContext": _security_context(workload),
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "securityContext": pod_security.container_security(workload),
+        "resources": container_resources(s, component, workload),
     }
     if mounts:
         container["volumeMounts"] = mounts
@@ -191,24 +205,36 @@ def workload_manifest(
     if component is Component.GPU_SCHEDULER:
         container["ports"] = [{"name": "extender", "containerPort": extender.PORT}]
         container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "extender"}, "periodSeconds": 5}
-    pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(component, workload))
+    pod_spec: dict[str, Any] = merge.pod_spec_for(s, section.pod_template_spec, default_pod_spec(workload))
     pod_spec = dra_objects.placed(s, component, pod_spec, deployed)  # after the merge: ANDed with every term
     pod_spec["containers"] = [container, *_sidecars(component, container)]
-    if workload.service_account is None:
-        pod_spec["automountServiceAccountToken"] = False
-    else:
+    pod_spec["automountServiceAccountToken"] = False  # the token only where the API is called (pod_security)
+    if workload.service_account is not None:
         pod_spec["serviceAccountName"] = workload.service_account
+        volumes.append(pod_security.token_volume())
+        container.setdefault("volumeMounts", []).append(pod_security.token_mount())
+    for i, c in enumerate(pod_spec["containers"]):  # each its own /tmp under its read-only root
+        scratch = pod_security.SCRATCH_VOLUME if i == 0 else f"{pod_security.SCRATCH_VOLUME}-{c['name']}"
+        volumes.append(pod_security.scratch_volume(scratch))
+        c.setdefault("volumeMounts", []).append(pod_security.scratch_mount(scratch))
     if workload.host_pid:
         pod_spec["hostPID"] = True
     if volumes:
         pod_spec["volumes"] = volumes
     if workload.kind is WorkloadKind.DAEMON_SET:
         pod_spec["priorityClassName"] = "system-node-critical"
-    else:
-        pod_spec["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    pod_context = pod_security.pod_security_context(workload)
+    if pod_context is not None:
+        pod_spec["securityContext"] = pod_context
     if s.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
-    add_payloads(pod_spec, container, payload_images(s, component), settings, single=component is Component.DRIVER)
+    payloads.add_payloads(
+        pod_spec,
+        container,
+        payloads.payload_images(s, component),
+        settings.image_pull_policy,
+        single=component is Component.DRIVER,
+    )
     body: dict[str, Any] = {
         "selector": {"matchLabels": {APP_LABEL: workload.name}},
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
@@ -245,7 +271,7 @@ def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, 
         "command": [EDIT_SERVICE_COMMAND],
         "env": [e for e in agent["env"] if e["name"] in keep],
         "securityContext": agent["securityContext"],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         "volumeMounts": [
             {**m, "readOnly": _EDIT_SERVICE_MOUNTS[m["mountPath"].removeprefix(host_paths.HOST_ROOT_IN_CONTAINER)]}
             for m in agent.get("volumeMounts", ())
@@ -255,77 +281,6 @@ def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, 
     if "readinessProbe" in agent:  # the same file probe, in its own container's /tmp: present while it listens
         sidecar["readinessProbe"] = agent["readinessProbe"]
     return [sidecar]
-
-
-PAYLOAD_VOLUME = "payload"
-PAYLOAD_SOURCE = "/payload"
-"""Where a payload image keeps its files (the payload image contract, docs/configuration.md)."""
-PAYLOAD_DIR = "/run/metax-payload"
-"""Where the agent finds them: one directory per payload image, ``0``, ``1``, ... in the order listed."""
-
-
-def payload_reference(image_ref: str, payload_registry: str | None, global_registry: str) -> str:
-    """Registry precedence for payload images (docs/configuration.md, "Payload images"): an image that names
-    its own registry host is used as is; otherwise the payload's registry, else the global ``registry``,
-    else the image as written."""
-    first = image_ref.split("/", 1)[0]
-    if "/" in image_ref and names.names_registry(first):
-        return image_ref
-    registry = payload_registry or global_registry
-    return f"{registry}/{image_ref}" if registry else image_ref
-
-
-def payload_images(s: spec.ClusterOperatorSpec, component: Component) -> list[str]:
-    """The payload images a component installs from: the driver payload (R-DRIVER) or the MXMACA SDK
-    images (R-MACA); none for other components, or for a driver that manages neither driver nor firmware."""
-    if component is Component.DRIVER:
-        d = s.driver
-        wanted = (
-            d.deploy_policy is not spec.DeployPolicy.NEVER or d.fw_upgrade_policy is spec.FirmwarePolicy.PREFER_CLOUD
-        )
-        if not wanted or not d.payload.version:
-            return []
-        return [payload_reference(f"{d.payload.name}:{d.payload.version}", d.payload.registry, s.registry)]
-    if component is Component.MACA:
-        return [payload_reference(i, s.maca.payload.registry, s.registry) for i in s.maca.payload.images]
-    return []
-
-
-def add_payloads(
-    pod_spec: dict[str, Any],
-    agent: dict[str, Any],
-    images: Sequence[str],
-    settings: RenderSettings,
-    *,
-    single: bool = False,
-) -> None:
-    """One init container per payload image copies its ``/payload`` into a shared emptyDir.
-
-    A ``single``-image payload (the driver's) lands in `PAYLOAD_DIR` itself, which is the agent's
-    ``METAX_PAYLOAD_DIR``; several images (maca's) land in ``PAYLOAD_DIR/<n>/`` and the agent also gets
-    ``METAX_PAYLOAD_IMAGES``, the references in the same order."""
-    if not images:
-        return
-
-    def target(i: int) -> str:
-        return PAYLOAD_DIR if single else f"{PAYLOAD_DIR}/{i}"
-
-    pod_spec["initContainers"] = [
-        {
-            "name": f"payload-{i}",
-            "image": reference,
-            "imagePullPolicy": settings.image_pull_policy,
-            "command": ["/bin/sh", "-c", f'mkdir -p "{target(i)}" && cp -a {PAYLOAD_SOURCE}/. "{target(i)}/"'],
-            "volumeMounts": [{"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR}],
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-        }
-        for i, reference in enumerate(images)
-    ]
-    pod_spec.setdefault("volumes", []).append({"name": PAYLOAD_VOLUME, "emptyDir": {}})
-    agent.setdefault("volumeMounts", []).append({"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR, "readOnly": True})
-    agent["env"].append({"name": "METAX_PAYLOAD_DIR", "value": PAYLOAD_DIR})
-    if not single:
-        agent["env"].append({"name": "METAX_PAYLOAD_IMAGES", "value": ",".join(images)})
 
 
 def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:
@@ -408,6 +363,9 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
         objects.extend(rbac.objects(component, settings.namespace))  # accounts and roles before their workloads
         for workload in components.BY_COMPONENT[component].workloads:
             objects.append(workload_manifest(s, component, workload, deploy_plan.deploy, settings))
+        for workload in components.BY_COMPONENT[component].workloads:
+            labels = _labels(component, workload)
+            objects.extend(network_policies.objects(s, component, workload.name, settings.namespace, labels))
         if component is Component.EXPORTER:
             objects.append(exporter_service(s, settings))
             if settings.service_monitor and s.exporter.service.type is not spec.ServiceType.EXTERNAL_NAME:

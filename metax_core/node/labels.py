@@ -221,6 +221,15 @@ def node_labels(inventory: NodeInventory) -> dict[str, str | None]:
     return labels
 
 
+def discovery_labels(functions: Sequence[PciFunction]) -> dict[str, str | None]:
+    """gpu-discovery's labels (issue 38 item 3): ``gpu.installed`` where the node has MetaX GPUs (the GPU components
+    run only there); on a node without any, every label the GPU components own removed (the node's GPUs went, and
+    gpu-label's pod with its label)."""
+    if gpus(functions):
+        return {GPU_INSTALLED: TRUE}
+    return dict.fromkeys(OWNED_LABELS)
+
+
 def maca_metadata(installed: Sequence[str]) -> tuple[dict[str, str | None], dict[str, str | None]]:
     """The maca agent's label (newest version) and annotation (all, newest first); None removes them."""
     maca = _maca_sorted(installed)

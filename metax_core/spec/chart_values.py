@@ -78,7 +78,10 @@ def _kind(tp: Any) -> Kind | None:
 def _fields(cl: type) -> Iterator[tuple[str, Any, bool]]:
     """(document key, type without None, whether the converter reads its strings itself) per field of ``cl``."""
     for field in attrs.fields(attrs.resolve_types(cl)):
-        yield converter.camel_case(field.name), _optional(field.type), (cl, field.name) in _OWN_STRINGS
+        tp = _optional(field.type)
+        # a quantity's converter reads "128Mi" and "2" itself, as the object does
+        own = (cl, field.name) in _OWN_STRINGS or tp is spec.Quantity
+        yield converter.camel_case(field.name), tp, own
 
 
 def paths(cl: type = spec.ClusterOperatorSpec, prefix: str = "") -> tuple[tuple[str, Kind], ...]:

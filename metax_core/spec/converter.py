@@ -107,6 +107,17 @@ def _int_or_percent(value: object, _: type) -> spec.IntOrPercent:
     )
 
 
+def _quantity(value: object, _: type) -> spec.Quantity:
+    parsed = (
+        spec.Quantity.parse(value)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and len(str(value)) <= 64
+        else None
+    )
+    if parsed is None:
+        raise FieldValueError(f'must be a Kubernetes quantity such as "128Mi", "500m" or 2, got {describe(value)}')
+    return parsed
+
+
 _DURATION = re.compile(limits.DURATION_PATTERN)
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
@@ -246,6 +257,8 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, _strict_str)
     conv.register_structure_hook(spec.IntOrPercent, _int_or_percent)
     conv.register_unstructure_hook(spec.IntOrPercent, lambda v: str(v) if v.percent else v.value)
+    conv.register_structure_hook(spec.Quantity, _quantity)
+    conv.register_unstructure_hook(spec.Quantity, str)
     conv.register_structure_hook_func(lambda t: t == Mapping[str, str], _str_mapping)
     conv.register_structure_hook_func(lambda t: t == Mapping[str, Any], _any_mapping)
     conv.register_structure_hook_factory(_is_variadic_tuple, list_hook(conv))

@@ -176,3 +176,29 @@ class Log:
     level: LogLevel = attrs.field(
         default=LogLevel.INFO, metadata={DESCRIPTION: "Log verbosity: debug, info, warning or error."}
     )
+
+
+@attrs.frozen
+class NetworkPolicy:
+    """Extension: who may reach a component's port (issue 38 item 4, docs/security.md "Network")."""
+
+    enabled: bool | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Whether the operator renders a NetworkPolicy that admits only allowedFrom to the port; null: yes, "
+                "except the exporter behind a NodePort or LoadBalancer Service (its scrapers are outside)."
+            )
+        },
+    )
+    allowed_from: tuple[Mapping[str, Any], ...] | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "core/v1 NetworkPolicyPeers (ipBlock, namespaceSelector, podSelector) allowed in; null: the "
+                "component's default (the exporter: pods labelled app.kubernetes.io/name=prometheus in any "
+                "namespace; the scheduler extender: any source, as kube-scheduler runs on the control plane's host "
+                "network: name your control-plane nodes' addresses as an ipBlock)."
+            )
+        },
+    )

@@ -11,9 +11,11 @@ docs/configuration.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
-from metax_core.spec import fieldtypes
+from metax_core.spec import fieldtypes, quantity
 
 # The value types, re-exported: callers write ``spec.IntOrPercent`` whichever module defines it.
 DESCRIPTION = fieldtypes.DESCRIPTION
@@ -33,6 +35,10 @@ PodSpecOverrides = fieldtypes.PodSpecOverrides
 PodTemplateSpec = fieldtypes.PodTemplateSpec
 Log = fieldtypes.Log
 RestartMode = fieldtypes.RestartMode
+Quantity = quantity.Quantity
+NetworkPolicy = fieldtypes.NetworkPolicy
+ResourceList = quantity.ResourceList
+Resources = quantity.Resources
 
 API_GROUP = "gpu.metax-tech.com"
 API_VERSION = "v1alpha1"
@@ -42,6 +48,20 @@ PLURAL = "clusteroperators"
 OBJECT_NAME = "cluster-operator"
 """The one ClusterOperator object the chart creates (R-INSTALL)."""
 NAMESPACE = "metax-operator"
+
+
+def _resources() -> Any:
+    """Every component's ``resources`` (issue 38 item 5): its containers' requests and limits over the measured
+    defaults (docs/configuration.md, "Resources")."""
+    return attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Extension: CPU and memory requests and limits of this component's containers, over its measured "
+                "defaults (a value set here wins; a request above the default limit raises that limit)."
+            )
+        },
+    )
 
 
 @attrs.frozen
@@ -59,6 +79,7 @@ class GpuDevice:
             )
         },
     )
+    resources: Resources | None = _resources()
     healthy_interval: int = attrs.field(
         default=5, metadata={DESCRIPTION: "Seconds between health checks; 0 disables them."}
     )
@@ -85,6 +106,7 @@ class GpuLabel:
             )
         },
     )
+    resources: Resources | None = _resources()
 
 
 @attrs.frozen
@@ -192,6 +214,7 @@ class Driver:
             )
         },
     )
+    resources: Resources | None = _resources()
     deploy_policy: DeployPolicy = attrs.field(
         default=DeployPolicy.PREFER_CLOUD,
         metadata={
@@ -242,6 +265,7 @@ class VfioManager:
             )
         },
     )
+    resources: Resources | None = _resources()
     vfio_config: tuple[VfioConfigEntry, ...] = attrs.field(
         default=(),
         metadata={
@@ -278,6 +302,7 @@ class Maca:
             )
         },
     )
+    resources: Resources | None = _resources()
     payload: MacaPayload = attrs.field(
         default=MacaPayload(),
         metadata={DESCRIPTION: "The MXMACA SDK images the maca agent installs on every GPU node."},
@@ -299,6 +324,7 @@ class Runtime:
             )
         },
     )
+    resources: Resources | None = _resources()
     restart_mode: RestartMode = attrs.field(
         default=RestartMode.SYSTEMD,
         metadata={
@@ -357,6 +383,7 @@ class Exporter:
             )
         },
     )
+    resources: Resources | None = _resources()
     service: ExporterService = attrs.field(
         default=ExporterService(), metadata={DESCRIPTION: "The Service in front of the exporter."}
     )
@@ -378,6 +405,9 @@ class Exporter:
             )
         },
     )
+    network_policy: NetworkPolicy = attrs.field(
+        default=NetworkPolicy(), metadata={DESCRIPTION: "Extension: who may scrape the exporter's metrics port."}
+    )
 
 
 @attrs.frozen
@@ -395,6 +425,7 @@ class Topo:
             )
         },
     )
+    resources: Resources | None = _resources()
 
 
 @attrs.frozen
@@ -419,6 +450,10 @@ class GpuScheduler:
                 "podTemplateSpec is ignored for this component (R-MERGE)."
             )
         },
+    )
+    resources: Resources | None = _resources()
+    network_policy: NetworkPolicy = attrs.field(
+        default=NetworkPolicy(), metadata={DESCRIPTION: "Extension: who may call the extender's port."}
     )
 
 
@@ -447,6 +482,7 @@ class DraDriver:
             )
         },
     )
+    resources: Resources | None = _resources()
     default_allocation: Allocation = attrs.field(
         default=Allocation.DEVICE_PLUGIN,
         metadata={

@@ -189,9 +189,13 @@ def semantic_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
     errors += _maca_errors(s.maca)
     errors += _exporter_errors(s.exporter)
     errors += _runtime_errors(s.runtime)
+    errors += _network_policy_errors(s.exporter.network_policy, "exporter.networkPolicy")
+    errors += _network_policy_errors(s.gpu_scheduler.network_policy, "gpuScheduler.networkPolicy")
     for key, component in _components(s):
         if component.pod_template_spec is not None:
             errors += _template_errors(component.pod_template_spec, f"{key}.podTemplateSpec")
+        if component.resources is not None:
+            errors += _resources_errors(component.resources, f"{key}.resources")
     return errors
 
 
@@ -351,6 +355,37 @@ def _maca_errors(m: spec.Maca) -> list[FieldError]:
             errors.append(FieldError(here, problem))
         elif versions.version_of_tag(tag) is None:
             errors.append(FieldError(here, f"tag must start with the MXMACA version (e.g. 2.18.0.3-...), got {tag!r}"))
+    return errors
+
+
+def _resources_errors(r: spec.Resources, path: str) -> list[FieldError]:
+    """A request above the limit set beside it (the API server would refuse the pod: "must be less than or equal
+    to … limit")."""
+    errors = []
+    for key in ("cpu", "memory"):
+        wanted = getattr(r.requests, key) if r.requests is not None else None
+        limit = getattr(r.limits, key) if r.limits is not None else None
+        if wanted is not None and limit is not None and limit < wanted:
+            errors.append(FieldError(f"{path}.requests.{key}", f"{wanted} is above limits.{key} {limit}"))
+    return errors
+
+
+PEER_KEYS = frozenset({"ipBlock", "namespaceSelector", "podSelector"})
+PEERS_MAX = 32
+
+
+def _network_policy_errors(p: spec.NetworkPolicy, path: str) -> list[FieldError]:
+    """Each peer a core/v1 NetworkPolicyPeer by its keys (the API server checks their contents)."""
+    if p.allowed_from is None:
+        return []
+    if len(p.allowed_from) > PEERS_MAX:
+        return [FieldError(f"{path}.allowedFrom", f"must have at most {PEERS_MAX} items, got {len(p.allowed_from)}")]
+    errors = []
+    for i, peer in enumerate(p.allowed_from):
+        keys = set(peer)
+        if not keys or not keys <= PEER_KEYS or ("ipBlock" in keys and len(keys) > 1):
+            allowed = "ipBlock alone, or namespaceSelector and/or podSelector"
+            errors.append(FieldError(f"{path}.allowedFrom[{i}]", f"must have {allowed}; got {sorted(keys)}"))
     return errors
 
 

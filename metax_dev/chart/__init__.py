@@ -1,5 +1,6 @@
-"""The generated parts of the Helm chart: values.yaml, values.schema.json, README.md, the operator's RBAC and
-templates/_values.tpl (chart values as Helm users write them, `metax_core.spec.chart_values`).
+"""The generated parts of the Helm chart: values.yaml, values.schema.json, README.md, the operator's RBAC, the
+node agents' admission policy (templates/node-policy.yaml) and templates/_values.tpl (chart values as Helm users
+write them, `metax_core.spec.chart_values`).
 
 Why generated: the spec model (`metax_core.spec.model`) is the one definition of every chart option, its type,
 default and meaning, and `metax_core.cluster.rbac` the one definition of what the operator may do. Hand-written
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 from metax_dev.chart.generate import generated_files, main
 from metax_dev.chart.options import CHART_DIR, GENERATED, OPERATOR_OPTIONS, Schema, operator_defaults
-from metax_dev.chart.rbac_templates import render_doctor_rbac, render_operator_rbac
+from metax_dev.chart.rbac_templates import render_doctor_rbac, render_node_policy, render_operator_rbac
 from metax_dev.chart.readme import (
     INSTALL_COMMANDS,
     UNINSTALL_COMMANDS,
+    node_policy_text,
     option_rows,
     rbac_table,
     render_readme,
@@ -37,10 +39,12 @@ __all__ = [
     "Schema",
     "generated_files",
     "main",
+    "node_policy_text",
     "operator_defaults",
     "option_rows",
     "rbac_table",
     "render_doctor_rbac",
+    "render_node_policy",
     "render_operator_rbac",
     "render_readme",
     "render_schema",

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from metax_dev import dashboard
+from metax_dev.chart import security
 from metax_dev.chart.options import CHART_DIR
-from metax_dev.chart.rbac_templates import render_doctor_rbac, render_operator_rbac
+from metax_dev.chart.rbac_templates import render_doctor_rbac, render_node_policy, render_operator_rbac
 from metax_dev.chart.readme import render_readme
 from metax_dev.chart.schema import render_schema
 from metax_dev.chart.values import render_values, render_values_template
@@ -23,8 +24,10 @@ def generated_files(chart_dir: Path = CHART_DIR) -> dict[Path, str]:
         chart_dir / "README.md": render_readme(docs_dir),
         chart_dir / "templates" / "operator-rbac.yaml": render_operator_rbac(),
         chart_dir / "templates" / "doctor-rbac.yaml": render_doctor_rbac(),
+        chart_dir / "templates" / "node-policy.yaml": render_node_policy(),
         chart_dir / "templates" / "_values.tpl": render_values_template(),
         chart_dir / dashboard.FILE: dashboard.render(),
+        docs_dir / "security.md": security.render_security_doc(docs_dir),
     }
 
 

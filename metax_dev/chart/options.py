@@ -71,6 +71,19 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
         ' test node\'s agents see a fake GPU host (docs/realnode.md); "" = the real paths.',
     ),
     (
+        "webhook.networkPolicy.enabled",
+        True,
+        {"type": "boolean"},
+        "A NetworkPolicy that admits only the webhook's port to the operator pod (issue 38; docs/security.md).",
+    ),
+    (
+        "webhook.networkPolicy.allowedFrom",
+        [],
+        {"type": "array", "items": {"type": "object"}},
+        "core/v1 NetworkPolicyPeers allowed to the webhook's port; [] = any source (the API server runs on the"
+        " control plane's host network: name its addresses as an ipBlock to narrow it).",
+    ),
+    (
         "webhook.certValidityDays",
         365,
         {"type": "integer", "minimum": 1},

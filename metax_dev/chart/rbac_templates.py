@@ -1,11 +1,14 @@
 """templates/operator-rbac.yaml and templates/doctor-rbac.yaml: the operator's and the doctor's accounts,
-roles and bindings, from `metax_core.cluster.rbac`."""
+roles and bindings, from `metax_core.cluster.rbac`; templates/node-policy.yaml: the admission policy that binds
+the node agents' writes to their own node, from `metax_core.cluster.node_policy`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
-from metax_core.cluster import rbac
+from metax_core.cluster import node_policy, rbac
 from metax_dev.chart.options import GENERATED
 
 # --- templates/operator-rbac.yaml -------------------------------------------------------------------------
@@ -73,4 +76,55 @@ def render_doctor_rbac() -> str:
     return (
         f"# {GENERATED}\n# Source: metax_core/cluster/rbac.py doctor_rules().\n"
         f"{{{{- if .Values.operator.doctor.enabled }}}}\n{body}{{{{- end }}}}\n"
+    )
+
+
+# --- templates/node-policy.yaml ---------------------------------------------------------------------------
+
+
+class _Literal(str):
+    """A CEL expression, written as a YAML literal block (no quoting to read through)."""
+
+
+class _TemplateDumper(yaml.SafeDumper):
+    pass
+
+
+_TemplateDumper.add_representer(
+    _Literal, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|")
+)
+
+
+def _literals(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _Literal(v) if k in ("expression", "messageExpression") else _literals(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literals(v) for v in value]
+    return value
+
+
+def render_node_policy() -> str:
+    """The ValidatingAdmissionPolicy and its binding that bind the node agents' writes to their own node
+    (R-NODEBOUND, `metax_core.cluster.node_policy`), for the release's namespace; rendered only on Kubernetes
+    `node_policy.MINIMUM_KUBERNETES` and later (templates/NOTES.txt says what that means below it)."""
+    namespace = "{{ .Release.Namespace }}"
+    labels = '  labels:\n    {{- include "metax-operator.labels" . | nindent 4 }}\n'
+    docs = []
+    for obj in node_policy.objects(namespace):
+        body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+        text = yaml.dump(_literals(body), Dumper=_TemplateDumper, sort_keys=False, width=120)
+        # Helm reads {{ … }} as its own: only the namespace may be templated.
+        if text.replace(namespace, "").count("{{") or text.replace(namespace, "").count("}}"):
+            raise ValueError(f"{obj['kind']} {obj['metadata']['name']}: an expression holds '{{{{' or '}}}}'")
+        docs.append(
+            f"apiVersion: {obj['apiVersion']}\nkind: {obj['kind']}\nmetadata:\n  name: {obj['metadata']['name']}\n"
+            f"{labels}{text}"
+        )
+    return (
+        f"# {GENERATED}\n# Source: metax_core/cluster/node_policy.py objects().\n"
+        "# R-NODEBOUND: a node agent's token changes only its own node's objects and our keys (docs/security.md).\n"
+        "# Older clusters get no policy, and templates/NOTES.txt says that agent writes are not node-bound there.\n"
+        f'{{{{- if semverCompare "{node_policy.HELM_GATE}" .Capabilities.KubeVersion.Version }}}}\n'
+        + "---\n".join(docs)
+        + "{{- end }}\n"
     )

@@ -1,17 +1,19 @@
 """The chart's README.md: install, upgrade and uninstall commands, the driver rollout commands from
-docs/rollout.md, the RBAC table (`metax_core.cluster.rbac`) and the option tables (the spec model and
-`OPERATOR_OPTIONS`)."""
+docs/rollout.md, the RBAC table (`metax_core.cluster.rbac`) with the node-bound policy
+(`metax_core.cluster.node_policy`) and the option tables (the spec model and `OPERATOR_OPTIONS`)."""
 
 from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from metax_core.cluster import rbac
+from metax_core.cluster import node_policy, rbac
 from metax_core.spec import model as spec
+from metax_dev.chart import security
 from metax_dev.chart.options import GENERATED, OPERATOR_OPTIONS, Schema
 from metax_k8s import crd
 
@@ -148,6 +150,15 @@ The seed's commands are wrong (see docs/rollout.md); these are the correct ones:
 ```sh
 {rollout}```
 
+## What runs where (R-SECURITY, 000 Table 1.3.1, §1.3.2, §1.3.4)
+
+Privilege only on GPU nodes: `metax-gpu-discovery`, unprivileged, runs on every node and sets
+`metax-tech.com/gpu.installed=true` where it finds MetaX GPUs; every privileged agent selects that label. Every
+container has a read-only root and its own `/tmp`; unprivileged ones run as UID 65532 with no capability; a token
+is mounted only into the container that calls the API (docs/security.md).
+
+{workloads_table}
+
 ## Permissions (R-SECURITY, 000 Table 1.3.1)
 
 Every workload runs as its own ServiceAccount with only these rules (from `metax_core/cluster/rbac.py`; the
@@ -157,6 +168,8 @@ with SubjectAccessReviews on a real API server). `metax-data-exporter` runs on t
 without a token, so it has none.
 
 {rbac_table}
+
+{node_policy}
 
 `metax-operator doctor` (docs/doctor.md) reads only: with `--set operator.doctor.enabled=true` the chart adds the
 ServiceAccount `metax-operator-doctor` and the read-only roles above, bound to it and to every subject in
@@ -202,9 +215,46 @@ def rbac_table() -> str:
     return "\n".join(lines)
 
 
+def _accounts(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def node_policy_text() -> str:
+    """What `metax_core.cluster.node_policy` adds to the table's rules, and from which Kubernetes minor."""
+    bound = node_policy.node_bound()
+    major, minor = node_policy.MINIMUM_KUBERNETES
+    prefix = node_policy.KEY_PREFIX
+    text = (
+        f"**Node-bound agent writes (R-NODEBOUND).** RBAC cannot name the node a pod runs on, so the rules above let a "
+        f"node agent patch any Node. On Kubernetes {major}.{minor} and later the chart also installs the "
+        f"ValidatingAdmissionPolicy `{node_policy.POLICY_NAME}` and its binding (`templates/node-policy.yaml`, "
+        f"from `metax_core/cluster/node_policy.py` and the same rules): a token of {_accounts(bound.accounts)} "
+        f"must be bound to a pod (it then carries its node's name, `{node_policy.NODE_NAME_EXTRA}`) and may change "
+        f"only that Node, and on it only `{prefix}` labels and annotations (not its spec: no taint, cordon or "
+        f"podCIDR)"
+    )
+    if bound.resource_slices:
+        text += f"; {_accounts(bound.resource_slices)} may write only the ResourceSlices of its node"
+    if bound.events:
+        text += (
+            f"; Events in `{node_policy.EVENTS_NAMESPACE}` may be written or deleted only about the agent's own Node"
+        )
+    return textwrap.fill(
+        text + ". Each refusal says what was refused and why. Below "
+        f"{major}.{minor} there is no such policy and agent writes are not node-bound: `helm install` says so in "
+        "its notes. `kubectl auth can-i` does not see admission policies; a server-side dry run as the agent does "
+        "(docs/security.md).",
+        width=115,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def render_readme(docs_dir: Path) -> str:
     return README_TEMPLATE.format(
         rbac_table=rbac_table(),
+        workloads_table=security.workloads_table(),
+        node_policy=node_policy_text(),
         generated=GENERATED,
         install=INSTALL_COMMANDS,
         uninstall=UNINSTALL_COMMANDS,

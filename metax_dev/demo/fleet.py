@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import workloads
+from metax_core.cluster import payloads, workloads
 from metax_core.spec import model as spec
 from metax_dev import agents as dev_agents
 from metax_dev import fake_sdk
@@ -46,7 +46,7 @@ MACA_VERSIONS = ("2.18.0.3", "2.18.0.10", "2.9.1")
 
 
 def driver_image(version: str) -> str:
-    return workloads.payload_reference(f"driver-image:{version}", None, REGISTRY)
+    return payloads.payload_reference(f"driver-image:{version}", None, REGISTRY)
 
 
 def node_names(count: int) -> list[str]:

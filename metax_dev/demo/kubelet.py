@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import workloads
+from metax_core.cluster import components, workloads
 from metax_core.cluster.components import Component
 from metax_dev.demo import intervals, standins, workload
 from metax_dev.processnode import podspec
@@ -36,6 +36,15 @@ def _gpu_label(env: Mapping[str, str], node: standins.NodeContext) -> Runner:
     s = bootstrap.RECIPE.settings(env)
     built = bootstrap.RECIPE.bootstrap(s, hw=agent.Hardware.of(node.fake.hw), ports=node.ports("gpu-label"))
     return bootstrap.RECIPE.runner(built)
+
+
+def _gpu_discovery(env: Mapping[str, str], node: standins.NodeContext) -> Runner:
+    from services.gpu_label import discovery
+
+    s = discovery.RECIPE.settings(env)
+    hw = discovery.Hardware(node.fake.hw.devices)
+    built = discovery.RECIPE.bootstrap(s, hw=hw, ports=node.ports(discovery.COMPONENT))
+    return discovery.RECIPE.runner(built)
 
 
 def _driver(env: Mapping[str, str], node: standins.NodeContext) -> Runner:
@@ -85,6 +94,7 @@ def _gpu_device(env: Mapping[str, str], node: standins.NodeContext) -> Runner:
 
 
 AGENTS: Mapping[str, Callable[[Mapping[str, str], standins.NodeContext], Runner]] = {
+    components.GPU_DISCOVERY.name: _gpu_discovery,  # gpu-label's component, its own workload: by the pod's app label
     Component.GPU_LABEL.value: _gpu_label,
     Component.DRIVER.value: _driver,
     Component.VFIO_MANAGER.value: _vfio,
@@ -92,7 +102,7 @@ AGENTS: Mapping[str, Callable[[Mapping[str, str], standins.NodeContext], Runner]
     Component.TOPO.value: _topo,
     Component.GPU_DEVICE.value: _gpu_device,
 }
-"""The agents that run their own composition root here, by the pods' component label."""
+"""The agents that run their own composition root here, by the pods' workload (app label), else component label."""
 
 SIDECARS = ("container-edit",)
 """Containers of an agent's pod not run as a thread: maca's container-edit serves the runtime wrapper's socket;
@@ -171,7 +181,9 @@ class Kubelet:
         running.thread.join(30)
 
     def _start(self, pod: Mapping[str, Any]) -> None:
-        component = (pod["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
+        labels = pod["metadata"].get("labels") or {}
+        component = labels.get(workloads.COMPONENT_LABEL, "")
+        workload_name = labels.get(workloads.APP_LABEL, "")
         self._count += 1
         pod_dir = self.workdir / f"{self._count:03d}-{pod['metadata']['name']}"
         container = next(c for c in pod["spec"]["containers"] if c["name"] not in SIDECARS)
@@ -189,8 +201,8 @@ class Kubelet:
             run = standins.RuntimeStandIn(
                 self.node.k8s.api, self.node.name, self.node.fake.root, probe or pod_dir / "probe"
             ).run
-        elif component in AGENTS:
-            run = AGENTS[component]({**FAST, **env}, self.node)
+        elif workload_name in AGENTS or component in AGENTS:
+            run = AGENTS[workload_name if workload_name in AGENTS else component]({**FAST, **env}, self.node)
         else:
             self.failed[pod["metadata"]["uid"]] = f"no stand-in runs component {component!r}"
             return

@@ -13,8 +13,8 @@ kwok) instead of the in-memory API server, with nothing of the cluster played in
   Ready;
 - gpu-device registers its plugins over real gRPC with a test kubelet on the fake host; the node's
   allocatable and a GPU pod's allocation come from there (`metax_dev.demo.devices`);
-- kwok CPU nodes (no GPU): kwok "runs" gpu-label's pod there; its process runs beside it, as a kubelet would
-  run it, against a fake host without GPUs, so the finalizer's uninstall request is answered there too.
+- kwok CPU nodes (no GPU): kwok "runs" gpu-discovery's pod there (the one workload on every node); its process
+  runs beside it, as a kubelet would run it, against a fake host without GPUs, and labels nothing.
 
 The CR gets a global ``podTemplateSpec`` (`Fleet.pod_template`): a toleration of the process nodes' taint and
 a nodeSelector of this fleet's label, so the agents land on the demo's nodes only (a session control plane
@@ -67,14 +67,18 @@ AGENT_OF = {
 }
 """What each node component's image runs (`metax_dev.demo.entrypoint`)."""
 CONTAINER_EDIT = "container-edit"
+DISCOVERY = "gpu-discovery"
+"""What gpu-discovery's image runs, on GPU and CPU nodes alike."""
 
 
 def entrypoints() -> dict[str, tuple[str, ...]]:
     """Image name → the argv its entrypoint runs on a demo GPU node (docs/processnode.md, "Stand-ins")."""
     run = (sys.executable, "-m", "metax_dev.demo.entrypoint")
     found: dict[str, tuple[str, ...]] = {
-        components.BY_COMPONENT[c].workloads[0].name: (*run, name) for c, name in AGENT_OF.items()
+        next(w.name for w in components.BY_COMPONENT[c].workloads if w.publishes_readiness): (*run, name)
+        for c, name in AGENT_OF.items()
     }
+    found[components.GPU_DISCOVERY.name] = (*run, DISCOVERY)
     found[process_standins.repository(scenario.WORKLOAD_IMAGE)] = (*run, entrypoint.WORKLOAD)
     return found
 
@@ -143,7 +147,7 @@ class RealGpuNode(demo_fleet.GpuNode):
 
 
 class KwokCpuNode(demo_fleet.HostNode):
-    """A kwok node without GPUs: kwok marks its pods Running; gpu-label's process runs beside its pod."""
+    """A kwok node without GPUs: kwok marks its pods Running; gpu-discovery's process runs beside its pod."""
 
     def __init__(self, name: str, workdir: Path, kubeconfig: Path) -> None:
         super().__init__(name, 0, builder.FakeHostBuilder().gpus(0).host_driver(None).build(workdir / "host"))
@@ -155,17 +159,20 @@ class KwokCpuNode(demo_fleet.HostNode):
         self.agent: subprocess.Popen[bytes] | None = None
 
     def sync(self, every_pod: Sequence[Mapping[str, Any]]) -> None:
-        """gpu-label's process runs while its pod is on this node, as a kubelet runs a pod's container."""
+        """gpu-discovery's process runs while its pod is on this node, as a kubelet runs a pod's container."""
         running = any(
             p["spec"].get("nodeName") == self.name
-            and (p["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL) == Component.GPU_LABEL.value
+            and (p["metadata"].get("labels") or {}).get(workloads.APP_LABEL) == components.GPU_DISCOVERY.name
             and not p["metadata"].get("deletionTimestamp")
             for p in every_pod
         )
         if running and self.agent is None:
-            with (self.workdir / "gpu-label.log").open("ab") as out:
+            with (self.workdir / f"{DISCOVERY}.log").open("ab") as out:
                 self.agent = subprocess.Popen(
-                    agents.command("gpu-label"), env=self.env, stdout=out, stderr=subprocess.STDOUT
+                    agents.command(DISCOVERY),
+                    env=self.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
         elif not running and self.agent is not None:
             self.stop()

@@ -311,6 +311,7 @@ def dra(d: RealNodeDemo) -> list[str]:
 def uninstall(d: RealNodeDemo) -> list[str]:
     d.plane.restart_scheduler(())  # the extender goes with the release: out of the scheduler's configuration first
     d.scheduler_extended = False
+    _wait(d, "the GPU workloads' sandboxes removed by the kubelet", lambda: not d.release.metax_sandboxes())
     d.release.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait", timeout=d.deadline + 60)
     _wait(d, "every pod of ours gone", lambda: not helm_release.pods(d.release))
     meta = _node_meta(d)

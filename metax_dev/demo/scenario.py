@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 
 from metax_core import versions
-from metax_core.cluster import workloads
+from metax_core.cluster import components, workloads
 from metax_core.cluster.components import Component
 from metax_core.node import devices, driver_config, labels, vfio
 from metax_core.rollout import status as rollout_status
@@ -163,16 +163,19 @@ def labels_and_allocatable(f: demo_fleet.Fleet) -> list[str]:
             raise StepFailed(f"{n.name}: label {labels.GPU_COUNT}={found.get(labels.GPU_COUNT)}, {want} GPUs")
         product, driver = found.get(labels.GPU_PRODUCT), found.get(labels.DRIVER_VERSION)
         said.append(f"{n.name}: product={product} count={want} driver={driver} allocatable {GPU}={want}")
-    for c in f.cpu_nodes:  # gpu-label runs everywhere to find GPUs; nothing else comes where it found none
-        others = sorted({_component(p) for p in f.pods(node=c.name)} - {Component.GPU_LABEL.value})
+    discovery = components.GPU_DISCOVERY.name
+    for c in f.cpu_nodes:  # gpu-discovery runs everywhere to find GPUs; nothing else comes where it found none
+        others = sorted({_workload(p) for p in f.pods(node=c.name)} - {discovery})
         if others or _labels(f, c.name).get(workloads.GPU_NODE_LABEL) == labels.TRUE or GPU in _allocatable(f, c.name):
             raise StepFailed(f"{c.name} (no GPU): pods of {others}, labels {_labels(f, c.name)}")
-        said.append(f"{c.name}: no GPU: only gpu-label runs there, no {workloads.GPU_NODE_LABEL}, no {GPU}")
+        said.append(
+            f"{c.name}: no GPU: only {discovery} (unprivileged) runs there, no {workloads.GPU_NODE_LABEL}, no {GPU}"
+        )
     return said
 
 
-def _component(pod: Mapping[str, Any]) -> str:
-    return str((pod["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, ""))
+def _workload(pod: Mapping[str, Any]) -> str:
+    return str((pod["metadata"].get("labels") or {}).get(workloads.APP_LABEL, ""))
 
 
 def vf_change(f: demo_fleet.Fleet) -> list[str]:

@@ -14,21 +14,27 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from metax_core.cluster import workloads
+from metax_core.cluster import components, workloads
 from metax_core.cluster.components import Component
 from metax_core.node import devices, labels
 from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import standins
 
 COLUMNS = (
-    (Component.GPU_LABEL, "label"),
-    (Component.RUNTIME, "runtime"),
-    (Component.DRIVER, "driver"),
-    (Component.MACA, "maca"),
-    (Component.GPU_DEVICE, "device"),
-    (Component.VFIO_MANAGER, "vfio"),
+    (components.GPU_DISCOVERY.name, "discover"),
+    *(
+        (next(w.name for w in components.BY_COMPONENT[c].workloads if w.publishes_readiness), title)
+        for c, title in (
+            (Component.GPU_LABEL, "label"),
+            (Component.RUNTIME, "runtime"),
+            (Component.DRIVER, "driver"),
+            (Component.MACA, "maca"),
+            (Component.GPU_DEVICE, "device"),
+            (Component.VFIO_MANAGER, "vfio"),
+        )
+    ),
 )
-"""The node agents' columns: (component, column title); each cell is that component's pod on the node."""
+"""The node agents' columns: (workload, column title); each cell is that workload's pod on the node."""
 
 
 def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
@@ -36,14 +42,14 @@ def cells(f: demo_fleet.Fleet) -> dict[str, dict[str, str]]:
     version label and the allocatable GPUs and vfio GPUs."""
     pods: dict[tuple[str, str], Mapping[str, Any]] = {}
     for p in f.pods():
-        component = (p["metadata"].get("labels") or {}).get(workloads.COMPONENT_LABEL, "")
-        pods[(p["spec"].get("nodeName", ""), component)] = p
+        workload = (p["metadata"].get("labels") or {}).get(workloads.APP_LABEL, "")
+        pods[(p["spec"].get("nodeName", ""), workload)] = p
     rows: dict[str, dict[str, str]] = {}
     for n in [*f.nodes, *f.cpu_nodes]:
         node = f.node_object(n.name)
         row = {}
-        for component, title in COLUMNS:
-            pod = pods.get((n.name, component.value))
+        for workload, title in COLUMNS:
+            pod = pods.get((n.name, workload))
             row[title] = "-" if pod is None else ("ready" if standins.pod_ready(pod) else "starting")
         node_labels = node["metadata"].get("labels") or {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}

@@ -147,9 +147,29 @@ class PodWorker:
 
     # -- credentials -----------------------------------------------------------------------------------
 
-    def _refresh_token(self) -> None:
+    def _wants_token(self) -> bool:
+        """Whether any container gets the pod's ServiceAccount token: the kubelet's automount, or a projected
+        volume with a ``serviceAccountToken`` source (`metax_core.cluster.pod_security`)."""
         spec = self._pod.get("spec") or {}
-        if spec.get("automountServiceAccountToken") is False:
+        return spec.get("automountServiceAccountToken") is not False or bool(self._token_volumes())
+
+    def _token_volumes(self) -> set[str]:
+        spec = self._pod.get("spec") or {}
+        return {
+            v["name"]
+            for v in spec.get("volumes") or []
+            if any("serviceAccountToken" in source for source in (v.get("projected") or {}).get("sources") or [])
+        }
+
+    def _holds_token(self, spec: Mapping[str, Any]) -> bool:
+        """Whether container ``spec`` sees the token: the pod automounts it, or the container mounts its volume."""
+        if (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
+            return True
+        volumes = self._token_volumes()
+        return any(m.get("name") in volumes for m in spec.get("volumeMounts") or [])
+
+    def _refresh_token(self) -> None:
+        if not self._wants_token():
             return
         now = _now()
         if self._token is not None and not self._token.renew_due(now) and not self._renew_now:
@@ -166,7 +186,9 @@ class PodWorker:
             return
         self._token, self._token_error, self._renew_now = token, "", False
 
-    def _base_env(self) -> dict[str, str]:
+    def _base_env(self, spec: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """The environment every container gets; the token's directory only for ``spec`` (a container) that holds
+        the token (`_holds_token`; None: the pod's automount alone decides)."""
         meta = self._pod["metadata"]
         tools = self.context.stand_ins.tool_dirs if self.context.stand_ins is not None else ()
         path = [
@@ -186,7 +208,8 @@ class PodWorker:
             "KUBERNETES_SERVICE_PORT": str(self.context.server_port),
             "KUBERNETES_SERVICE_PORT_HTTPS": str(self.context.server_port),
         }
-        if (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
+        holds = self._holds_token(spec) if spec is not None else self._wants_token()
+        if holds:
             env[client.SERVICE_ACCOUNT_DIR_ENV] = str(self.account_dir)
         tmp = self._volume_dirs().get("/tmp")
         if tmp is None and self.context.stand_ins is not None:
@@ -237,7 +260,7 @@ class PodWorker:
         if self._token is None and self._token_error:
             c.state, c.reason, c.message = status.State.WAITING, "CreateContainerConfigError", self._token_error
             return
-        if self._token is None and (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
+        if self._token is None and self._wants_token():
             return  # the first TokenRequest has not answered yet
         self._start(c)
 
@@ -264,9 +287,7 @@ class PodWorker:
     def _may_start(self) -> bool:
         if self._token is None and self._token_error:
             return False
-        return not (
-            self._token is None and (self._pod.get("spec") or {}).get("automountServiceAccountToken") is not False
-        )
+        return not (self._token is None and self._wants_token())
 
     def _init_exited(self, c: container.Container, code: int) -> None:
         c.terminated = status.Terminated(
@@ -312,7 +333,7 @@ class PodWorker:
             c.log = self.log_path(c.name).open("ab")
         c.log.write(f"==> {status.timestamp(_now())} start #{c.restart_count}: {' '.join(c.plan.argv)}\n".encode())
         c.log.flush()
-        env = {**self._base_env(), **c.plan.env}
+        env = {**self._base_env(c.spec), **c.plan.env}
         try:
             c.popen = container.start_process(c.plan.argv, c.log, self.directory, env)
         except OSError as exc:
@@ -354,7 +375,7 @@ class PodWorker:
         for kind, probe in (("readiness", c.plan.readiness), ("liveness", c.plan.liveness)):
             if probe is None or now < c.probe_next[kind]:
                 continue
-            result = probes.run(probe, self.context.address, {**self._base_env(), **c.plan.env}, self.directory)
+            result = probes.run(probe, self.context.address, {**self._base_env(c.spec), **c.plan.env}, self.directory)
             c.probe_next[kind] = time.monotonic() + probe.period
             if result.success:
                 c.probe_ok[kind], c.probe_bad[kind] = c.probe_ok.get(kind, 0) + 1, 0

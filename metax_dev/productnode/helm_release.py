@@ -15,7 +15,10 @@ The values beyond the README's install command, and why:
 * ``operator.testOnly.hostPathPrefix=<fake host root>`` (TEST ONLY, docs/realnode.md): the agents' hostPaths
   are the fake host's ``/sys``, ``/dev``, ``/var/lib/metax``, ... instead of the node's own;
 * ``operator.nodeSelector`` and ``podTemplateSpec.nodeSelector``: this node (other real nodes of the session's
-  control plane have no product images);
+  control plane have no product images); ``gpuLabel.podTemplateSpec.nodeSelector``: the release's nodes
+  (`RELEASE_NODE_LABEL`), so gpu-discovery runs on the CPU node too when there is one (`real_node`'s ``cpu_node``:
+  a second real node on a fake host without GPUs, shown at the GPU host's path, `node.RealNode.host_alias`, so the
+  one test-only host path prefix names each node's own host);
 * ``exporter.deploy``, ``gpuScheduler.deploy`` and ``draDriver.deploy``: true (off by default), so every
   component runs;
 * ``runtime.restartMode=signal``: the container-runtime pod restarts the node's containerd the way it does on a
@@ -42,12 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metax_core.runtime import handler
 from metax_core.wire import meta
 from metax_dev import agents, fake_sdk
 from metax_dev.controlplane import build as controlplane_build
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 from metax_dev.realnode import devnodes, images, launcher, node
+from metax_hw import container_runtime
 from metax_hw_fake import builder, host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +67,7 @@ PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
 SDK_VERSIONS = ("2.18.0.3", "2.9.1")
 #: The node agents' DaemonSets that run on the node.
 AGENTS = (
+    "metax-gpu-discovery",  # unprivileged, on every node (on the CPU node too, when the release has one)
     "metax-gpu-label",
     "metax-container-runtime",
     "metax-driver",
@@ -75,6 +81,10 @@ AGENTS = (
 DEPLOYMENTS = ("metax-topo-master", "metax-gpu-scheduler")
 #: Off by chart default, deployed here: every component runs.
 DEPLOYED = ("exporter", "gpuScheduler", "draDriver")
+RELEASE_NODE_LABEL = "metax.dev/helm-release-node"
+"""Carried by the release's real nodes (the GPU node and the CPU node): gpu-label's component selects it."""
+DISCOVERY = AGENTS[0]
+"""gpu-discovery's DaemonSet and image: on every node of the release (the CPU node's only product image)."""
 
 
 class ReleaseError(Exception):
@@ -95,6 +105,8 @@ class Release:
     """The node's containerd root file before the install: its bytes and mode (uninstall gives both back)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """What a test module keeps beside the release (its own host-side agents)."""
+    cpu: node.RealNode | None = None
+    """The release's node without GPUs (`real_node`'s ``cpu_node``), None without one."""
 
     @property
     def node(self) -> str:
@@ -149,12 +161,21 @@ class Release:
             "operator.nodeSelector=" + json.dumps(pin),
             "--set-json",
             "podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": pin}}),
+            "--set-json",
+            "gpuLabel.podTemplateSpec=" + json.dumps({"spec": {"nodeSelector": {RELEASE_NODE_LABEL: "true"}}}),
             "--wait",
             "--timeout=3m",
         ]
         for component in DEPLOYED:
             args += ["--set", f"{component}.deploy=true"]
         return args
+
+    def metax_sandboxes(self) -> list[str]:
+        """The pod sandboxes on the GPU node that run with the ``metax`` runtime handler. Wait for none before
+        ``helm uninstall``, as an administrator removes the GPU workloads first: the kubelet removes a deleted pod's
+        sandbox at its next garbage collection (within a minute), and while one is left container-runtime keeps the
+        wrapper its shim calls to delete it (docs/container-runtime.md, "Uninstall")."""
+        return container_runtime.sandboxes_with_handler(str(self.member.containerd_socket), handler.RUNTIME_HANDLER)
 
     def runtime_config(self) -> tuple[bytes, int]:
         """The node's containerd root file now: its bytes and permission bits."""
@@ -182,10 +203,10 @@ def sdk_payload_images(directory: Path) -> list[Path]:
 
 @contextmanager
 def real_node(
-    plane: controlplane.ControlPlane, built: images_build.Built, prefix: str = "helm-node"
+    plane: controlplane.ControlPlane, built: images_build.Built, prefix: str = "helm-node", *, cpu_node: bool = False
 ) -> Iterator[Release]:
     """A real node (``<prefix>-0``) with the product's images on its own fake host (udev stand-in running), torn
-    down after."""
+    down after; with ``cpu_node`` also ``<prefix>-1`` on a fake host without GPUs, with gpu-discovery's image only."""
     work = Path(tempfile.mkdtemp(prefix="metax-helmnode-"))
     nodes = launcher.RealNodes(plane, 0, prefix=prefix)
     fake = builder.FakeHostBuilder().gpus(PFS).vfio(True).host_driver(DRIVER_VERSION).build(work / "host")
@@ -201,6 +222,15 @@ def real_node(
             release = Release(plane, member, fake, work / "helm")
             release.runtime_before = release.runtime_config()
             release.timings["node with images"] = time.monotonic() - started
+            if cpu_node:
+                cpu_host = builder.FakeHostBuilder().gpus(0).host_driver(None).build(work / "cpu-host")
+                release.cpu = nodes.add_node(
+                    device_root=cpu_host.root, images=[built.archives[DISCOVERY]], host_alias=fake.root
+                )
+                release.timings["CPU node"] = time.monotonic() - started - release.timings["node with images"]
+            for m in (member, release.cpu):
+                if m is not None:
+                    release.kubectl("label", "node", m.name, f"{RELEASE_NODE_LABEL}=true").check_returncode()
             yield release
     finally:
         nodes.stop()

@@ -126,11 +126,17 @@ class RealNodes:
         return self
 
     def add_node(
-        self, device_root: Path | None = None, images: Sequence[Path] = (), *, runtime_host: bool = False
+        self,
+        device_root: Path | None = None,
+        images: Sequence[Path] = (),
+        *,
+        runtime_host: bool = False,
+        host_alias: Path | None = None,
     ) -> node.RealNode:
         """One more node (the next ``<prefix>-<i>``), started and Ready; ``images``: more OCI archives its
         containerd imports (the product's, `metax_dev.images`) besides the two test images; ``runtime_host``: its
-        runtime is configured from pods (`node.RealNode.runtime_binds`)."""
+        runtime is configured from pods (`node.RealNode.runtime_binds`); ``host_alias``: the path at which it shows
+        its fake host (`node.RealNode.host_alias`)."""
         with self._lock:
             if self.workdir is None or self._tracking_parent is None:
                 raise errors.NodeError("RealNodes not started")
@@ -147,6 +153,7 @@ class RealNodes:
                 tracking_parent=self._tracking_parent,
                 device_root=device_root,
                 runtime_host=runtime_host,
+                host_alias=host_alias,
                 verbosity=self.verbosity,
             )
             self.nodes.append(member)

@@ -62,6 +62,7 @@ class RealNode:
         tracking_parent: Path,
         device_root: Path | None = None,
         runtime_host: bool = False,
+        host_alias: Path | None = None,
         verbosity: int = 1,
         startup_timeout: float = 90.0,
     ) -> None:
@@ -78,6 +79,11 @@ class RealNode:
         if runtime_host and device_root is None:
             raise errors.NodeError(f"node {name}: a runtime host needs a device root (the fake host its pods see)")
         self.runtime_host = runtime_host
+        self.host_alias = host_alias
+        """Another fake host's root path, at which this node shows its own (``device_root``): hostPaths under one test
+        prefix then name each node's own fake host, as one hostPath names each real node's own directory."""
+        if host_alias is not None and device_root is None:
+            raise errors.NodeError(f"node {name}: a host alias needs a device root (the fake host shown there)")
         """Whether container-runtime and maca configure this node from their pods: the fake host's runtime-facing
         directories are the node's own in its mount namespace (`runtime_binds`)."""
         etc = device_root / "etc" / "containerd" if runtime_host and device_root is not None else None
@@ -126,6 +132,13 @@ class RealNode:
         if self.namespace is None or process.popen is None:
             raise errors.NodeError(f"node {self.name}: {process.name} is not running")
         return self.namespace.inner_pid(process.popen.pid)
+
+    @property
+    def alias_binds(self) -> list[tuple[Path, str]]:
+        """The fake host bound at `host_alias` in the node's namespace (none without one)."""
+        if self.host_alias is None or self.device_root is None:
+            return []
+        return [(self.device_root, str(self.host_alias))]
 
     @property
     def runtime_binds(self) -> list[tuple[Path, str]]:
@@ -205,7 +218,7 @@ class RealNode:
             device_root=self.device_root,
             pod_resources_dir=self.kubelet_layout.pod_resources_socket.parent,
             join_cgroup=self.tracking_cgroup,
-            binds=self.runtime_binds,
+            binds=[*self.runtime_binds, *self.alias_binds],
         )
         self._processes["namespace"] = self.namespace.process
         self.namespace.start()

@@ -67,6 +67,7 @@ BUILTIN: tuple[KindInfo, ...] = (
         generation=True,
     ),
     _k("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
+    _k("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True, generation=True),
     _k("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False, generation=True),
     _k("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
     _k("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from metax_core.cluster import rbac, wakes, workloads
+from metax_core.cluster import network_policies, rbac, wakes, workloads
 from metax_core.dra import classes as dra_classes
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
@@ -92,6 +92,7 @@ def bootstrap(
         daemonsets=owned_informer("apps/v1", "DaemonSet", ns),
         deployments=owned_informer("apps/v1", "Deployment", ns),
         services=owned_informer("v1", "Service", ns),
+        network_policies=owned_informer(network_policies.API_VERSION, network_policies.KIND, ns),
         runtime_classes=owned_informer(workloads.RUNTIME_CLASS_API, "RuntimeClass", None),
         # R-DRA's DeviceClasses; on a cluster without resource.k8s.io/v1 the informer stays empty and quiet.
         device_classes=owned_informer(dra_classes.API_VERSION, dra_classes.KIND, None),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from metax_core.cluster import rbac, workloads
+from metax_core.cluster import network_policies, rbac, workloads
 from metax_core.dra import DRIVER
 from metax_core.dra import classes as dra_classes
 from metax_core.dra import slices as dra_slices
@@ -35,7 +35,13 @@ from services.operator import applier
 log = logging.getLogger(__name__)
 
 FINALIZER = meta.CLEANUP_FINALIZER
-OWNED_KINDS = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"))
+OWNED_KINDS = (
+    ("apps/v1", "DaemonSet"),
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ConfigMap"),
+    (network_policies.API_VERSION, network_policies.KIND),
+)
 ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL, allocation.LABEL})
 """Set by the administrator (R-SGPU, R-DRA), not by the product: left on the node."""
 

@@ -160,8 +160,9 @@ class Informer:
         self._stop.set()
 
 
-#: Pod labels the operator reads or selects by: its component, and the DaemonSet controller's revision.
-POD_LABELS = frozenset({workloads.COMPONENT_LABEL, "controller-revision-hash"})
+#: Pod labels the operator reads or selects by: its component, its workload (gpu-discovery's pods answer no uninstall
+#: request, `metax_core.cluster.node_undos`), and the DaemonSet controller's revision.
+POD_LABELS = frozenset({workloads.COMPONENT_LABEL, workloads.APP_LABEL, "controller-revision-hash"})
 _NO_WAITING: tuple[str, ...] = ()
 
 

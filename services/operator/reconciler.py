@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components, configmaps, gpu_workloads, rbac, vf_restarts, workloads
+from metax_core.cluster import components, configmaps, gpu_workloads, network_policies, rbac, vf_restarts, workloads
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
@@ -65,6 +65,7 @@ class Caches:
         self.daemonsets = informers["daemonsets"]
         self.deployments = informers["deployments"]
         self.services = informers["services"]
+        self.network_policies = informers["network_policies"]
         self.pods = informers["pods"]
         self.service_monitor_crd = informers["service_monitor_crd"]
         self.all: tuple[Informer, ...] = tuple(informers.values())
@@ -273,6 +274,7 @@ class Reconciler:
             (self.caches.daemonsets, "DaemonSet", "apps/v1"),
             (self.caches.deployments, "Deployment", "apps/v1"),
             (self.caches.services, "Service", "v1"),
+            (self.caches.network_policies, network_policies.KIND, network_policies.API_VERSION),
         ):
             for obj in cache.items():
                 name = str(obj["metadata"]["name"])

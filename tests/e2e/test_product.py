@@ -55,6 +55,7 @@ import ipaddress
 import json
 import os
 import pathlib
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -66,6 +67,7 @@ import tomlkit
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from metax_core.cluster import payloads, pod_security
 from metax_core.cluster import workloads as rendered_workloads
 from metax_core.dra import slices
 from metax_core.node import allocation, payload_layout, readiness
@@ -77,6 +79,7 @@ from metax_dev.images import build as images_build
 from metax_dev.productnode import helm_release, workloads
 from metax_dev.productnode.helm_release import NAMESPACE, Release
 from metax_dev.realnode import containerd as containerd_layout
+from metax_dev.realnode import node
 from metax_hw import container_runtime
 from tests.realnode import gpus, pods
 from tests.services.exporter.prometheus import Prometheus
@@ -97,7 +100,7 @@ def release(realnode_plane: controlplane.ControlPlane) -> Iterator[Release]:
     built = images_build.build()
     api = realnode_plane.api_client()
     kube = client.CoreV1Api(api)
-    with helm_release.real_node(realnode_plane, built) as r:
+    with helm_release.real_node(realnode_plane, built, cpu_node=True) as r:
         r.host_before = helm_release.host_files(r.fake.root)
         kube.create_namespaced_pod("default", pods.busybox_pod(BYSTANDER, r.node, "echo up; sleep 36000"))
         pods.wait_running(kube, "default", BYSTANDER)
@@ -122,7 +125,9 @@ def _container(pod: Any) -> tuple[str, int]:
     return status.container_id, status.restart_count
 
 
-_pods = helm_release.component_pods
+def _pods(r: Release, name: str) -> list[dict[str, Any]]:
+    """The live pods of workload ``name`` on the GPU node (gpu-discovery has one on the CPU node too)."""
+    return [p for p in helm_release.component_pods(r, name) if p["spec"].get("nodeName") == r.node]
 
 
 def _one(r: Release, name: str) -> dict[str, Any]:
@@ -135,6 +140,22 @@ def _exec(r: Release, pod: str, *command: str) -> str:
     done = r.kubectl("exec", "-n", NAMESPACE, pod, "--", *command)
     assert done.returncode == 0, f"{' '.join(command)} in {pod}: {done.stderr}"
     return done.stdout
+
+
+def _oci_spec(r: Release, container_id: str, member: node.RealNode | None = None) -> dict[str, Any]:
+    """The OCI runtime spec a node's containerd (the GPU node's by default) ran a container with (``ctr containers
+    info``)."""
+    member = member or r.member
+    ctr = [str(member.bin_dir / "ctr"), "--address", str(member.containerd_socket), "-n", "k8s.io"]
+    done = subprocess.run(
+        [*ctr, "containers", "info", container_id.removeprefix("containerd://")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    spec: dict[str, Any] = json.loads(done.stdout)["Spec"]
+    return spec
 
 
 def _describe(r: Release) -> str:
@@ -233,21 +254,34 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
         spec = rendered[name]["spec"]["template"]["spec"]
         container = pod["spec"]["containers"][0]
         assert pod["status"]["containerStatuses"][0]["image"] == f"docker.io/library/{name}:0.1.0"
-        assert container["securityContext"] == spec["containers"][0]["securityContext"] == {"privileged": True}
+        assert container["securityContext"] == spec["containers"][0]["securityContext"]
+        privileged = name != helm_release.DISCOVERY  # issue 38 item 3: the one unprivileged node agent
+        assert container["securityContext"].get("privileged", False) is privileged
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
         for volume in spec.get("volumes", []):
             if "hostPath" in volume:
                 assert volume["hostPath"]["path"].startswith(str(r.fake.root) + "/")
-        # Privileged: every capability; the fake host's PCI functions under /host/sys (hostPath).
+        # Privileged: every capability (gpu-discovery: none); the fake host's PCI functions under /host/sys.
         status = _exec(r, pod["metadata"]["name"], "cat", "/proc/self/status")
         cap_eff = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
-        assert int(cap_eff, 16) == int(Path("/proc/self/status").read_text().split("CapEff:")[1].split()[0], 16)
+        ours = int(Path("/proc/self/status").read_text().split("CapEff:")[1].split()[0], 16)
+        assert int(cap_eff, 16) == (ours if privileged else 0), name
+        touched = r.kubectl("exec", "-n", NAMESPACE, pod["metadata"]["name"], "--", "touch", "/probe")
+        assert touched.returncode != 0 and "Read-only file system" in touched.stderr, name
         if any(m["mountPath"] == "/host/sys" for m in container.get("volumeMounts", [])):
             listed = _exec(r, pod["metadata"]["name"], "ls", "/host/sys/bus/pci/devices").split()
             assert set(gpus) <= set(listed)
     driver = _one(r, "metax-driver")
     init = driver["status"]["initContainerStatuses"][0]
     assert init["image"] == helm_release.PAYLOAD_IMAGE and init["state"]["terminated"]["exitCode"] == 0
-    listed = _exec(r, driver["metadata"]["name"], "ls", rendered_workloads.PAYLOAD_DIR + "/driver")
+    # The vendor's payload ran with no credentials and no capability (issue 38 item 2, R-NODEBOUND): its OCI spec as
+    # the node's containerd ran it; the agent container of the same pod holds the token and reaches the API.
+    oci = _oci_spec(r, init["containerID"])
+    assert not [m for m in oci["mounts"] if m["destination"].startswith(pod_security.TOKEN_PATH)], oci["mounts"]
+    assert not any(oci["process"].get("capabilities", {}).get(kind) for kind in ("bounding", "effective", "permitted"))
+    assert oci["process"]["noNewPrivileges"] is True and oci["root"].get("readonly") is True
+    assert _exec(r, driver["metadata"]["name"], "cat", pod_security.TOKEN_PATH + "/namespace") == NAMESPACE
+    listed = _exec(r, driver["metadata"]["name"], "ls", payloads.PAYLOAD_DIR + "/driver")
     assert listed.split() == ["metax.ko"]
 
     labels = kube.read_node(r.node).metadata.labels or {}
@@ -266,6 +300,43 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
     )
     cdi = json.loads((root / "var/run/cdi/metax-tech.com-gpu.json").read_text())
     assert len(cdi["devices"]) == len(gpus)
+
+
+def test_a_node_without_gpus_runs_only_unprivileged_discovery_and_gets_no_label(
+    release: Release, kube: client.CoreV1Api
+) -> None:
+    """Issue 38 item 3 (R-SECURITY, 000 §1.3.4): the release's CPU node, a real node on a fake host without GPUs,
+    runs gpu-discovery's pod and nothing else of ours. Its container runs as the images' user with no capability,
+    no privilege escalation and a read-only root — read from the OCI spec the node's containerd ran it with, not
+    only from what the pod asks —, its one host path ``/sys`` read-only, and it labels nothing; no privileged
+    DaemonSet (gpu-label's included) places a pod there."""
+    r = release
+    cpu = r.cpu
+    assert cpu is not None
+
+    def discovered() -> dict[str, Any] | None:
+        found = [
+            p for p in helm_release.component_pods(r, helm_release.DISCOVERY) if p["spec"].get("nodeName") == cpu.name
+        ]
+        statuses = [s for p in found for s in (p.get("status") or {}).get("containerStatuses") or []]
+        return found[0] if len(found) == 1 and statuses and all(s["ready"] for s in statuses) else None
+
+    pod = helm_release.wait(discovered, "gpu-discovery Ready on the CPU node", WAIT, lambda: _describe(r))
+    on_cpu = [p["metadata"]["name"] for p in helm_release.pods(r) if p["spec"].get("nodeName") == cpu.name]
+    assert on_cpu == [pod["metadata"]["name"]]
+    assert pod["status"]["containerStatuses"][0]["image"] == f"docker.io/library/{helm_release.DISCOVERY}:0.1.0"
+    oci = _oci_spec(r, pod["status"]["containerStatuses"][0]["containerID"], cpu)
+    user = oci["process"]["user"]
+    assert (user["uid"], user["gid"]) == (pod_security.UNPRIVILEGED_USER, pod_security.UNPRIVILEGED_USER)
+    assert not any(oci["process"].get("capabilities", {}).get(kind) for kind in ("bounding", "effective", "permitted"))
+    assert oci["process"]["noNewPrivileges"] is True and oci["root"].get("readonly") is True
+    [sys_mount] = [m for m in oci["mounts"] if m["destination"].startswith("/host")]
+    assert sys_mount["destination"] == "/host/sys" and "ro" in sys_mount["options"]
+    # it looked (its readiness: the labels published) and found nothing: no label of ours on the node
+    labels = kube.read_node(cpu.name).metadata.labels or {}
+    assert not [k for k in labels if k.startswith(PREFIX)], labels
+    log = r.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
+    assert "no MetaX GPU on this node" in log, log[-2000:]
 
 
 def test_container_runtime_and_maca_configure_the_node_from_their_pods(
@@ -303,8 +374,12 @@ def test_container_runtime_and_maca_configure_the_node_from_their_pods(
     runtime_pod = _one(r, "metax-container-runtime")
     log = r.kubectl("logs", "-n", NAMESPACE, runtime_pod["metadata"]["name"]).stdout
     assert "sending SIGTERM to" in log, log[-3000:]
+    ours = {
+        r.node,
+        r.cpu.name if r.cpu else r.node,
+    }  # Events about other nodes of the session (the demo's) stay an hour
     events = [e for e in kube.list_namespaced_event("default").items if e.reason == "RuntimeConfigured"]
-    assert [e.involved_object.name for e in events] == [r.node]
+    assert [e.involved_object.name for e in events if e.involved_object.name in ours] == [r.node]
     for pod in helm_release.pods(r):
         for status in pod["status"].get("containerStatuses") or []:
             assert status["restartCount"] == 0, (pod["metadata"]["name"], status)
@@ -480,12 +555,9 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     r = release
     for what, seconds in r.timings.items():
         record_timing(f"e2e: {what}", seconds)
-    # The GPU workloads are gone before the uninstall, as an administrator removes them first: the kubelet removes a
-    # deleted pod's sandbox at its next garbage collection (within a minute). A sandbox of handler metax still on the
-    # node would keep the wrapper, which its shim calls to delete it (docs/container-runtime.md, "Uninstall").
-    socket = str(r.member.containerd_socket)
+    # The GPU workloads are gone before the uninstall, as an administrator removes them first (`metax_sandboxes`).
     helm_release.wait(
-        lambda: not container_runtime.sandboxes_with_handler(socket, handler.RUNTIME_HANDLER),
+        lambda: not r.metax_sandboxes(),
         "the GPU workloads' sandboxes removed by the kubelet",
         WAIT,
         lambda: _describe(r),
@@ -517,8 +589,9 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
         assert not [n for n in names if n.startswith("metax")], (kind, names)
     operators = r.kubectl("get", "clusteroperators", "-o", "json")
     assert operators.returncode == 0 and json.loads(operators.stdout)["items"] == []
-    node = kube.read_node(r.node).metadata
-    assert not [k for k in {**(node.labels or {}), **(node.annotations or {})} if k.startswith(PREFIX)]
+    for name in (r.node, r.cpu.name if r.cpu else r.node):
+        meta = kube.read_node(name).metadata
+        assert not [k for k in {**(meta.labels or {}), **(meta.annotations or {})} if k.startswith(PREFIX)], name
     assert helm_release.host_files(r.fake.root) == r.host_before
     # the container-runtime pod's uninstall gave the node's containerd its root file back, byte and mode, and
     # restarted it without the handler; nobody else's container restarted

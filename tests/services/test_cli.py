@@ -105,9 +105,16 @@ def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_
         ("ConfigMap", "metax-vfio-config"),
     ]
     names = [o["metadata"]["name"] for o in items if o["kind"] in ("DaemonSet", "Deployment")]
-    assert names == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
+    expected = [
+        "metax-gpu-discovery",
+        "metax-gpu-label",
+        "metax-vfio-manager",
+        "metax-topo-master",
+        "metax-topo-worker",
+    ]
+    assert names == expected
     accounts = [o["metadata"]["name"] for o in items if o["kind"] == "ServiceAccount"]
-    assert accounts == ["metax-gpu-label", "metax-vfio-manager", "metax-topo-master", "metax-topo-worker"]
+    assert accounts == expected
     assert "skipped: driver is enabled but not deployed: disabled prerequisite runtime" in err
     assert (
         "skipped: gpuDevice is enabled but not deployed: disabled prerequisite runtime; blocked prerequisite maca"
@@ -126,8 +133,9 @@ def test_render_one_component_as_yaml(capsys: pytest.CaptureFixture[str]) -> Non
         "Role",
         "RoleBinding",
         "DaemonSet",
+        "NetworkPolicy",  # it listens on no port: it admits nothing (docs/security.md "Network")
     ]
-    daemonset = documents[-1]
+    daemonset = documents[-2]
     tolerations = daemonset["spec"]["template"]["spec"]["tolerations"]
     assert {"key": "node-type", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in tolerations
     assert {"key": "node-type", "operator": "Equal", "value": "general", "effect": "NoSchedule"} not in tolerations

@@ -99,8 +99,9 @@ def api() -> InMemoryApiServer:
             subresource="status",
         )
     for pod in (
+        _pod("metax-gpu-discovery-1", "gpuLabel", GPU_NODE),
+        _pod("metax-gpu-discovery-2", "gpuLabel", CPU_NODE),
         _pod("metax-gpu-label-1", "gpuLabel", GPU_NODE),
-        _pod("metax-gpu-label-2", "gpuLabel", CPU_NODE),
         _pod("metax-container-runtime-1", "runtime", GPU_NODE),
         _pod("metax-driver-1", "driver", GPU_NODE, ready=False),
     ):

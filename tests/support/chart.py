@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from metax_core.errors import ClusterError, NotFound
+from metax_core.cluster import node_policy
+from metax_core.errors import ClusterError, NotFound, NotServed
 from metax_dev import chart
 from metax_dev.controlplane import build
 from metax_k8s.api import Api
@@ -81,6 +82,14 @@ CHART_OBJECTS: Sequence[tuple[str, str, str, str | None]] = (
 )
 
 
+NODE_BOUND_OBJECTS: Sequence[tuple[str, str, str, str | None]] = (
+    (node_policy.API_VERSION, "ValidatingAdmissionPolicy", node_policy.POLICY_NAME, None),
+    (node_policy.API_VERSION, "ValidatingAdmissionPolicyBinding", node_policy.POLICY_NAME, None),
+)
+"""What the chart adds from Kubernetes 1.30 on (`node_policy.MINIMUM_KUBERNETES`, R-NODEBOUND): on older servers
+these kinds are not served, and `present` finds none of them."""
+
+
 def present(api: Api, objects: Sequence[tuple[str, str, str, str | None]]) -> list[str]:
     found = []
     for api_version, kind, name, namespace in objects:
@@ -111,9 +120,14 @@ def labelled_ours(api: Api) -> list[str]:
         ("rbac.authorization.k8s.io/v1", "ClusterRole"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+        *((api_version, kind) for api_version, kind, _, _ in NODE_BOUND_OBJECTS),
     ]
     for api_version, kind in kinds:
-        for item in api.list(api_version, kind, label_selector="app.kubernetes.io/part-of=metax-gpu-operator").items:
+        try:
+            items = api.list(api_version, kind, label_selector="app.kubernetes.io/part-of=metax-gpu-operator").items
+        except NotServed:  # an older server (the node-bound policy's kinds): none of ours either
+            continue
+        for item in items:
             meta: dict[str, Any] = item["metadata"]
             found.append(f"{kind} {meta.get('namespace', '')}/{meta['name']}")
     return found

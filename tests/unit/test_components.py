@@ -27,6 +27,7 @@ def test_prerequisites_are_those_of_the_seed_table() -> None:
 def test_workload_names_and_privileges_follow_table_1_3_1() -> None:
     workloads = {w.name: w for info in components.CATALOGUE for w in info.workloads}
     assert set(workloads) == {
+        "metax-gpu-discovery",  # issue 38 item 3: gpu-label's unprivileged half, on every node
         "metax-gpu-label",
         "metax-container-runtime",
         "metax-driver",
@@ -45,7 +46,13 @@ def test_workload_names_and_privileges_follow_table_1_3_1() -> None:
         "metax-maca",
         "metax-gpu-device",
     ]
-    assert {n for n, w in workloads.items() if not w.privileged} == {"metax-topo-master", "metax-gpu-scheduler"}
+    assert {n for n, w in workloads.items() if not w.privileged} == {
+        "metax-topo-master",
+        "metax-gpu-scheduler",
+        "metax-gpu-discovery",
+    }
+    assert [n for n, w in workloads.items() if w.everywhere] == ["metax-gpu-discovery"]  # privilege: GPU nodes only
+    assert [n for n, w in workloads.items() if not w.publishes_readiness] == ["metax-gpu-discovery"]
     assert workloads["metax-data-exporter"].service_account is None
     assert all(w.service_account == n for n, w in workloads.items() if n != "metax-data-exporter")
 

@@ -23,7 +23,8 @@ SETTINGS = workloads.RenderSettings(version="0.1.0")
 BASE: dict[str, Any] = {"registry": "r.example.com", "driver": {"payload": {"version": "2.20.0"}}}
 NODES = ("gpu-a", "gpu-b", "gpu-c")
 PODS = {
-    "metax-gpu-label": (*NODES, "cpu-a"),
+    "metax-gpu-discovery": (*NODES, "cpu-a"),
+    "metax-gpu-label": NODES,
     "metax-driver": NODES,
     "metax-gpu-device": NODES,
     "metax-vfio-manager": NODES,

@@ -64,9 +64,9 @@ def cluster(document: Mapping[str, Any] | None = None, **changes: Any) -> facts.
     parsed = validation.parse(document or SPEC_DOC)
     daemonsets = {}
     for c in NODE_COMPONENTS:
-        w = components.BY_COMPONENT[c].workloads[0]
-        selector = {} if c is Component.GPU_LABEL else {node_labels.GPU_INSTALLED: node_labels.TRUE}
-        daemonsets[w.name] = facts.DaemonSetFacts(w.name, selector)
+        for w in components.BY_COMPONENT[c].workloads:
+            selector = {} if w.everywhere else {node_labels.GPU_INSTALLED: node_labels.TRUE}
+            daemonsets[w.name] = facts.DaemonSetFacts(w.name, selector)
     base = facts.ClusterFacts(
         facts.CrFacts(parsed, conditions=(("Ready", "True", "AllReady", ""),), generation=2, observed_generation=2),
         NS,
@@ -95,12 +95,18 @@ def healthy_node(**changes: Any) -> facts.NodeFacts:
 
 
 def pod(component: Component, **changes: Any) -> facts.PodFacts:
-    w = components.BY_COMPONENT[component].workloads[0]
+    """A pod of the component's agent (gpu-label's, not gpu-discovery's)."""
+    w = next(w for w in components.BY_COMPONENT[component].workloads if w.publishes_readiness)
     return attrs.evolve(facts.PodFacts(f"{w.name}-x1", component.value, NODE, "Running", True), **changes)
 
 
+def discovery_pod(**changes: Any) -> facts.PodFacts:
+    name = f"{components.GPU_DISCOVERY.name}-x1"
+    return attrs.evolve(facts.PodFacts(name, Component.GPU_LABEL.value, NODE, "Running", True), **changes)
+
+
 def pods(**replaced: facts.PodFacts | None) -> list[facts.PodFacts]:
-    found = []
+    found = [discovery_pod()]
     for c in NODE_COMPONENTS:
         if c.value in replaced:
             if (p := replaced[c.value]) is not None:
@@ -139,9 +145,11 @@ def test_a_healthy_node_passes_every_link() -> None:
         "cluster-operator",
         "operator",
         "node",
+        "gpu-discovery-pod",
+        "gpu-discovery-ready",
+        "gpu-found",
         "gpu-label-pod",
         "gpu-label-ready",
-        "gpu-found",
         "container-runtime-pod",
         "container-runtime-ready",
         "driver-pod",
@@ -281,16 +289,16 @@ def test_a_readiness_signal_down_shows_the_agents_last_warning() -> None:
 
 def test_no_gpu_on_the_node() -> None:
     cpu = facts.NodeFacts("cpu-1")
-    d = diagnose(cpu, pod_list=[pod(Component.GPU_LABEL, node="cpu-1")])
+    d = diagnose(cpu, pod_list=[discovery_pod(node="cpu-1")])
     link = first(d)
-    assert link.id == "gpu-found" and "gpu-label found no MetaX GPU" in link.evidence
-    assert link.next == f"kubectl -n {NS} logs pod/metax-gpu-label-x1"
-    assert [x.id for x in d.links] == [
+    assert link.id == "gpu-found" and "gpu-discovery found no MetaX GPU" in link.evidence
+    assert link.next == f"kubectl -n {NS} logs pod/metax-gpu-discovery-x1"
+    assert [x.id for x in d.links] == [  # gpu-label and the other agents run only where gpu-discovery found GPUs
         "cluster-operator",
         "operator",
         "node",
-        "gpu-label-pod",
-        "gpu-label-ready",
+        "gpu-discovery-pod",
+        "gpu-discovery-ready",
         "gpu-found",
     ]
     assert doctor_report.state(d) == doctor_report.NO_GPU
@@ -359,7 +367,7 @@ def test_the_chain_follows_the_component_table() -> None:
 
 def test_summary_states_and_exit_codes() -> None:
     healthy = diagnose()
-    cpu = diagnose(facts.NodeFacts("cpu-1"), pod_list=[pod(Component.GPU_LABEL, node="cpu-1")])
+    cpu = diagnose(facts.NodeFacts("cpu-1"), pod_list=[discovery_pod(node="cpu-1")])
     broken = diagnose(healthy_node(allocatable={}))
     c = cluster()
     summary = doctor_report.summarize([cpu, broken, healthy], c.cr, None)

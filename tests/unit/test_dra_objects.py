@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import agent_env, components, dra_objects, host_paths, rbac, workloads
+from metax_core.cluster import agent_env, components, dra_objects, host_paths, pod_security, rbac, workloads
 from metax_core.cluster.components import Component
 from metax_core.dra import DRIVER, VFIO_DRIVER, classes
 from metax_core.node import allocation
@@ -76,10 +76,10 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
     container = pod["containers"][0]
     assert container["image"] == "reg.example/metax/metax-dra-driver:9.9.9"
     assert pod["serviceAccountName"] == "metax-dra-driver" and "hostPID" not in pod
-    assert container["securityContext"] == {"privileged": True}
+    assert container["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True}
     assert pod["nodeSelector"] == GPU_NODE and pod["priorityClassName"] == "system-node-critical"
     assert {t["key"] for t in pod["tolerations"]} >= {"node-role.kubernetes.io/control-plane"}
-    paths = {v["hostPath"]["path"] for v in pod["volumes"]}
+    paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert paths == {
         "/var/lib/kubelet/plugins_registry",
         "/var/lib/kubelet/plugins",
@@ -95,7 +95,7 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
     # volume names are DNS labels (the API server refused host-var-lib-kubelet-plugins_registry)
     assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", v["name"]) for v in pod["volumes"])
     read_only = {m["mountPath"].removeprefix("/host") for m in container["volumeMounts"] if m["readOnly"]}
-    assert read_only == {"/sys", "/var/lib/kubelet/pod-resources", "/var/lib/metax"}
+    assert read_only == {"/sys", "/var/lib/kubelet/pod-resources", "/var/lib/metax", pod_security.TOKEN_PATH}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env[agent_env.NODE_NAME] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env[agent_env.HEALTHY_INTERVAL.name] == "9"

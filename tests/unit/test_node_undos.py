@@ -44,3 +44,20 @@ def test_each_node_gets_exactly_the_agents_that_run_there_and_have_an_undo() -> 
 def test_a_node_missing_from_the_cache_is_not_asked() -> None:
     info = next(i for i in components.BY_COMPONENT.values() if i.signal in uninstall.AGENTS)
     assert node_undos.node_undos([], [_pod(_label(info.component), "gone")]) == []
+
+
+def test_a_node_that_runs_only_gpu_discovery_has_nothing_to_undo() -> None:
+    """Issue 38 item 3: gpu-discovery's pods (gpu-label's component, on every node) answer no request; a CPU
+    node runs only those, so the finalizer does not wait for it. The pods' labels are the rendered templates'."""
+    from metax_core.spec import validation
+
+    rendered = workloads.render(validation.parse({"driver": {"payload": {"version": "2.20.0"}}})).objects
+    daemonsets = [o for o in rendered if o["kind"] == "DaemonSet"]
+    template = {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["labels"] for o in daemonsets}
+
+    def pod(workload: str, node: str) -> dict[str, Any]:
+        return {"metadata": {"labels": template[workload]}, "spec": {"nodeName": node}}
+
+    pods = [pod("metax-gpu-discovery", "cpu"), pod("metax-gpu-discovery", "gpu"), pod("metax-gpu-label", "gpu")]
+    found = node_undos.node_undos([_node("cpu"), _node("gpu")], pods)
+    assert [(u.node, u.agents) for u in found] == [("gpu", frozenset({"gpu-label"}))]

@@ -276,7 +276,7 @@ def test_the_rendered_driver_pod_runs_with_its_entrypoint_payload_host_root_and_
     assert plan.env["METAX_HOST_ROOT"] == str(stand_ins.host_root)
     assert plan.env["METAX_PAYLOAD_DIR"] == str(pod_dir / "volumes" / "payload")
     assert plan.env["METAX_DRIVER_VERSION"] == "2.20.0"
-    assert plan.env["METAX_PROBE_FILE"] == str(pod_dir / "tmp" / "metax-agent-ready")
+    assert plan.env["METAX_PROBE_FILE"] == str(pod_dir / "volumes" / "tmp" / "metax-agent-ready")  # its /tmp emptyDir
     assert plan.readiness is not None and plan.readiness.command == ("test", "-f", plan.env["METAX_PROBE_FILE"])
     (init,) = pod["spec"]["initContainers"]
     copy = podspec.plan(init, pod, FACTS, (), _no_lookup, standins.path_map(pod, init, pod_dir, stand_ins), stand_ins)

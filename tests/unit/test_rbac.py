@@ -19,6 +19,7 @@ from metax_core.spec import validation
 TABLE_1_3_1 = {
     "metax-operator": "metax-operator",
     "metax-gpu-label": "metax-gpu-label",
+    "metax-gpu-discovery": "metax-gpu-discovery",  # issue 38 item 3, beyond the table: gpu-label's unprivileged half
     "metax-gpu-device": "metax-gpu-device",
     "metax-container-runtime": "metax-container-runtime",
     "metax-driver": "metax-driver",

@@ -384,6 +384,17 @@ _SPECIAL: dict[tuple[type, str], st.SearchStrategy[Any]] = {
     (spec.VfioConfigEntry, "gpus"): st.from_regex(rf"\A({limits.GPUS_PATTERN})\Z"),
     (spec.PodSpecOverrides, "affinity"): st.none()
     | st.dictionaries(_text, _json.filter(lambda v: not _has_none(v)), max_size=3),
+    (spec.NetworkPolicy, "allowed_from"): st.none()
+    | st.lists(
+        st.sampled_from(
+            [
+                {"ipBlock": {"cidr": "10.0.0.0/24"}},
+                {"podSelector": {}},
+                {"namespaceSelector": {"matchLabels": {"a": "b"}}},
+            ]
+        ),
+        max_size=3,
+    ).map(tuple),
 }
 
 
@@ -408,6 +419,9 @@ def strategy_for(t: Any) -> st.SearchStrategy[Any]:
         return _text
     if t is spec.IntOrPercent:
         return st.builds(spec.IntOrPercent, st.integers(0, 100), st.booleans())
+    if t is spec.Quantity:
+        units = st.sampled_from(["", "m", "Ki", "Mi", "Gi", "k", "M", "G"])
+        return st.builds(lambda n, u: spec.Quantity.parse(f"{n}{u}"), st.integers(0, 4096), units)
     if isinstance(t, type) and issubclass(t, enum.Enum):
         return st.sampled_from(t)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:

@@ -17,7 +17,11 @@ BY_SIGNAL = {info.signal: info.component for info in components.CATALOGUE}
 
 @pytest.mark.parametrize("agent", uninstall.AGENTS)
 def test_an_agent_answers_with_what_it_already_may_do(agent: str) -> None:
-    (account,) = rbac.accounts(BY_SIGNAL[agent])
+    [account] = [
+        w.service_account
+        for w in components.BY_COMPONENT[BY_SIGNAL[agent]].workloads
+        if w.publishes_readiness and w.service_account
+    ]
     rules = rbac.component_rules(account)
     node_verbs = {v for r in rules.cluster if "nodes" in r.resources and not r.names for v in r.verbs}
     assert {"get", "patch"} <= node_verbs

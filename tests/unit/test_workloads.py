@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import agent_env, components, host_paths, workloads
+from metax_core.cluster import agent_env, components, host_paths, payloads, pod_security, workloads
 from metax_core.spec import validation
 
 BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
@@ -27,6 +27,7 @@ def test_default_spec_renders_every_default_component_in_dependency_order() -> N
     rendered = workloads.render(validation.parse(BASE))
     names = [o["metadata"]["name"] for o in rendered.objects if o["kind"] in ("DaemonSet", "Deployment")]
     assert names == [
+        "metax-gpu-discovery",
         "metax-gpu-label",
         "metax-container-runtime",
         "metax-driver",
@@ -106,14 +107,15 @@ def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
         pod_before, pod_after = _pod(dict(before)), _pod(dict(after))
         mounts_before = pod_before["containers"][0].get("volumeMounts") or []
         mounts_after = pod_after["containers"][0].get("volumeMounts") or []
-        assert fake not in mounts_before and fake in mounts_after
+        privileged = pod_after["containers"][0]["securityContext"].get("privileged", False)
+        assert fake not in mounts_before and (fake in mounts_after) is privileged  # gpu-discovery: not privileged
         assert [m for m in mounts_after if m != fake] == mounts_before
         fake_volume = {
             "name": fake["name"],
             "hostPath": {"path": "/tmp/fake-host/.metax-fake", "type": "DirectoryOrCreate"},
         }
         volumes_after = pod_after.get("volumes", [])
-        assert fake_volume in volumes_after
+        assert (fake_volume in volumes_after) is privileged
         volumes_after = [v for v in volumes_after if v != fake_volume]
         for v_before, v_after in zip(pod_before.get("volumes", []), volumes_after, strict=True):
             if "hostPath" in v_before:
@@ -123,18 +125,99 @@ def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
                 assert v_before == v_after
 
 
-def test_unprivileged_deployments_are_locked_down() -> None:
-    pod = _pod(_render(BASE)["Deployment/metax-topo-master"])
+@pytest.mark.parametrize("name", ["Deployment/metax-topo-master", "DaemonSet/metax-gpu-discovery"])
+def test_unprivileged_workloads_are_locked_down(name: str) -> None:
+    """Issue 38: the images' non-root user on the pod and the container, no capability, no escalation, the
+    runtime's seccomp profile, a read-only root."""
+    pod = _pod(_render(BASE)[name])
     context = pod["containers"][0]["securityContext"]
     assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
-    assert context["capabilities"] == {"drop": ["ALL"]}
-    assert "volumes" not in pod
+    assert context["runAsUser"] == context["runAsGroup"] == pod_security.UNPRIVILEGED_USER
+    assert context["capabilities"] == {"drop": ["ALL"]} and context["readOnlyRootFilesystem"] is True
+    assert "privileged" not in context and "hostPID" not in pod
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": pod_security.UNPRIVILEGED_USER,
+        "runAsGroup": pod_security.UNPRIVILEGED_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
-def test_node_agents_run_on_gpu_nodes_except_the_labeller_and_tolerate_control_plane_taints() -> None:
+def test_gpu_discovery_sees_only_the_host_s_sys_read_only_and_runs_everywhere() -> None:
+    """Issue 38 item 3: the one workload on every node (control plane included) holds no privilege and reads
+    only /sys; gpu-label, privileged, runs only where it found GPUs."""
     objs = _render(BASE)
-    assert "nodeSelector" not in _pod(objs["DaemonSet/metax-gpu-label"])
-    for name in ("metax-driver", "metax-maca", "metax-gpu-device"):
+    pod = _pod(objs["DaemonSet/metax-gpu-discovery"])
+    assert "nodeSelector" not in pod and pod["serviceAccountName"] == "metax-gpu-discovery"
+    assert [v["hostPath"] for v in pod["volumes"] if "hostPath" in v] == [{"path": "/sys", "type": "DirectoryOrCreate"}]
+    [host_mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"].startswith("/host")]
+    assert host_mount["readOnly"] is True
+    assert pod["containers"][0]["image"] == "reg.example/metax/metax-gpu-discovery:9.9.9"  # its own image
+    assert _pod(objs["DaemonSet/metax-gpu-label"])["nodeSelector"] == {workloads.GPU_NODE_LABEL: "true"}
+
+
+def test_every_container_has_a_read_only_root_and_its_own_tmp() -> None:
+    """Every container the operator renders: a read-only root, and an emptyDir of its own at /tmp (its probe
+    file; maca's two containers each keep theirs)."""
+    every = {**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}, "draDriver": {"deploy": True}}
+    for name, obj in _render(every).items():
+        if obj["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        pod = _pod(obj)
+        empty = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+        scratch = []
+        for c in pod["containers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, (name, c["name"])
+            [tmp] = [m["name"] for m in c["volumeMounts"] if m["mountPath"] == pod_security.SCRATCH_PATH]
+            assert tmp in empty
+            scratch.append(tmp)
+        assert len(set(scratch)) == len(scratch), name
+
+
+def _mounts_token(container: dict[str, Any]) -> bool:
+    return any(m["name"] == pod_security.TOKEN_VOLUME for m in container.get("volumeMounts") or [])
+
+
+def test_every_pod_carries_its_token_only_into_the_container_that_calls_the_api() -> None:
+    """Issue 38 item 2 (R-NODEBOUND): automount off everywhere; the ServiceAccount's bound, expiring token, the CA
+    and the namespace in a projected volume, mounted into the agent container only — not maca's container-edit
+    sidecar, not a payload init container; the exporter (no ServiceAccount, Table 1.3.1) has none at all."""
+    every = {**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}, "draDriver": {"deploy": True}}
+    objs = _render(every)
+    pods = {name: _pod(o) for name, o in objs.items() if o["kind"] in ("DaemonSet", "Deployment")}
+    assert len(pods) >= 11
+    for name, pod in pods.items():
+        assert pod["automountServiceAccountToken"] is False, name
+        agent, *others = pod["containers"]
+        if "serviceAccountName" not in pod:
+            assert name == "DaemonSet/metax-data-exporter" and not _mounts_token(agent)
+            continue
+        (volume,) = [v for v in pod["volumes"] if v["name"] == pod_security.TOKEN_VOLUME]
+        sources = volume["projected"]["sources"]
+        assert sources[0]["serviceAccountToken"]["expirationSeconds"] <= 3607
+        assert _mounts_token(agent), name
+        assert not [c["name"] for c in (*others, *pod.get("initContainers", ())) if _mounts_token(c)], name
+    assert [c["name"] for c in pods["DaemonSet/metax-maca"]["containers"]] == ["maca", "container-edit"]
+
+
+def test_payload_init_containers_run_confined_with_limits() -> None:
+    """Issue 38 item 2: the vendor's payload image runs with no token (above), no capability, no privilege
+    escalation, the runtime's seccomp profile, a read-only root and limits."""
+    spec = {**BASE, "maca": {"payload": {"images": ["maca:2.18.0.3"]}}}
+    objs = _render(spec)
+    for name in ("DaemonSet/metax-driver", "DaemonSet/metax-maca"):
+        (init,) = _pod(objs[name])["initContainers"]
+        context = init["securityContext"]
+        assert context["capabilities"] == {"drop": ["ALL"]} and context["allowPrivilegeEscalation"] is False
+        assert context["privileged"] is False and context["readOnlyRootFilesystem"] is True
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert init["resources"]["limits"]["memory"] and init["resources"]["limits"]["cpu"]
+
+
+def test_node_agents_run_on_gpu_nodes_except_discovery_and_tolerate_control_plane_taints() -> None:
+    objs = _render(BASE)
+    assert "nodeSelector" not in _pod(objs["DaemonSet/metax-gpu-discovery"])
+    for name in ("metax-gpu-label", "metax-driver", "metax-maca", "metax-gpu-device"):
         pod = _pod(objs[f"DaemonSet/{name}"])
         assert pod["nodeSelector"] == {workloads.GPU_NODE_LABEL: "true"}
         assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in pod[
@@ -188,8 +271,8 @@ def test_the_driver_daemonset_carries_its_payload_image_from_the_global_registry
     assert {"name": "payload", "emptyDir": {}} in pod["volumes"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     # one image: it lands in the agent's METAX_PAYLOAD_DIR itself, where driver-manager looks for driver/*.ko
-    assert env["METAX_PAYLOAD_DIR"] == workloads.PAYLOAD_DIR and "METAX_PAYLOAD_IMAGES" not in env
-    assert init["command"][-1].endswith(f'"{workloads.PAYLOAD_DIR}/"')
+    assert env["METAX_PAYLOAD_DIR"] == payloads.PAYLOAD_DIR and "METAX_PAYLOAD_IMAGES" not in env
+    assert init["command"][-1].endswith(f'"{payloads.PAYLOAD_DIR}/"')
 
 
 def test_the_payload_registry_wins_over_the_global_one_and_a_named_registry_is_kept() -> None:

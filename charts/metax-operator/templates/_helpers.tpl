@@ -45,3 +45,35 @@ service:
   port: 443
 {{- end }}
 {{- end -}}
+
+{{/*
+The ServiceAccount token as the kubelet would inject it (a bound, expiring token, the cluster's CA, the namespace),
+mounted only into the container that calls the API: every pod sets automountServiceAccountToken: false (issue 38;
+metax_core/cluster/pod_security.py renders the same for the node agents).
+*/}}
+{{- define "metax-operator.tokenVolume" -}}
+- name: kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end }}
+
+{{- define "metax-operator.tokenMount" -}}
+- name: kube-api-access
+  mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+  readOnly: true
+{{- end }}

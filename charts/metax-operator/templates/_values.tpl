@@ -35,10 +35,12 @@
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "service" "port") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "sampleInterval") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "exportedPodLabels") "kind" "bool") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "exporter" "networkPolicy" "enabled") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "topo" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "topo" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "networkPolicy" "enabled") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "draDriver" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "draDriver" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- end -}}

@@ -40,6 +40,7 @@ from tests.support.chart import (
     CHART_DIR,
     CHART_OBJECTS,
     NAMESPACE,
+    NODE_BOUND_OBJECTS,
     RELEASE,
     Helm,
     install_command,
@@ -55,6 +56,8 @@ pytestmark = pytest.mark.integration
 TABLE_1_3_1 = {
     "metax-operator": (False, False),
     "metax-gpu-label": (True, False),
+    # Not in Table 1.3.1 (issue 38 item 3): gpu-label's unprivileged half, the one workload on every node.
+    "metax-gpu-discovery": (False, False),
     "metax-gpu-device": (True, True),
     "metax-container-runtime": (True, True),
     "metax-driver": (True, True),
@@ -312,6 +315,7 @@ def _uninstall_and_check_nothing_remains(helm: Helm, api: client.HttpApi) -> Non
     gone = events.index("DELETED Deployment metax-operator")
     assert hook < gone, events
     assert present(api, CHART_OBJECTS) == []
+    assert present(api, NODE_BOUND_OBJECTS) == []
     assert labelled_ours(api) == []
     assert "metax-operator" not in helm.run("list", "-n", NAMESPACE, "-q").stdout
     # By Helm convention the CRD stays (README: `kubectl delete crd ...` removes it).
@@ -341,6 +345,9 @@ def test_readme_install_upgrade_and_uninstall(helm: Helm, api: client.HttpApi) -
     out = helm.run(*install_command("r.example/metax", "2.18.0")).stdout
     assert "rollout status deployment/metax-operator" in out  # NOTES.txt says what to check next
     assert len(present(api, CHART_OBJECTS)) == len(CHART_OBJECTS)
+    # R-NODEBOUND: this server is new enough for the node-bound policy (its CEL: tests/.../test_node_bound.py).
+    assert len(present(api, NODE_BOUND_OBJECTS)) == len(NODE_BOUND_OBJECTS)
+    assert "NOT node-bound" not in out
     deployment = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)
     assert deployment["status"]["availableReplicas"] == 1  # --wait
     co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")

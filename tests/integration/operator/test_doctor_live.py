@@ -2,8 +2,8 @@
 
 One install, reused by every case in the order an administrator meets them: the real operator as a process,
 the session's kwok nodes (two GPU nodes, one CPU node; kwok runs the DaemonSets' pods and reports them Ready),
-and on each node the real gpu-label agent (and on GPU nodes the real driver-manager) against its own fake GPU
-host, as in test_uninstall_hosts.py. GPU node 0 loads the payload driver; GPU node 1 has no driver and a
+and on each node the real gpu-discovery agent (and on GPU nodes the real gpu-label and driver-manager) against its
+own fake GPU host, as in test_uninstall_hosts.py. GPU node 0 loads the payload driver; GPU node 1 has no driver and a
 fake kernel that refuses to load the payload's module (``Unknown symbol in module``, a fault of the fake
 host). Doctor runs in-process with the admin kubeconfig (``main.main``, exactly the console script's code),
 once as a ServiceAccount bound to the chart's read-only doctor ClusterRole, and once as ``kubectl metax doctor``
@@ -17,7 +17,7 @@ Cases, each checking the first broken link named, its evidence and the exit code
 - GPU node 1: the driver link is named first, broken, with driver-manager's own Event ``DriverLoadFailed``;
 - the CPU node: ``gpu-found`` first ("no MetaX GPU"); in the cluster summary it is counted, not failed;
 - a component pod gone (node 0 tainted NoExecute: the taint manager evicts the DaemonSet pods and the
-  DaemonSet controller does not put them back): gpu-label's pod link first, naming the taint;
+  DaemonSet controller does not put them back): gpu-discovery's pod link first, naming the taint;
 - a prerequisite disabled (runtime off): the driver named first as blocked by it;
 - the summary (no NODE) with ``-o json``: nodes per state, the CR's conditions, exit 1;
 - an unknown node: exit 2.
@@ -70,7 +70,7 @@ class Host:
             self.fake.fail_module_load(message=LOAD_FAILURE)
         payload = agents.write_payload(self.dir / "payload")
         self.env = agents.environment(self.fake, node_name=name, kubeconfig=kubeconfig, namespace=NS, payload=payload)
-        self.agents = ("gpu-label", "driver-manager") if gpus else ("gpu-label",)
+        self.agents = ("gpu-discovery", "gpu-label", "driver-manager") if gpus else ("gpu-discovery",)
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
@@ -170,7 +170,7 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     )
     for component in ("gpuLabel", "runtime", "driver"):
         wait_for(f"{component} pods on both GPU nodes", lambda c=component: _on(env, c, [gpu0, gpu1]), timeout=120)
-    wait_for("gpu-label's pod on the CPU node", lambda: _on(env, "gpuLabel", [cpu]), timeout=120)
+    wait_for("gpu-discovery's pod on the CPU node", lambda: _on(env, "gpuLabel", [cpu]), timeout=120)
     wait_for("the operator's conditions on cluster-operator", lambda: env.condition("Degraded"), timeout=60)
     wait_for(
         "the CPU node without gpu.installed", lambda: node_labels.GPU_INSTALLED not in _labels(env, cpu), timeout=60
@@ -185,7 +185,16 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     ids = [x["id"] for x in report["links"]]
     expected = next(i for i in ids if i in (f"{waiting}-ready", "allocatable"))
     holding = ids[: ids.index(expected)]
-    assert holding[:6] == ["cluster-operator", "operator", "node", "gpu-label-pod", "gpu-label-ready", "gpu-found"]
+    assert holding[:8] == [
+        "cluster-operator",
+        "operator",
+        "node",
+        "gpu-discovery-pod",
+        "gpu-discovery-ready",
+        "gpu-found",
+        "gpu-label-pod",
+        "gpu-label-ready",
+    ]
     assert "container-runtime-ready" in holding and "driver-loaded" in holding
     assert all(link(report, i)["state"] == "holds" for i in holding), report
     assert link(report, "gpu-found")["evidence"].startswith(f"{node_labels.GPU_INSTALLED}=true: 2 x ")
@@ -214,7 +223,7 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
     code, document = doctor(capsys, kubeconfig, cpu)
     first = node_report(document, cpu)["firstBroken"]
     assert code == doctor_report.EXIT_BROKEN and first["id"] == "gpu-found"
-    assert "gpu-label found no MetaX GPU" in first["evidence"]
+    assert "gpu-discovery found no MetaX GPU" in first["evidence"]
 
     # the summary: every node, the CPU node counted and not failed
     code, document = doctor(capsys, kubeconfig)
@@ -243,12 +252,12 @@ def test_doctor_names_the_first_broken_link_on_a_live_install(
 
     # a component pod gone: the node tainted NoExecute, the taint manager evicts the DaemonSet pods
     _taint(env, gpu0, TAINT)
-    wait_for("gpu-label's pod evicted from node 0", lambda: not _on(env, "gpuLabel", [gpu0]), timeout=120)
+    wait_for("gpu-label's pods evicted from node 0", lambda: not _on(env, "gpuLabel", [gpu0]), timeout=120)
     code, document = doctor(capsys, kubeconfig, gpu0)
     first = node_report(document, gpu0)["firstBroken"]
-    assert code == doctor_report.EXIT_BROKEN and first["id"] == "gpu-label-pod", first
+    assert code == doctor_report.EXIT_BROKEN and first["id"] == "gpu-discovery-pod", first
     assert "does not tolerate the node's taint(s) doctor-test=evict:NoExecute" in first["evidence"]
-    assert first["next"] == f"kubectl -n {NS} describe daemonset/metax-gpu-label"
+    assert first["next"] == f"kubectl -n {NS} describe daemonset/metax-gpu-discovery"
     _taint(env, gpu0, None)
 
     # a prerequisite disabled

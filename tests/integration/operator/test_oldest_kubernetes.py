@@ -7,10 +7,11 @@ kube-scheduler of the minor that Chart.yaml's ``kubeVersion`` names as its lower
 Aspects: the server is the chart's lower bound (its ``/version`` minor is the one ``kubeVersion`` names, and
 helm refuses the chart one minor lower); the README's ``helm install`` on it (every chart object, the operator
 Deployment available, the CRD established, the webhook matching ``driver-config`` by label since this server
-has no ``matchConditions``) with the NOTES saying what degrades; what degrades, for real (the server keeps no CEL
-rules of the CRD, so a spec only they refuse is stored) while the structural schema still refuses a bad enum
-with its path; ``helm uninstall --wait`` leaves nothing of ours; a hand upgrade of the CRD with ``kubectl apply``
-is refused for the field this server lacks (``fieldPath``) and goes through with ``--validate=false``.
+has no ``matchConditions``, no node-bound admission policy) with the NOTES saying what degrades (agent writes
+not node-bound, R-NODEBOUND); what degrades, for real (the server keeps no CEL rules of the CRD, so a spec only
+they refuse is stored) while the structural schema still refuses a bad enum with its path; ``helm uninstall
+--wait`` leaves nothing of ours; a hand upgrade of the CRD with ``kubectl apply`` is refused for the field this
+server lacks (``fieldPath``) and goes through with ``--validate=false``.
 The operator (a local process, as in test_operator_install.py) on it: it converges Ready on the GPU nodes only;
 an edit reaches the live DaemonSets; the spec the missing CEL rule would refuse ends Degraded with the field path
 and nothing applied; deleting the CR leaves nothing behind.
@@ -39,6 +40,7 @@ from tests.support.chart import (
     CHART_DIR,
     CHART_OBJECTS,
     NAMESPACE,
+    NODE_BOUND_OBJECTS,
     RELEASE,
     Helm,
     install_command,
@@ -107,6 +109,11 @@ def test_helm_install_degrades_with_a_note_then_uninstall_leaves_nothing(helm: H
     # The NOTES say what this server does not do, and who does it instead.
     assert "CEL" in out and "webhook" in out and "Degraded" in out, out
     assert "matchConditions" in out and "app.kubernetes.io/managed-by=metax-operator" in out, out
+    # R-NODEBOUND: no ValidatingAdmissionPolicy here (1.30+), and the notes say plainly what that leaves open.
+    assert present(api, NODE_BOUND_OBJECTS) == []
+    notes = " ".join(out.split())
+    assert "the node agents' writes are NOT node-bound here" in notes, out
+    assert "may patch every Node" in notes and "metax-operator-node-bound" in notes, out
 
     stored = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD_NAME)
     established = {c["type"]: c["status"] for c in stored["status"]["conditions"]}

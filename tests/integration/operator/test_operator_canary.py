@@ -32,7 +32,7 @@ import pytest
 from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
-from metax_core.cluster import components, workloads
+from metax_core.cluster import components, payloads, workloads
 from metax_core.errors import ClusterError
 from metax_core.node import driver_config
 from metax_core.wire import event_reasons
@@ -56,7 +56,7 @@ DRIVER_SIGNAL = components.BY_COMPONENT[components.Component.DRIVER].signal
 
 
 def payload_image(version: str) -> str:
-    return workloads.payload_reference(f"driver-image:{version}", None, REGISTRY)
+    return payloads.payload_reference(f"driver-image:{version}", None, REGISTRY)
 
 
 class GpuNode:

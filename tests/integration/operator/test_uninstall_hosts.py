@@ -1,13 +1,14 @@
 """Uninstall on the real control plane leaves every fake host as it was found (R-INSTALL, "files it wrote
 included").
 
-The operator runs as a process (its finalizer for real); two kwok GPU nodes each get a fake host and the four
-node agents as local processes, as in tests/integration/agents/test_agents_e2e.py (the kwok pods of the
-operator's DaemonSets stand for them in the API, so the finalizer waits for them by those pods). Node 0 had
-its own driver 2.18.0 loaded with parameters before install; node 1 had no driver loaded; the third kwok
-node is a CPU node where only gpu-label runs (its DaemonSet runs on every node, so the finalizer waits for
-it). Installed: the payload driver with ``xcore_page_size: 4`` from driver-config, 2 VFs per GPU on node 0,
-devices advertised to each node's test kubelet with a CDI spec. Then ``cluster-operator`` is deleted.
+The operator runs as a process (its finalizer for real); two kwok GPU nodes each get a fake host and the node
+agents as local processes, as in tests/integration/agents/test_agents_e2e.py (the kwok pods of the operator's
+DaemonSets stand for them in the API, so the finalizer waits for them by those pods). Node 0 had its own driver
+2.18.0 loaded with parameters before install; node 1 had no driver loaded; the third kwok node is a CPU node where
+only gpu-discovery runs (its DaemonSet runs on every node, and answers no uninstall request: the finalizer does
+not wait for it, and its host stays untouched). Installed: the payload driver with ``xcore_page_size: 4`` from
+driver-config, 2 VFs per GPU on node 0, devices advertised to each node's test kubelet with a CDI spec. Then
+``cluster-operator`` is deleted.
 Covers: the CR goes only after every agent answered (no ``UninstallIncomplete``); each host tree is
 byte-identical to before install except what docs/operator.md says stays (the empty CDI directory); node 0
 runs its own 2.18.0 with its own parameters again and no VFs, node 1 has no ``metax`` module; no product key
@@ -38,7 +39,7 @@ from metax_k8s.nodes import K8sNodeMetadata
 pytestmark = pytest.mark.integration
 
 GPU = "metax-tech.com/gpu"
-AGENTS = ("gpu-label", "driver-manager", "vfio-manager", "gpu-device", "maca")
+AGENTS = ("gpu-discovery", "gpu-label", "driver-manager", "vfio-manager", "gpu-device", "maca")
 STAND_INS = ("container-runtime",)
 STAYS = {"run/cdi": "dir 0o755"}
 """docs/operator.md, "Uninstall": the CDI spec directory stays, empty (a tmpfs directory other CDI producers share)."""
@@ -46,14 +47,14 @@ HOST_PARAMS = {"xcore_page_size": "0"}
 
 
 class Host:
-    """One kwok node's fake host, its test kubelet and its five agent processes."""
+    """One kwok node's fake host, its test kubelet and its agent processes."""
 
     def __init__(
         self, name: str, workdir: pathlib.Path, kubeconfig: pathlib.Path, *, driver: bool, gpus: int = 2
     ) -> None:
         self.name = name
         self.dir = workdir / name
-        self.agents = AGENTS if gpus else ("gpu-label",)  # on a CPU node only gpu-label's DaemonSet runs
+        self.agents = AGENTS if gpus else ("gpu-discovery",)  # on a CPU node only gpu-discovery's DaemonSet runs
         spec = builder.FakeHostBuilder().gpus(gpus)
         spec = spec.host_driver("2.18.0", params=HOST_PARAMS) if driver else spec.host_driver(None)
         self.fake = spec.build(self.dir / "host")

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from metax_core.cluster import agent_env, components, host_paths, workloads
+from metax_core.cluster import agent_env, components, host_paths, payloads, workloads
 from metax_core.runtime import handler
 from metax_core.spec import validation
 from services._agent import settings as agent_settings
@@ -114,7 +114,7 @@ def test_maca_gets_its_payload_images_in_order_and_sees_runc_state_through_host_
         "reg.example/metax/maca-c500:2.18.0.3-ubuntu22.04-amd64",
         "reg.example/metax/maca-c500:2.9.1",
     )
-    assert str(s.payload_dir) == workloads.PAYLOAD_DIR
+    assert str(s.payload_dir) == payloads.PAYLOAD_DIR
     assert str(s.state_root) == "/proc/1/root"
     assert s.probe_file == workloads.PROBE_FILE
 
@@ -161,6 +161,7 @@ def test_the_edit_service_runs_beside_maca_and_reads_what_it_is_given() -> None:
     assert (edit["name"], edit["command"]) == (workloads.EDIT_SERVICE_CONTAINER, ["metax-container-edit"])
     mounts = {m["mountPath"]: m["readOnly"] for m in edit["volumeMounts"]}
     assert mounts == {
+        "/tmp": False,  # its own /tmp emptyDir (its probe file), not the agent's
         "/host/run/metax": False,
         "/host/var/lib/metax": True,
         "/host/dev": True,

@@ -34,7 +34,8 @@ def test_every_informer_of_the_operator_is_allowed_to_list_and_watch_by_its_own_
     watched = set()
     for informer in op.caches.all:
         group = informer.api_version.rpartition("/")[0]
-        resource = informer.kind.lower() + ("es" if informer.kind.endswith("s") else "s")  # RuntimeClass
+        kind = informer.kind.lower()  # RuntimeClass → runtimeclasses, NetworkPolicy → networkpolicies
+        resource = kind[:-1] + "ies" if kind.endswith("y") else kind + ("es" if kind.endswith("s") else "s")
         scope = _scope(informer.namespace, s.namespace)
         for verb in ("list", "watch"):
             # A namespaced resource watched in one namespace is also allowed by a cluster-wide rule.

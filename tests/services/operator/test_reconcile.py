@@ -31,6 +31,7 @@ def _install(h: Harness, spec: dict | None = None) -> None:
 def test_install_applies_every_enabled_component_and_reports_ready(harness: Harness) -> None:
     _install(harness)
     assert harness.daemonsets() == {
+        "metax-gpu-discovery",
         "metax-gpu-label",
         "metax-container-runtime",
         "metax-driver",
