@@ -38,7 +38,7 @@ import pathlib
 import shutil
 import subprocess
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -85,16 +85,20 @@ def _text(number: int, value: str) -> bytes:
 
 
 @attrs.define
-class CrioNode:
+class CrioFiles:
+    """A CRI-O host under ``base`` as the container-runtime agent sees it: the administrator's files under
+    ``etc/crio``, the daemon under a `containerd_host.Supervisor` on ``crio.sock``, the agent configured for them, and
+    what the daemon serves. The real CRI-O node (`CrioNode`) and the fake's (tests/containerruntime) both are one."""
+
     base: pathlib.Path
-    bin_dir: pathlib.Path
-    """crio, pinns, copyimg."""
-    runc: pathlib.Path
     supervisor: containerd_host.Supervisor
-    namespace: containerd_host.Namespace
     k8s: inmemory.InMemoryCluster
-    cgroup_parent: str
-    """The pods' cgroup parent (cgroupfs: a path under each hierarchy), the node's own."""
+
+    NODE: ClassVar[str] = NODE
+    RESTART_WAIT: ClassVar[float] = 30.0
+    """Seconds the agent waits for the restarted daemon."""
+    SERVE_TIMEOUT: ClassVar[float] = 60.0
+    """Seconds `running` waits for the daemon to serve."""
 
     @property
     def etc(self) -> pathlib.Path:
@@ -114,7 +118,7 @@ class CrioNode:
 
     @property
     def binary(self) -> pathlib.Path:
-        return self.bin_dir / "crio"
+        return self.base / "bin" / "crio"
 
     @property
     def socket(self) -> pathlib.Path:
@@ -140,6 +144,88 @@ class CrioNode:
     def calls(self) -> pathlib.Path:
         """The stand-in wrapper's log of its calls."""
         return self.base / "wrapper-calls"
+
+    def settings(self, **extra: Any) -> runtime_config.Settings:
+        """The agent's settings for this node; ``extra`` overrides any (``wrapper_source``, ``restart_wait``, …)."""
+        values: dict[str, Any] = {
+            "node_name": self.NODE,
+            "host_root": pathlib.Path("/"),
+            "runtime": "crio",
+            "crio_config": str(self.config),
+            "crio_config_dir": str(self.config_dir),
+            "crio_binary": str(self.binary),
+            "runtime_socket": str(self.socket),
+            "host_namespaces": False,
+            "wrapper_source": str(self.wrapper_source),
+            "toolkit_dir": str(self.toolkit),
+            "state_dir": str(self.state_dir),
+            "interval": 0.0,
+            "restart_wait": self.RESTART_WAIT,
+        }
+        return runtime_config.from_env({}, **(values | extra))
+
+    def agent(self, **extra: Any) -> runtime_agent.ContainerRuntime:
+        return bootstrap.bootstrap(
+            self.settings(**extra),
+            hw=runtime_agent.Hardware(container_runtime.HostProgram(host_namespaces=False), self.supervisor),
+            ports=cluster.in_memory(self.k8s, "container-runtime", self.NODE),
+            board=self.board(),
+        )
+
+    def board(self) -> hostfiles.FileReadinessBoard:
+        return hostfiles.FileReadinessBoard(self.base / "board")
+
+    def signal(self) -> Any:
+        return self.board().read_all().get("container-runtime")
+
+    def reasons(self) -> list[str]:
+        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
+
+    def tree(self) -> dict[str, bytes]:
+        """Every file and directory the agent may touch (the configuration, the toolkit, its state): a file's bytes,
+        a directory as ``b"<dir>"``."""
+        out = {}
+        for top in (self.base / "etc", self.base / "var"):
+            for p in sorted(top.rglob("*")):
+                out[str(p.relative_to(self.base))] = p.read_bytes() if p.is_file() else b"<dir>"
+        return out
+
+    def running(self, timeout: float | None = None) -> dict[str, Any]:
+        """The running daemon's configuration (``GET /config``, what ``crio status config`` prints), waiting for
+        it to serve."""
+        deadline = time.monotonic() + (self.SERVE_TIMEOUT if timeout is None else timeout)
+        while True:
+            try:
+                text = container_runtime.unix_http_get(str(self.socket), "/config", timeout=5).decode()
+                return dict(crio.parse(text, "GET /config"))
+            except (HardwareError, InvalidSpec) as exc:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"CRI-O does not serve: {exc}\n{self.log_tail()}") from None
+            time.sleep(0.1)
+
+    def crio_config(self) -> subprocess.CompletedProcess[str]:
+        """``crio --config <crio.conf> --config-dir <crio.conf.d> config`` (the agent's dry run)."""
+        argv = [str(self.binary), "--config", str(self.config), "--config-dir", str(self.config_dir), "config"]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+    def log_tail(self) -> str:
+        return self.supervisor.log.read_text(errors="replace")[-3000:] if self.supervisor.log.exists() else ""
+
+
+@attrs.define
+class CrioNode(CrioFiles):
+    """The real CRI-O, built here, in a mount namespace of its own (`containerd_host.Namespace`)."""
+
+    bin_dir: pathlib.Path = attrs.field(kw_only=True)
+    """crio, pinns, copyimg."""
+    runc: pathlib.Path = attrs.field(kw_only=True)
+    namespace: containerd_host.Namespace = attrs.field(kw_only=True)
+    cgroup_parent: str = attrs.field(kw_only=True)
+    """The pods' cgroup parent (cgroupfs: a path under each hierarchy), the node's own."""
+
+    @property
+    def binary(self) -> pathlib.Path:
+        return self.bin_dir / "crio"
 
     @property
     def cdi_dir(self) -> pathlib.Path:
@@ -202,80 +288,14 @@ plugin_dirs = ["{b}/cni/bin"]
 enable_nri = false
 """
 
-    def settings(self, **extra: Any) -> runtime_config.Settings:
-        """The agent's settings for this node; ``extra`` overrides any (``wrapper_source``, ``restart_wait``, …)."""
-        values: dict[str, Any] = {
-            "node_name": NODE,
-            "host_root": pathlib.Path("/"),
-            "runtime": "crio",
-            "crio_config": str(self.config),
-            "crio_config_dir": str(self.config_dir),
-            "crio_binary": str(self.binary),
-            "runtime_socket": str(self.socket),
-            "host_namespaces": False,
-            "wrapper_source": str(self.wrapper_source),
-            "toolkit_dir": str(self.toolkit),
-            "state_dir": str(self.state_dir),
-            "interval": 0.0,
-            "restart_wait": 30.0,
-        }
-        return runtime_config.from_env({}, **(values | extra))
-
-    def agent(self, **extra: Any) -> runtime_agent.ContainerRuntime:
-        return bootstrap.bootstrap(
-            self.settings(**extra),
-            hw=runtime_agent.Hardware(container_runtime.HostProgram(host_namespaces=False), self.supervisor),
-            ports=cluster.in_memory(self.k8s, "container-runtime", NODE),
-            board=self.board(),
-        )
-
-    def board(self) -> hostfiles.FileReadinessBoard:
-        return hostfiles.FileReadinessBoard(self.base / "board")
-
-    def signal(self) -> Any:
-        return self.board().read_all().get("container-runtime")
-
-    def reasons(self) -> list[str]:
-        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
-
-    def tree(self) -> dict[str, bytes]:
-        """Every file and directory the agent may touch (the configuration, the toolkit, its state): a file's bytes,
-        a directory as ``b"<dir>"``."""
-        out = {}
-        for top in (self.base / "etc", self.base / "var"):
-            for p in sorted(top.rglob("*")):
-                out[str(p.relative_to(self.base))] = p.read_bytes() if p.is_file() else b"<dir>"
-        return out
-
     # -- the daemon ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.supervisor.start()
         self.running()
 
-    def running(self, timeout: float = 60.0) -> dict[str, Any]:
-        """The running daemon's configuration (``GET /config``, what ``crio status config`` prints), waiting for
-        it to serve."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                text = container_runtime.unix_http_get(str(self.socket), "/config", timeout=5).decode()
-                return dict(crio.parse(text, "GET /config"))
-            except (HardwareError, InvalidSpec) as exc:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"CRI-O does not serve: {exc}\n{self.log_tail()}") from None
-            time.sleep(0.1)
-
     def handlers(self) -> dict[str, Any]:
         return dict(self.running()["crio"]["runtime"]["runtimes"])
-
-    def crio_config(self) -> subprocess.CompletedProcess[str]:
-        """The real ``crio --config <crio.conf> --config-dir <crio.conf.d> config`` (the agent's dry run)."""
-        argv = [str(self.binary), "--config", str(self.config), "--config-dir", str(self.config_dir), "config"]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-
-    def log_tail(self) -> str:
-        return self.supervisor.log.read_text(errors="replace")[-3000:] if self.supervisor.log.exists() else ""
 
     def import_images(self, pause: pathlib.Path) -> None:
         """The sandbox image and busybox (`metax_dev.realnode.images`) into CRI-O's storage with copyimg: before any
@@ -378,7 +398,15 @@ def make(base: pathlib.Path, *, bin_dir: pathlib.Path, runc: pathlib.Path) -> Cr
     k8s = inmemory.InMemoryCluster()
     k8s.add_node(NODE, labels={"kubernetes.io/hostname": NODE})
     k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="t")
-    node = CrioNode(base, bin_dir, runc, supervisor, namespace, k8s, f"/metax-crio-{os.getpid()}-{next(_serial)}")
+    node = CrioNode(
+        base,
+        supervisor,
+        k8s,
+        bin_dir=bin_dir,
+        runc=runc,
+        namespace=namespace,
+        cgroup_parent=f"/metax-crio-{os.getpid()}-{next(_serial)}",
+    )
     containerd_host.stand_in_wrapper(node.wrapper_source, runc, node.calls)
     namespace.start()
     return node

@@ -22,24 +22,16 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import attrs
 import pytest
 
-from metax_core.errors import HardwareError, InvalidSpec
-from metax_core.runtime import crio as crio_config
-from metax_core.runtime import handler
 from metax_dev import containerd_host, crio_host
 from metax_dev.containerd_host import DEBIAN_CONTAINERD, DEBIAN_RUNC, RuntimeNode, harness_bin
 from metax_dev.controlplane import build, errors
 from metax_dev.crio_host import CrioNode
-from metax_hw import container_runtime, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
-from services._agent import cluster
-from services.container_runtime import agent, bootstrap, config
 
 from . import fake_crio as fake
 
@@ -105,95 +97,17 @@ def _cleanup(node: RuntimeNode) -> None:
 
 
 @attrs.define
-class FakeCrioNode:
+class FakeCrioNode(crio_host.CrioFiles):
     """The fake CRI-O (`fake_crio`) as a host's ``crio``: its program (a script running the fake at ``version``), its
     files under ``etc/crio``, its daemon under the harness's `Supervisor` listening on ``crio.sock``."""
 
-    base: pathlib.Path
-    supervisor: containerd_host.Supervisor
-    k8s: inmemory.InMemoryCluster
-
     NODE = "fake-crio-node"
-
-    @property
-    def etc(self) -> pathlib.Path:
-        return self.base / "etc" / "crio"
-
-    @property
-    def config(self) -> pathlib.Path:
-        return self.etc / "crio.conf"
-
-    @property
-    def config_dir(self) -> pathlib.Path:
-        return self.etc / "crio.conf.d"
-
-    @property
-    def binary(self) -> pathlib.Path:
-        return self.base / "bin" / "crio"
-
-    @property
-    def socket(self) -> pathlib.Path:
-        return self.base / "crio.sock"
+    RESTART_WAIT = 10.0
+    SERVE_TIMEOUT = 10.0
 
     def set_version(self, version: str) -> None:
         self.binary.write_text(f'#!/bin/sh\nFAKE_CRIO_VERSION={version} exec {sys.executable} {fake.__file__} "$@"\n')
         self.binary.chmod(0o755)
-
-    def crio_config(self) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.binary), "--config", str(self.config), "--config-dir", str(self.config_dir), "config"]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-
-    def running(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The running daemon's ``GET /config``, waiting for it to serve."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                text = container_runtime.unix_http_get(str(self.socket), "/config").decode()
-                return dict(crio_config.parse(text, "GET /config"))
-            except (HardwareError, InvalidSpec):
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.05)
-
-    def agent(self, **extra: Any) -> agent.ContainerRuntime:
-        settings = config.from_env(
-            {},
-            **{
-                "node_name": self.NODE,
-                "host_root": pathlib.Path("/"),
-                "runtime": "crio",
-                "crio_config": str(self.config),
-                "crio_config_dir": str(self.config_dir),
-                "crio_binary": str(self.binary),
-                "runtime_socket": str(self.socket),
-                "host_namespaces": False,
-                "wrapper_source": str(self.base / "image" / handler.WRAPPER_NAME),
-                "toolkit_dir": str(self.base / "var" / "lib" / "metax" / "toolkit"),
-                "state_dir": str(self.base / "var" / "lib" / "metax" / "container-runtime"),
-                "interval": 0.0,
-                "restart_wait": 10.0,
-                **extra,
-            },
-        )
-        return bootstrap.bootstrap(
-            settings,
-            hw=agent.Hardware(container_runtime.HostProgram(host_namespaces=False), self.supervisor),
-            ports=cluster.in_memory(self.k8s, "container-runtime", self.NODE),
-            board=hostfiles.FileReadinessBoard(self.base / "board"),
-        )
-
-    def signal(self) -> Any:
-        return hostfiles.FileReadinessBoard(self.base / "board").read_all().get("container-runtime")
-
-    def reasons(self) -> list[str]:
-        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
-
-    def tree(self) -> dict[str, bytes]:
-        out = {}
-        for top in (self.base / "etc", self.base / "var"):
-            for p in sorted(top.rglob("*")):
-                out[str(p.relative_to(self.base))] = p.read_bytes() if p.is_file() else b"<dir>"
-        return out
 
 
 @pytest.fixture
@@ -202,7 +116,6 @@ def fake_crio(tmp_path: pathlib.Path) -> Iterator[FakeCrioNode]:
     base = tmp_path / "f"  # unix socket paths hold at most 107 bytes
     (base / "bin").mkdir(parents=True)
     (base / "image").mkdir()
-    containerd_host.stand_in_wrapper(base / "image" / handler.WRAPPER_NAME, DEBIAN_RUNC, base / "calls")
     (base / "etc" / "crio" / "crio.conf.d").mkdir(parents=True)
     (base / "var" / "lib" / "metax").mkdir(parents=True)  # the DaemonSet's host path (shared by the agents)
     etc = base / "etc" / "crio"
@@ -221,6 +134,7 @@ def fake_crio(tmp_path: pathlib.Path) -> Iterator[FakeCrioNode]:
     k8s.add_node(FakeCrioNode.NODE)
     k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="t")
     node = FakeCrioNode(base, supervisor, k8s)
+    containerd_host.stand_in_wrapper(node.wrapper_source, DEBIAN_RUNC, node.calls)
     node.set_version(fake.VERSION)
     try:
         yield node
