@@ -16,9 +16,11 @@ each call and execs runc, standing in for ``metax-container-runtime`` until the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -27,6 +29,7 @@ from typing import Any
 import attrs
 
 from metax_core.errors import HardwareError
+from metax_core.node import cdi
 from metax_hw import container_runtime, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
@@ -225,6 +228,34 @@ class Supervisor:
     def enter(self, argv: list[str]) -> list[str]:
         """``argv`` in the daemon's mount namespace (ctr's FIFOs live in its /run)."""
         return ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--", *argv]
+
+
+GPU_DEVICE = "0000-09-00.0"
+"""The one GPU of `gpu_cdi_spec`, as gpu-device names a device in its CDI spec."""
+
+
+def gpu_cdi_spec(device_root: pathlib.Path, cdi_dir: pathlib.Path) -> pathlib.Path:
+    """gpu-device's CDI spec for one GPU (`GPU_DEVICE`) in ``cdi_dir``; its device nodes real character devices (the
+    numbers of /dev/null) under ``device_root``. Returns the spec's path."""
+    null = os.stat("/dev/null").st_rdev
+    nodes = {"/dev/dri/card7": device_root / "dev/dri/card7", "/dev/mxcd": device_root / "dev/mxcd"}
+    for host in nodes.values():
+        host.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(host, stat.S_IFCHR | 0o666, null)
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": cdi.KIND,
+        "devices": [
+            {
+                "name": GPU_DEVICE,
+                "containerEdits": {"deviceNodes": [{"path": p, "hostPath": str(h)} for p, h in nodes.items()]},
+            }
+        ],
+    }
+    path = cdi_dir / cdi.spec_file_name()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec))
+    return path
 
 
 def stand_in_wrapper(path: pathlib.Path, runc: pathlib.Path, calls: pathlib.Path) -> None:

@@ -24,10 +24,8 @@ this CRI-O give the same verdicts: `test_crio_contract`."""
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import stat
 import subprocess
 import sys
 from typing import Any
@@ -55,7 +53,7 @@ ADMIN_DROPIN = '[crio.api]\nstream_idle_timeout = "5m"\n'
 VERSIONS = ("2.18.0.3", "2.9.1")
 SLEEPER = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 """A long-running container that stops at once on SIGTERM (a plain ``sleep`` as PID 1 would ignore it)."""
-DEVICE = "0000-09-00.0"
+DEVICE = containerd_host.GPU_DEVICE
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -266,28 +264,6 @@ def test_killed_after_a_step_converges_on_restart(
 # -- containers through the handler ------------------------------------------------------------------------------
 
 
-def _gpu_cdi_spec(node: CrioNode) -> None:
-    """gpu-device's CDI spec for one GPU in CRI-O's ``cdi_spec_dirs``; its device nodes real character devices (the
-    numbers of /dev/null) in the node's directory."""
-    null = os.stat("/dev/null").st_rdev
-    nodes = {"/dev/dri/card7": node.base / "dev/dri/card7", "/dev/mxcd": node.base / "dev/mxcd"}
-    for host in nodes.values():
-        host.parent.mkdir(parents=True, exist_ok=True)
-        os.mknod(host, stat.S_IFCHR | 0o666, null)
-    spec = {
-        "cdiVersion": "0.5.0",
-        "kind": cdi.KIND,
-        "devices": [
-            {
-                "name": DEVICE,
-                "containerEdits": {"deviceNodes": [{"path": p, "hostPath": str(h)} for p, h in nodes.items()]},
-            }
-        ],
-    }
-    node.cdi_dir.mkdir(exist_ok=True)
-    (node.cdi_dir / cdi.spec_file_name()).write_text(json.dumps(spec))
-
-
 @attrs.frozen
 class Pod:
     """A pod sandbox as the kubelet makes it for a pod that does not share its process namespace (PID namespace
@@ -338,7 +314,7 @@ def _with_images(crio: CrioNode) -> CrioNode:
 
 def test_containers_through_the_metax_handler_get_their_devices_and_sdk(crio: CrioNode, tmp_path: pathlib.Path) -> None:
     node = _with_images(crio)
-    _gpu_cdi_spec(node)
+    containerd_host.gpu_cdi_spec(node.base, node.cdi_dir)  # gpu-device's spec for one GPU, in cdi_spec_dirs
     sdk = runtime_agent.sdk_side(tmp_path / "maca", crio_host.NODE, VERSIONS)
     try:
         # a pod of the node's default runtime runs before the agent restarts CRI-O, and keeps running after

@@ -10,11 +10,9 @@ harness's runc and the edit socket in its ``.conf``. The SDK versions are instal
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
-import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ pytestmark = pytest.mark.realnode  # the harness's runc, root, namespaces (desel
 CONTAINERD = pathlib.Path("/usr/bin/containerd")
 CTR = pathlib.Path("/usr/bin/ctr")
 NS = "metax-test"
-DEVICE = "0000-09-00.0"
+DEVICE = containerd_host.GPU_DEVICE
 
 
 class Containerd16:
@@ -116,26 +114,8 @@ def installed_wrapper(node: RuntimeHost) -> pathlib.Path:
 
 
 def node_cdi_spec(node: RuntimeHost) -> pathlib.Path:
-    """gpu-device's spec for one GPU; its device nodes real character devices (the numbers of /dev/null)."""
-    null = os.stat("/dev/null").st_rdev
-    nodes = {"/dev/dri/card7": node.tmp / "dev/dri/card7", "/dev/mxcd": node.tmp / "dev/mxcd"}
-    for host in nodes.values():
-        host.parent.mkdir(parents=True, exist_ok=True)
-        os.mknod(host, stat.S_IFCHR | 0o666, null)
-    spec = {
-        "cdiVersion": "0.5.0",
-        "kind": cdi.KIND,
-        "devices": [
-            {
-                "name": DEVICE,
-                "containerEdits": {"deviceNodes": [{"path": p, "hostPath": str(h)} for p, h in nodes.items()]},
-            }
-        ],
-    }
-    path = node.tmp / "cdi" / cdi.spec_file_name()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(spec))
-    return path
+    """gpu-device's spec for one GPU (`containerd_host.gpu_cdi_spec`) in the node's CDI directory."""
+    return containerd_host.gpu_cdi_spec(node.tmp, node.tmp / "cdi")
 
 
 def test_ctr_run_through_the_wrapper_gets_devices_and_sdk(node: RuntimeHost, containerd16: Containerd16) -> None:
