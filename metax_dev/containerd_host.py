@@ -24,7 +24,7 @@ import stat
 import subprocess
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -268,21 +268,35 @@ def stand_in_wrapper(path: pathlib.Path, runc: pathlib.Path, calls: pathlib.Path
     path.chmod(0o755)
 
 
+def wait_serving(socket: pathlib.Path, log: pathlib.Path, what: str, timeout: float = 30.0) -> None:
+    """Until the CRI runtime on ``socket`` answers ``Status``; an AssertionError naming ``what``, with ``log``'s tail,
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            container_runtime.cri_status_config(str(socket), timeout=2)
+            return
+        except HardwareError as exc:
+            if time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+                raise AssertionError(f"{what} does not serve: {exc}\n{tail}") from None
+        time.sleep(0.1)
+
+
 @attrs.define
-class RuntimeNode:
+class AgentHost:
+    """A runtime's host under ``base`` as the container-runtime agent's tests see it: the daemon under a
+    `Supervisor`, the in-memory cluster, the files the agent installs and keeps (the wrapper from its "image", the
+    toolkit, its state), the agent built for them, its readiness and Events. `RuntimeNode` (containerd) and
+    `metax_dev.crio_host.CrioFiles` (CRI-O, real and fake) add the runtime's own files and settings."""
+
     base: pathlib.Path
-    binary: pathlib.Path
-    runc: pathlib.Path
     supervisor: Supervisor
     k8s: inmemory.InMemoryCluster
 
-    @property
-    def root_config(self) -> pathlib.Path:
-        return self.base / "etc" / "containerd" / "config.toml"
-
-    @property
-    def socket(self) -> pathlib.Path:
-        return self.base / "containerd.sock"
+    NODE: ClassVar[str] = NODE
+    RESTART_WAIT: ClassVar[float] = 30.0
+    """Seconds the agent waits for the restarted daemon."""
 
     @property
     def wrapper_source(self) -> pathlib.Path:
@@ -298,7 +312,73 @@ class RuntimeNode:
 
     @property
     def calls(self) -> pathlib.Path:
+        """The stand-in wrapper's log of its calls."""
         return self.base / "wrapper-calls"
+
+    def runtime_settings(self) -> dict[str, Any]:
+        """The settings that name the runtime and its files (the subclass's)."""
+        raise NotImplementedError
+
+    def settings(self, **extra: Any) -> config.Settings:
+        """The agent's settings for this node; ``extra`` overrides any (``wrapper_source``, ``restart_wait``, …)."""
+        values: dict[str, Any] = {
+            "node_name": self.NODE,
+            "host_root": pathlib.Path("/"),
+            "host_namespaces": False,
+            "wrapper_source": str(self.wrapper_source),
+            "toolkit_dir": str(self.toolkit),
+            "state_dir": str(self.state_dir),
+            "interval": 0.0,
+            "restart_wait": self.RESTART_WAIT,
+            **self.runtime_settings(),
+        }
+        return config.from_env({}, **(values | extra))
+
+    def agent(self, **extra: Any) -> agent.ContainerRuntime:
+        return bootstrap.bootstrap(
+            self.settings(**extra),
+            hw=agent.Hardware(container_runtime.HostProgram(host_namespaces=False), self.supervisor),
+            ports=cluster.in_memory(self.k8s, "container-runtime", self.NODE),
+            board=self.board(),
+        )
+
+    def board(self) -> hostfiles.FileReadinessBoard:
+        return hostfiles.FileReadinessBoard(self.base / "board")
+
+    def signal(self) -> Any:
+        return self.board().read_all().get("container-runtime")
+
+    def reasons(self) -> list[str]:
+        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
+
+    def tree(self) -> dict[str, bytes]:
+        """Every file and directory the agent may touch (the configuration, the toolkit, its state): a file's bytes,
+        a directory as ``b"<dir>"``."""
+        out = {}
+        for top in (self.base / "etc", self.base / "var"):
+            for p in sorted(top.rglob("*")):
+                if p.is_file():
+                    out[str(p.relative_to(self.base))] = p.read_bytes()
+                elif p.is_dir():
+                    out[str(p.relative_to(self.base))] = b"<dir>"
+        return out
+
+    def log_tail(self) -> str:
+        return self.supervisor.log.read_text(errors="replace")[-3000:] if self.supervisor.log.exists() else ""
+
+
+@attrs.define
+class RuntimeNode(AgentHost):
+    binary: pathlib.Path = attrs.field(kw_only=True)
+    runc: pathlib.Path = attrs.field(kw_only=True)
+
+    @property
+    def root_config(self) -> pathlib.Path:
+        return self.base / "etc" / "containerd" / "config.toml"
+
+    @property
+    def socket(self) -> pathlib.Path:
+        return self.base / "containerd.sock"
 
     def daemon_paths(self, version: int = 2) -> str:
         """The TOML lines that keep the daemon's own paths in the test directory (part of the root file).
@@ -319,73 +399,24 @@ class RuntimeNode:
             f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n[metrics]\n  address = ""\n' + opt
         )
 
-    def settings(self, **extra: Any) -> config.Settings:
-        return config.from_env(
-            {},
-            node_name=NODE,
-            host_root=pathlib.Path("/"),
-            runtime="containerd",
-            containerd_config=str(self.root_config),
-            containerd_binary=str(self.binary),
-            runtime_socket=str(self.socket),
-            host_namespaces=False,
-            wrapper_source=str(self.wrapper_source),
-            toolkit_dir=str(self.toolkit),
-            state_dir=str(self.state_dir),
-            **{"interval": 0.0, "restart_wait": 30.0, **extra},
-        )
-
-    def agent(self, **extra: Any) -> agent.ContainerRuntime:
-        program = container_runtime.HostProgram(host_namespaces=False)
-        return bootstrap.bootstrap(
-            self.settings(**extra),
-            hw=agent.Hardware(program, self.supervisor),
-            ports=cluster.in_memory(self.k8s, "container-runtime", NODE),
-            board=hostfiles.FileReadinessBoard(self.base / "board"),
-        )
-
-    def board(self) -> hostfiles.FileReadinessBoard:
-        return hostfiles.FileReadinessBoard(self.base / "board")
-
-    def signal(self) -> Any:
-        return self.board().read_all().get("container-runtime")
-
-    def reasons(self) -> list[str]:
-        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
+    def runtime_settings(self) -> dict[str, Any]:
+        return {
+            "runtime": "containerd",
+            "containerd_config": str(self.root_config),
+            "containerd_binary": str(self.binary),
+            "runtime_socket": str(self.socket),
+        }
 
     def start(self) -> None:
         self.supervisor.start()
         self.wait_serving()
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                container_runtime.cri_status_config(str(self.socket), timeout=2)
-                return
-            except HardwareError as exc:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"containerd does not serve: {exc}\n{self.log_tail()}") from None
-            time.sleep(0.1)
-
-    def log_tail(self) -> str:
-        return self.supervisor.log.read_text()[-3000:] if self.supervisor.log.exists() else ""
+        wait_serving(self.socket, self.supervisor.log, "containerd", timeout)
 
     def handlers(self) -> dict[str, Any]:
         loaded = container_runtime.cri_status_config(str(self.socket))
         return dict(loaded["containerd"]["runtimes"])
-
-    def tree(self) -> dict[str, bytes]:
-        """Every file and directory the agent may touch (config dir, toolkit, state): a file's bytes, a
-        directory as ``b"<dir>"``."""
-        out = {}
-        for top in (self.base / "etc", self.base / "var"):
-            for p in sorted(top.rglob("*")):
-                if p.is_file():
-                    out[str(p.relative_to(self.base))] = p.read_bytes()
-                elif p.is_dir():
-                    out[str(p.relative_to(self.base))] = b"<dir>"
-        return out
 
     def without_wrapper(self) -> dict[str, bytes]:
         """`tree` without the installed wrapper, its ``.conf`` and their directory (removed by the agent's
@@ -424,6 +455,6 @@ def make(base: pathlib.Path, binary: pathlib.Path, runc: pathlib.Path, bin_path:
     k8s = inmemory.InMemoryCluster()
     k8s.add_node(NODE, labels={"kubernetes.io/hostname": NODE})
     k8s.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="t")
-    node = RuntimeNode(base, binary, runc, supervisor, k8s)
+    node = RuntimeNode(base, supervisor, k8s, binary=binary, runc=runc)
     stand_in_wrapper(node.wrapper_source, runc, node.calls)
     return node

@@ -46,12 +46,8 @@ from metax_core.errors import HardwareError, InvalidSpec
 from metax_core.runtime import crio, handler
 from metax_dev import containerd_host
 from metax_dev.realnode import images
-from metax_hw import container_runtime, hostfiles
+from metax_hw import container_runtime
 from metax_k8s.inmemory import cluster as inmemory
-from services._agent import cluster
-from services.container_runtime import agent as runtime_agent
-from services.container_runtime import bootstrap
-from services.container_runtime import config as runtime_config
 
 NODE = "crio-node"
 CONMON = pathlib.Path("/usr/bin/conmon")
@@ -85,18 +81,11 @@ def _text(number: int, value: str) -> bytes:
 
 
 @attrs.define
-class CrioFiles:
-    """A CRI-O host under ``base`` as the container-runtime agent sees it: the administrator's files under
-    ``etc/crio``, the daemon under a `containerd_host.Supervisor` on ``crio.sock``, the agent configured for them, and
-    what the daemon serves. The real CRI-O node (`CrioNode`) and the fake's (tests/containerruntime) both are one."""
-
-    base: pathlib.Path
-    supervisor: containerd_host.Supervisor
-    k8s: inmemory.InMemoryCluster
+class CrioFiles(containerd_host.AgentHost):
+    """A CRI-O host under ``base``: the administrator's files under ``etc/crio``, the daemon on ``crio.sock``, and what
+    it serves. The real CRI-O node (`CrioNode`) and the fake's (tests/containerruntime) both are one."""
 
     NODE: ClassVar[str] = NODE
-    RESTART_WAIT: ClassVar[float] = 30.0
-    """Seconds the agent waits for the restarted daemon."""
     SERVE_TIMEOUT: ClassVar[float] = 60.0
     """Seconds `running` waits for the daemon to serve."""
 
@@ -125,70 +114,17 @@ class CrioFiles:
         return self.base / "crio.sock"
 
     @property
-    def wrapper_source(self) -> pathlib.Path:
-        return self.base / "image" / handler.WRAPPER_NAME
-
-    @property
-    def toolkit(self) -> pathlib.Path:
-        return self.base / "var" / "lib" / "metax" / "toolkit"
-
-    @property
     def wrapper(self) -> pathlib.Path:
         return self.toolkit / handler.WRAPPER_NAME
 
-    @property
-    def state_dir(self) -> pathlib.Path:
-        return self.base / "var" / "lib" / "metax" / "container-runtime"
-
-    @property
-    def calls(self) -> pathlib.Path:
-        """The stand-in wrapper's log of its calls."""
-        return self.base / "wrapper-calls"
-
-    def settings(self, **extra: Any) -> runtime_config.Settings:
-        """The agent's settings for this node; ``extra`` overrides any (``wrapper_source``, ``restart_wait``, …)."""
-        values: dict[str, Any] = {
-            "node_name": self.NODE,
-            "host_root": pathlib.Path("/"),
+    def runtime_settings(self) -> dict[str, Any]:
+        return {
             "runtime": "crio",
             "crio_config": str(self.config),
             "crio_config_dir": str(self.config_dir),
             "crio_binary": str(self.binary),
             "runtime_socket": str(self.socket),
-            "host_namespaces": False,
-            "wrapper_source": str(self.wrapper_source),
-            "toolkit_dir": str(self.toolkit),
-            "state_dir": str(self.state_dir),
-            "interval": 0.0,
-            "restart_wait": self.RESTART_WAIT,
         }
-        return runtime_config.from_env({}, **(values | extra))
-
-    def agent(self, **extra: Any) -> runtime_agent.ContainerRuntime:
-        return bootstrap.bootstrap(
-            self.settings(**extra),
-            hw=runtime_agent.Hardware(container_runtime.HostProgram(host_namespaces=False), self.supervisor),
-            ports=cluster.in_memory(self.k8s, "container-runtime", self.NODE),
-            board=self.board(),
-        )
-
-    def board(self) -> hostfiles.FileReadinessBoard:
-        return hostfiles.FileReadinessBoard(self.base / "board")
-
-    def signal(self) -> Any:
-        return self.board().read_all().get("container-runtime")
-
-    def reasons(self) -> list[str]:
-        return sorted(e.get("reason", "") for e in self.k8s.objects.list("events.k8s.io/v1", "Event", "default").items)
-
-    def tree(self) -> dict[str, bytes]:
-        """Every file and directory the agent may touch (the configuration, the toolkit, its state): a file's bytes,
-        a directory as ``b"<dir>"``."""
-        out = {}
-        for top in (self.base / "etc", self.base / "var"):
-            for p in sorted(top.rglob("*")):
-                out[str(p.relative_to(self.base))] = p.read_bytes() if p.is_file() else b"<dir>"
-        return out
 
     def running(self, timeout: float | None = None) -> dict[str, Any]:
         """The running daemon's configuration (``GET /config``, what ``crio status config`` prints), waiting for
@@ -207,9 +143,6 @@ class CrioFiles:
         """``crio --config <crio.conf> --config-dir <crio.conf.d> config`` (the agent's dry run)."""
         argv = [str(self.binary), "--config", str(self.config), "--config-dir", str(self.config_dir), "config"]
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-
-    def log_tail(self) -> str:
-        return self.supervisor.log.read_text(errors="replace")[-3000:] if self.supervisor.log.exists() else ""
 
 
 @attrs.define

@@ -26,12 +26,10 @@ import pathlib
 import shlex
 import stat
 import subprocess
-import time
 from typing import Any
 
 import tomlkit
 
-from metax_core.errors import HardwareError
 from metax_dev import containerd_host
 from metax_dev.containerd_host import Supervisor
 from metax_hw import container_runtime, hostfiles
@@ -123,17 +121,7 @@ class CorpusNode:
         return pathlib.Path(f"/proc/{self.namespace.holder.pid}/root") / self.address.lstrip("/")
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                container_runtime.cri_status_config(str(self.socket), timeout=2)
-                return
-            except HardwareError as exc:
-                if time.monotonic() > deadline:
-                    log = self.base / "containerd.log"
-                    tail = log.read_text()[-3000:] if log.exists() else ""
-                    raise AssertionError(f"{self.case.id}: containerd does not serve: {exc}\n{tail}") from None
-            time.sleep(0.1)
+        containerd_host.wait_serving(self.socket, self.base / "containerd.log", f"{self.case.id}: containerd", timeout)
 
     def stop(self) -> None:
         if self.supervisor is not None:
