@@ -106,6 +106,18 @@ class Configured:
     """containerd 1.7 with an explicit ``enable_cdi = false``: the file that sets it (CDI stays off)."""
     cdi_added: bool = False
     """containerd 1.7 where no file sets ``enable_cdi``: the drop-in turns CDI on (`containerd_dump` allows it)."""
+    stale: tuple[str, ...] = ()
+    """Our drop-in of the other containerd major (`dropin_paths`): removed where it exists, its import dropped."""
+
+    @property
+    def note(self) -> str:
+        """What the readiness reason adds (containerd 1.7 with CDI off: how devices come instead)."""
+        if self.cdi_off is None:
+            return ""
+        return (
+            f"; CDI is off on this containerd ({CDI_KEY} = false in {self.cdi_off}): devices come from the "
+            "device plugin's device nodes and the wrapper, as on containerd 1.6"
+        )
 
 
 def _parse(text: str, path: str) -> tomlkit.TOMLDocument:
@@ -305,7 +317,16 @@ def configure(
     changed = bool(edits) or _imports_of(root_text, root_path) != _plain(doc.get("imports"))
     text = tomlkit.dumps(doc) if changed or not exists else str(root_text)
     return Configured(
-        text, _render(version, plugin, body), tuple(edits), version, ours, copies, walked.order, cdi_off, cdi_added
+        text,
+        _render(version, plugin, body),
+        tuple(edits),
+        version,
+        ours,
+        copies,
+        walked.order,
+        cdi_off,
+        cdi_added,
+        stale,
     )
 
 
@@ -329,6 +350,12 @@ def unconfigure(text: str, edits: tuple[RootEdit, ...], root_path: str) -> str:
         if edit.created_key and len(imports) == 0:
             del doc["imports"]
     return tomlkit.dumps(doc)
+
+
+def without_our_imports(text: str, root_path: str) -> str:
+    """The root file ``text`` as it would be without our drop-ins' imports (the node's own configuration, for the
+    dump taken before a write)."""
+    return unconfigure(text, tuple(RootEdit("imports", p) for p in dropin_paths(root_path)), root_path)
 
 
 def loaded_handler(cri_config: Mapping[str, Any]) -> Mapping[str, Any] | None:

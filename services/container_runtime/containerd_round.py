@@ -69,23 +69,15 @@ class ContainerdRound(rounds.RuntimeRound):
         )
         self.planned = done
         wanted: dict[str, str | None] = {done.dropin: done.dropin_text}
-        for stale in containerd.dropin_paths(self.root_path):
-            if stale != done.dropin and current.get(stale) is not None:
-                wanted[stale] = None  # our drop-in of the other containerd major: gone
+        wanted |= {p: None for p in done.stale if current.get(p) is not None}
         wanted[self.root_path] = done.root_text
         mode = record.created_mode([self.files.stat(p) for p in done.copies])
-        note = ""
-        if done.cdi_off is not None:
-            note = (
-                f"; CDI is off on this containerd (enable_cdi = false in {done.cdi_off}): devices come from the "
-                "device plugin's device nodes and the wrapper, as on containerd 1.6"
-            )
         return rounds.Planned(
             wanted,
             {self.root_path: done.edits},
             frozenset(containerd.dropin_paths(self.root_path)),
             create_modes={done.dropin: mode},
-            note=note,
+            note=done.note,
         )
 
     def reverse(self, entry: record.FileRecord, text: str) -> str:
@@ -97,10 +89,7 @@ class ContainerdRound(rounds.RuntimeRound):
         root = current[self.root_path]
         if root is None:
             return rounds.Baseline(True, "")
-        ours = containerd.dropin_paths(self.root_path)
-        entry = record.FileRecord(self.root_path, False, None, "", tuple(record.RootEdit("imports", p) for p in ours))
-        without = self.reverse(entry, root)
-        scratch = self.files.scratch(self.root_path, without)
+        scratch = self.files.scratch(self.root_path, containerd.without_our_imports(root, self.root_path))
         try:
             ok, output = self.host.dump(scratch)
         finally:

@@ -61,3 +61,18 @@ def test_a_rerender_that_dropped_our_import_is_repaired_and_the_record_follows()
     entry = record.remember(entry, ROOT_PATH, rerendered, again.root_text, again.edits, owned=False)
     assert entry.before == rerendered and entry.edits == done.edits
     assert record.undo_text(entry, again.root_text, lambda t: t) == rerendered
+
+
+def test_the_node_s_own_root_file_is_the_root_without_our_imports_only() -> None:
+    """What the dump before a write is taken from: every drop-in of ours unimported, the administrator's imports
+    kept; on containerd 2.x our 1.x drop-in is stale (removed where it exists)."""
+    admin = 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    done = containerd.configure(admin, root_path=ROOT_PATH, schema=detect.containerd_schema((1, 7, 13)))
+    assert containerd.dropin_path(ROOT_PATH, 2) in done.root_text
+    assert (
+        tomlkit.parse(containerd.without_our_imports(done.root_text, ROOT_PATH)).unwrap()
+        == tomlkit.parse(admin).unwrap()
+    )
+    assert done.stale == (containerd.dropin_path(ROOT_PATH, 3),)
+    newer = containerd.configure(admin, root_path=ROOT_PATH, schema=detect.containerd_schema((2, 4, 2)))
+    assert newer.stale == (containerd.dropin_path(ROOT_PATH, 2),)
