@@ -71,15 +71,6 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _text(number: int, value: str) -> bytes:
-    """A protobuf string field (the CRI messages of `CrioNode.close`, as `metax_hw.container_runtime` encodes)."""
-    data, out, size = value.encode(), bytearray([number << 3 | 2]), len(value.encode())
-    while size > 0x7F:
-        out.append(size & 0x7F | 0x80)
-        size >>= 7
-    return bytes(out) + bytes([size]) + data
-
-
 @attrs.define
 class CrioFiles(containerd_host.AgentHost):
     """A CRI-O host under ``base``: the administrator's files under ``etc/crio``, the daemon on ``crio.sock``, and what
@@ -286,12 +277,10 @@ enable_nri = false
             return answer
 
         with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(f"unix://{self.socket}") as channel:
-            for number, item in container_runtime._fields(call(channel, "ListPodSandbox", b"")):
-                sandbox = dict(container_runtime._fields(item)).get(1) if isinstance(item, bytes) else None
-                if number == 1 and isinstance(sandbox, bytes):
-                    with contextlib.suppress(grpc.RpcError):  # one that cannot stop is killed below
-                        call(channel, "StopPodSandbox", _text(1, sandbox.decode()))
-                        call(channel, "RemovePodSandbox", _text(1, sandbox.decode()))
+            for sandbox, _ in container_runtime.listed_sandboxes(call(channel, "ListPodSandbox", b"")):
+                with contextlib.suppress(grpc.RpcError):  # one that cannot stop is killed below
+                    call(channel, "StopPodSandbox", container_runtime.text_field(1, sandbox))
+                    call(channel, "RemovePodSandbox", container_runtime.text_field(1, sandbox))
 
     def close(self) -> None:
         """Everything the node started goes: its pods, CRI-O, conmons, containers, mounts, cgroups, files."""

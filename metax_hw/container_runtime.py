@@ -275,12 +275,16 @@ def sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 1
             response = call(b"", timeout=timeout)
     except grpc.RpcError as exc:
         raise HardwareError("list the runtime's pod sandboxes", socket, str(exc.details() or exc.code())) from exc
+    return [sandbox for sandbox, its_handler in listed_sandboxes(response) if its_handler == runtime_handler]
+
+
+def listed_sandboxes(response: bytes) -> list[tuple[str, str]]:
+    """(id, runtime handler) of each sandbox in a ``ListPodSandboxResponse``."""
     found = []
     for number, item in _fields(response):
         if number == 1 and isinstance(item, bytes):
             fields = {n: v for n, v in _fields(item) if isinstance(v, bytes)}
-            if fields.get(7, b"").decode() == runtime_handler:
-                found.append(fields.get(1, b"").decode())
+            found.append((fields.get(1, b"").decode(), fields.get(7, b"").decode()))
     return found
 
 
@@ -297,10 +301,15 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
+def text_field(number: int, value: str) -> bytes:
+    """A protobuf string field: e.g. ``{Stop,Remove}PodSandboxRequest{pod_sandbox_id}`` is ``text_field(1, id)``."""
+    data = value.encode()
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(data)) + data
+
+
 def _encode_sandbox_status(sandbox: str) -> bytes:
     """``PodSandboxStatusRequest{pod_sandbox_id: sandbox, verbose: true}`` (fields 1 and 2)."""
-    data = sandbox.encode()
-    return b"\x0a" + _encode_varint(len(data)) + data + b"\x10\x01"
+    return text_field(1, sandbox) + b"\x10\x01"
 
 
 def crio_sandboxes_with_handler(socket: str, runtime_handler: str, timeout: float = 10.0) -> list[str]:
@@ -319,12 +328,7 @@ def crio_sandboxes_with_handler(socket: str, runtime_handler: str, timeout: floa
             status: Callable[..., bytes] = channel.unary_unary(
                 CRI_SANDBOX_STATUS, request_serializer=lambda b: b, response_deserializer=lambda b: b
             )
-            ids = [
-                {n: v for n, v in _fields(item) if isinstance(v, bytes)}.get(1, b"").decode()
-                for number, item in _fields(listing(b"", timeout=timeout))
-                if number == 1 and isinstance(item, bytes)
-            ]
-            for sandbox in ids:
+            for sandbox, _ in listed_sandboxes(listing(b"", timeout=timeout)):
                 info = status_info(status(_encode_sandbox_status(sandbox), timeout=timeout)).get("info", "{}")
                 try:
                     spec = json.loads(info).get("runtimeSpec") or {}
