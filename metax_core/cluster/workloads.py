@@ -18,6 +18,7 @@ from metax_core.cluster import (
     components,
     dra_objects,
     host_paths,
+    image_refs,
     merge,
     network_policies,
     payloads,
@@ -71,6 +72,8 @@ class RenderSettings:
     node's own ``/sys``, ``/dev``, ... The product's default is "" (the real paths)."""
     service_monitor: bool = False
     """Whether the cluster serves ServiceMonitors (the operator looks for `SERVICE_MONITOR_CRD`)."""
+    image_digests: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    """Image name -> manifest digest of the release (`image_refs`): each component image pinned by digest."""
 
 
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment"})
@@ -97,8 +100,7 @@ class Rendered:
 
 
 def image(s: spec.ClusterOperatorSpec, workload: Workload, settings: RenderSettings) -> str:
-    prefix = f"{s.registry}/" if s.registry else ""
-    return f"{prefix}{workload.name}:{settings.version}"
+    return image_refs.reference(s.registry, workload.name, settings.version, settings.image_digests.get(workload.name))
 
 
 def default_pod_spec(workload: Workload) -> dict[str, Any]:

@@ -11,6 +11,7 @@ every pattern is matched with ``fullmatch`` and uses ASCII classes only.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 _NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -84,10 +85,26 @@ def repository_problem(repository: str) -> str | None:
     return None
 
 
+REGISTRY_EXAMPLE: Final = "registry.example.com/metax"
+"""The example every registry error shows (docs/images.md, "Registry")."""
+
+
 def registry_problem(registry: str) -> str | None:
-    """None when ``registry`` is ``DOMAIN[:PORT][/PROJECT...]`` (no scheme, no trailing /)."""
+    """None when ``registry`` is ``HOST[:PORT][/PROJECT...]`` whose first component names a registry host.
+
+    R-RELEASE, "no silent default registry": an empty registry, or one whose first component is no host
+    (``metax``), would make every image a Docker Hub name (``docker.io/library/metax-operator``) that a node pulls
+    without a word; both are refused, with the fix in the message."""
+    if not registry:
+        return f'is required: the registry every image is pulled from, like "{REGISTRY_EXAMPLE}" (there is no default)'
     if len(registry) > MAX_REFERENCE or not _REGISTRY.fullmatch(registry):
-        return 'must be a registry path like "registry.example.com/project" (no scheme, no trailing /)'
+        return f'must be a registry path like "{REGISTRY_EXAMPLE}" (no scheme, no trailing /)'
+    if not names_registry(registry.partition("/")[0]):
+        return (
+            f'must start with a registry host (a name with a dot, a port, or "localhost"), like '
+            f'"{REGISTRY_EXAMPLE}" or "docker.io/{registry}": "{registry.partition("/")[0]}" alone would be read as '
+            "a Docker Hub name"
+        )
     return None
 
 

@@ -216,7 +216,7 @@ def _components(s: spec.ClusterOperatorSpec) -> list[tuple[str, spec.ComponentSp
 
 def _global_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
     errors = []
-    if s.registry and (problem := names.registry_problem(s.registry)):
+    if problem := names.registry_problem(s.registry):
         errors.append(FieldError("registry", problem))
     for i, secret in enumerate(s.image_pull_secrets):
         if problem := names.dns_subdomain_problem(secret):

@@ -23,6 +23,16 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
         "Pull policy of the operator and every component image.",
     ),
     (
+        "imageDigests",
+        {},
+        {
+            "type": "object",
+            "additionalProperties": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+        },
+        "Image name -> manifest digest: each image is then pulled by digest (`<registry>/<image>:<tag>@<digest>`)."
+        " `./run release` writes it into the chart it pushes (R-RELEASE; docs/images.md); {} = by tag.",
+    ),
+    (
         "resources",
         {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
         {"type": "object"},

@@ -3,6 +3,7 @@ values as Helm users write them, `metax_core.spec.chart_values`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import yaml
@@ -50,9 +51,12 @@ def _values_lines(schema: Schema, values: dict[str, Any], indent: int = 0) -> li
     return lines
 
 
-def render_values() -> str:
+def render_values(image_digests: Mapping[str, str] | None = None) -> str:
+    """values.yaml; a release (`metax_dev.release.chart`) passes its images' digests for ``operator.imageDigests``."""
     values = converter.unstructure(spec.ClusterOperatorSpec())
     values["operator"] = operator_defaults()
+    if image_digests:
+        values["operator"]["imageDigests"] = dict(sorted(image_digests.items()))
     header = [
         f"# {GENERATED}",
         "# The ClusterOperator spec with every default (R-VALUES): these values become the `cluster-operator`",

@@ -26,7 +26,16 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components, configmaps, gpu_workloads, network_policies, rbac, vf_restarts, workloads
+from metax_core.cluster import (
+    components,
+    configmaps,
+    gpu_workloads,
+    image_refs,
+    network_policies,
+    rbac,
+    vf_restarts,
+    workloads,
+)
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
@@ -101,7 +110,10 @@ class Reconciler:
         self.clock = clock
         self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
         self.render_settings = workloads.RenderSettings(
-            namespace=settings.namespace, version=settings.version, host_path_prefix=settings.host_path_prefix
+            namespace=settings.namespace,
+            version=settings.version,
+            host_path_prefix=settings.host_path_prefix,
+            image_digests=image_refs.decode_digests(settings.image_digests),
         )
         self.status_writes = 0
         self._warned_confirmation = ""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core.cluster import rbac
+from metax_core.cluster import image_refs, rbac
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.spec import model as spec
 from metax_core.wire import meta
@@ -45,6 +45,9 @@ class Settings:
     """METAX_DRIVER_READY_TIMEOUT: seconds a new driver pod may take to become Ready before it counts as failed."""
     uninstall_timeout: float = attrs.field(default=180.0, metadata=env("METAX_UNINSTALL_TIMEOUT"))
     """METAX_UNINSTALL_TIMEOUT: seconds the finalizer waits for the nodes' agents to undo their host changes."""
+    image_digests: str = attrs.field(default="", metadata=env(image_refs.DIGESTS_ENV))
+    """METAX_IMAGE_DIGESTS: the release's image digests (chart value operator.imageDigests, `image_refs`), a JSON
+    object; every component image is then pinned by digest. Read with `image_refs.decode_digests`."""
     host_path_prefix: str = attrs.field(default="", metadata=env("METAX_TEST_HOST_PATH_PREFIX"))
     """METAX_TEST_HOST_PATH_PREFIX: TEST ONLY (docs/realnode.md): put in front of every hostPath of the node agents,
     so that a test node's agents see a fake GPU host; "" (the default) renders the real paths."""
@@ -77,6 +80,11 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
             value = loaded.resync_seconds if name == "METAX_RESYNC_SECONDS" else loaded.driver_ready_timeout
             if value < minimum:
                 errors.append(FieldError(name, f"must be at least {minimum:g} seconds, got {given[name]!r}"))
+    if loaded is not None:
+        try:
+            image_refs.decode_digests(loaded.image_digests)
+        except InvalidSpec as exc:
+            errors += exc.errors
     if errors or loaded is None:
         raise InvalidSpec(errors)
     return loaded

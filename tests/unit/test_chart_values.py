@@ -19,10 +19,11 @@ import pytest
 
 from metax_core.errors import InvalidSpec
 from metax_core.spec import chart_values, quantity, validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev import chart
 from metax_k8s import crd
 
-BASE: dict[str, Any] = {"driver": {"payload": {"version": "2.32.0"}}}
+BASE: dict[str, Any] = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.32.0"}}}
 OBJECT = {
     "apiVersion": "gpu.metax-tech.com/v1alpha1",
     "kind": "ClusterOperator",

@@ -30,6 +30,7 @@ from metax_core.cluster.components import Component
 from metax_core.node import allocation, devices, driver_config, vfio
 from metax_core.node import labels as node_labels
 from metax_core.spec import validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_core.wire import event_reasons, meta
 
 NS = "metax-operator"
@@ -40,6 +41,7 @@ TABLE = {
 }
 """Every component with a probe: the table once the container-runtime and maca agents have landed."""
 SPEC_DOC: dict[str, Any] = {
+    "registry": REGISTRY_EXAMPLE,
     "driver": {"payload": {"version": VERSION}},
     "vfioManager": {"deploy": True},
     "exporter": {"deploy": False},

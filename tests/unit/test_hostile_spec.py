@@ -19,8 +19,9 @@ from metax_core import versions
 from metax_core.errors import InvalidSpec
 from metax_core.spec import converter, validation, vfio_config
 from metax_core.spec import model as spec
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
-BASE: dict[str, Any] = {"driver": {"payload": {"version": "2.32.0"}}}
+BASE: dict[str, Any] = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.32.0"}}}
 
 
 def errors_of(document: object) -> list[str]:
@@ -58,7 +59,7 @@ def test_int_or_percent_strings_are_exactly_the_crd_pattern(value: object) -> No
 @pytest.mark.parametrize(
     ("document", "path"),
     [
-        ({"driver": {"payload": {"version": "2.14.6\n"}}}, "driver.payload.version"),
+        (with_(driver={"payload": {"version": "2.14.6\n"}}), "driver.payload.version"),
         (with_(maca={"payload": {"images": ["maca:2.18.0.3\n"]}}), "maca.payload.images[0]"),
         (with_(maca={"payload": {"images": ["MACA:2.18.0.3"]}}), "maca.payload.images[0]"),
         (with_(registry="https://reg.example.com"), "registry"),
@@ -340,7 +341,7 @@ def test_node_name_patterns_keep_full_match_semantics() -> None:
 
 
 def test_a_type_error_does_not_hide_a_cross_field_error_elsewhere_in_the_section() -> None:
-    document = {"driver": {"payload": {"version": 2.18}, "upgradePolicy": {"enableRollout": True}}}
+    document = with_(driver={"payload": {"version": 2.18}, "upgradePolicy": {"enableRollout": True}})
     assert errors_of(document) == [
         "driver.payload.version: must be a string, got number 2.18 (quote it in YAML)",
         "driver.upgradePolicy.upgradeSteps: must list at least one step when enableRollout is true",

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from metax_core.cluster import merge
 from metax_core.spec import validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
 
 def _tol(key: str, value: str, effect: str) -> dict[str, str]:
@@ -20,6 +21,7 @@ MACA_DEFAULT = {"tolerations": [_tol("node-role", "maca", "NoSchedule")]}
 DRIVER_DEFAULT = {"tolerations": [_tol("node-role", "driver", "NoExecute")]}
 
 SEED_VALUES = {
+    "registry": REGISTRY_EXAMPLE,
     "podTemplateSpec": {"spec": {"tolerations": [_tol("node-type", "general", "NoSchedule")]}},
     "maca": {"podTemplateSpec": {"spec": {"tolerations": [_tol("node-type", "gpu", "NoSchedule")]}}},
     "driver": {"payload": {"version": "1.0.0"}},
@@ -39,7 +41,13 @@ def test_seed_example_driver_inherits_the_global_toleration() -> None:
 
 
 def test_deprecated_global_tolerations_apply_when_no_template_sets_tolerations() -> None:
-    s = validation.parse({"tolerations": [_tol("key1", "value1", "NoSchedule")], "driver": {"deployPolicy": "Never"}})
+    s = validation.parse(
+        {
+            "registry": REGISTRY_EXAMPLE,
+            "tolerations": [_tol("key1", "value1", "NoSchedule")],
+            "driver": {"deployPolicy": "Never"},
+        }
+    )
     pod = merge.pod_spec_for(s, s.maca.pod_template_spec, MACA_DEFAULT)
     assert pod["tolerations"][-1] == _tol("key1", "value1", "NoSchedule")
 
@@ -47,6 +55,7 @@ def test_deprecated_global_tolerations_apply_when_no_template_sets_tolerations()
 def test_template_tolerations_win_over_deprecated_global_tolerations() -> None:
     s = validation.parse(
         {
+            "registry": REGISTRY_EXAMPLE,
             "tolerations": [_tol("key1", "value1", "NoSchedule")],
             "podTemplateSpec": {"spec": {"tolerations": [_tol("node-type", "general", "NoSchedule")]}},
             "driver": {"deployPolicy": "Never"},
@@ -59,6 +68,7 @@ def test_template_tolerations_win_over_deprecated_global_tolerations() -> None:
 def test_deprecated_tolerations_still_apply_when_template_sets_only_a_node_selector() -> None:
     s = validation.parse(
         {
+            "registry": REGISTRY_EXAMPLE,
             "tolerations": [_tol("key1", "value1", "NoSchedule")],
             "maca": {"podTemplateSpec": {"spec": {"nodeSelector": {"pool": "gpu"}}}},
             "driver": {"deployPolicy": "Never"},
@@ -72,6 +82,7 @@ def test_deprecated_tolerations_still_apply_when_template_sets_only_a_node_selec
 def test_component_template_replaces_the_global_one_entirely() -> None:
     s = validation.parse(
         {
+            "registry": REGISTRY_EXAMPLE,
             "podTemplateSpec": {"spec": {"nodeSelector": {"zone": "a"}, "tolerations": [_tol("a", "b", "NoSchedule")]}},
             "maca": {"podTemplateSpec": {"spec": {"affinity": {"nodeAffinity": {}}}}},
             "driver": {"deployPolicy": "Never"},
@@ -87,7 +98,7 @@ def test_maps_merge_with_the_override_winning_on_the_same_key() -> None:
 
 
 def test_fields_outside_the_managed_three_are_left_alone() -> None:
-    s = validation.parse({"driver": {"deployPolicy": "Never"}})
+    s = validation.parse({"registry": REGISTRY_EXAMPLE, "driver": {"deployPolicy": "Never"}})
     pod = merge.pod_spec_for(s, None, {"hostPID": True, "tolerations": []})
     assert pod == {"hostPID": True, "tolerations": []}
 

@@ -13,8 +13,14 @@ import pytest
 from metax_core.cluster import network_policies, workloads
 from metax_core.errors import InvalidSpec
 from metax_core.spec import validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
-BASE = {"driver": {"payload": {"version": "2.14.6"}}, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}}
+BASE = {
+    "registry": REGISTRY_EXAMPLE,
+    "driver": {"payload": {"version": "2.14.6"}},
+    "exporter": {"deploy": True},
+    "gpuScheduler": {"deploy": True},
+}
 
 
 def _objects(document: dict[str, Any]) -> dict[str, Any]:

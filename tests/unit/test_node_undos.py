@@ -50,8 +50,10 @@ def test_a_node_that_runs_only_gpu_discovery_has_nothing_to_undo() -> None:
     """Issue 38 item 3: gpu-discovery's pods (gpu-label's component, on every node) answer no request; a CPU
     node runs only those, so the finalizer does not wait for it. The pods' labels are the rendered templates'."""
     from metax_core.spec import validation
+    from metax_core.spec.names import REGISTRY_EXAMPLE
 
-    rendered = workloads.render(validation.parse({"driver": {"payload": {"version": "2.20.0"}}})).objects
+    values = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.20.0"}}}
+    rendered = workloads.render(validation.parse(values)).objects
     daemonsets = [o for o in rendered if o["kind"] == "DaemonSet"]
     template = {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["labels"] for o in daemonsets}
 

@@ -14,6 +14,7 @@ import pytest
 from metax_core.cluster import components, rbac, workloads
 from metax_core.cluster.components import Component
 from metax_core.spec import validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
 # 000 Table 1.3.1: workload -> ServiceAccount (None: the namespace's default account).
 TABLE_1_3_1 = {
@@ -104,7 +105,7 @@ def test_bind_is_limited_to_the_component_roles() -> None:
 
 
 def test_the_operator_renders_accounts_and_roles_before_each_workload() -> None:
-    values = {"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
+    values = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
     objects = workloads.render(validation.parse(values)).objects
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
     driver = kinds.index(("DaemonSet", "metax-driver"))

@@ -12,8 +12,9 @@ from metax_core.cluster import components, workloads
 from metax_core.errors import InvalidSpec
 from metax_core.spec import model as spec
 from metax_core.spec import quantity, validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
-BASE = {"driver": {"payload": {"version": "2.14.6"}}}
+BASE = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.14.6"}}}
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,15 @@ from metax_core.errors import InvalidSpec
 from metax_core.spec import converter, limits, validation
 from metax_core.spec import model as spec
 from metax_core.spec.model import IntOrPercent
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
-VERSION = {"driver": {"payload": {"version": "2.32.0"}}}
+REGISTRY = {"registry": REGISTRY_EXAMPLE}
+"""The one global field every spec needs (R-RELEASE: no silent default registry)."""
+VERSION = {**REGISTRY, "driver": {"payload": {"version": "2.32.0"}}}
+"""The least a valid spec holds: the registry and the driver's version."""
+REGISTRY_REQUIRED = (
+    f'registry: is required: the registry every image is pulled from, like "{REGISTRY_EXAMPLE}" (there is no default)'
+)
 
 
 def errors_of(document: object) -> list[str]:
@@ -120,13 +127,21 @@ def test_pod_template_spec_manages_exactly_table_3_15() -> None:
 
 
 def test_payload_version_is_required_unless_never() -> None:
-    assert errors_of({}) == [
+    assert errors_of(REGISTRY) == [
         "driver.payload.version: is required unless driver.deployPolicy is Never (and driver.fwUpgradePolicy is Never)"
     ]
-    assert validation.parse({"driver": {"deployPolicy": "Never"}}).driver.payload.version is None
-    assert errors_of({"driver": {"deployPolicy": "Never", "fwUpgradePolicy": "PreferCloud"}})[0].startswith(
+    assert validation.parse({**REGISTRY, "driver": {"deployPolicy": "Never"}}).driver.payload.version is None
+    assert errors_of({**REGISTRY, "driver": {"deployPolicy": "Never", "fwUpgradePolicy": "PreferCloud"}})[0].startswith(
         "driver.payload.version: is required"
     )
+
+
+def test_an_empty_document_is_refused_for_its_registry_and_its_driver_version() -> None:
+    """R-RELEASE: no field has a default that would pull images from Docker Hub; both required fields are named."""
+    assert errors_of({}) == [
+        REGISTRY_REQUIRED,
+        "driver.payload.version: is required unless driver.deployPolicy is Never (and driver.fwUpgradePolicy is Never)",
+    ]
 
 
 # --- errors ---------------------------------------------------------------------------------------------
@@ -162,6 +177,8 @@ def test_every_error_at_once_with_field_paths() -> None:
             "got string 'clusterip'",
             "exporter.service.port: must be an integer, got string '09400'",
             "maca.payload.images[1]: must be a string, got number 7 (quote it in YAML)",
+            # The cross-field and global rules still run beside the type errors (R-RELEASE: no registry given).
+            REGISTRY_REQUIRED,
         ]
     )
 
@@ -301,7 +318,7 @@ driver:
       maxFailureThreshold: 3
       fallback: pause
 """
-    policy = validation.parse(yaml.safe_load(text)).driver.upgrade_policy
+    policy = validation.parse({**REGISTRY, **yaml.safe_load(text)}).driver.upgrade_policy
     assert [(s.replicas, s.pause, s.pause_duration) for s in policy.upgrade_steps] == [
         (IntOrPercent(2), None, None),
         (IntOrPercent(5), None, 10_000),
@@ -318,7 +335,8 @@ driver:
 def test_upgrade_policy_cross_field_rules() -> None:
     steps = [{"replicas": 5}, {"replicas": 2, "pause": True, "pauseDuration": "1s"}, {"replicas": "50%"}]
     document = {
-        "driver": {"payload": {"version": "1"}, "upgradePolicy": {"enableRollout": True, "upgradeSteps": steps}}
+        **REGISTRY,
+        "driver": {"payload": {"version": "1"}, "upgradePolicy": {"enableRollout": True, "upgradeSteps": steps}},
     }
     assert errors_of(document) == [
         "driver.upgradePolicy.upgradeSteps[1].replicas: must not be lower than an earlier step's (2 < 5)",
@@ -352,12 +370,17 @@ def test_a_cluster_operator_object_is_checked() -> None:
 
 
 def test_an_object_without_spec_gets_the_defaults() -> None:
+    """The defaults leave the two required fields unset, so such an object is refused naming both: the registry
+    first (R-RELEASE: there is no default registry, an image name without one would be pulled from Docker Hub),
+    then the driver's version."""
     obj = {
         "apiVersion": "gpu.metax-tech.com/v1alpha1",
         "kind": "ClusterOperator",
         "metadata": {"name": "cluster-operator"},
     }
-    assert errors_of({**obj, "spec": None})[0].startswith("driver.payload.version: is required")
+    registry, version = errors_of({**obj, "spec": None})
+    assert registry == REGISTRY_REQUIRED
+    assert version.startswith("driver.payload.version: is required")
 
 
 @pytest.mark.parametrize("metadata", [None, {}, {"generateName": "cluster-operator-"}, {"name": ""}, {"labels": {}}])

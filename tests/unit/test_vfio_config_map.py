@@ -12,6 +12,7 @@ from metax_core.inventory import PciAddress, PciFunction
 from metax_core.node import vfio, vfio_config_map
 from metax_core.spec import validation, vfio_config
 from metax_core.spec.model import VfioConfigEntry
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
 
 def test_render_parse_round_trip_keeps_the_chart_shape() -> None:
@@ -65,6 +66,7 @@ def test_what_the_operator_writes_vfio_manager_reads_and_means_the_same() -> Non
     """Writer: the operator's own manifest from a CR's vfioManager.vfioConfig; reader: vfio-manager's parse."""
     cr_spec = validation.parse(
         {
+            "registry": REGISTRY_EXAMPLE,
             "driver": {"payload": {"version": "2.14.6"}},
             "vfioManager": {"vfioConfig": [{"nodeName": "gpu-[0-9]+", "gpus": "0,2"}, {"nodeName": ".*", "gpus": [1]}]},
         }
@@ -75,9 +77,8 @@ def test_what_the_operator_writes_vfio_manager_reads_and_means_the_same() -> Non
     assert entries == cr_spec.vfio_manager.vfio_config
     assert vfio_config.selection_for_node(entries, "gpu-7") == vfio_config.GpuSelection(indexes=frozenset({0, 2}))
     assert vfio_config.selection_for_node(entries, "cpu-1") == vfio_config.GpuSelection(indexes=frozenset({1}))
-    assert (
-        vfio_config_map.parse(configmaps.vfio_config_map(validation.parse({"driver": cr_spec_driver()}))["data"]) == ()
-    )
+    without = validation.parse({"registry": REGISTRY_EXAMPLE, "driver": cr_spec_driver()})
+    assert vfio_config_map.parse(configmaps.vfio_config_map(without)["data"]) == ()
 
 
 def cr_spec_driver() -> dict[str, object]:

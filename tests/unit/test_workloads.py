@@ -349,7 +349,7 @@ def test_a_component_gets_its_probe_by_declaring_it() -> None:
         "periodSeconds": 7,
         "failureThreshold": 1,
     }
-    s = validation.parse({"driver": {"payload": {"version": "2.18.0"}}})
+    s = validation.parse(BASE)
     common = {"log_level": "INFO", "host_root": "/host", "required": ""}
     probed = agent_env.render(s, components.Component.EXPORTER, probe_file=declared.file, **common)
     assert {"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"} in probed

@@ -7,13 +7,20 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
-{{/* The operator image: operator.image.repository, else <registry>/metax-operator; tag = appVersion. */}}
+{{/* The operator image: operator.image.repository, else <registry>/metax-operator; tag = appVersion; pinned
+     by operator.imageDigests["metax-operator"] when the release wrote it (metax_core/cluster/image_refs.py).
+     An empty registry is refused (R-RELEASE: no silent Docker Hub; metax_core/spec/names.registry_problem). */}}
 {{- define "metax-operator.image" -}}
+{{- $registry := required "registry: is required: the registry every image is pulled from, like --set registry=registry.example.com/metax (there is no default)" .Values.registry -}}
+{{- $pin := "" -}}
 {{- $repo := .Values.operator.image.repository -}}
 {{- if not $repo -}}
-{{- $repo = ternary "metax-operator" (printf "%s/metax-operator" .Values.registry) (eq .Values.registry "") -}}
+{{- $repo = printf "%s/metax-operator" $registry -}}
+{{- with index (.Values.operator.imageDigests | default dict) "metax-operator" -}}
+{{- $pin = printf "@%s" . -}}
 {{- end -}}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.operator.image.tag) -}}
+{{- end -}}
+{{- printf "%s:%s%s" $repo (default .Chart.AppVersion .Values.operator.image.tag) $pin -}}
 {{- end -}}
 
 {{/* The ClusterOperator spec: the values without the chart-only `operator` section. The deprecated

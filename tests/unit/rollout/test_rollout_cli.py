@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from services.cli import rollout as cli_rollout
 
 SEED_SPEC = {
+    "registry": REGISTRY_EXAMPLE,
     "driver": {
         "payload": {"version": "2.0.0"},
         "upgradePolicy": {
@@ -126,7 +128,10 @@ def test_an_invalid_policy_prints_one_line_per_error(tmp_path: Path, capsys: pyt
 
 
 def test_a_disabled_policy_is_checked_as_if_enabled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    document = {"driver": {"payload": {"version": "1"}, "upgradePolicy": {"upgradeSteps": [{"replicas": 3}]}}}
+    document = {
+        "registry": REGISTRY_EXAMPLE,
+        "driver": {"payload": {"version": "1"}, "upgradePolicy": {"upgradeSteps": [{"replicas": 3}]}},
+    }
     code, _, err = plan(capsys, "-f", write(tmp_path, document), "--nodes", "5")
     assert code == 2
     assert 'upgradeSteps[0].replicas: the last step must be "100%"' in err

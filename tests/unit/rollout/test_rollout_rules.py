@@ -15,9 +15,11 @@ from metax_core.rollout import rules as rollout_rules
 from metax_core.rollout.status import Phase, UpgradeStatus
 from metax_core.spec import model as spec
 from metax_core.spec import validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 
 BASE = validation.parse(
     {
+        "registry": REGISTRY_EXAMPLE,
         "driver": {
             "payload": {"version": "1.0.0"},
             "upgradePolicy": {"enableRollout": True, "upgradeSteps": [{"replicas": 2}, {"replicas": "100%"}]},
@@ -91,7 +93,7 @@ def test_changed_paths_sees_added_removed_and_retyped_values() -> None:
 def test_the_confirmation_annotation_is_not_a_spec_change() -> None:
     """Issue 16: confirming a waiting step writes metadata only; the mid-rollout rule compares spec only."""
     running = UpgradeStatus(upgrading=True, phase=Phase.PROGRESSING)
-    body = {"driver": {"payload": {"version": "2.14.6"}}}
+    body = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.14.6"}}}
     metadata = {"name": "cluster-operator"}
     kind = {"apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator"}
     before = validation.parse({**kind, "metadata": metadata, "spec": body})
