@@ -12,6 +12,8 @@ the product's images never complete shells, so they do not carry it.
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 SHELLS = ("bash", "zsh")
@@ -41,6 +43,24 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=None, completion=True)
+
+
+OFFERED = "metax_offered"
+"""The attribute `offer` sets on an option: the words `candidates` completes its value with."""
+
+
+def offer(action: argparse.Action, words: Sequence[str]) -> None:
+    """Complete ``action``'s value with ``words`` without limiting it to them (``choices`` would refuse any other
+    value, e.g. an object name for ``render --component``): shtab's ``complete`` (a bash function in the script's
+    preamble; a zsh value list) and `candidates` (``kubectl_complete-metax``) read it."""
+    listed = " ".join(shlex.quote(w) for w in words)
+    function = f"_metax_offer_{action.dest}"
+    action.complete = {  # type: ignore[attr-defined]  # shtab's protocol: an attribute on the action
+        "bash": function,
+        "zsh": f"({listed})",
+        "preamble": {"bash": f'{function}() {{ compgen -W {shlex.quote(listed)} -- "$1"; }}'},
+    }
+    setattr(action, OFFERED, tuple(words))
 
 
 NO_FILE_COMPLETION = 4
@@ -73,7 +93,7 @@ def candidates(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
             continue
         current = _subcommands(current).get(word, current)
     if expects is not None:
-        pool = [str(c) for c in expects.choices or ()]
+        pool = [str(c) for c in getattr(expects, OFFERED, None) or expects.choices or ()]
     elif typing.startswith("-"):
         pool = [s for a in current._actions for s in a.option_strings]
     else:

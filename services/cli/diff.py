@@ -9,8 +9,9 @@ verdict on the edit is the webhook's validation (`metax_core.spec.validation`, t
 API server's own, by a server-side apply dry-run of cluster-operator (``dryRun=All``: the CRD's schema, CEL
 rules and the admission webhooks run, nothing is stored). Reads only.
 
-Exit codes: 0 nothing would change, 1 something would change, 2 the edit is refused (or bad usage), 3 the
-cluster could not be read.
+Exit codes: 0 nothing would change, 1 something would change, 2 the edit is refused (or bad usage),
+`connection.EXIT_NO_CLUSTER` the cluster cannot be used (as every command that needs one). With ``-o json`` every
+outcome is JSON on stdout: the prediction, ``{"refused": […]}``, or a failure (`documents.print_failure`).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_core.wire import meta
 from metax_k8s.api import Api
-from services.cli import documents
+from services.cli import connection, documents
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 FIELD_MANAGER = "helm"
 """The dry-run applies as Helm does (the chart renders cluster-operator), so its fields are compared as owned."""
-EXIT_SAME, EXIT_CHANGES, EXIT_REFUSED, EXIT_UNREADABLE = 0, 1, 2, 3
+EXIT_SAME, EXIT_CHANGES, EXIT_REFUSED = 0, 1, 2
 
 
 class DriverConfigCompare(Protocol):
@@ -55,7 +56,7 @@ def add_parser(subparsers: Any, compare_driver_config: DriverConfigCompare) -> N
         "the API server would refuse it. With --driver-config: the driver-config ConfigMap's change, each "
         "node's VF count and module parameters before and after, the gpu-device pods the operator recreates "
         "(R-VF) and what driver-manager does on each node. Exit codes: 0 no change, 1 changes, 2 refused or "
-        "bad usage, 3 the cluster could not be read.",
+        f"bad usage, {connection.EXIT_NO_CLUSTER} the cluster cannot be used.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("-f", "--file", help="ClusterOperator or values YAML/JSON, - for stdin")
@@ -74,15 +75,14 @@ def add_parser(subparsers: Any, compare_driver_config: DriverConfigCompare) -> N
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("-n", "--namespace", default=workloads.RenderSettings().namespace, help="the operator's namespace")
     p.add_argument("--version", default=documents.package_version(), help="the operator's component image tag")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    connection.add_options(p, json_output=True)
     p.set_defaults(func=run, compare_driver_config=compare_driver_config)
 
 
 def run(args: argparse.Namespace) -> int:
-    from metax_k8s import client, connect
-
+    """A cluster that cannot be used is `services.cli.main`'s to report (`connection.EXIT_NO_CLUSTER`)."""
     try:
-        api = client.HttpApi(connect.connect(args.kubeconfig), user_agent="metax-operator-diff")
+        api = connection.api(args.kubeconfig, "metax-operator-diff")
         if args.driver_config is not None:
             compare_driver_config: DriverConfigCompare = args.compare_driver_config
             return compare_driver_config(api, file=args.driver_config, namespace=args.namespace, output=args.output)
@@ -94,11 +94,8 @@ def run(args: argparse.Namespace) -> int:
             output=args.output,
         )
     except documents.UsageError as exc:
-        print(documents.error_line(exc), file=sys.stderr)
+        documents.print_usage_error(exc, json_output=args.output == "json")
         return EXIT_REFUSED
-    except ClusterError as exc:
-        print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
-        return EXIT_UNREADABLE
 
 
 def set_path(document: dict[str, Any], assignment: str) -> None:
@@ -226,8 +223,13 @@ def _api_version(kind: str) -> str:
 def compare(
     api: Api, *, file: str | None, sets: Sequence[str], settings: workloads.RenderSettings, output: str = "table"
 ) -> int:
-    live_cr = _live(api)
-    document = _new_document(live_cr, file, sets)
+    try:
+        document = _new_document(None, file, sets) if file is not None else None  # bad input before the cluster
+        live_cr = _live(api)
+        if document is None:
+            document = _new_document(live_cr, file, sets)
+    except InvalidSpec as exc:  # not a ClusterOperator or a spec (a Deployment, a list)
+        return _refused(list(exc.errors), "", output)
     live_spec = None
     status = None
     if live_cr is not None:

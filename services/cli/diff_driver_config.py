@@ -31,6 +31,8 @@ from services.cli import diff, documents
 FIELD_MANAGER = "kubectl"
 """``kubectl apply --server-side``'s default field manager: the dry run applies as an administrator does."""
 MANIFEST_KEYS = ("apiVersion", "kind", "metadata")
+EXPECTED = f"the {workloads.DRIVER_CONFIG_MAP} ConfigMap, or only its data"
+"""What FILE is, for the message when it does not hold one document."""
 
 
 def manifest(document: object, namespace: str) -> dict[str, Any]:
@@ -90,7 +92,7 @@ def cluster_facts(api: Api, namespace: str) -> core.Cluster:
 
 def compare(api: Api, *, file: str, namespace: str, output: str = "table") -> int:
     try:
-        body = manifest(documents.load_document(file), namespace)
+        body = manifest(documents.load_document(file, EXPECTED), namespace)
         core.parse(body.get("data"))  # refused before anything is sent, as the webhook would
     except InvalidSpec as exc:
         return diff._refused(list(exc.errors), "", output)

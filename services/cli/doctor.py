@@ -5,7 +5,8 @@ annotations, the component pods on it, the agents' Events and cluster-operator's
 gathers them (reads only: GETs and paged lists, filtered by selectors) and prints what the core's chain
 (`metax_core.cluster.doctor`) says: per node every link, the first broken one with its evidence and the next
 command to look closer. Without NODE it walks every node and prints the cluster's summary (nodes per state),
-the driver rollout's state and cluster-operator's conditions. Exit codes: `metax_core.cluster.doctor_report`.
+the driver rollout's state and cluster-operator's conditions. Exit codes: `metax_core.cluster.doctor_report`, and
+`services.cli.connection.EXIT_NO_CLUSTER` when the cluster cannot be used (as every command that needs one).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from metax_core.cluster import doctor, doctor_facts, doctor_report, workloads
-from metax_core.errors import ClusterError, InvalidSpec, NotFound
+from metax_core.errors import InvalidSpec, NotFound
 from metax_core.node import driver_config
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
@@ -28,6 +29,7 @@ from metax_core.spec import validation
 from metax_core.wire import meta
 from metax_k8s import events as k8s_events
 from metax_k8s.api import Api
+from services.cli import connection, documents
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 USER_AGENT = "metax-operator-doctor"
@@ -42,25 +44,20 @@ def add_parser(subparsers: Any) -> None:
         "name the first broken link with its evidence and the next command to look closer. Without NODE: every "
         "node, summed up per state, with the driver rollout's state and cluster-operator's conditions. "
         "Exit codes: 0 every link holds (without NODE: every GPU node, and cluster-operator Ready; nodes without "
-        "a MetaX GPU are counted, not failed), 1 a link is broken, 2 bad usage (unknown node), 3 the cluster "
-        "could not be read.",
+        "a MetaX GPU are counted, not failed), 1 a link is broken, 2 bad usage (unknown node), "
+        f"{connection.EXIT_NO_CLUSTER} the cluster cannot be used.",
     )
     p.add_argument("nodes", nargs="*", metavar="NODE", help="node names (default: every node)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("-n", "--namespace", default=workloads.RenderSettings().namespace, help="the operator's namespace")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    connection.add_options(p, json_output=True)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from metax_k8s import client, connect
-
-    try:
-        api = client.HttpApi(connect.connect(args.kubeconfig), user_agent=USER_AGENT)
-        return examine(api, args.nodes, namespace=args.namespace, output=args.output)
-    except ClusterError as exc:
-        print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
-        return doctor_report.EXIT_UNREADABLE
+    """A cluster that cannot be used is `services.cli.main`'s to report (`connection.EXIT_NO_CLUSTER`)."""
+    api = connection.api(args.kubeconfig, USER_AGENT)
+    return examine(api, args.nodes, namespace=args.namespace, output=args.output)
 
 
 # --- gathering (reads only) -----------------------------------------------------------------------------------
@@ -148,7 +145,8 @@ def examine(api: Api, names: Sequence[str], *, namespace: str, output: str = "ta
             try:
                 raw_nodes.append(api.get("v1", "Node", name))
             except NotFound:
-                print(f"error: node {name!r} not found", file=sys.stderr)
+                message = f"node {name!r} not found"
+                documents.print_failure(documents.USAGE_ERROR, message, json_output=output == "json")
                 return doctor_report.EXIT_USAGE
     else:
         raw_nodes = list(api.list("v1", "Node").items)

@@ -1,7 +1,9 @@
 """`metax-operator`: the administrator's command line.
 
 Every subcommand reads its input, asks the core, and prints the answer. Errors are messages on stderr with
-exit code 2 (bad input) or 1 (a failure while doing the work), never tracebacks.
+exit code 2 (bad input) or 1 (a failure while doing the work), never tracebacks; a command that needs a cluster
+and cannot use it exits `connection.EXIT_NO_CLUSTER` (3), whichever command it is (with ``-o json``: a JSON error
+document on stdout, `documents.print_failure`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from typing import Any
 import yaml
 
 from metax_core import versions
-from metax_core.cluster import configmaps, workloads
-from metax_core.errors import InvalidSpec, MetaxError
+from metax_core.cluster import components, configmaps, workloads
+from metax_core.errors import ClusterError, InvalidSpec, MetaxError
 from metax_core.rollout import fleet
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import completion, diff, diff_driver_config, doctor, documents, rollout, uninstall
+from services.cli import completion, connection, diff, diff_driver_config, doctor, documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -115,11 +117,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="print what the operator would apply, in its order: the ConfigMaps, then each component's objects",
     )
     p.add_argument("-f", "--file", required=True, help="YAML or JSON file, - for stdin")
-    p.add_argument(
+    component = p.add_argument(
         "--component",
         help="only this component (chart key like maca, or an object name); a ConfigMap goes with the component "
         "that reads it (driver-config: driver, metax-vfio-config: vfioManager)",
     )
+    completion.offer(component, [c.value for c in components.Component])
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     p.add_argument("--namespace", default=workloads.RenderSettings().namespace)
     p.add_argument("--version", default=documents.package_version(), help="component image tag")
@@ -167,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except documents.UsageError as exc:
         print(documents.error_line(exc), file=sys.stderr)
         return documents.EXIT_INVALID
+    except ClusterError as exc:  # only the commands that need a cluster talk to one
+        return connection.unreachable(exc, json_output=getattr(args, "output", None) == "json")
     except MetaxError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return documents.EXIT_FAILED

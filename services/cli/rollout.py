@@ -25,7 +25,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from metax_core.errors import InvalidSpec
+from metax_core.errors import InvalidSpec, NotFound
 from metax_core.rollout import confirm as rollout_confirm
 from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout import sim as rollout_sim
@@ -33,7 +33,7 @@ from metax_core.rollout.status import ConditionType
 from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_k8s.api import Api
-from services.cli import documents
+from services.cli import connection, documents
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -76,9 +76,11 @@ def add_parser(subparsers: Any) -> None:
         "confirm",
         help="confirm the driver rollout step that waits for an administrator",
         description="Write the waiting step's token (status.upgradeStatus.status.confirmToken) into the "
-        f"annotation {CONFIRM_ANNOTATION} on cluster-operator. A step is confirmed by nothing else.",
+        f"annotation {CONFIRM_ANNOTATION} on cluster-operator. A step is confirmed by nothing else. Exit codes: "
+        "0 confirmed, 2 nothing confirmed (no step waits, another step waits than --step, no cluster-operator), "
+        f"{connection.EXIT_NO_CLUSTER} the cluster cannot be used.",
     )
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    connection.add_options(p)
     p.add_argument("--step", type=int, help="refuse unless this step (1-based) is the one waiting")
     p.set_defaults(func=confirm)
 
@@ -201,16 +203,18 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
 
 
 def confirm(args: argparse.Namespace) -> int:
-    """Annotate cluster-operator with the waiting step's token (a metadata write; the spec is untouched)."""
-    from metax_k8s import client, connect
-
-    return confirm_waiting_step(client.HttpApi(connect.connect(args.kubeconfig), user_agent=FIELD_MANAGER), args.step)
+    """Annotate cluster-operator with the waiting step's token (a metadata write; the spec is untouched). A
+    cluster that cannot be used is `services.cli.main`'s to report (`connection.EXIT_NO_CLUSTER`)."""
+    return confirm_waiting_step(connection.api(args.kubeconfig, FIELD_MANAGER), args.step)
 
 
 def confirm_waiting_step(api: Api, step: int | None) -> int:
     """What ``rollout confirm [--step N]`` does with ``api``: exactly the patch the waiting step's message names
     (`metax_core.rollout.confirm`)."""
-    cr = api.get(CR_API, spec.KIND, spec.OBJECT_NAME)
+    try:
+        cr = api.get(CR_API, spec.KIND, spec.OBJECT_NAME)
+    except NotFound:
+        return _fail(f"no {spec.KIND} {spec.OBJECT_NAME}: is the chart installed? Nothing confirmed")
     status = ((cr.get("status") or {}).get("upgradeStatus") or {}).get("status") or {}
     token = status.get("confirmToken")
     if not token:

@@ -17,8 +17,8 @@ from typing import Any
 
 from metax_core.errors import MetaxError, NotFound
 from metax_core.spec import model as spec
-from metax_k8s import client, connect
 from metax_k8s.api import Api
+from services.cli import connection
 
 API_VERSION = f"{spec.API_GROUP}/{spec.API_VERSION}"
 
@@ -56,15 +56,19 @@ def delete_and_wait(
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    api = client.HttpApi(connect.connect(args.kubeconfig))
+    api = connection.api(args.kubeconfig, "metax-operator")  # a cluster that cannot be used: services.cli.main
     print(delete_and_wait(api, args.timeout))
     return 0
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "uninstall", help="delete cluster-operator and wait for the operator's cleanup (the chart's pre-delete hook)"
+        "uninstall",
+        help="delete cluster-operator and wait for the operator's cleanup (the chart's pre-delete hook)",
+        description="Delete cluster-operator and wait until it is gone (its finalizer: the operator's cleanup). "
+        "Exit codes: 0 cleaned up (or nothing to clean up), 1 still there when --timeout runs out, "
+        f"{connection.EXIT_NO_CLUSTER} the cluster cannot be used.",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
-    p.add_argument("--kubeconfig", help="default: in-cluster, then $KUBECONFIG")
+    connection.add_options(p)
     p.set_defaults(func=cmd_uninstall)

@@ -62,7 +62,11 @@ def test_validate_prints_every_error_with_its_path(capsys: pytest.CaptureFixture
 def test_validate_reads_json_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import io
 
-    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"driver": {"deployPolicy": "Never"}})))
+    monkeypatch.setattr(
+        sys,
+        "stdin",
+        io.StringIO(json.dumps({"registry": "registry.example.com/metax", "driver": {"deployPolicy": "Never"}})),
+    )
     assert run(capsys, "validate", "-f", "-")[0] == 0
 
 
@@ -84,6 +88,33 @@ def test_bad_files_get_a_message_not_a_traceback(
     assert code == 2 and message in err and "Traceback" not in err
 
 
+def test_a_file_of_several_documents_is_described(capsys: pytest.CaptureFixture[str]) -> None:
+    """R-VALUES: validate on a workload example names the file, says what its documents are and what it expects."""
+    source = str(EXAMPLES / "dra-gpus.yaml")
+    code, out, err = run(capsys, "validate", "-f", source)
+    assert code == 2 and out == ""
+    assert err == (
+        f"{source}: must hold exactly one document, found 3 (ResourceClaimTemplate two-gpus-one-pcie-root, "
+        "Pod train-two-gpus, Pod one-gpu-any-allocator); expected one ClusterOperator, or its spec alone (a values "
+        "file: the chart's values)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        ("", "found 0; expected one ClusterOperator"),
+        ("a: 1\n---\n- 1\n---\nkind: Pod\n---\nplain\n", "4 (a mapping without kind, a list, Pod, the value 'plain')"),
+        ("".join(f"---\nkind: Pod\nmetadata: {{name: p{i}}}\n" for i in range(7)), "Pod p4 and 2 more); expected"),
+    ],
+)  # fmt: skip
+def test_what_the_documents_are(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, found: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    code, _, err = run(capsys, "render", "-f", str(path))
+    assert code == 2 and err.startswith(f"{path}: must hold exactly one document, ") and found in err
+
+
 def test_missing_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "validate", "-f", "/nonexistent/values.yaml")
     assert code == 2 and "cannot read /nonexistent/values.yaml" in err
@@ -94,7 +125,9 @@ def test_render_prints_workloads_in_dependency_order_and_reports_what_it_leaves_
 ) -> None:
     values = tmp_path / "v.yaml"
     values.write_text(
-        yaml.safe_dump({"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "runtime": {"deploy": False}})
+        yaml.safe_dump(
+            {"registry": "r.example.com", "driver": {"payload": {"version": "1.0.0"}}, "runtime": {"deploy": False}}
+        )
     )
     code, out, err = run(capsys, "render", "-f", str(values), "-o", "json")
     assert code == 0
@@ -147,7 +180,13 @@ def test_render_shows_the_configmaps_as_the_operator_applies_them_and_their_read
     values = tmp_path / "v.yaml"
     selection = [{"nodeName": "gpu-[0-9]+", "gpus": "0,1"}]
     values.write_text(
-        yaml.safe_dump({"driver": {"payload": {"version": "1.0.0"}}, "vfioManager": {"vfioConfig": selection}})
+        yaml.safe_dump(
+            {
+                "registry": "registry.example.com/metax",
+                "driver": {"payload": {"version": "1.0.0"}},
+                "vfioManager": {"vfioConfig": selection},
+            }
+        )
     )
     code, out, _ = run(capsys, "render", "-f", str(values), "--component", "vfioManager", "--namespace", "gpu-ops")
     assert code == 0

@@ -4,7 +4,8 @@ Aspects: the bash script, sourced by a real bash, completes subcommands, a subco
 option's choices; the zsh script is valid zsh (``zsh -n``) naming every subcommand; ``kubectl-metax`` is the
 same command under its plugin name; ``kubectl_complete-metax`` answers kubectl's plugin-completion protocol
 (candidates, then ``:4``), from the same parser. (kubectl itself calling it: checked by hand with the
-control plane's kubectl, ``kubectl __complete metax do``.)
+control plane's kubectl, ``kubectl __complete metax do``.) ``render --component`` completes the component names
+in all three (issue 39 item 7) and still takes an object name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import subprocess
 
 import pytest
 
+from metax_core.cluster import components
 from services.cli import completion, main
+
+COMPONENTS = [c.value for c in components.Component]
 
 
 def _script(shell: str, capsys: pytest.CaptureFixture[str]) -> str:
@@ -46,6 +50,12 @@ def test_bash_completes_subcommands_options_and_choices(
     assert "--output" in _bash_complete(script, "metax-operator", "doctor", "--")
     assert _bash_complete(script, "metax-operator", "doctor", "-o", "") == ["table", "json"]
     assert "--driver-config" in _bash_complete(script, "metax-operator", "diff", "--")  # diff's edit of driver-config
+    assert _bash_complete(script, "metax-operator", "render", "--component", "") == COMPONENTS
+    assert _bash_complete(script, "metax-operator", "render", "-f", "x.yaml", "--component", "gpu") == [
+        "gpuLabel",
+        "gpuDevice",
+        "gpuScheduler",
+    ]
 
 
 def test_zsh_script_is_valid_and_names_every_subcommand(
@@ -57,6 +67,8 @@ def test_zsh_script_is_valid_and_names_every_subcommand(
     text = script.read_text()
     for command in ("doctor", "rollout", "validate", "render", "uninstall", "completion"):
         assert f"\n    {command}:'" in text, command  # the subcommand list
+    (component,) = [line for line in text.splitlines() if line.strip().startswith('"--component[')]
+    assert component.endswith(f':component:({" ".join(COMPONENTS)})"')  # _arguments' list of values
 
 
 def test_the_plugin_name() -> None:
@@ -75,6 +87,8 @@ def test_the_plugin_name() -> None:
         (["doctor", "node-1", "--o"], ["--output"]),
         (["-v", "doc"], ["doctor"]),
         (["diff", "--driver"], ["--driver-config"]),
+        (["render", "--component", ""], COMPONENTS),
+        (["render", "-f", "x.yaml", "--component", "v"], ["vfioManager"]),
     ],
 )
 def test_kubectl_plugin_completion(words: list[str], expected: list[str] | None) -> None:

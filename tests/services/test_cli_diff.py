@@ -18,7 +18,7 @@ from services.cli import diff, diff_driver_config, documents
 
 
 def test_set_edits_nested_maps_and_reads_helm_scalars() -> None:
-    document: dict[str, Any] = {"driver": {"payload": {"version": "2.20.0"}}}
+    document: dict[str, Any] = {"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.20.0"}}}
     diff.set_path(document, "driver.payload.version=2.21.0")
     diff.set_path(document, "driver.upgradePolicy.pause=true")
     diff.set_path(document, "gpuDevice.healthyInterval=7")

@@ -2,8 +2,9 @@
 
 Aspects: one node's table names every link, the first broken one with its evidence and the command to look
 closer, exit 1; ``-o json`` is the report's document; without NODE the summary (nodes per state, the CR's
-conditions, the rollout's phase); an unknown node is exit 2; an unreadable cluster is exit 3 with a message,
-no traceback. (The chain's rules: tests/unit/test_doctor.py; on a live install:
+conditions, the rollout's phase); an unknown node is exit 2 (with ``-o json`` a JSON error document); an
+unreadable cluster is exit 3 with a message, no traceback (every cluster command alike:
+tests/services/test_cli_cluster_access.py). (The chain's rules: tests/unit/test_doctor.py; on a live install:
 tests/integration/operator/test_doctor_live.py.)
 """
 
@@ -22,7 +23,7 @@ from metax_core.wire import event_reasons, meta
 from metax_k8s import crd
 from metax_k8s import events as k8s_events
 from metax_k8s.inmemory import InMemoryApiServer
-from services.cli import doctor, main
+from services.cli import connection, doctor, documents, main
 
 NS = workloads.RenderSettings().namespace
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
@@ -64,7 +65,7 @@ def api() -> InMemoryApiServer:
         "apiVersion": CR_API,
         "kind": spec.KIND,
         "metadata": {"name": spec.OBJECT_NAME},
-        "spec": {"driver": {"payload": {"version": "2.20.0"}}},
+        "spec": {"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.20.0"}}},
     }
     server.create(cr)
     server.apply(
@@ -172,8 +173,16 @@ def test_an_unknown_node(api: InMemoryApiServer, capsys: pytest.CaptureFixture[s
     assert "node 'nope' not found" in capsys.readouterr().err
 
 
+def test_an_unknown_node_as_json(api: InMemoryApiServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """R-DOCTOR: with ``-o json`` every outcome is JSON on stdout, a failure too."""
+    assert doctor.examine(api, ["nope"], namespace=NS, output="json") == doctor_report.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"error": documents.USAGE_ERROR, "message": "node 'nope' not found"}
+    assert captured.err == ""
+
+
 def test_an_unreadable_cluster(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "no-such-kubeconfig"
-    assert main.main(["doctor", "--kubeconfig", str(missing)]) == doctor_report.EXIT_UNREADABLE
+    assert main.main(["doctor", "--kubeconfig", str(missing)]) == connection.EXIT_NO_CLUSTER
     err = capsys.readouterr().err
-    assert err.startswith("error: cannot read the cluster:") and "Traceback" not in err
+    assert err.startswith("error: no usable cluster configuration:") and str(missing) in err and "Traceback" not in err

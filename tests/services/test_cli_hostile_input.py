@@ -16,7 +16,7 @@ import pytest
 from services.cli import main as cli
 
 COMMANDS = (("validate",), ("render",), ("rollout", "plan", "--nodes", "3"))
-VALID = "driver:\n  payload:\n    version: '2.32.0'\n"
+VALID = "registry: registry.example.com/metax\ndriver:\n  payload:\n    version: '2.32.0'\n"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -26,7 +26,7 @@ from metax_core.cluster.components import Component
 from metax_core.inventory import DriverVersion, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, labels, vfio, vfio_config_map
 from metax_core.rollout import fleet as rollout_fleet
-from metax_core.spec import validation, vfio_config
+from metax_core.spec import names, validation, vfio_config
 from metax_core.wire import event_reasons, meta
 from services.driver_manager import agent as driver_agent
 from services.gpu_device import config as device_config
@@ -35,7 +35,7 @@ from services.vfio_manager import agent as vfio_agent
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PRODUCT = ("metax_core", "services", "metax_k8s", "metax_hw", "metax_hw_fake", "metax_dev")
-SPEC = validation.parse({"driver": {"payload": {"version": "2.14.6"}}})
+SPEC = validation.parse({"registry": names.REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.14.6"}}})
 
 
 def _strings(path: pathlib.Path) -> Iterator[tuple[str, int]]:

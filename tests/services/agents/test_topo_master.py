@@ -39,7 +39,9 @@ def test_view_events_and_quiet_rounds() -> None:
     k8s.node_metadata.patch_node_metadata("a", annotations=topo_agent.published(doc(4)))
     k8s.node_metadata.patch_node_metadata("b", annotations=topo_agent.published(doc(2)))  # label says 8
     k8s.node_metadata.patch_node_metadata("broken", annotations={document.TOPOLOGY: "{"})
-    for obj in workloads.render(validation.parse({"driver": {"payload": {"version": "2.14.6"}}})).objects:
+    for obj in workloads.render(
+        validation.parse({"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.14.6"}}})
+    ).objects:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == cluster_view.NAME:
             k8s.objects.apply(obj, field_manager="metax-operator")  # the operator creates it
     events = k8s.events(reporting_controller="metax-tech.com/topo-master", reporting_instance="t")

@@ -62,6 +62,7 @@ def test_the_failure_rule_reads_pods_as_the_informers_slim_them() -> None:
 def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
     s = validation.parse(
         {
+            "registry": "registry.example.com/metax",
             "driver": {
                 "payload": {"version": "2.14.6"},
                 "upgradePolicy": {
@@ -69,7 +70,7 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
                     "upgradeSteps": [{"replicas": "100%", "pause": False}],
                     "maxParallel": 1,
                 },
-            }
+            },
         }
     )
     desired = next(
@@ -110,7 +111,7 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
 
 
 def test_behind_says_whether_a_driver_pod_runs_another_revision() -> None:
-    s = validation.parse({"driver": {"payload": {"version": "2.14.6"}}})
+    s = validation.parse({"registry": "registry.example.com/metax", "driver": {"payload": {"version": "2.14.6"}}})
     desired = next(
         o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
     )
@@ -122,6 +123,7 @@ def test_behind_says_whether_a_driver_pod_runs_another_revision() -> None:
 def test_a_new_driver_pod_not_ready_in_time_fails_the_step_and_is_looked_at_again_at_its_deadline() -> None:
     s = validation.parse(
         {
+            "registry": "registry.example.com/metax",
             "driver": {
                 "payload": {"version": "2.14.6"},
                 "upgradePolicy": {
@@ -129,7 +131,7 @@ def test_a_new_driver_pod_not_ready_in_time_fails_the_step_and_is_looked_at_agai
                     "upgradeSteps": [{"replicas": 1, "pause": False}, {"replicas": "100%", "pause": False}],
                     "maxParallel": 1,
                 },
-            }
+            },
         }
     )
     desired = next(
