@@ -57,10 +57,14 @@ class Buildah:
         return run([*self.prefix, *args], step, env=env).strip()
 
     def has_image(self, name: str) -> bool:
-        env = dict(os.environ)
-        done = subprocess.run(
-            [*self.prefix, "inspect", "--type", "image", name], capture_output=True, check=False, env=env
-        )
+        return self._succeeds("inspect", "--type", "image", name)
+
+    def has_manifest_list(self, name: str) -> bool:
+        """Whether `name` is a manifest list in this storage (`inspect --type image` does not see lists)."""
+        return self._succeeds("manifest", "inspect", name)
+
+    def _succeeds(self, *args: str) -> bool:
+        done = subprocess.run([*self.prefix, *args], capture_output=True, check=False, env=dict(os.environ))
         return done.returncode == 0
 
     def run(

@@ -8,6 +8,10 @@ image's root filesystem (``readOnlyRootFilesystem``), a fresh PID namespace with
 ``/tmp`` tmpfs (the emptyDir the chart mounts), and ``chroot --userspec`` to a random non-root UID, which
 drops every capability as ``runAsNonRoot`` with ``capabilities: drop: [ALL]`` does. The image's own
 configuration (entrypoint, user, environment) is read from the archive as built.
+
+The linux/arm64 images (``built_arm64``, ``rootfs_arm64``) run the same way: the kernel hands their aarch64
+programs to qemu-user-static through binfmt_misc (`metax_dev.images.platforms.ensure_emulation` registers it
+with the F flag, so it works inside the chroot), which is how the build itself ran them.
 """
 
 from __future__ import annotations
@@ -23,12 +27,21 @@ from typing import Any
 
 import pytest
 
-from metax_dev.images import build, definitions
+from metax_dev.images import build, definitions, platforms
 
 
 @pytest.fixture(scope="session")
 def built() -> build.Built:
     return build.build()
+
+
+@pytest.fixture(scope="session")
+def built_arm64(built: build.Built) -> build.Built:
+    """The linux/arm64 images, from the same cache (one cold build per machine: docs/images.md), built after the
+    amd64 ones so that a session's first failure is the native build's; qemu registered even when cached."""
+    arm64 = build.build(platform=platforms.ARM64.name)
+    platforms.ensure_emulation(platforms.ARM64)
+    return arm64
 
 
 @pytest.fixture(scope="session")
@@ -60,19 +73,37 @@ def configs(built: build.Built) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def rootfs(built: build.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The root filesystem of the images (they share every layer), unpacked from an archive by umoci."""
-    work = tmp_path_factory.mktemp("image")
+def configs_arm64(built_arm64: build.Built) -> dict[str, dict[str, Any]]:
+    return {name: read_archive(archive)[2] for name, archive in built_arm64.archives.items()}
+
+
+def unpack(archive: Path, work: Path) -> Path:
+    """The root filesystem of a one-image OCI archive, unpacked by umoci under `work`."""
     layout = work / "layout"
     layout.mkdir()
-    with tarfile.open(built.archives["metax-operator"]) as tar:
+    with tarfile.open(archive) as tar:
         tar.extractall(layout, filter="tar")
     tag = json.loads((layout / "index.json").read_text())["manifests"][0]["annotations"][
         "org.opencontainers.image.ref.name"
     ]
     bundle = work / "bundle"
     subprocess.run(["umoci", "unpack", "--image", f"{layout}:{tag}", str(bundle)], check=True, capture_output=True)
-    yield bundle / "rootfs"
+    return bundle / "rootfs"
+
+
+@pytest.fixture(scope="session")
+def rootfs(built: build.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The root filesystem of the images (they share every layer), unpacked from an archive by umoci."""
+    work = tmp_path_factory.mktemp("image")
+    yield unpack(built.archives["metax-operator"], work)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rootfs_arm64(built_arm64: build.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The linux/arm64 images' root filesystem."""
+    work = tmp_path_factory.mktemp("image-arm64")
+    yield unpack(built_arm64.archives["metax-operator"], work)
     shutil.rmtree(work, ignore_errors=True)
 
 
