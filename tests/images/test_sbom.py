@@ -20,6 +20,7 @@ from typing import Any
 
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
 
 from metax_dev.images import build, definitions, platforms, sbom
 
@@ -88,9 +89,9 @@ def test_the_debian_and_python_packages_are_exactly_the_images(
         for known in ("python3", "libstdc++6", "kmod", "libc6"):
             version, arch = installed[known]
             assert arch == p.arch, (known, arch)
-            purl = debs[known]["purl"]
-            assert purl.startswith(f"pkg:deb/debian/{known}@"), purl
-            assert purl.endswith(f"?arch={p.arch}&distro=debian-12"), purl
+            purl = PackageURL.from_string(debs[known]["purl"])  # percent-decoded: libstdc%2B%2B6 is libstdc++6
+            assert (purl.type, purl.namespace, purl.name, purl.version) == ("deb", "debian", known, version), purl
+            assert purl.qualifiers == {"arch": p.arch, "distro": "debian-12"}, purl
             assert debs[known]["version"] == version
         dist_infos = _dist_infos(root)
         assert dist_infos.pop("metax-gpu-operator")

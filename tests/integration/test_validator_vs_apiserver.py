@@ -35,6 +35,7 @@ from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, InvalidSpec
 from metax_core.spec import converter, validation
 from metax_core.spec import model as spec
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev.controlplane import cluster
 from metax_k8s import client, crd
 from tests.support.cluster import wait_served
@@ -170,7 +171,7 @@ ENVELOPES: list[dict[str, Any]] = [
 
 
 def _base() -> dict[str, Any]:
-    return {"driver": {"payload": {"version": "2.32.0"}}}
+    return {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.32.0"}}}
 
 
 def _set(document: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

@@ -34,6 +34,7 @@ from kubernetes import client
 from metax_core.cluster import configmaps
 from metax_core.node import labels, readiness, vfio
 from metax_core.spec import validation
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.devicekubelet import Kubelet
@@ -210,6 +211,7 @@ def test_three_gpu_nodes_from_bare_to_advertised(
     #    GPUs 0,1 of node 1 to vfio-gpu (operator → agent: the test writes no format of its own)
     wanted = validation.parse(
         {
+            "registry": REGISTRY_EXAMPLE,
             "driver": {"payload": {"version": PAYLOAD}},
             "vfioManager": {"vfioConfig": [{"nodeName": fleet[1].name, "gpus": "0,1"}]},
         }

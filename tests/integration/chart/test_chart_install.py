@@ -1,16 +1,16 @@
 """`helm install / upgrade / uninstall` of charts/metax-operator on the real control plane (R-INSTALL, R-VALUES).
 
-Covers: ``helm lint --strict`` (and a bad value refused by the generated schema with its path); ``helm
-template`` with the operator's pod security of 000 Table 1.3.1 (and every operator-rendered DaemonSet:
-privileged and hostPID only where the table says, host paths only those of §1.3.2); ``helm install`` with
-defaults (the issue's command) and with the README's command (``--set registry=...``): every chart object
-present, the operator Deployment available (kwok runs its pod), the ``cluster-operator`` spec = the values;
-``helm upgrade`` with changed values reaches the CR; the ``--set-file tolerations=<file>`` path of §3.2.4;
-the values Helm users write (issue 20): ``--set`` and ``--set-string`` of the same assignments make the same
-``cluster-operator`` (booleans and integers, stored by the API server with the CRD) and mean what the validator
-reads from the values, and strings Helm keeps as strings are refused by the schema with their path;
-``helm uninstall --wait`` runs the pre-delete cleanup Job before it deletes the operator, then leaves nothing
-of ours (the CRD stays, by Helm convention, as the README says).
+Covers: ``helm lint --strict`` (and a bad value refused by the generated schema with its path); ``helm template``
+with the operator's pod security of 000 Table 1.3.1 (and every operator-rendered DaemonSet: privileged and hostPID
+only where the table says, host paths only those of §1.3.2); ``helm install`` with defaults but the registry (none
+given: refused naming it, R-RELEASE) and with the README's command (``--set registry=...``): every chart object
+present, the operator Deployment available (kwok runs its pod), the ``cluster-operator`` spec = the values; ``helm
+upgrade`` with changed values reaches the CR; the ``--set-file tolerations=<file>`` path of §3.2.4; the values Helm
+users write (issue 20): ``--set`` and ``--set-string`` of the same assignments make the same ``cluster-operator``
+(booleans and integers, stored by the API server with the CRD) and mean what the validator reads from the values,
+and strings Helm keeps as strings are refused by the schema with their path; ``helm uninstall --wait`` runs the
+pre-delete cleanup Job before it deletes the operator, then leaves nothing of ours (the CRD stays, by Helm
+convention, as the README says).
 
 Here kwok "runs" the operator's pod and the cleanup Job (nothing executes): nothing in this module depends on
 the operator running. tests/integration/chart/test_chart_e2e.py runs the same chart with the operator's pod and the
@@ -103,18 +103,37 @@ def api(control_plane: cluster.ControlPlane) -> client.HttpApi:
     return client.HttpApi(client.api_client(control_plane.kubeconfig_path))
 
 
+REGISTRY = "r.example/metax"
+"""The registry every render here names (R-RELEASE: the chart has no default; a later ``--set`` overrides it)."""
+
+
 def _template(helm: Helm, *args: str) -> list[dict[str, Any]]:
-    out = helm.run("template", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--kube-version", "1.36.0", *args).stdout
+    out = helm.run(
+        "template",
+        RELEASE,
+        str(CHART_DIR),
+        "-n",
+        NAMESPACE,
+        "--kube-version",
+        "1.36.0",
+        "--set",
+        f"registry={REGISTRY}",
+        *args,
+    ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
 def test_lint_strict_and_the_schema_refuses_bad_values_with_their_path(helm: Helm) -> None:
-    helm.run("lint", "--strict", str(CHART_DIR))
+    helm.run("lint", "--strict", str(CHART_DIR), "--set", f"registry={REGISTRY}")
     bad = helm.run("lint", "--strict", str(CHART_DIR), "--set", "driver.deployPolicy=Sometimes", check=False)
     assert bad.returncode != 0
     assert "/driver/deployPolicy" in bad.stdout + bad.stderr and "PreferCloud" in bad.stdout + bad.stderr
     typo = helm.run("template", RELEASE, str(CHART_DIR), "--set", "driver.upgradePolicy.maxParalel=1", check=False)
     assert typo.returncode != 0 and "maxParalel" in typo.stderr
+    # R-RELEASE: no default registry, so no silent Docker Hub pull; the refusal names the value and an example.
+    unnamed = helm.run("template", RELEASE, str(CHART_DIR), check=False)
+    assert unnamed.returncode != 0
+    assert "registry: is required" in unnamed.stderr and "--set registry=registry.example.com/metax" in unnamed.stderr
 
 
 def _check_pod(name: str, pod: dict[str, Any]) -> None:
@@ -137,7 +156,7 @@ def _check_pod(name: str, pod: dict[str, Any]) -> None:
 
 
 def test_every_pod_has_exactly_the_privileges_of_table_1_3_1_and_the_host_paths_of_1_3_2(helm: Helm) -> None:
-    rendered = _template(helm, "--set", "registry=r.example/metax")
+    rendered = _template(helm)
     (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     _check_pod("metax-operator", pod)
@@ -147,7 +166,7 @@ def test_every_pod_has_exactly_the_privileges_of_table_1_3_1_and_the_host_paths_
     assert container["resources"]["limits"] and container["resources"]["requests"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    every = {"registry": "r", "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
+    every = {"registry": REGISTRY, "driver": {"payload": {"version": "1.0.0"}}, "exporter": {"deploy": True}}
     every |= {"gpuScheduler": {"deploy": True}, "draDriver": {"deploy": True}}
     objects = workloads.render(validation.parse(every)).objects
     pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if "template" in o.get("spec", {})}
@@ -198,8 +217,9 @@ ASSIGNMENTS = (
 
 
 def _values_document(assignments: tuple[str, ...]) -> dict[str, Any]:
-    """The --set-string assignments as a values file would hold them: every value a string."""
-    document: dict[str, Any] = {}
+    """The --set-string assignments as a values file would hold them: every value a string (and the registry
+    every render here names)."""
+    document: dict[str, Any] = {"registry": REGISTRY}
     for assignment in assignments:
         path, _, value = assignment.partition("=")
         node: Any = document
@@ -332,10 +352,14 @@ def no_release(helm: Helm, api: client.HttpApi) -> Iterator[None]:
 
 @pytest.mark.usefixtures("no_release")
 def test_install_with_defaults_then_uninstall_leaves_nothing(helm: Helm, api: client.HttpApi) -> None:
-    helm.run("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace")
+    # R-RELEASE: without a registry the install is refused before anything is created.
+    refused = helm.run("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace", check=False)
+    assert refused.returncode != 0 and "registry: is required" in refused.stderr
+    assert present(api, CHART_OBJECTS) == []
+    helm.run("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace", "--set", f"registry={REGISTRY}")
     assert len(present(api, CHART_OBJECTS)) == len(CHART_OBJECTS)
     co = api.get("gpu.metax-tech.com/v1alpha1", "ClusterOperator", "cluster-operator")
-    assert co["spec"]["registry"] == "" and co["spec"]["driver"]["deployPolicy"] == "PreferCloud"
+    assert co["spec"]["registry"] == REGISTRY and co["spec"]["driver"]["deployPolicy"] == "PreferCloud"
     _wait_available(api)
     _uninstall_and_check_nothing_remains(helm, api)
 

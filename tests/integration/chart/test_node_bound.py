@@ -31,6 +31,7 @@ from kubernetes import client as kube
 from metax_core.cluster import node_policy, rbac
 from metax_core.cluster.components import Component
 from metax_core.errors import ClusterError, NotFound
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev.controlplane import cluster
 from metax_k8s import client
 from tests.support.chart import CHART_DIR, Helm
@@ -61,7 +62,15 @@ def _local(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
 def _chart_policy(helm: Helm, namespace: str) -> list[dict[str, Any]]:
     """The chart's policy and binding, rendered by helm for ``namespace`` on this server's version."""
     out = helm.run(
-        "template", "node-bound", str(CHART_DIR), "-n", namespace, "--show-only", "templates/node-policy.yaml"
+        "template",
+        "node-bound",
+        str(CHART_DIR),
+        "-n",
+        namespace,
+        "--set",
+        f"registry={REGISTRY_EXAMPLE}",
+        "--show-only",
+        "templates/node-policy.yaml",
     ).stdout
     found = [d for d in yaml.safe_load_all(out) if d]
     assert [d["kind"] for d in found] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
@@ -366,6 +375,16 @@ def test_helm_renders_no_policy_below_the_gate(
     helm = Helm(control_plane.kubeconfig_path, tmp_path_factory.mktemp("helm-gate"))
     major, minor = node_policy.MINIMUM_KUBERNETES
     for version, count in ((f"{major}.{minor - 1}.9", 0), (f"{major}.{minor}.0", 2)):
-        out = helm.run("template", "r", str(CHART_DIR), "-n", "ns", "--kube-version", version).stdout
+        out = helm.run(
+            "template",
+            "r",
+            str(CHART_DIR),
+            "-n",
+            "ns",
+            "--kube-version",
+            version,
+            "--set",
+            f"registry={REGISTRY_EXAMPLE}",
+        ).stdout
         kinds = [d["kind"] for d in yaml.safe_load_all(out) if d]
         assert sum(k.startswith("ValidatingAdmissionPolicy") for k in kinds) == count, version

@@ -14,6 +14,7 @@ from operator_helpers import NS, Env
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev.controlplane import cluster as controlplane
 from metax_k8s import client, objects
 
@@ -120,7 +121,7 @@ def rollout_plan(policy: dict[str, Any], names: list[str], tmp: Path) -> list[li
     import yaml
 
     path = tmp / "plan.yaml"
-    doc = {"driver": {"payload": {"version": "2.14.6"}, "upgradePolicy": policy}}
+    doc = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.14.6"}, "upgradePolicy": policy}}
     path.write_text(yaml.safe_dump(doc))
     out = subprocess.run(
         [

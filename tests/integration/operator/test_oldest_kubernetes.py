@@ -34,6 +34,7 @@ from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError, Conflict, NotFound
+from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev.controlplane import build, cluster
 from metax_k8s import client
 from tests.support.chart import (
@@ -77,9 +78,12 @@ def test_the_server_is_the_charts_lower_bound_and_helm_refuses_one_minor_older(a
     major, minor = _lower_bound()
     version = VersionApi(api.client).get_code()
     assert (int(version.major), int(version.minor.rstrip("+"))) == (major, minor), version.git_version
-    older = helm.run("template", RELEASE, str(CHART_DIR), "--kube-version", f"{major}.{minor - 1}.0", check=False)
+    registry = ("--set", f"registry={REGISTRY_EXAMPLE}")
+    older = helm.run(
+        "template", RELEASE, str(CHART_DIR), *registry, "--kube-version", f"{major}.{minor - 1}.0", check=False
+    )
     assert older.returncode != 0 and "kubeVersion" in older.stderr, older.stderr
-    helm.run("template", RELEASE, str(CHART_DIR), "--kube-version", f"{major}.{minor}.0")
+    helm.run("template", RELEASE, str(CHART_DIR), *registry, "--kube-version", f"{major}.{minor}.0")
 
 
 def _wait_available(api: client.HttpApi) -> None:
