@@ -75,6 +75,7 @@ MODULES = (
     Module("container_runtime", ("P8",), "container-runtime agent"),
     Module("images", ("P9",), "the product's images"),
     Module("realpods", ("P8",), "components as real pods", late=True),
+    Module("release", ("P9",), "a release: platforms, registry, bundle, pulled pods", late=True),
     Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes", per_size=True, full_rows=True),
 )
 

@@ -25,6 +25,16 @@ def _fake_host(args: argparse.Namespace) -> int:
     return fakehost.run(args)
 
 
+RELEASE_VERBS = ("release", "bundle", "mirror")
+
+
+def _release(argv: Sequence[str]) -> int:
+    """``metax-dev release|bundle|mirror ...``: `metax_dev.release`'s own parser takes every argument (--help too)."""
+    from metax_dev.release import __main__ as release  # the image build's imports only when asked for
+
+    return release.main(list(argv))
+
+
 def _demo(args: argparse.Namespace) -> int:
     flags = [*(["--no-live"] if args.no_live else []), *(["--keep"] if args.keep else [])]
     return demo.main(["--nodes", str(args.nodes), "--cluster", args.cluster, *flags])
@@ -57,11 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keep", action="store_true", help="with --cluster real: keep it running after the scenario")
     p.set_defaults(func=_demo)
+
+    for verb, what in (
+        ("release", "build every platform, push the images and the chart to a registry (= ./run release)"),
+        ("bundle", "the air-gapped bundle: chart, images of every platform, SBOMs, sums (= ./run bundle)"),
+        ("mirror", "load a bundle into a private registry, print the helm install line (= ./run mirror)"),
+    ):
+        sub.add_parser(verb, help=what)  # listed here; `main` hands its arguments to `_release`
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] and given[0] in RELEASE_VERBS:
+        return _release(given)
+    args = build_parser().parse_args(given)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         code: int = args.func(args)

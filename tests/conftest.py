@@ -26,5 +26,5 @@ settings.register_profile("long", derandomize=False, print_blob=True, suppress_h
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The test control plane's fixtures serve tests/integration and the cluster contract suite (tests/contract/cluster);
-# the real nodes' serve tests/realnode and tests/e2e.
-pytest_plugins = ["tests.support.control_plane", "tests.support.real_node"]
+# the real nodes' serve tests/realnode and tests/e2e; the release's serve tests/release and tests/e2e.
+pytest_plugins = ["tests.support.control_plane", "tests.support.real_node", "tests.support.release"]

@@ -26,8 +26,10 @@ The values beyond the README's install command, and why:
   starts it again); the socket is the usual one, in the node's own ``/run``, which the pod (hostPID: the node's PID
   namespace, `metax_dev.realnode.hostns`) reaches as ``/proc/1/root/run/containerd/containerd.sock``;
 * ``maca.payload.images``: the fake SDK payload images the node imported;
-* ``operator.image.pullPolicy=Never``: nothing is ever pulled (the components' images are present, so their
-  ``IfNotPresent`` never pulls either).
+* ``registry`` and ``operator.image.pullPolicy=Never`` (`IMPORTED`): the images the node imported, nothing ever
+  pulled; or (`Source` with a pull secret, the e2e) the chart from ``oci://`` in the test registry
+  (`metax_dev.registry`), every product image pulled by the node's containerd with the chart's default policy;
+* ``driver.payload.registry``: the TEST payload images are always imported (the vendor's payloads, not ours).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,7 @@ from metax_dev.controlplane import build as controlplane_build
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 from metax_dev.realnode import devnodes, images, launcher, node
+from metax_dev.release.target import Target
 from metax_hw import container_runtime
 from metax_hw_fake import builder, host
 
@@ -62,7 +65,12 @@ RELEASE = "metax-operator"
 PFS = 2
 #: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
 DRIVER_VERSION = "2.18.0"
-PAYLOAD_IMAGE = f"docker.io/library/driver-image:{DRIVER_VERSION}"
+IMPORTED_REGISTRY = "docker.io/library"
+"""The chart's ``registry`` for images the node imported: the name ``./run images`` gives its archives without a
+``--registry`` (`metax_dev.images.build.qualified`), so every reference names an imported image and, with
+``pullPolicy=Never``, nothing is pulled. The TEST payload images (the vendor's, not the product's) are always
+imported under it (``driver.payload.registry``)."""
+PAYLOAD_IMAGE = f"{IMPORTED_REGISTRY}/driver-image:{DRIVER_VERSION}"
 #: The MXMACA versions the maca pod installs (fake SDK payload images, `metax_dev.fake_sdk`).
 SDK_VERSIONS = ("2.18.0.3", "2.9.1")
 #: The node agents' DaemonSets that run on the node.
@@ -89,6 +97,52 @@ DISCOVERY = AGENTS[0]
 
 class ReleaseError(Exception):
     """helm or kubectl failed, or what was awaited did not come; the text says what the cluster said."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where ``helm install`` takes the chart and the node its images from.
+
+    `IMPORTED` (the default): the chart from this tree, the images the node's containerd imported
+    (``pullPolicy=Never``). With a `pull_secret`, as an administrator installs (issue 39 item 3): the chart from
+    ``oci://<registry>/charts/metax-operator`` and every image pulled by the node with the chart's default pull
+    policy and the pull secret ``PULL_SECRET`` (`pull_secret` is its ``.dockerconfigjson``)."""
+
+    chart: str
+    registry: str
+    version: str | None = None
+    pull_secret: str | None = None
+    helm_flags: tuple[str, ...] = ()
+    """How helm reaches the chart's registry (`metax_dev.release.target.Target.helm_flags`)."""
+
+    def args(self) -> list[str]:
+        args = [self.chart, *self.helm_flags, "--set", f"registry={self.registry}"]
+        if self.version is not None:
+            args += ["--version", self.version]
+        if self.pull_secret is None:
+            args += ["--set", "operator.image.pullPolicy=Never"]
+        else:
+            args += ["--set-json", "imagePullSecrets=" + json.dumps([PULL_SECRET])]
+        return args
+
+
+IMPORTED = Source(str(CHART), IMPORTED_REGISTRY)
+
+
+def pulled_from(target: Target, version: str, pull_secret: str) -> Source:
+    """The release `version` in `target`'s registry, as an administrator installs it: the chart from ``oci://``,
+    every image pulled with the pull secret (`pull_secret`: its ``.dockerconfigjson``)."""
+    return Source(
+        target.chart_reference(),
+        target.registry,
+        version,
+        pull_secret=pull_secret,
+        helm_flags=tuple(target.helm_flags()),
+    )
+
+
+PULL_SECRET = "metax-registry"
+"""The ``kubernetes.io/dockerconfigjson`` Secret the release's pods pull with (chart value ``imagePullSecrets``)."""
 
 
 @dataclass
@@ -136,21 +190,23 @@ class Release:
             [binary, *args], input=stdin, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
         )
 
-    def install_args(self) -> list[str]:
+    def install_args(self, source: Source = IMPORTED) -> list[str]:
+        """``helm install`` of `source`; with a pull secret, the namespace and the Secret must exist first
+        (`create_pull_secret`)."""
         pin = {"kubernetes.io/hostname": self.node}
         args = [
             "install",
             RELEASE,
-            str(CHART),
+            *source.args(),
             "-n",
             NAMESPACE,
             "--create-namespace",
             "--set",
             f"driver.payload.version={DRIVER_VERSION}",
             "--set",
-            f"operator.testOnly.hostPathPrefix={self.fake.root}",
+            f"driver.payload.registry={IMPORTED_REGISTRY}",
             "--set",
-            "operator.image.pullPolicy=Never",
+            f"operator.testOnly.hostPathPrefix={self.fake.root}",
             "--set",
             "operator.uninstallTimeoutSeconds=30",
             "--set",
@@ -169,6 +225,23 @@ class Release:
         for component in DEPLOYED:
             args += ["--set", f"{component}.deploy=true"]
         return args
+
+    def create_pull_secret(self, source: Source) -> None:
+        """The namespace and `source`'s pull secret, as an administrator creates them before the install."""
+        if source.pull_secret is None:
+            return
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/dockerconfigjson",
+            "metadata": {"name": PULL_SECRET, "namespace": NAMESPACE},
+            "stringData": {".dockerconfigjson": source.pull_secret},
+        }
+        for manifest in (namespace, secret):
+            done = self.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+            if done.returncode != 0:
+                raise ReleaseError(f"kubectl apply {manifest['kind']}: {done.stderr}")
 
     def metax_sandboxes(self) -> list[str]:
         """The pod sandboxes on the GPU node that run with the ``metax`` runtime handler. Wait for none before
@@ -203,11 +276,25 @@ def sdk_payload_images(directory: Path) -> list[Path]:
 
 @contextmanager
 def real_node(
-    plane: controlplane.ControlPlane, built: images_build.Built, prefix: str = "helm-node", *, cpu_node: bool = False
+    plane: controlplane.ControlPlane,
+    built: images_build.Built | None,
+    prefix: str = "helm-node",
+    *,
+    cpu_node: bool = False,
+    registry_hosts: Callable[[Path], Path] | None = None,
+    airgap_allowed: Sequence[str] | None = None,
 ) -> Iterator[Release]:
-    """A real node (``<prefix>-0``) with the product's images on its own fake host (udev stand-in running), torn
-    down after; with ``cpu_node`` also ``<prefix>-1`` on a fake host without GPUs, with gpu-discovery's image only."""
+    """A real node (``<prefix>-0``) on its own fake host (udev stand-in running), torn down after; with ``cpu_node``
+    also ``<prefix>-1`` on a fake host without GPUs. ``built``: the product's images, imported (the CPU node gets
+    gpu-discovery's only); None: the nodes never saw them and pull them. ``registry_hosts``: writes containerd's
+    registry hosts directory (`metax_dev.registry.Registry.write_containerd_hosts`) into the directory it gets
+    and returns it: the nodes trust the test registry. ``airgap_allowed``: both nodes are air-gapped
+    (`metax_dev.realnode.airgap`), reaching the API server and these ``IP:PORT`` endpoints only."""
     work = Path(tempfile.mkdtemp(prefix="metax-helmnode-"))
+    hosts = None if registry_hosts is None else work / "certs.d"  # containerd's config_path: <host>/hosts.toml
+    if registry_hosts is not None and hosts is not None:
+        registry_hosts(hosts)
+    product = [] if built is None else list(built.archives.values())
     nodes = launcher.RealNodes(plane, 0, prefix=prefix)
     fake = builder.FakeHostBuilder().gpus(PFS).vfio(True).host_driver(DRIVER_VERSION).build(work / "host")
     devnodes.make_device_nodes_real(fake.root)
@@ -217,7 +304,11 @@ def real_node(
             started = time.monotonic()
             payloads = [payload_image(work / "payload"), *sdk_payload_images(work / "sdk")]
             member = nodes.add_node(
-                device_root=fake.root, images=[*built.archives.values(), *payloads], runtime_host=True
+                device_root=fake.root,
+                images=[*product, *payloads],
+                runtime_host=True,
+                registry_config_dir=hosts,
+                airgap_allowed=airgap_allowed,
             )
             release = Release(plane, member, fake, work / "helm")
             release.runtime_before = release.runtime_config()
@@ -225,7 +316,11 @@ def real_node(
             if cpu_node:
                 cpu_host = builder.FakeHostBuilder().gpus(0).host_driver(None).build(work / "cpu-host")
                 release.cpu = nodes.add_node(
-                    device_root=cpu_host.root, images=[built.archives[DISCOVERY]], host_alias=fake.root
+                    device_root=cpu_host.root,
+                    images=[] if built is None else [built.archives[DISCOVERY]],
+                    host_alias=fake.root,
+                    registry_config_dir=hosts,
+                    airgap_allowed=airgap_allowed,
                 )
                 release.timings["CPU node"] = time.monotonic() - started - release.timings["node with images"]
             for m in (member, release.cpu):

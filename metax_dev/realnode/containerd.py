@@ -109,10 +109,19 @@ def config_text(
     cni_conf_dir: Path,
     cdi_dirs: Sequence[Path],
     stream_port: int,
+    registry_config_dir: Path | None = None,
 ) -> str:
-    """containerd 2.x config (version 3)."""
+    """containerd 2.x config (version 3); ``registry_config_dir``: the CRI image service's registry ``config_path``
+    (a ``certs.d`` directory of ``<host>/hosts.toml``, `metax_dev.registry.Registry.write_containerd_hosts`), for a
+    node that pulls from the test registry."""
     cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    cri_images = "plugins.'io.containerd.cri.v1.images'"
     runc = f"{cri_runtime}.containerd.runtimes.runc"
+    registry = (
+        []
+        if registry_config_dir is None
+        else [f"[{cri_images}.registry]", f"  config_path = {_toml(str(registry_config_dir))}"]
+    )
     return "\n".join(
         [
             "version = 3",
@@ -149,10 +158,11 @@ def config_text(
             f"  bin_dirs = [{_toml(str(cni_bin_dir))}]",
             f"  conf_dir = {_toml(str(cni_conf_dir))}",
             "",
-            "[plugins.'io.containerd.cri.v1.images']",
+            f"[{cri_images}]",
             '  snapshotter = "overlayfs"',
-            "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
+            f"[{cri_images}.pinned_images]",
             f"  sandbox = {_toml(images.PAUSE_IMAGE)}",
+            *registry,
             "",
             "[plugins.'io.containerd.nri.v1.nri']",
             "  disable = true",
