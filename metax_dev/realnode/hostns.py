@@ -141,7 +141,7 @@ class MountNamespace:
         *,
         device_root: Path | None = None,
         pod_resources_dir: Path | None = None,
-        join_cgroup: Path | None = None,
+        join_cgroups: Sequence[Path] = (),
         binds: Sequence[tuple[Path, str]] = (),
     ) -> None:
         self.ns_dir = ns_dir
@@ -149,7 +149,8 @@ class MountNamespace:
         self.holder = holder
         self.device_root = device_root
         self.pod_resources_dir = pod_resources_dir
-        self.join_cgroup = join_cgroup
+        self.join_cgroups = list(join_cgroups)
+        """Every cgroup each process of the node joins first (its tracking cgroup; an air-gapped node's v2 group)."""
         command = [
             "unshare",
             "--mount",
@@ -166,7 +167,7 @@ class MountNamespace:
         self.process = processes.Process("mount-namespace", self.wrap(command, enter=False), log_path)
 
     def wrap(self, command: list[str], *, enter: bool = True) -> list[str]:
-        """``command`` run in the node's cgroup and (``enter``) its mount and PID namespaces."""
+        """``command`` run in the node's cgroups and (``enter``) its mount and PID namespaces."""
         if enter:
             command = [
                 "nsenter",
@@ -175,10 +176,11 @@ class MountNamespace:
                 "--",
                 *command,
             ]
-        if self.join_cgroup is None:
+        if not self.join_cgroups:
             return command
-        join = 'echo $$ > "$1"; shift; exec "$@"'
-        return ["/bin/sh", "-c", join, "join", str(self.join_cgroup / "cgroup.procs"), *command]
+        join = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
+        procs = [str(c / "cgroup.procs") for c in self.join_cgroups]
+        return ["/bin/sh", "-c", join, "join", *procs, "--", *command]
 
     @property
     def pid(self) -> int:

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from metax_dev.controlplane import processes
-from metax_dev.realnode import containerd, errors, hygiene, images, node, podnet
+from metax_dev.realnode import airgap, containerd, errors, hygiene, images, node, podnet
 
 if TYPE_CHECKING:
     from metax_dev.controlplane.cluster import ControlPlane
@@ -132,11 +132,15 @@ class RealNodes:
         *,
         runtime_host: bool = False,
         host_alias: Path | None = None,
+        registry_config_dir: Path | None = None,
+        airgap_allowed: Sequence[str] | None = None,
     ) -> node.RealNode:
         """One more node (the next ``<prefix>-<i>``), started and Ready; ``images``: more OCI archives its
         containerd imports (the product's, `metax_dev.images`) besides the two test images; ``runtime_host``: its
         runtime is configured from pods (`node.RealNode.runtime_binds`); ``host_alias``: the path at which it shows
-        its fake host (`node.RealNode.host_alias`)."""
+        its fake host (`node.RealNode.host_alias`); ``registry_config_dir``: its containerd's registry hosts directory
+        (`node.RealNode.registry_config_dir`: a node that pulls from the test registry); ``airgap_allowed``: the
+        endpoints beyond the API server an air-gapped node may reach (`metax_dev.realnode.airgap`)."""
         with self._lock:
             if self.workdir is None or self._tracking_parent is None:
                 raise errors.NodeError("RealNodes not started")
@@ -154,6 +158,8 @@ class RealNodes:
                 device_root=device_root,
                 runtime_host=runtime_host,
                 host_alias=host_alias,
+                registry_config_dir=registry_config_dir,
+                airgap_allowed=airgap_allowed,
                 verbosity=self.verbosity,
             )
             self.nodes.append(member)
@@ -221,6 +227,7 @@ def reap_stale(parent: Path | None = None) -> list[str]:
             hygiene.remove_container_cgroups(ids, keep_parents=())
             hygiene.remove_cgroup(tracking / f"{workdir.name}-{node_dir.name}")
             podnet.release(node_dir)
+            airgap.release(node_dir)
         sysctls = workdir / "sysctls.json"
         if sysctls.is_file():
             hygiene.release_sysctls(owner, json.loads(sysctls.read_text()))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metax_dev.controlplane import network, processes
-from metax_dev.realnode import cloud, cni, containerd, errors, hostns, hygiene, images, kubelet, podnet
+from metax_dev.realnode import airgap, cloud, cni, containerd, errors, hostns, hygiene, images, kubelet, podnet
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -63,6 +63,8 @@ class RealNode:
         device_root: Path | None = None,
         runtime_host: bool = False,
         host_alias: Path | None = None,
+        registry_config_dir: Path | None = None,
+        airgap_allowed: Sequence[str] | None = None,
         verbosity: int = 1,
         startup_timeout: float = 90.0,
     ) -> None:
@@ -86,6 +88,13 @@ class RealNode:
             raise errors.NodeError(f"node {name}: a host alias needs a device root (the fake host shown there)")
         """Whether container-runtime and maca configure this node from their pods: the fake host's runtime-facing
         directories are the node's own in its mount namespace (`runtime_binds`)."""
+        self.registry_config_dir = registry_config_dir
+        """containerd's registry ``config_path`` (``<host>/hosts.toml`` per registry: the test registry's,
+        `metax_dev.registry.Registry.write_containerd_hosts`); None: containerd's defaults. A path under the temp
+        dir: the node's namespace sees it where the host does."""
+        self.airgap_allowed = None if airgap_allowed is None else list(airgap_allowed)
+        """``IP:PORT`` endpoints beyond the API server (the test registry's) an air-gapped node may connect to
+        (`metax_dev.realnode.airgap`); None: no fence."""
         etc = device_root / "etc" / "containerd" if runtime_host and device_root is not None else None
         self.containerd_layout = containerd.Layout(self.dir / "containerd", etc)
         self.kubelet_layout = kubelet.Layout(self.dir / "kubelet")
@@ -200,6 +209,16 @@ class RealNode:
         process.start()
         return process
 
+    def airgap_dropped(self) -> int:
+        """Packets the node's air-gap fence dropped so far (`metax_dev.realnode.airgap.dropped`)."""
+        return airgap.dropped(self.dir)
+
+    def airgap_probe(self) -> None:
+        """Reach for a TEST-NET address as one of the node's processes; NodeError if the connection is made."""
+        if self.namespace is None:
+            raise errors.NodeError(f"node {self.name} is not running")
+        airgap.probe(self.namespace.wrap)
+
     def _start_process(self, name: str, command: Sequence[str]) -> processes.Process:
         process = self.spawn(name, command)
         self._processes[name] = process
@@ -211,13 +230,16 @@ class RealNode:
         started = time.monotonic()
         self.dir.mkdir(parents=True)
         self.tracking_cgroup.mkdir(parents=True, exist_ok=True)
+        cgroups = [self.tracking_cgroup]
+        if self.airgap_allowed is not None:
+            cgroups.append(airgap.make_cgroup(self.dir))
         self.namespace = hostns.MountNamespace(
             self.dir / "ns",
             self.bin_dir / "pause",
             self.log_path("namespace"),
             device_root=self.device_root,
             pod_resources_dir=self.kubelet_layout.pod_resources_socket.parent,
-            join_cgroup=self.tracking_cgroup,
+            join_cgroups=cgroups,
             binds=[*self.runtime_binds, *self.alias_binds],
         )
         self._processes["namespace"] = self.namespace.process
@@ -245,7 +267,13 @@ class RealNode:
     def _start_containerd(self) -> None:
         layout = self.containerd_layout
         cni_dir = self.dir / "cni"
-        self.network = podnet.claim(self.dir, self._kubernetes_service(), self.control_plane.server_url.split("//")[1])
+        apiserver = self.control_plane.server_url.split("//")[1]
+        self.network = podnet.claim(self.dir, self._kubernetes_service(), apiserver)
+        stream_port = network.free_port()
+        if self.airgap_allowed is not None:
+            # Before containerd's first start: it never runs outside the fence.
+            allowed = [apiserver, self.network.service, *self.airgap_allowed, f"127.0.0.1:{stream_port}"]
+            airgap.seal(self.dir, self.network, allowed)
         cni.install(
             cni_dir / "bin",
             cni_dir / "conf",
@@ -262,7 +290,8 @@ class RealNode:
             cni_bin_dir=cni_dir / "bin",
             cni_conf_dir=cni_dir / "conf",
             cdi_dirs=self.cdi_dirs,
-            stream_port=network.free_port(),
+            stream_port=stream_port,
+            registry_config_dir=self.registry_config_dir,
         )
         containerd.write_config(layout, text)
         self._start_process("containerd", containerd.write_service(self.bin_dir, layout))
@@ -425,6 +454,7 @@ class RealNode:
         self._processes.clear()
         # After the namespace: the pods' network namespaces (and their veths) went with it.
         step("release the pod network", lambda: podnet.release(self.dir))
+        step("remove the air gap", lambda: airgap.release(self.dir))
         self.network = None
         step("delete the Node object", self._delete_node_object)
         if not keep_dir:

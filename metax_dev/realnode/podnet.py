@@ -71,7 +71,8 @@ def _run(command: Sequence[str], *, check: bool = True) -> subprocess.CompletedP
     return done
 
 
-def _iptables() -> str:
+def iptables_path() -> str:
+    """Debian's ``iptables`` (the real nodes' pod networks and air-gap fences need it)."""
     found = shutil.which("iptables")
     if found is None:
         raise errors.NodeError("iptables is not on PATH (Debian: iptables); real nodes' pod networks need it")
@@ -80,7 +81,7 @@ def _iptables() -> str:
 
 def claim(node_dir: Path, service: str, apiserver: str) -> PodNetwork:
     """Claim a free /24 for the node at ``node_dir`` and program its Service chain; recorded for `release`."""
-    iptables = _iptables()
+    iptables = iptables_path()
     for subnet in RANGE.subnets(new_prefix=24):
         tag = f"{subnet.network_address.packed[2]:02x}"
         done = _run(["ip", "route", "add", "blackhole", str(subnet)], check=False)
@@ -115,7 +116,7 @@ def release(node_dir: Path) -> None:
     if not record.is_file():
         return
     network = PodNetwork(**json.loads(record.read_text()))
-    iptables = _iptables()
+    iptables = iptables_path()
     while _run([iptables, "-w", "-t", "nat", "-D", *network.jump()], check=False).returncode == 0:
         pass
     if _run([iptables, "-w", "-t", "nat", "-F", network.chain], check=False).returncode == 0:

@@ -1,18 +1,24 @@
-"""The whole product end to end on a real node, from its own images (issue 26 item 3; R-INSTALL, R-SECURITY,
-R-WEBHOOK, R-IMAGES, R-MACA, R-EXPORTER, R-DRA, C7, C9; issue 21 item 3).
+"""The whole product end to end on a real node, installed from a registry as an administrator does (issue 26 item
+3; issue 39 items 3 and 4; R-INSTALL, R-RELEASE, R-SECURITY, R-WEBHOOK, R-IMAGES, R-MACA, R-EXPORTER, R-DRA, C7,
+C9; issue 21 item 3).
 
-One real node (kubelet + containerd + runc built here) on its own fake MetaX host (2 GPUs, the host's driver
-2.18.0 loaded), whose containerd imported the images ``./run images`` builds and TEST payload images (the driver's,
-two MXMACA SDKs: `metax_dev.productnode.helm_release`). Every component is a pod from those images, installed with
-the real ``helm install`` — container-runtime and maca included (issue 37 item 4): the node's containerd runs under
-a real supervisor (Debian's daemontools) and reads its root file at ``/etc/containerd/config.toml``, so the
-container-runtime pod configures it through its hostPath and restarts it the way it restarts a node whose runtime
-is supervised (restart mode ``signal``: it stops the daemon serving the socket, the supervisor starts it again),
-and every pod on the node keeps running through that restart. The session's kube-scheduler is reconfigured with
-the gpu-scheduler extender, as docs/scheduler.md tells an administrator to. Each pod below is a runc container,
-with its own network namespace on the node's pod network (docs/realnode.md "The pod network"), reaching the API
-server through its in-cluster configuration, with the security context and hostPaths the chart and the operator
-render; the hostPaths point at the fake host through the TEST-ONLY chart value ``operator.testOnly.hostPathPrefix``.
+The release (every image for linux/amd64 and linux/arm64 as OCI indexes, the chart pinned to them by digest) is
+written as the air-gapped bundle, loaded with ``./run mirror`` into a real registry the test starts (Debian's
+docker-registry on loopback, TLS from the harness's CA, a password), and installed with ``helm install
+metax-operator oci://<registry>/metax/charts/metax-operator --version V --set registry=<registry>/metax`` and a pull
+secret. One real node (kubelet + containerd + runc built here) on its own fake MetaX host (2 GPUs, the host's driver
+2.18.0 loaded), whose containerd never saw the product's images and trusts the registry's CA (``hosts.toml``), pulls
+every one of them by the pushed digest; only the TEST payload images (the driver's, two MXMACA SDKs, the vendor's:
+`metax_dev.productnode.helm_release`) are imported. Every component is a pod from those images, installed with the
+real ``helm install`` — container-runtime and maca included (issue 37 item 4): the node's containerd runs under a
+real supervisor (Debian's daemontools) and reads its root file at ``/etc/containerd/config.toml``, so the
+container-runtime pod configures it through its hostPath and restarts it the way it restarts a node whose runtime is
+supervised (restart mode ``signal``: it stops the daemon serving the socket, the supervisor starts it again), and
+every pod on the node keeps running through that restart. The session's kube-scheduler is reconfigured with the
+gpu-scheduler extender, as docs/scheduler.md tells an administrator to. Each pod below is a runc container, with its
+own network namespace on the node's pod network (docs/realnode.md "The pod network"), reaching the API server
+through its in-cluster configuration, with the security context and hostPaths the chart and the operator render; the
+hostPaths point at the fake host through the TEST-ONLY chart value ``operator.testOnly.hostPathPrefix``.
 
 In order, every step asserted through the API server, the pods and the host:
 
@@ -74,12 +80,14 @@ from metax_core.node import allocation, payload_layout, readiness
 from metax_core.runtime import containerd, handler
 from metax_core.topology import cluster_view, extender
 from metax_core.topology import document as topology_document
+from metax_dev import registry as test_registry
 from metax_dev.controlplane import cluster as controlplane
-from metax_dev.images import build as images_build
 from metax_dev.productnode import helm_release, workloads
 from metax_dev.productnode.helm_release import NAMESPACE, Release
+from metax_dev.realnode import airgap, node
 from metax_dev.realnode import containerd as containerd_layout
-from metax_dev.realnode import node
+from metax_dev.release import bundle, publish
+from metax_dev.release.target import Target
 from metax_hw import container_runtime
 from tests.realnode import gpus, pods
 from tests.services.exporter.prometheus import Prometheus
@@ -91,23 +99,65 @@ DEPLOYMENTS = helm_release.DEPLOYMENTS
 WAIT = 120.0
 PREFIX = "metax-tech.com/"
 SDK_VERSIONS = helm_release.SDK_VERSIONS
+PROJECT = "metax"
+"""The registry path's project: images at ``<host>/metax/<image>``, the chart at ``<host>/metax/charts``."""
 BYSTANDER = "bystander"
 """A pod of someone else's on the node, started before the install: it must never restart because of us."""
 
 
 @pytest.fixture(scope="module")
-def release(realnode_plane: controlplane.ControlPlane) -> Iterator[Release]:
-    built = images_build.build()
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[test_registry.Registry]:
+    """The administrator's registry: Debian's docker-registry on loopback, TLS and a password (issue 39 item 1)."""
+    with test_registry.started(tmp_path_factory.mktemp("registry")) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def mirrored(
+    made_release: publish.Release, registry: test_registry.Registry, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Target, bundle.Mirrored]:
+    """The release's air-gapped bundle loaded into the registry with ``./run mirror`` (issue 39 items 3 and 4)."""
+    work = tmp_path_factory.mktemp("bundle")
+    target = Target(
+        f"{registry.host}/{PROJECT}", authfile=registry.auth_file(work / "auth.json"), cert_dir=registry.cert_dir
+    )
+    written = bundle.write(made_release, work / bundle.name(made_release.version))
+    return target, bundle.mirror(written, target)
+
+
+@pytest.fixture(scope="module")
+def release(
+    realnode_plane: controlplane.ControlPlane,
+    registry: test_registry.Registry,
+    mirrored: tuple[Target, bundle.Mirrored],
+) -> Iterator[Release]:
+    target, loaded = mirrored
+    source = helm_release.pulled_from(target, loaded.version, registry.docker_config_json())
     api = realnode_plane.api_client()
     kube = client.CoreV1Api(api)
-    with helm_release.real_node(realnode_plane, built, cpu_node=True) as r:
+    with helm_release.real_node(
+        realnode_plane,
+        None,
+        cpu_node=True,
+        registry_hosts=registry.write_containerd_hosts,
+        airgap_allowed=[registry.host],
+    ) as r:
+        r.extras["images before"] = _node_images(r)
+        r.extras["pushed"] = loaded.served
+        r.extras["registry"] = target.registry
+        r.extras["version"] = loaded.version
         r.host_before = helm_release.host_files(r.fake.root)
         kube.create_namespaced_pod("default", pods.busybox_pod(BYSTANDER, r.node, "echo up; sleep 36000"))
         pods.wait_running(kube, "default", BYSTANDER)
         r.extras["bystander"] = _container(kube.read_namespaced_pod(BYSTANDER, "default"))
         r.extras["containerd before"] = r.member.containerd_pid()
         started = time.monotonic()
-        r.helm(*r.install_args())
+        r.create_pull_secret(source)
+        try:
+            r.helm(*r.install_args(source))
+        except helm_release.ReleaseError as exc:  # say why: the pods, their events, the node's containerd
+            containerd_log = r.member.log_tail("containerd", 40)
+            raise helm_release.ReleaseError(f"{exc}\n{_describe(r)}\n--- containerd\n{containerd_log}") from exc
         r.timings["helm install --wait"] = time.monotonic() - started
         try:
             yield r
@@ -117,6 +167,19 @@ def release(realnode_plane: controlplane.ControlPlane) -> Iterator[Release]:
             realnode_plane.restart_scheduler(())  # the session's scheduler as it was
             kube.delete_namespaced_pod(BYSTANDER, "default", grace_period_seconds=0)
             api.close()  # type: ignore[no-untyped-call]  # untyped in the kubernetes client
+
+
+def _node_images(r: Release) -> list[str]:
+    """Every image reference the GPU node's containerd holds (namespace k8s.io)."""
+    ctr = [str(r.member.bin_dir / "ctr"), "--address", str(r.member.containerd_socket), "-n", "k8s.io"]
+    done = subprocess.run([*ctr, "images", "ls", "-q"], capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout.split()
+
+
+def _product_image(reference: str) -> str | None:
+    """The product image a reference names (``…/metax-gpu-label:…`` → ``metax-gpu-label``), None for others'."""
+    name = reference.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+    return name if name.startswith("metax-") else None
 
 
 def _container(pod: Any) -> tuple[str, int]:
@@ -177,7 +240,7 @@ def test_the_operator_runs_as_a_real_pod_with_its_own_token(release: Release, ku
     assert pod["spec"]["nodeName"] == r.node
     assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(r.member.pod_cidr)
     status = pod["status"]["containerStatuses"][0]
-    assert status["ready"] and status["image"] == "docker.io/library/metax-operator:0.1.0"
+    assert status["ready"] and status["imageID"].endswith("@" + r.extras["pushed"]["metax-operator"])
     assert _exec(r, name, "id", "-u").strip() == "65532"
     # capabilities: drop ALL, no privilege escalation (the rendered securityContext, enforced by runc)
     status_lines = _exec(r, name, "cat", "/proc/self/status").splitlines()
@@ -191,6 +254,47 @@ def test_the_operator_runs_as_a_real_pod_with_its_own_token(release: Release, ku
     assert review.status.authenticated is True
     assert review.status.user.username == f"system:serviceaccount:{NAMESPACE}:metax-operator"
     assert review.status.user.extra["authentication.kubernetes.io/pod-name"] == [name]
+
+
+def test_every_product_image_was_pulled_from_the_registry_by_its_pushed_digest(release: Release) -> None:
+    """Issue 39 item 3: installed from ``oci://`` in the test registry, on nodes whose containerd had none of the
+    product's images, every container of ours runs ``<registry>/<image>:<version>@<digest>`` and the node pulled
+    exactly the digest the release pushed (the pod's ``imageID``, what containerd resolved)."""
+    r = release
+    registry, pushed = r.extras["registry"], r.extras["pushed"]
+    assert not [i for i in r.extras["images before"] if _product_image(i)], r.extras["images before"]
+
+    running = {"metax-operator", *AGENTS, *DEPLOYMENTS}
+
+    def resolved() -> list[dict[str, Any]]:
+        """Our pods once every component's pod is there, Ready, and every container of theirs has run (its imageID:
+        what containerd resolved and ran): after ``helm install --wait`` the operator is Ready and only then creates
+        the others, which pull their images; container-runtime is Ready once it restarted the node's containerd."""
+        found = helm_release.pods(r)
+        images = {_product_image(c["image"]) for p in found for c in p["spec"]["containers"]}
+        statuses = [
+            s
+            for p in found
+            for s in [*p["status"].get("initContainerStatuses", []), *p["status"].get("containerStatuses", [])]
+        ]
+        ready = all(s.get("ready") for p in found for s in p["status"].get("containerStatuses") or [{}])
+        return found if running <= images and ready and all(s.get("imageID") for s in statuses) else []
+
+    seen = set()
+    for pod in helm_release.wait(resolved, "every container of ours started", WAIT, lambda: _describe(r)):
+        spec_containers = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+        statuses = [*pod["status"].get("initContainerStatuses", []), *pod["status"].get("containerStatuses", [])]
+        for container, status in zip(spec_containers, statuses, strict=True):
+            name = _product_image(container["image"])
+            if name is None:
+                continue  # the TEST payload images (the vendor's), imported
+            seen.add(name)
+            version = r.extras["version"]
+            assert container["image"] == f"{registry}/{name}:{version}@{pushed[name]}", container["image"]
+            assert status["imageID"] == f"{registry}/{name}@{pushed[name]}", (pod["metadata"]["name"], status)
+    assert running <= seen, sorted(running - seen)
+    pulled = {i.split("@")[1] for i in _node_images(r) if _product_image(i) and "@" in i}
+    assert pulled <= set(pushed.values()) and pulled
 
 
 def test_the_webhook_behind_its_service_refuses_a_bad_spec(release: Release) -> None:
@@ -253,7 +357,7 @@ def test_every_node_agent_runs_from_its_image_against_the_fake_host(release: Rel
         pod = _one(r, name)
         spec = rendered[name]["spec"]["template"]["spec"]
         container = pod["spec"]["containers"][0]
-        assert pod["status"]["containerStatuses"][0]["image"] == f"docker.io/library/{name}:0.1.0"
+        assert pod["status"]["containerStatuses"][0]["imageID"].endswith("@" + r.extras["pushed"][name])
         assert container["securityContext"] == spec["containers"][0]["securityContext"]
         privileged = name != helm_release.DISCOVERY  # issue 38 item 3: the one unprivileged node agent
         assert container["securityContext"].get("privileged", False) is privileged
@@ -324,7 +428,8 @@ def test_a_node_without_gpus_runs_only_unprivileged_discovery_and_gets_no_label(
     pod = helm_release.wait(discovered, "gpu-discovery Ready on the CPU node", WAIT, lambda: _describe(r))
     on_cpu = [p["metadata"]["name"] for p in helm_release.pods(r) if p["spec"].get("nodeName") == cpu.name]
     assert on_cpu == [pod["metadata"]["name"]]
-    assert pod["status"]["containerStatuses"][0]["image"] == f"docker.io/library/{helm_release.DISCOVERY}:0.1.0"
+    discovery = r.extras["pushed"][helm_release.DISCOVERY]
+    assert pod["status"]["containerStatuses"][0]["imageID"].endswith("@" + discovery)
     oci = _oci_spec(r, pod["status"]["containerStatuses"][0]["containerID"], cpu)
     user = oci["process"]["user"]
     assert (user["uid"], user["gid"]) == (pod_security.UNPRIVILEGED_USER, pod_security.UNPRIVILEGED_USER)
@@ -380,9 +485,18 @@ def test_container_runtime_and_maca_configure_the_node_from_their_pods(
     }  # Events about other nodes of the session (the demo's) stay an hour
     events = [e for e in kube.list_namespaced_event("default").items if e.reason == "RuntimeConfigured"]
     assert [e.involved_object.name for e in events if e.involved_object.name in ours] == [r.node]
-    for pod in helm_release.pods(r):
-        for status in pod["status"].get("containerStatuses") or []:
-            assert status["restartCount"] == 0, (pod["metadata"]["name"], status)
+    restarted = {
+        pod["metadata"]["name"]: (
+            status.get("lastState"),
+            r.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], "-c", status["name"], "--previous").stdout[
+                -2000:
+            ],
+        )
+        for pod in helm_release.pods(r)
+        for status in pod["status"].get("containerStatuses") or []
+        if status["restartCount"] != 0
+    }
+    assert restarted == {}
     assert _container(kube.read_namespaced_pod(BYSTANDER, "default")) == r.extras["bystander"]
 
 
@@ -579,7 +693,9 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     record_timing("e2e: helm uninstall to every pod gone", time.monotonic() - started)
     for kind in ("daemonsets", "deployments", "jobs", "services", "secrets"):
         left = json.loads(r.kubectl("get", kind, "-n", NAMESPACE, "-o", "json").stdout)["items"]
-        assert left == [], (kind, [o["metadata"]["name"] for o in left])
+        # The pull secret is the administrator's, made before the install (`Release.create_pull_secret`).
+        ours = [o["metadata"]["name"] for o in left if o["metadata"]["name"] != helm_release.PULL_SECRET]
+        assert ours == [], (kind, ours)
     config_maps = json.loads(r.kubectl("get", "configmaps", "-n", NAMESPACE, "-o", "json").stdout)["items"]
     assert [c["metadata"]["name"] for c in config_maps] == ["kube-root-ca.crt"]
     accounts = json.loads(r.kubectl("get", "serviceaccounts", "-n", NAMESPACE, "-o", "json").stdout)["items"]
@@ -600,3 +716,23 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     loaded = container_runtime.cri_status_config(str(r.member.containerd_socket))
     assert handler.RUNTIME_HANDLER not in loaded["containerd"]["runtimes"]
     assert _container(kube.read_namespaced_pod(BYSTANDER, "default")) == r.extras["bystander"]
+
+
+def test_the_air_gapped_nodes_reached_for_nothing_but_the_registry_and_the_api_server(release: Release) -> None:
+    """Issue 39 item 4: from the first start of their containerd through install, every test above and uninstall,
+    neither node's processes (containerd, kubelet, shims, our hostPID pods' programs) nor any pod on them opened a
+    connection to anything but the test registry, the API server (and its Service address), the node's own
+    containerd stream server and its own pods: their fences (`metax_dev.realnode.airgap`) dropped 0 packets.
+    Then the fences are shown to be live: reaching for a TEST-NET address from the node and from a pod on it is
+    dropped and counted (else the 0 proves nothing)."""
+    r = release
+    members = [r.member, *([r.cpu] if r.cpu else [])]
+    assert {m.name: m.airgap_dropped() for m in members} == {m.name: 0 for m in members}
+    assert len(airgap.host_state()) >= 3 * len(members)  # each node's chain and its two jumps: the fences are up
+    r.member.airgap_probe()
+    from_node = r.member.airgap_dropped()
+    assert from_node > 0
+    # busybox's nc (its static wget crashes resolving even an address)
+    reached = r.kubectl("exec", "-n", "default", BYSTANDER, "--", "nc", "-w", "2", airgap.PROBE_ADDRESS, "443")
+    assert reached.returncode != 0, reached.stdout
+    assert r.member.airgap_dropped() > from_node
