@@ -8,13 +8,13 @@ credentials and CA but spell them differently (``--dest-authfile``/``--dest-cert
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from metax_core.spec import names
+from metax_dev.images import buildah
 
 CHARTS_PATH: Final = "charts"
 """The chart's repository under the registry path: ``oci://<registry>/charts/metax-operator``. Not the seed's
@@ -27,16 +27,12 @@ class ReleaseError(RuntimeError):
 
 
 def run(argv: Sequence[str], step: str, *, cwd: Path | None = None) -> str:
+    """The images build's runner (`metax_dev.images.buildah.run`: the tool's stdout, or its own words in the
+    error), its failure a release step's."""
     try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, check=False, cwd=cwd, stdin=subprocess.DEVNULL
-        )
-    except FileNotFoundError as exc:
-        raise ReleaseError(f"{step}: {argv[0]} not found (./run installs Debian's skopeo and buildah)") from exc
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip()[-3000:]
-        raise ReleaseError(f"{step}: `{' '.join(argv[:3])} ...` exited with {done.returncode}: {tail}")
-    return done.stdout
+        return buildah.run(argv, step, cwd=cwd)
+    except buildah.ImageBuildError as exc:
+        raise ReleaseError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
