@@ -14,7 +14,12 @@ but its readinessProbe stays false (docs/agents.md), so the pod stays Running an
 timeout turns it into a failure.
 
 The revision of a driver pod is ours (``metax-tech.com/driver-revision``, the hash of the rendered pod
-template), the same on every API server, unlike the DaemonSet controller's own hash.
+template), the same on every API server, unlike the DaemonSet controller's own hash. It leaves out the images of
+the pod's containers: they run driver-manager, the operator's own agent, whose image changes with every operator
+release, while the driver is the payload (the init container) and the pod's settings (R-UPGRADE). So an operator
+upgrade alone starts no driver rollout and moves no paused one; the agent's image has its own annotation
+(``metax-tech.com/driver-agent``), and `agent_restarts` brings the new driver-manager to the nodes a few at a time,
+each keeping its loaded driver (driver-manager keeps a driver whose version and parameters are the payload's).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from metax_core.spec import model as spec
 from metax_core.wire import meta
 
 REVISION_ANNOTATION = meta.DRIVER_REVISION
+AGENT_ANNOTATION = meta.DRIVER_AGENT
 DRIVER_SPEC_ANNOTATION = meta.DRIVER_SPEC
 
 STUCK_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerError"})
@@ -43,20 +49,52 @@ STUCK_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff
 Pod = Mapping[str, Any]
 
 
+def _digest(doc: object) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:10]
+
+
 def revision_of(template: Mapping[str, Any]) -> str:
-    """The hash of a pod template without our own revision annotation."""
+    """The hash of a pod template without our own annotations and without its containers' images (the agent's)."""
     bare = copy.deepcopy(dict(template))
-    (bare.get("metadata") or {}).get("annotations", {}).pop(REVISION_ANNOTATION, None)
-    return hashlib.sha256(json.dumps(bare, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:10]
+    annotations = (bare.get("metadata") or {}).get("annotations", {})
+    annotations.pop(REVISION_ANNOTATION, None)
+    annotations.pop(AGENT_ANNOTATION, None)
+    for container in (bare.get("spec") or {}).get("containers") or ():
+        container.pop("image", None)
+    return _digest(bare)
+
+
+def agent_of(template: Mapping[str, Any]) -> str:
+    """The hash of a pod template's container images: which driver-manager release its pods run."""
+    return _digest([c.get("image", "") for c in (template.get("spec") or {}).get("containers") or ()])
+
+
+def _stamp(template: dict[str, Any]) -> None:
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[REVISION_ANNOTATION] = revision_of(template)
+    annotations[AGENT_ANNOTATION] = agent_of(template)
+
+
+def with_agent(template_text: str, desired_template: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored template (``lastAppliedSpec``) running the desired template's driver-manager image.
+
+    A rollback restores the previous driver, not the previous operator release's agent: the containers named as
+    in the desired template take its images, and the annotations are stamped again (the revision stays: it leaves
+    the images out).
+    """
+    template: dict[str, Any] = json.loads(template_text)
+    images = {c.get("name"): c.get("image") for c in (desired_template.get("spec") or {}).get("containers") or ()}
+    for container in (template.get("spec") or {}).get("containers") or ():
+        if images.get(container.get("name")):
+            container["image"] = images[container.get("name")]
+    _stamp(template)
+    return template
 
 
 def stamped(manifest: Mapping[str, Any], driver: spec.Driver | None) -> dict[str, Any]:
     """The driver DaemonSet with its template's revision (and the spec.driver it came from) annotated."""
     result = copy.deepcopy(dict(manifest))
-    template = result["spec"]["template"]
-    template.setdefault("metadata", {}).setdefault("annotations", {})
-    rev = revision_of(template)
-    template["metadata"]["annotations"][REVISION_ANNOTATION] = rev
+    _stamp(result["spec"]["template"])
     if driver is not None:
         text = json.dumps(converter.unstructure(driver), sort_keys=True)
         result["metadata"].setdefault("annotations", {})[DRIVER_SPEC_ANNOTATION] = text
@@ -73,6 +111,10 @@ def template_revision(ds: Mapping[str, Any] | None) -> str | None:
 
 def pod_revision(pod: Pod) -> str | None:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+
+
+def pod_agent(pod: Pod) -> str | None:
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(AGENT_ANNOTATION)
 
 
 def _created(pod: Pod) -> dt.datetime | None:
@@ -207,3 +249,31 @@ def behind(desired: Mapping[str, Any], driver_pods: Sequence[Pod]) -> bool:
     """Some driver pod runs another revision than the desired template's: a rollout may act."""
     want = template_revision(stamped(desired, None))
     return any(pod_revision(p) != want for p in driver_pods)
+
+
+def agent_restarts(
+    applied: Mapping[str, Any], pods_by_node: Mapping[str, Pod], max_unavailable: int
+) -> tuple[str, ...]:
+    """The nodes whose driver pod to delete now so that it runs the applied template's driver-manager (R-UPGRADE).
+
+    Only pods already on the applied template's revision (the same driver) with another agent image, Ready, in
+    name order; and only as many as keep at most ``max_unavailable`` driver pods not Ready or going at once (any
+    revision: a rollout's own restarts count). The operator calls it only when the rollout restarts nothing itself.
+    Nodes with GPU workloads are not spared: the new pod keeps the loaded driver, and running workloads keep it.
+    """
+    revision, agent = template_revision(applied), agent_of(applied["spec"]["template"])
+    unavailable = sum(
+        1 for p in pods_by_node.values() if not pod_ready(p) or (p.get("metadata") or {}).get("deletionTimestamp")
+    )
+    budget = max(0, max_unavailable) - unavailable
+    if budget <= 0:
+        return ()
+    stale = [
+        node
+        for node, pod in sorted(pods_by_node.items())
+        if pod_revision(pod) == revision
+        and pod_agent(pod) != agent
+        and pod_ready(pod)
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    return tuple(stale[:budget])

@@ -34,6 +34,12 @@ DESIRED_HASH = PREFIX + "desired-hash"
 """The hash of the manifest the operator last applied (skips unchanged applies)."""
 DRIVER_REVISION = PREFIX + "driver-revision"
 """On the driver DaemonSet's pod template and so on each driver pod: which template revision it runs."""
+CRD_RELEASE = PREFIX + "release"
+"""On the ClusterOperator CRD: the operator release whose schema it serves (the operator applies its own CRD at
+start and never a CRD older than the one on the cluster, `metax_core.cluster.crd_policy`, R-UPGRADE)."""
+DRIVER_AGENT = PREFIX + "driver-agent"
+"""On the driver DaemonSet's pod template and so on each driver pod: which driver-manager image it runs (a hash of
+the containers' images, which the revision leaves out: a new operator release alone is no new driver, R-UPGRADE)."""
 DRIVER_SPEC = PREFIX + "driver-spec"
 """On the driver DaemonSet: the ``spec.driver`` (JSON) it was rendered from (rollback reads it back)."""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,9 +32,9 @@ log = logging.getLogger(__name__)
 
 
 def with_template(manifest: Mapping[str, Any], template_text: str) -> dict[str, Any]:
-    """The driver DaemonSet carrying a stored template (lastAppliedSpec) instead of the rendered one."""
+    """The driver DaemonSet carrying a stored template (lastAppliedSpec), with this release's driver-manager."""
     result = copy.deepcopy(dict(manifest))
-    result["spec"]["template"] = json.loads(template_text)
+    result["spec"]["template"] = fleet.with_agent(template_text, manifest["spec"]["template"])
     return result
 
 
@@ -51,6 +50,8 @@ class Outcome:
     waiting: tuple[str, ...]
     previous: rollout_status.UpgradeStatus | None = None
     ignored_confirmation: str = ""
+    agent_restarts: tuple[str, ...] = ()
+    """Those of ``delete_pods`` deleted for this release's driver-manager only (`fleet.agent_restarts`)."""
 
 
 def previous_status(cr_status: Mapping[str, Any] | None) -> rollout_status.UpgradeStatus | None:
@@ -77,6 +78,7 @@ def drive(
     ready_timeout: float,
     crash_restarts: int,
     confirmation: str | None = None,
+    agent_max_unavailable: int = 1,
 ) -> Outcome:
     new_manifest = fleet.stamped(desired, s.driver)
     snap = fleet.snapshot(
@@ -97,11 +99,12 @@ def drive(
     else:
         manifest = new_manifest
     chosen = set(decision.upgrade) | set(decision.rollback)
+    refresh = () if chosen else fleet.agent_restarts(manifest, snap.pods_by_node, agent_max_unavailable)
     delete = tuple(
         sorted(
             str(p["metadata"]["name"])
             for n, p in snap.pods_by_node.items()
-            if n in chosen and not p["metadata"].get("deletionTimestamp")
+            if (n in chosen or n in refresh) and not p["metadata"].get("deletionTimestamp")
         )
     )
     return Outcome(
@@ -114,6 +117,7 @@ def drive(
         waiting=decision.waiting,
         previous=previous,
         ignored_confirmation=decision.ignored_confirmation,
+        agent_restarts=tuple(str(snap.pods_by_node[n]["metadata"]["name"]) for n in refresh),
     )
 
 

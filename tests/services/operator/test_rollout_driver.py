@@ -77,7 +77,9 @@ def test_a_new_template_starts_a_rollout_and_upgrades_the_first_loop() -> None:
         o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
     )
     old_template = json.loads(json.dumps(desired["spec"]["template"]))
-    old_template["spec"]["containers"][0]["image"] = "old:1"
+    old_template["spec"]["initContainers"][0]["image"] = (
+        "registry.example.com/metax/driver-image:2.14.5"  # the old driver payload
+    )
     old_ds = fleet.stamped({**desired, "spec": {**desired["spec"], "template": old_template}}, None)
     old_rev = old_ds["spec"]["template"]["metadata"]["annotations"][fleet.REVISION_ANNOTATION]
     pods = [informers.slim_pod(_pod(f"d{i}", f"n{i}", rev=old_rev)) for i in (1, 2)]
@@ -138,7 +140,9 @@ def test_a_new_driver_pod_not_ready_in_time_fails_the_step_and_is_looked_at_agai
         o for o in workloads.render(s).objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "metax-driver"
     )
     old_template = json.loads(json.dumps(desired["spec"]["template"]))
-    old_template["spec"]["containers"][0]["image"] = "old:1"
+    old_template["spec"]["initContainers"][0]["image"] = (
+        "registry.example.com/metax/driver-image:2.14.5"  # the old driver payload
+    )
     old_ds = fleet.stamped({**desired, "spec": {**desired["spec"], "template": old_template}}, None)
     old_rev = old_ds["spec"]["template"]["metadata"]["annotations"][fleet.REVISION_ANNOTATION]
 

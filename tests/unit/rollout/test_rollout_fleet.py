@@ -79,8 +79,69 @@ def test_stamping_adds_the_template_hash_and_behind_compares_it() -> None:
     assert "annotations" not in TEMPLATE["metadata"]  # the input is left alone
     assert not fleet.behind(ds, [pod(rev=str(rev))])
     assert fleet.behind(ds, [pod(rev=str(rev)), pod("d2", "n2", rev="other")])
-    changed = {**ds, "spec": {"template": {**TEMPLATE, "spec": {"containers": [{"name": "c", "image": "y"}]}}}}
+    payload = {"initContainers": [{"name": "payload-0", "image": "driver-image:2.19"}], "containers": [{"name": "c"}]}
+    changed = {**ds, "spec": {"template": {**TEMPLATE, "spec": payload}}}
     assert fleet.template_revision(fleet.stamped(changed, None)) != rev
+    env = {"containers": [{"name": "c", "image": "x", "env": [{"name": "METAX_DRIVER_VERSION", "value": "2.19"}]}]}
+    assert fleet.template_revision(fleet.stamped({**ds, "spec": {"template": {**TEMPLATE, "spec": env}}}, None)) != rev
+
+
+def _release(image: str) -> dict[str, Any]:
+    """The driver DaemonSet as another operator release renders it: only driver-manager's image differs."""
+    template = {**TEMPLATE, "spec": {"containers": [{"name": "c", "image": image}]}}
+    return fleet.stamped({"metadata": {"name": "metax-driver"}, "spec": {"template": template}}, None)
+
+
+def test_an_operator_release_alone_is_no_new_driver_revision_but_a_new_agent() -> None:
+    """R-UPGRADE: a new operator release changes driver-manager's image; the driver pods' revision stays, so no
+    rollout starts or moves, and the agent annotation tells which pods still run the previous release's agent."""
+    before, after = _release("registry/metax-driver:0.1.0@sha256:aa"), _release("registry/metax-driver:0.2.0@sha256:bb")
+    assert fleet.template_revision(before) == fleet.template_revision(after)
+    agents = [b["spec"]["template"]["metadata"]["annotations"][fleet.AGENT_ANNOTATION] for b in (before, after)]
+    assert agents[0] != agents[1]
+    old_pod = pod(rev=str(fleet.template_revision(before)))
+    assert not fleet.behind(after, [old_pod])
+
+
+def _running(name: str, node: str, release: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    p = pod(name, node, rev=str(fleet.template_revision(release)), **kw)
+    p["metadata"]["annotations"][fleet.AGENT_ANNOTATION] = release["spec"]["template"]["metadata"]["annotations"][
+        fleet.AGENT_ANNOTATION
+    ]
+    return p
+
+
+def test_agent_restarts_take_ready_pods_of_the_same_driver_in_name_order_within_max_unavailable() -> None:
+    old, new = _release("r/metax-driver:0.1.0"), _release("r/metax-driver:0.2.0")
+    pods = {f"n{i}": _running(f"d{i}", f"n{i}", old) for i in (3, 1, 2)}
+    assert fleet.agent_restarts(new, pods, 1) == ("n1",)
+    assert fleet.agent_restarts(new, pods, 2) == ("n1", "n2")
+    assert fleet.agent_restarts(new, pods, 0) == ()
+    # one driver pod not Ready (any revision, any agent) uses the budget of 1: nothing more goes now
+    going = {**pods, "n1": _running("d1", "n1", new, ready=False)}
+    assert fleet.agent_restarts(new, going, 1) == ()
+    assert fleet.agent_restarts(new, going, 2) == ("n2",)
+    terminating = {**pods, "n1": _running("d1", "n1", old, deleting=True)}
+    assert fleet.agent_restarts(new, terminating, 2) == ("n2",)
+    # a pod on another driver revision waits for the rollout; a pod already on this agent is done
+    other_driver = {"n1": pod("d1", "n1", rev="another-driver"), "n2": _running("d2", "n2", new)}
+    assert fleet.agent_restarts(new, other_driver, 5) == ()
+    # pods from before the agent annotation existed carry none: they are behind
+    assert fleet.agent_restarts(new, {"n9": pod("d9", "n9", rev=str(fleet.template_revision(new)))}, 1) == ("n9",)
+
+
+def test_a_restored_template_runs_the_current_agent_and_keeps_its_revision() -> None:
+    """A rollback goes back to the previous driver (lastAppliedSpec), with this release's driver-manager."""
+    import json
+
+    old = _release("r/metax-driver:0.1.0")
+    text = json.dumps(old["spec"]["template"])
+    current = _release("r/metax-driver:0.2.0")["spec"]["template"]
+    restored = fleet.with_agent(text, current)
+    assert restored["spec"]["containers"][0]["image"] == "r/metax-driver:0.2.0"
+    annotations = restored["metadata"]["annotations"]
+    assert annotations[fleet.REVISION_ANNOTATION] == fleet.template_revision(old)
+    assert annotations[fleet.AGENT_ANNOTATION] == current["metadata"]["annotations"][fleet.AGENT_ANNOTATION]
 
 
 NEW_REV = str(fleet.template_revision(fleet.stamped({"metadata": {}, "spec": {"template": TEMPLATE}}, None)))
