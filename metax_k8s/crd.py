@@ -33,7 +33,8 @@ from typing import Any
 import attrs
 import yaml
 
-from metax_core import wording
+from metax_core import release, wording
+from metax_core.cluster import crd_policy
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import converter, limits, quantity
 from metax_core.spec import model as spec
@@ -333,6 +334,18 @@ def status_schema() -> Schema:
                 "description": "Per node, the VF count its gpu-device pod was started with (R-VF).",
                 "additionalProperties": {"type": "integer", "description": "VFs per GPU on that node."},
             },
+            "versions": {
+                "type": "object",
+                "description": "Which release runs (R-UPGRADE): the operator's and the CRD's schema's.",
+                "properties": {
+                    "operator": {"type": "string", "description": "The running operator's release."},
+                    "crd": {
+                        "type": "string",
+                        "description": "The release whose ClusterOperator schema the API server serves "
+                        "(never older than the operator's while it reconciles).",
+                    },
+                },
+            },
             "upgradeStatus": _upgrade_status_schema(),
         },
     }
@@ -380,7 +393,11 @@ def crd() -> Schema:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": NAME, "labels": {meta.PART_OF_LABEL: meta.PRODUCT}},
+        "metadata": {
+            "name": NAME,
+            "labels": {meta.PART_OF_LABEL: meta.PRODUCT},
+            "annotations": {crd_policy.ANNOTATION: release.running()},
+        },
         "spec": {
             "group": spec.API_GROUP,
             "scope": "Cluster",

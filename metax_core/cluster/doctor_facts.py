@@ -93,6 +93,8 @@ class CrFacts:
     """(type, status, reason, message) of ``status.conditions``."""
     generation: int = 0
     observed_generation: int = 0
+    versions: Mapping[str, str] = attrs.field(factory=dict)
+    """``status.versions``: the running operator's release and the release of the CRD's schema (R-UPGRADE)."""
 
 
 @attrs.frozen

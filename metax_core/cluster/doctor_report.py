@@ -95,12 +95,19 @@ def diagnosis_document(d: doctor.Diagnosis) -> dict[str, Any]:
     }
 
 
+def releases_line(cr: CrFacts, cli: str) -> str:
+    """Which releases run (R-UPGRADE): the operator's and its CRD's as the operator reports them, and this CLI's."""
+    operator, crd = cr.versions.get("operator") or "not reported", cr.versions.get("crd") or "not reported"
+    return f"releases: operator {operator}, CRD {crd}, this CLI {cli}"
+
+
 def summary_document(summary: Summary, cr: CrFacts) -> dict[str, Any]:
     rollout = summary.rollout
     return {
         "nodes": {name: list(nodes) for name, nodes in summary.states},
         "clusterOperator": {
             "problem": cr.problem,
+            "versions": dict(cr.versions),
             "conditions": [{"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in cr.conditions],
         },
         "rollout": None

@@ -318,7 +318,9 @@ def operator_rules() -> AccountRules:
             ("get", "update", "patch"),
             (WEBHOOK_NAME,),
         ),
-        Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get",), (f"clusteroperators.{group}",)),
+        # Its own CRD, by name: read, and patched with this release's schema at start (R-UPGRADE: Helm never
+        # upgrades a chart's crds/, `metax_core.cluster.crd_policy`). Never created or deleted (the chart does).
+        Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get", "patch"), (f"clusteroperators.{group}",)),
         # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
         Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
         Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),

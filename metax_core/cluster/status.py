@@ -160,6 +160,7 @@ def roll_up(
     previous: Sequence[Condition],
     now: dt.datetime,
     invalid: InvalidSpec | None = None,
+    crd_outdated: str = "",
     rollout: rollout_status.UpgradeStatus | None = None,
     ready_nodes: int = 0,
     total_nodes: int = 0,
@@ -172,7 +173,9 @@ def roll_up(
     rolling = rollout is not None and rollout.upgrading
 
     degraded: tuple[str, str, str]
-    if invalid is not None:
+    if crd_outdated:
+        degraded = ("True", "CRDOutdated", crd_outdated)
+    elif invalid is not None:
         paths = "; ".join(f"{e.path or '(spec)'}: {e.message}" for e in invalid.errors)
         degraded = ("True", "InvalidSpec", f"the spec is invalid, nothing was changed: {paths}")
     elif by_state[State.FAILED]:
@@ -192,7 +195,9 @@ def roll_up(
     else:
         progressing = ("False", "Converged", "every deployed component has converged")
 
-    if invalid is not None:
+    if crd_outdated:
+        ready = ("False", "CRDOutdated", "the CRD is older than the operator; see the Degraded condition")
+    elif invalid is not None:
         ready = ("False", "InvalidSpec", "the spec is invalid; see the Degraded condition")
     elif by_state[State.FAILED] or by_state[State.DEPLOYING]:
         waiting = by_state[State.FAILED] + by_state[State.DEPLOYING]
@@ -205,7 +210,9 @@ def roll_up(
         _transition(before, kind, *value, now, generation)
         for kind, value in ((READY, ready), (PROGRESSING, progressing), (DEGRADED, degraded))
     )
-    if invalid is not None:
+    if crd_outdated:
+        phase = "Degraded"
+    elif invalid is not None:
         phase = "Invalid"
     elif ready[0] == "True":
         phase = "Degraded" if degraded[0] == "True" else "Ready"

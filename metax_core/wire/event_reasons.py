@@ -21,6 +21,10 @@ DRIVER_ROLLOUT_PREFIX: Final = "DriverRollout"
 """``DriverRollout<StepState>`` (`driver_rollout`): the rollout's step moved; the message says what to do."""
 DRIVER_POD_DELETED: Final = "DriverPodDeleted"
 """On a driver pod the rollout deleted so its node gets the new (or previous) driver."""
+CRD_UPGRADED: Final = "CRDUpgraded"
+"""The operator applied its own release's ClusterOperator CRD at start (R-UPGRADE, `metax_core.cluster.crd_policy`)."""
+CRD_OUTDATED: Final = "CRDOutdated"
+"""The CRD serves an older release's schema and could not be brought up to date: nothing is reconciled."""
 VF_COUNT_CHANGED: Final = "VfCountChanged"
 """On a gpu-device pod recreated because its node's VF count changed (R-VF)."""
 
@@ -97,6 +101,8 @@ def driver_rollout(step_state: str) -> str:
 
 ALL: Final = (
     INVALID_SPEC,
+    CRD_UPGRADED,
+    CRD_OUTDATED,
     CLEANED_UP,
     CONFIRMATION_IGNORED,
     DRIVER_POD_DELETED,

@@ -203,6 +203,16 @@ class InMemoryApiServer:
     ) -> dict[str, Any]:
         """Store ``after`` (already admitted) unless nothing changed; bump versions; record the change."""
         metadata = after["metadata"]
+        if info.kind == "CustomResourceDefinition":
+            # The real API server's apiextensions controllers accept the names and establish a CRD within
+            # milliseconds of its write; readers (the operator's `crd_sync`) wait for exactly this condition.
+            after["status"] = {
+                **(after.get("status") or {}),
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"},
+                ],
+            }
         if before is not None:
             for carried in ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion"):
                 if carried in before.obj["metadata"]:

@@ -10,7 +10,6 @@ logger turned down), settings errors → exit 2, SIGTERM/SIGINT → a clean shut
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import signal
@@ -20,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Protocol
 
+from metax_core import release
 from metax_core.errors import MetaxError
-from metax_core.wire import meta
 
 
 class Agent(Protocol):
@@ -139,7 +138,7 @@ def parse_args(
         description=description or f"The MetaX GPU operator's {name} node agent, as the operator's DaemonSet runs it.",
         epilog=f"Configured by the environment variables of the pod the operator renders ({doc}).",
     )
-    parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
+    parser.add_argument("--version", action="version", version=release.running())
     parser.parse_args(argv)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from metax_core import release
 from metax_core.cluster import doctor, doctor_facts, doctor_report, workloads
 from metax_core.errors import InvalidSpec, NotFound
 from metax_core.node import driver_config
@@ -82,6 +83,7 @@ def cluster_facts(api: Api, namespace: str) -> tuple[doctor_facts.ClusterFacts, 
         conditions,
         generation=int(metadata.get("generation") or 0),
         observed_generation=int(status.get("observedGeneration") or 0),
+        versions={str(k): str(v) for k, v in (status.get("versions") or {}).items()},
     )
     rollout = _rollout(status)
     daemonsets = api.list("apps/v1", "DaemonSet", namespace=namespace, label_selector=meta.MANAGED_SELECTOR).items
@@ -203,6 +205,7 @@ def print_summary(
     console.print(table)
     if cr.problem:
         console.print(f"{spec.OBJECT_NAME}: {cr.problem}")
+    console.print(doctor_report.releases_line(cr, release.running()), markup=False)
     conditions = Table(title=f"{spec.OBJECT_NAME} conditions", title_justify="left")
     for column in ("Type", "Status", "Reason", "Message"):
         conditions.add_column(column)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from metax_core import release
 from metax_core.errors import InvalidSpec, MetaxError
 from metax_core.spec import text
-from metax_core.wire import meta
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -44,10 +43,7 @@ def error_line(exc: UsageError) -> str:
 
 
 def package_version() -> str:
-    try:
-        return metadata.version(meta.PRODUCT)
-    except metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
+    return release.running()
 
 
 def read_input(path: str, *, max_bytes: int = text.MAX_BYTES) -> bytes | str:

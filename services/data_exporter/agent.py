@@ -9,7 +9,6 @@ read keeps the last good one, counts an error and says so once; the HTTP server 
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -18,10 +17,10 @@ from typing import Any
 import attrs
 import prometheus_client
 
+from metax_core import release
 from metax_core.errors import HardwareError, PortError
 from metax_core.metrics import attribution, exposition, names, telemetry
 from metax_core.ports import hardware
-from metax_core.wire import meta
 from services._agent import cluster, endpoints, loop, probe
 from services.data_exporter import collector
 from services.data_exporter.config import Settings
@@ -39,13 +38,6 @@ class Sources:
     gpus: hardware.GpuTelemetry
     pods: PodDevices | None = None
     """None: no attribution (no kubelet socket configured)."""
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version(meta.PRODUCT)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
 
 
 class DataExporter:
@@ -69,7 +61,7 @@ class DataExporter:
         self.probe = probe.ProbeFile(settings.probe_file)
         self.view = collector.View()
         self.options = exposition.Options(
-            hostname=settings.node_name, exported_pod_labels=settings.exported_pod_labels, version=_version()
+            hostname=settings.node_name, exported_pod_labels=settings.exported_pod_labels, version=release.running()
         )
         # What changes only per sampling is rendered once per sampling (`served`: its text, the ages' lines); a scrape
         # adds the ages as of now and the process's own metrics (`registry`): cheap whatever the GPU count (P7).

@@ -7,7 +7,6 @@ above both.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import signal
@@ -15,8 +14,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
+from metax_core import release
 from metax_core.errors import MetaxError
-from metax_core.wire import meta
 from metax_k8s import client, connect
 from services.operator import bootstrap
 from services.webhook import server
@@ -31,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="The MetaX GPU operator: reconciles the cluster-operator object and serves its webhook.",
         epilog="Configured by the environment variables of the chart's Deployment (docs/operator.md).",
     )
-    parser.add_argument("--version", action="version", version=importlib.metadata.version(meta.PRODUCT))
+    parser.add_argument("--version", action="version", version=release.running())
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

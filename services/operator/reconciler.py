@@ -26,9 +26,11 @@ from typing import Any
 
 import attrs
 
+from metax_core import release
 from metax_core.cluster import (
     components,
     configmaps,
+    crd_policy,
     gpu_workloads,
     image_refs,
     network_policies,
@@ -38,7 +40,7 @@ from metax_core.cluster import (
 )
 from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
-from metax_core.errors import Conflict, InvalidSpec, MetaxError, NotFound
+from metax_core.errors import Conflict, FieldError, InvalidSpec, MetaxError, NotFound
 from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
 from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
@@ -46,11 +48,13 @@ from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_core.wire import event_reasons, meta
 from metax_k8s.api import Api
-from services.operator import applier, cleanup, rollout_driver, states, uninstall_wait
+from services.operator import applier, cleanup, crd_sync, rollout_driver, states, uninstall_wait
 from services.operator.informers import Informer
 from services.operator.settings import Settings
 
 log = logging.getLogger(__name__)
+CRD_RECHECK = 30.0
+"""Seconds until a reconcile that found the CRD older than the operator tries to bring it up to date again."""
 
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 CONFIRM_ANNOTATION = meta.ROLLOUT_CONFIRM
@@ -116,6 +120,9 @@ class Reconciler:
             image_digests=image_refs.decode_digests(settings.image_digests),
         )
         self.status_writes = 0
+        self.release = release.running()
+        self.crd: crd_sync.CrdState | None = None
+        """What the CRD serves, once `crd_sync.ensure` brought it to this release (checked again while not)."""
         self._warned_confirmation = ""
         self._dra_on: bool | None = None
         """Whether the DRA driver was deployed at the last reconcile (None: none yet)."""
@@ -150,9 +157,26 @@ class Reconciler:
         now = self.clock()
         generation = int(metadata.get("generation") or 0)
         previous = cluster_status.conditions_from_document(cr.get("status"))
+        crd = self._ensure_crd(cr)
+        if crd.problem:  # an older schema would prune this release's fields from every write: apply nothing
+            rolled = cluster_status.roll_up(
+                generation=generation, results=(), previous=previous, now=now, crd_outdated=crd.problem
+            )
+            if self._write_status(cr, rolled, None, None):
+                self.events.emit(
+                    self._cr_ref(cr),
+                    reason=event_reasons.CRD_OUTDATED,
+                    message=crd.problem,
+                    type=EventType.WARNING,
+                    action="Upgrade",
+                )
+            return CRD_RECHECK
         try:
             s = validation.parse(cr)
         except InvalidSpec as exc:
+            note = crd_policy.newer_fields_note(crd.release, self.release)
+            if note:
+                exc = InvalidSpec([*exc.errors, FieldError("", note)])
             rolled = cluster_status.roll_up(generation=generation, results=(), previous=previous, now=now, invalid=exc)
             if self._write_status(cr, rolled, None, None):
                 self.events.emit(
@@ -205,6 +229,19 @@ class Reconciler:
         if outcome is not None and outcome.requeue_after is not None:
             return max(0.0, outcome.requeue_after.total_seconds())
         return None
+
+    def _ensure_crd(self, cr: RawObject) -> crd_sync.CrdState:
+        """The CRD at this release's schema or newer (`crd_sync.ensure` until it is; then once per start)."""
+        if self.crd is None or self.crd.problem:
+            self.crd = crd_sync.ensure(self.objects, self.release, field_manager=self.settings.field_manager)
+            if self.crd.applied:
+                self.events.emit(
+                    self._cr_ref(cr),
+                    reason=event_reasons.CRD_UPGRADED,
+                    message=f"the ClusterOperator CRD now serves release {self.release}'s schema",
+                    action="Upgrade",
+                )
+        return self.crd
 
     def _withdraw_slices_when_dra_is_off(self, dra_on: bool) -> None:
         """Once per operator start and at each switch to off: the driver's slices go with its DaemonSet (a
@@ -385,11 +422,15 @@ class Reconciler:
         self.applier.writes += len(deleted)  # one loop: every deletion first, then the reports
         which = "previous" if outcome.rollback else "new"
         for name in deleted:
-            log.info("driver pod %s deleted: its node gets the %s driver", name, which)
+            if name in outcome.agent_restarts:
+                message = f"driver pod {name} deleted: its node gets this release's driver-manager and keeps its driver"
+            else:
+                message = f"driver pod {name} deleted: its node gets the {which} driver"
+            log.info("%s", message)
             self.events.emit(
                 ObjectRef("v1", "Pod", name, self.settings.namespace),
                 reason=event_reasons.DRIVER_POD_DELETED,
-                message=f"driver pod {name} deleted: its node gets the {which} driver",
+                message=message,
                 action="Rollout",
             )
 
@@ -430,6 +471,7 @@ class Reconciler:
         vf_nums: dict[str, int] | None,
     ) -> bool:
         document: dict[str, Any] = cluster_status.to_document(rolled)
+        document["versions"] = {"operator": self.release, "crd": (self.crd.release if self.crd else None) or ""}
         stored: Mapping[str, Any] = cr.get("status") or {}
         if upgrade is not None:
             document["upgradeStatus"] = rollout_status.to_document(upgrade)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from metax_core import release
 from metax_core.cluster import image_refs, rbac
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.spec import model as spec
@@ -39,8 +40,8 @@ class Settings:
     lease_name: str = rbac.OPERATOR_LEASE
     resync_seconds: float = attrs.field(default=600.0, metadata=env("METAX_RESYNC_SECONDS"))
     """METAX_RESYNC_SECONDS: a full reconcile at least this often even if no watch fires (>= 600)."""
-    version: str = attrs.field(default="0.1.0", metadata=env("METAX_COMPONENT_VERSION"))
-    """METAX_COMPONENT_VERSION: the component images' tag."""
+    version: str = attrs.field(factory=release.running, metadata=env("METAX_COMPONENT_VERSION"))
+    """METAX_COMPONENT_VERSION: the component images' tag (default: this operator's own release)."""
     driver_ready_timeout: float = attrs.field(default=600.0, metadata=env("METAX_DRIVER_READY_TIMEOUT"))
     """METAX_DRIVER_READY_TIMEOUT: seconds a new driver pod may take to become Ready before it counts as failed."""
     uninstall_timeout: float = attrs.field(default=180.0, metadata=env("METAX_UNINSTALL_TIMEOUT"))

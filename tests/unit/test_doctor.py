@@ -500,3 +500,10 @@ def test_a_runtime_configuration_refused_by_name_is_what_doctor_says() -> None:
     link = first(diagnose(pod_list=pods(runtime=unready), events=[event]))
     assert link.id == "container-runtime-ready"
     assert f"last Event RuntimeConfigInvalid: cannot configure containerd: {later}: is loaded after" in link.evidence
+
+
+def test_the_summary_names_the_operator_and_crd_releases_the_operator_reports() -> None:
+    """R-UPGRADE: after an upgrade or a rollback, which release runs and which schema the API server serves."""
+    cr = facts.CrFacts(None, versions={"operator": "0.2.0", "crd": "0.3.0"})
+    assert doctor_report.releases_line(cr, "0.2.0") == "releases: operator 0.2.0, CRD 0.3.0, this CLI 0.2.0"
+    assert "operator not reported" in doctor_report.releases_line(facts.CrFacts(None), "0.2.0")
