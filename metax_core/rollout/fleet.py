@@ -79,15 +79,16 @@ def with_agent(template_text: str, desired_template: Mapping[str, Any]) -> dict[
     """A stored template (``lastAppliedSpec``) running the desired template's driver-manager image.
 
     A rollback restores the previous driver, not the previous operator release's agent: the containers named as
-    in the desired template take its images, and the annotations are stamped again (the revision stays: it leaves
-    the images out).
+    in the desired template take its images, and the agent annotation follows them. The revision annotation is
+    kept as stored: it leaves the images out, and the stored template is the live one, with the API server's
+    defaults, so hashing it again would name another revision than the one its pods carry.
     """
     template: dict[str, Any] = json.loads(template_text)
     images = {c.get("name"): c.get("image") for c in (desired_template.get("spec") or {}).get("containers") or ()}
     for container in (template.get("spec") or {}).get("containers") or ():
         if images.get(container.get("name")):
             container["image"] = images[container.get("name")]
-    _stamp(template)
+    template.setdefault("metadata", {}).setdefault("annotations", {})[AGENT_ANNOTATION] = agent_of(template)
     return template
 
 
