@@ -219,7 +219,7 @@ def record_schema(cls: type, *, defaults: bool = True, strict_enums: bool = True
             schema["nullable"] = True
         if field.default is attrs.NOTHING:
             required.append(converter.camel_case(field.name))
-        elif field.default is not None and defaults:
+        elif field.default is not None and defaults and not _new(cls, field.name):
             schema["default"] = _default(field.default)
         properties[converter.camel_case(field.name)] = schema
     result: Schema = {"type": "object", "properties": properties}
@@ -228,6 +228,11 @@ def record_schema(cls: type, *, defaults: bool = True, strict_enums: bool = True
     if cls in _RULES:
         result["x-kubernetes-validations"] = _RULES[cls]
     return result
+
+
+def _new(cls: type, name: str) -> bool:
+    """A spec field this release added: no default, so it is absent unless set (`spec.NEW_FIELDS`)."""
+    return cls is spec.ClusterOperatorSpec and converter.camel_case(name) in spec.NEW_FIELDS
 
 
 def _condition_schema() -> Schema:

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from metax_core import release
 from metax_core.cluster import (
     agent_env,
     components,
@@ -64,7 +65,8 @@ class RenderSettings:
     """What the render needs besides the spec: where it runs and which operator version it is."""
 
     namespace: str = spec.NAMESPACE
-    version: str = "0.1.0"
+    version: str = attrs.field(factory=release.running)
+    """The component images' tag: this build's release unless the operator's environment names another."""
     image_pull_policy: str = "IfNotPresent"
     host_path_prefix: str = ""
     """TEST ONLY (chart value ``operator.testOnly.hostPathPrefix``, docs/realnode.md): a directory put in front of
@@ -243,8 +245,13 @@ def workload_manifest(
     }
     if workload.kind is WorkloadKind.DAEMON_SET:
         # The driver is replaced node by node by the rollout engine (R-ROLLOUT), never by the DaemonSet itself.
-        strategy = "OnDelete" if component is Component.DRIVER else "RollingUpdate"
-        body["updateStrategy"] = {"type": strategy}
+        if component is Component.DRIVER:
+            body["updateStrategy"] = {"type": "OnDelete"}
+        else:  # R-UPGRADE: a new operator release reaches the agents node by node
+            body["updateStrategy"] = {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": int_or_percent(s.agent_update.max_unavailable)},
+            }
     else:
         body["replicas"] = 1
     return {
@@ -253,6 +260,11 @@ def workload_manifest(
         "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
         "spec": body,
     }
+
+
+def int_or_percent(value: spec.IntOrPercent) -> int | str:
+    """A Kubernetes int-or-string: ``3`` or ``"25%"``."""
+    return str(value) if value.percent else value.value
 
 
 EDIT_SERVICE_CONTAINER = "container-edit"

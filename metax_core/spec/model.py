@@ -494,6 +494,31 @@ class DraDriver:
     )
 
 
+NEW_FIELDS: tuple[str, ...] = ("agentUpdate",)
+"""Top-level spec fields this release added (R-UPGRADE, docs/upgrade.md "New fields"). They have no default in the
+CRD's schema and none in the chart's values.yaml, so they are absent from cluster-operator unless an administrator
+sets them: the previous release's webhook, still serving during ``helm upgrade``, never sees them, and after a
+``helm rollback`` the previous release's operator never reads back a default the newer CRD would have written
+(structural defaults apply on every read). The operator's own default applies when a field is absent. A field
+leaves this list one release after it was added."""
+
+
+@attrs.frozen
+class AgentUpdate:
+    """Extension (R-UPGRADE): how the node agents move to a new operator release (docs/upgrade.md)."""
+
+    max_unavailable: IntOrPercent = attrs.field(
+        default=IntOrPercent(1),
+        metadata={
+            DESCRIPTION: (
+                "Nodes whose agent pod of one component may be replaced at the same time when the operator is "
+                "upgraded (integer at least 1, or a percentage of the component's nodes from 1% to 100%, rounded "
+                "up): every agent DaemonSet's rollingUpdate.maxUnavailable, and the driver pods' own pace."
+            )
+        },
+    )
+
+
 @attrs.frozen
 class ClusterOperatorSpec:
     """Table 3.1: the whole spec of the ``cluster-operator`` object."""
@@ -536,6 +561,10 @@ class ClusterOperatorSpec:
     dra_driver: DraDriver = attrs.field(
         default=DraDriver(),
         metadata={DESCRIPTION: "Extension: Dynamic Resource Allocation instead of the device plugin (dra-driver)."},
+    )
+    agent_update: AgentUpdate = attrs.field(
+        default=AgentUpdate(),
+        metadata={DESCRIPTION: "Extension: how the node agents roll when the operator itself is upgraded."},
     )
 
 

@@ -185,6 +185,7 @@ def semantic_errors(s: spec.ClusterOperatorSpec) -> list[FieldError]:
     errors += _global_errors(s)
     errors += _driver_errors(s.driver)
     errors += upgrade_policy_errors(s.driver.upgrade_policy)
+    errors += agent_update_errors(s.agent_update)
     errors += vfio_config.check_entries(s.vfio_manager.vfio_config)
     errors += _maca_errors(s.maca)
     errors += _exporter_errors(s.exporter)
@@ -281,6 +282,16 @@ def _driver_errors(d: spec.Driver) -> list[FieldError]:
     if d.payload.registry and (problem := names.registry_problem(d.payload.registry)):
         errors.append(FieldError("driver.payload.registry", problem))
     return errors
+
+
+def agent_update_errors(a: spec.AgentUpdate, path: str = "agentUpdate.maxUnavailable") -> list[FieldError]:
+    """At least one node at a time (Kubernetes refuses a DaemonSet maxUnavailable of 0 without maxSurge)."""
+    value = a.max_unavailable
+    if value.percent and not 1 <= value.value <= 100:
+        return [FieldError(path, f"must be a percentage from 1% to 100%, got {value}")]
+    if not value.percent and value.value < 1:
+        return [FieldError(path, f"must be at least 1 node, got {value}")]
+    return []
 
 
 def upgrade_policy_errors(p: spec.UpgradePolicy, path: str = "driver.upgradePolicy") -> list[FieldError]:

@@ -38,9 +38,14 @@ OPERATOR_OPTIONS: Final[tuple[tuple[str, object, Schema, str], ...]] = (
         {"type": "object"},
         "The operator container's resources.",
     ),
-    ("nodeSelector", {}, {"type": "object"}, "Where the operator Deployment (and its pre-delete cleanup Job) runs."),
-    ("tolerations", [], {"type": "array"}, "Tolerations of the operator Deployment and its pre-delete cleanup Job."),
-    ("affinity", {}, {"type": "object"}, "Affinity of the operator Deployment and its pre-delete cleanup Job."),
+    (
+        "nodeSelector",
+        {},
+        {"type": "object"},
+        "Where the operator Deployment (and its hook Jobs: pre-delete cleanup, pre-upgrade CRD) runs.",
+    ),
+    ("tolerations", [], {"type": "array"}, "Tolerations of the operator Deployment and its hook Jobs."),
+    ("affinity", {}, {"type": "object"}, "Affinity of the operator Deployment and its hook Jobs."),
     (
         "uninstallTimeoutSeconds",
         180,

@@ -128,6 +128,16 @@ JSON merge patch computed from the previous release's manifest to the new one (t
 object), so a `kubectl` edit of a field survives every later `helm upgrade` that leaves that field's rendered
 value unchanged, and `helm get values` does not show it. Change values one way: prefer `helm upgrade`.
 
+## Upgrade
+
+`helm upgrade` to the next release with the values you installed with (a values file, or
+`--reset-then-reuse-values`: plain `--reuse-values` keeps the previous chart's defaults, its image digests
+included). A pre-upgrade hook runs the new release's `metax-operator apply-crd` first: Helm never upgrades `crds/`,
+and the previous schema would prune the new release's fields. No driver is reloaded and running GPU workloads keep
+their devices; the agents roll node by node. `helm rollback` goes back the same way and keeps the newer CRD. Set a
+field a release adds only after the upgrade to it has finished. The procedure, the guarantees and the CRD policy:
+docs/upgrade.md.
+
 ## Uninstall
 
 ```sh

@@ -54,6 +54,8 @@ def _values_lines(schema: Schema, values: dict[str, Any], indent: int = 0) -> li
 def render_values(image_digests: Mapping[str, str] | None = None) -> str:
     """values.yaml; a release (`metax_dev.release.chart`) passes its images' digests for ``operator.imageDigests``."""
     values = converter.unstructure(spec.ClusterOperatorSpec())
+    for key in spec.NEW_FIELDS:  # commented out: rendered into cluster-operator only when set
+        values.pop(key)
     values["operator"] = operator_defaults()
     if image_digests:
         values["operator"]["imageDigests"] = dict(sorted(image_digests.items()))

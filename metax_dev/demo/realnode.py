@@ -32,6 +32,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from metax_core import release
 from metax_core.cluster import workloads as rendered
 from metax_core.dra import slices
 from metax_core.metrics import names as metric_names
@@ -158,13 +159,13 @@ def install(d: RealNodeDemo) -> list[str]:
         if len(found) != 1 or not _ready(found[0]):
             raise scenario.StepFailed(f"{name}: pods {[p['metadata']['name'] for p in found]}, not one Ready pod")
         image = found[0]["status"]["containerStatuses"][0]["image"]
-        if not image.endswith(f"/{name}:0.1.0"):
+        if not image.endswith(f"/{name}:{release.running()}"):
             raise scenario.StepFailed(f"{name}'s pod runs {image}, not the product's image {name}")
     shown = ", ".join(f"{c['name']}={c['state']}" for c in status.get("components") or [] if c["state"] != "Disabled")
     return [
         f"cluster-operator phase {status.get('phase')}: {shown}",
         f"{len(helm_release.AGENTS)} node agents and {len(helm_release.DEPLOYMENTS) + 1} Deployments, each a pod of "
-        "its own image (docker.io/library/<component>:0.1.0), Ready",
+        f"its own image (docker.io/library/<component>:{release.running()}), Ready",
     ]
 
 

@@ -24,7 +24,7 @@ from metax_core.errors import ClusterError, InvalidSpec, MetaxError
 from metax_core.rollout import fleet
 from metax_core.spec import names as k8s_names
 from metax_core.spec import validation
-from services.cli import completion, connection, diff, diff_driver_config, doctor, documents, rollout, uninstall
+from services.cli import completion, connection, crd, diff, diff_driver_config, doctor, documents, rollout, uninstall
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -140,6 +140,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     diff.add_parser(sub, diff_driver_config.compare)
     uninstall.add_parser(sub)
+    crd.add_parser(sub)
 
     completion.add_parser(sub)
 

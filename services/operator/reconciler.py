@@ -47,8 +47,9 @@ from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_core.wire import event_reasons, meta
+from metax_k8s import crd_sync
 from metax_k8s.api import Api
-from services.operator import applier, cleanup, crd_sync, rollout_driver, states, uninstall_wait
+from services.operator import applier, cleanup, rollout_driver, states, uninstall_wait
 from services.operator.informers import Informer
 from services.operator.settings import Settings
 
@@ -365,6 +366,7 @@ class Reconciler:
             ready_timeout=self.settings.driver_ready_timeout,
             crash_restarts=self.settings.crash_loop_restarts,
             confirmation=((cr.get("metadata") or {}).get("annotations") or {}).get(CONFIRM_ANNOTATION),
+            agent_max_unavailable=max(1, s.agent_update.max_unavailable.resolve(len(driver_pods), round_up=True)),
         )
 
     def _busy_nodes(self) -> set[str]:

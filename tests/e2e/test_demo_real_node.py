@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from metax_core import release
 from metax_core.runtime import containerd
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import cli, realnode
@@ -94,7 +95,7 @@ def test_the_real_node_demo_runs_the_product_from_its_images_and_gives_the_node_
         e.message.split('"')[1] for e in events if e.reason == "Pulled" and e.involved_object.namespace == NAMESPACE
     }
     for name in (*helm_release.AGENTS, *helm_release.DEPLOYMENTS, "metax-operator"):
-        assert f"{helm_release.IMPORTED_REGISTRY}/{name}:0.1.0" in images, sorted(images)
+        assert f"{helm_release.IMPORTED_REGISTRY}/{name}:{release.running()}" in images, sorted(images)
     workloads = {
         e.involved_object.name
         for e in events

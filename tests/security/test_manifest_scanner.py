@@ -51,6 +51,7 @@ def test_the_scan_sees_every_workload_of_the_chart_and_of_the_operator(scan_resu
             assert ("operator", f"{workload.kind.value}/{workload.name}") in scanned, workload.name
     assert ("chart", "Deployment/metax-operator") in scanned
     assert ("chart", "Job/metax-operator-cleanup") in scanned  # the pre-delete hook
+    assert ("chart", "Job/metax-operator-crd") in scanned  # the pre-upgrade hook (R-UPGRADE)
     pods = [m.ref for m in scan_result.scanned if scan.pod_spec(m.body) is not None]
     assert pods and not [p for p in pods if p not in scan_result.evaluated], "objects Checkov evaluated no check on"
 

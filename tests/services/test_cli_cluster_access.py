@@ -34,6 +34,7 @@ CLUSTER_COMMANDS = {
     ("diff",): ["--set", "driver.payload.version=2.21.0"],
     ("rollout", "confirm"): [],
     ("uninstall",): ["--timeout", "1"],
+    ("apply-crd",): [],
 }
 """Each command that needs a cluster, with the arguments it needs besides."""
 JSON_COMMANDS = [("doctor",), ("diff",)]

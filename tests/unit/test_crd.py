@@ -224,3 +224,13 @@ def test_a_full_upgrade_status_fits_the_status_schema() -> None:
     assert errors == []
     assert checked == document  # nothing pruned, nothing defaulted
     assert rs.from_document(checked["upgradeStatus"]) == status
+
+
+def test_a_field_this_release_added_has_no_default_so_an_older_release_never_reads_it_back() -> None:
+    """R-UPGRADE: a CRD default is written into cluster-operator on every read; after ``helm rollback`` the previous
+    release would read a field it does not know and refuse the spec (docs/upgrade.md, "New fields")."""
+    properties = crd.openapi_schema()["properties"]["spec"]["properties"]
+    assert spec.NEW_FIELDS
+    for name in spec.NEW_FIELDS:
+        assert "default" not in properties[name], name
+    assert "default" in properties["driver"]  # the others keep theirs

@@ -109,7 +109,7 @@ def test_the_dra_driver_mirrors_gpu_device_s_host_facts_and_settings() -> None:
         == ("gpu-label,container-runtime,driver,maca")
     )
     assert container["readinessProbe"]["exec"]["command"] == ["test", "-f", workloads.PROBE_FILE]
-    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
 
 
 def test_the_dra_driver_waits_for_what_gpu_device_waits_for() -> None:

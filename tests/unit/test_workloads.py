@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from metax_core.cluster import agent_env, components, host_paths, payloads, pod_security, workloads
+from metax_core.errors import InvalidSpec
 from metax_core.spec import validation
 
 BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
@@ -228,7 +229,31 @@ def test_node_agents_run_on_gpu_nodes_except_discovery_and_tolerate_control_plan
 def test_driver_daemonset_is_replaced_only_by_the_rollout_engine() -> None:
     objs = _render(BASE)
     assert objs["DaemonSet/metax-driver"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
-    assert objs["DaemonSet/metax-gpu-device"]["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    assert objs["DaemonSet/metax-gpu-device"]["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+
+
+def test_every_agent_but_the_driver_rolls_at_agent_update_max_unavailable() -> None:
+    """R-UPGRADE: an operator upgrade replaces the agents node by node, as many at once as agentUpdate says."""
+    for given, rendered in ((3, 3), ("25%", "25%")):
+        objs = _render({**BASE, "agentUpdate": {"maxUnavailable": given}})
+        daemonsets = {k: v for k, v in objs.items() if k.startswith("DaemonSet/") and k != "DaemonSet/metax-driver"}
+        assert daemonsets
+        for name, ds in daemonsets.items():
+            assert ds["spec"]["updateStrategy"] == {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": rendered},
+            }, name
+        assert objs["DaemonSet/metax-driver"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+@pytest.mark.parametrize("bad", [0, "0%", "101%"])
+def test_agent_update_refuses_a_roll_that_could_not_move(bad: object) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        validation.parse({**BASE, "agentUpdate": {"maxUnavailable": bad}})
+    assert [e.path for e in refused.value.errors] == ["agentUpdate.maxUnavailable"]
 
 
 def test_gpu_device_learns_what_it_waits_for_and_its_health_interval() -> None:

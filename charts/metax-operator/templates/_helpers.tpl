@@ -84,3 +84,74 @@ metax_core/cluster/pod_security.py renders the same for the node agents).
   mountPath: /var/run/secrets/kubernetes.io/serviceaccount
   readOnly: true
 {{- end }}
+
+{{/* A Helm hook Job running one metax-operator command with the operator's image and ServiceAccount: the pre-delete
+cleanup and the pre-upgrade CRD apply. Arguments: root (the chart context), name, hook, component, deadline (s),
+command (a list). */}}
+{{- define "metax-operator.hookJob" -}}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "metax-operator.labels" .root | nindent 4 }}
+  annotations:
+    helm.sh/hook: {{ .hook }}
+    helm.sh/hook-weight: "0"
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+spec:
+  backoffLimit: 2
+  activeDeadlineSeconds: {{ .deadline }}
+  template:
+    metadata:
+      labels:
+        {{- include "metax-operator.labels" .root | nindent 8 }}
+        app.kubernetes.io/component: {{ .component }}
+    spec:
+      serviceAccountName: metax-operator
+      automountServiceAccountToken: false
+      restartPolicy: Never
+      {{- with .root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- range . }}
+        - name: {{ . }}
+        {{- end }}
+      {{- end }}
+      {{- /* A hook runs where the operator may run (a dedicated node pool, control-plane taints). */}}
+      {{- with .root.Values.operator.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .root.Values.operator.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .root.Values.operator.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        seccompProfile:
+          type: RuntimeDefault
+      containers:
+        - name: {{ .component }}
+          image: {{ include "metax-operator.image" .root }}
+          imagePullPolicy: {{ .root.Values.operator.image.pullPolicy }}
+          command: {{ toJson .command }}
+          resources:
+            requests: {cpu: 10m, memory: 64Mi}
+            limits: {cpu: 200m, memory: 128Mi}
+          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            runAsNonRoot: true
+            capabilities:
+              drop: ["ALL"]
+          volumeMounts:
+            {{- include "metax-operator.tokenMount" .root | nindent 12 }}
+      volumes:
+        {{- include "metax-operator.tokenVolume" .root | nindent 8 }}
+{{- end -}}

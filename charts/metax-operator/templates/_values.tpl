@@ -43,6 +43,7 @@
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "gpuScheduler" "networkPolicy" "enabled") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "draDriver" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "draDriver" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "agentUpdate" "maxUnavailable") "kind" "int") -}}
 {{- end -}}
 
 {{- /* One field: .node (a map) at .keys ("name[]" = every item of that list), read as .kind (bool|int). */ -}}

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from metax_core import release
 from metax_core.cluster import components, workloads
 from metax_core.errors import InvalidSpec, NotFound
 from metax_core.ports.cluster import WatchEventType
@@ -162,7 +163,7 @@ def test_every_pod_has_exactly_the_privileges_of_table_1_3_1_and_the_host_paths_
     _check_pod("metax-operator", pod)
     assert not [v for v in pod["volumes"] if "hostPath" in v]
     (container,) = pod["containers"]
-    assert container["image"] == "r.example/metax/metax-operator:0.1.0"
+    assert container["image"] == f"r.example/metax/metax-operator:{release.running()}"
     assert container["resources"]["limits"] and container["resources"]["requests"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -391,7 +392,7 @@ def test_readme_install_upgrade_and_uninstall(helm: Helm, api: client.HttpApi) -
     assert co["spec"]["driver"]["upgradePolicy"]["maxParallel"] == 3
     assert co["spec"]["driver"]["payload"]["version"] == "2.18.0"  # reused
     image = api.get("apps/v1", "Deployment", "metax-operator", NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
-    assert image["image"] == "mirror.example/metax/metax-operator:0.1.0"
+    assert image["image"] == f"mirror.example/metax/metax-operator:{release.running()}"
     _uninstall_and_check_nothing_remains(helm, api)
 
 

@@ -51,10 +51,7 @@ def ensure(
     wait: float = ESTABLISHED_WAIT,
 ) -> CrdState:
     """Apply this release's CRD when `crd_policy.choose` says so; report what the cluster serves afterwards."""
-    try:
-        live = objects.get(API_VERSION, KIND, crd.NAME)
-    except MetaxError as exc:
-        return CrdState(None, crd_policy.outdated_message(None, mine, f"reading it failed: {exc}"))
+    live = objects.get(API_VERSION, KIND, crd.NAME)  # an API server that cannot be reached: the caller's retry
     theirs = crd_policy.release_of(live)
     if crd_policy.choose(theirs, mine) is crd_policy.Choice.KEEP_NEWER:
         log.info("the ClusterOperator CRD is release %s's, newer than this operator (%s): kept", theirs, mine)
