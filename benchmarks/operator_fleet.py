@@ -16,6 +16,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ if str(ROOT) not in sys.path:
 from metax_core.cluster import components, workloads
 from metax_core.spec import model as spec
 from metax_core.wire import meta
+from metax_dev.controlplane import cluster
 from metax_k8s import client, crd
 
 NS = spec.NAMESPACE
@@ -208,3 +210,28 @@ def apply_cr(api: client.HttpApi) -> None:
         {"apiVersion": CR_API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": SPEC},
         field_manager="helm",
     )
+
+
+@contextlib.contextmanager
+def gpu_fleet(nodes: int, **plane: Any) -> Iterator[tuple[cluster.ControlPlane, client.HttpApi]]:
+    """A control plane with ``nodes`` kwok GPU nodes (``plane``: more `cluster.ControlPlane` arguments), `prepare`d
+    and labelled as gpu-label would, and a client of it."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        cluster.ControlPlane(
+            nodes=nodes, node_labels={workloads.GPU_NODE_LABEL: "true"}, workdir_parent=pathlib.Path(tmp), **plane
+        ) as control_plane,
+    ):
+        api = client.HttpApi(client.api_client(control_plane.kubeconfig_path), user_agent="bench")
+        prepare(api)
+        label_gpu_nodes(api)
+        yield control_plane, api
+
+
+def install(api: client.HttpApi, kubeconfig: pathlib.Path, nodes: int, extra: dict[str, str]) -> float:
+    """The operator with ``extra`` installs `SPEC` (`apply_cr`); the seconds until every pod of it is Ready, after
+    which that operator is stopped."""
+    with operator_process(kubeconfig, extra):
+        time.sleep(2)  # informers synced
+        apply_cr(api)
+        return wait("every pod Ready", lambda: all_ready(api, nodes), explain=lambda: fleet_says(api))

@@ -79,10 +79,13 @@ class ControlPlane:
         verbosity: int = 1,
         scheduler_extenders: Sequence[Mapping[str, Any]] | None = None,
         node_lease_seconds: int = 40,
+        pod_ready_seconds: float = 0.0,
     ) -> None:
         """``node_lease_seconds``: how long a kwok node's Lease lasts (kwok renews it within that time, and
         kube-controller-manager marks the node NotReady 10 s after it expires): thousands of kwok nodes on two
-        cores need minutes, or kwok falls behind its renewals and nodes flap NotReady (benchmarks/operator_scale)."""
+        cores need minutes, or kwok falls behind its renewals and nodes flap NotReady (benchmarks/operator_scale).
+        ``pod_ready_seconds``: how long a pod bound to a kwok node waits before kwok makes it Running and Ready
+        (kwok's default stages: at once; benchmarks/upgrade.py gives its pods a real agent's start-up)."""
         if nodes < 0:
             raise ValueError("nodes must be >= 0")
         self.initial_nodes = nodes
@@ -95,6 +98,7 @@ class ControlPlane:
         self.node_pods = node_pods
         self.node_labels = dict(node_labels or {})
         self.node_lease_seconds = node_lease_seconds
+        self.pod_ready_seconds = pod_ready_seconds
         self.startup_timeout = startup_timeout
         self.keep_workdir = (
             keep_workdir if keep_workdir is not None else os.environ.get("METAX_CONTROLPLANE_KEEP") == "1"
@@ -202,7 +206,7 @@ class ControlPlane:
         for component in components.PORTS:
             self._ports[component] = network.free_port()
         credentials = components.write_credentials(self.workdir, self.server_url)
-        components.write_kwok_config(self.workdir, self._binary("kwok"))
+        components.write_kwok_config(self.workdir, self._binary("kwok"), round(self.pod_ready_seconds * 1000))
         minor = components.kubernetes_minor(self._binary("kube-apiserver"))
         self._config = config = components.Config(
             self.workdir, self._ports, credentials, self.verbosity, minor, self.node_lease_seconds

@@ -149,8 +149,9 @@ def _crash_loop_stage() -> dict[str, Any]:
     }
 
 
-def kwok_stages(default_stages: str) -> str:
-    """kwok's default stages, with pod-ready skipping crash-test pods, plus the crash-loop stage."""
+def kwok_stages(default_stages: str, pod_ready_ms: int = 0) -> str:
+    """kwok's default stages, with pod-ready skipping crash-test pods, plus the crash-loop stage. ``pod_ready_ms``:
+    how long a bound pod stays Pending before pod-ready makes it Running and Ready (kwok's default: at once)."""
     stages = [s for s in yaml.safe_load_all(default_stages) if s]
     ready = [s for s in stages if s.get("kind") == "Stage" and s["metadata"]["name"] == "pod-ready"]
     if len(ready) != 1:
@@ -159,16 +160,18 @@ def kwok_stages(default_stages: str) -> str:
     ready[0]["spec"]["selector"]["matchExpressions"].append(
         {"key": _CRASH_QUERY, "operator": "NotIn", "values": ["true"]}
     )
+    if pod_ready_ms > 0:
+        ready[0]["spec"]["delay"] = {"durationMilliseconds": pod_ready_ms}
     stages.append(_crash_loop_stage())
     return yaml.safe_dump_all(stages, sort_keys=False)
 
 
-def write_kwok_config(workdir: Path, kwok: str) -> None:
+def write_kwok_config(workdir: Path, kwok: str, pod_ready_ms: int = 0) -> None:
     """kwok's ``--config``: its own default stages, so they match the kwok version built (`kwok_stages`)."""
     stages = subprocess.run([kwok, "default-stages"], capture_output=True, text=True, check=False)
     if stages.returncode != 0 or "kind: Stage" not in stages.stdout:
         raise errors.ControlPlaneError(f"`kwok default-stages` failed: {stages.stderr.strip()}")
-    (workdir / "kwok.yaml").write_text(kwok_stages(stages.stdout))
+    (workdir / "kwok.yaml").write_text(kwok_stages(stages.stdout, pod_ready_ms))
 
 
 def kubernetes_minor(apiserver: str) -> int:
