@@ -106,13 +106,6 @@ BYSTANDER = "bystander"
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[test_registry.Registry]:
-    """The administrator's registry: Debian's docker-registry on loopback, TLS and a password (issue 39 item 1)."""
-    with test_registry.started(tmp_path_factory.mktemp("registry")) as r:
-        yield r
-
-
-@pytest.fixture(scope="module")
 def mirrored(
     made_release: publish.Release, registry: test_registry.Registry, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Target, bundle.Mirrored]:
