@@ -35,6 +35,7 @@ import yaml
 from operator_helpers import NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
+from metax_core import release
 from metax_core.cluster import diff, workloads
 from metax_core.errors import ClusterError, NotFound
 from metax_core.spec import validation
@@ -55,7 +56,7 @@ POLICY = {
 def predict(
     capsys: pytest.CaptureFixture[str], env: Env, spec: dict[str, Any] | None = None, *sets: str
 ) -> tuple[int, dict[str, Any]]:
-    args = ["diff", "-o", "json", "--kubeconfig", str(env.kubeconfig), "--version", "0.1.0"]
+    args = ["diff", "-o", "json", "--kubeconfig", str(env.kubeconfig), "--version", release.running()]
     if spec is not None:
         path = env.log_dir / "new.yaml"
         path.write_text(yaml.safe_dump(cluster_operator(spec)))
@@ -98,7 +99,7 @@ def not_replaced(env: Env, before: dict[tuple[str, str], str], predicted: set[tu
 
 def dry_run(env: Env, live: dict[str, Any], new: dict[str, Any]) -> dict[tuple[str, str], Any]:
     """What `metax-operator diff` dry-runs: each changed object as the API server would store it."""
-    settings = workloads.RenderSettings(namespace=NS, version="0.1.0")
+    settings = workloads.RenderSettings(namespace=NS, version=release.running())
     parsed = validation.parse(new)
     prediction = diff.predict(validation.parse(live), parsed, settings=settings, pods_on=cli_diff._pods_on(env.api, NS))
     return cli_diff.server_side(env.api, prediction, parsed, settings)[1]
