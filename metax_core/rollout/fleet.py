@@ -252,6 +252,12 @@ def behind(desired: Mapping[str, Any], driver_pods: Sequence[Pod]) -> bool:
     return any(pod_revision(p) != want for p in driver_pods)
 
 
+def agent_pace(max_unavailable: spec.IntOrPercent, driver_pods: int) -> int:
+    """How many driver pods `agent_restarts` may have going at once: ``agentUpdate.maxUnavailable`` of the driver
+    pods, a percentage rounded up as a DaemonSet's is, at least one (a pace of none would never finish)."""
+    return max(1, max_unavailable.resolve(driver_pods, round_up=True))
+
+
 def agent_restarts(
     applied: Mapping[str, Any], pods_by_node: Mapping[str, Pod], max_unavailable: int
 ) -> tuple[str, ...]:

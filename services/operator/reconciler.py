@@ -366,7 +366,7 @@ class Reconciler:
             ready_timeout=self.settings.driver_ready_timeout,
             crash_restarts=self.settings.crash_loop_restarts,
             confirmation=((cr.get("metadata") or {}).get("annotations") or {}).get(CONFIRM_ANNOTATION),
-            agent_max_unavailable=max(1, s.agent_update.max_unavailable.resolve(len(driver_pods), round_up=True)),
+            agent_max_unavailable=fleet.agent_pace(s.agent_update.max_unavailable, len(driver_pods)),
         )
 
     def _busy_nodes(self) -> set[str]:

@@ -12,6 +12,7 @@ import datetime as dt
 from typing import Any
 
 from metax_core.rollout import fleet, model
+from metax_core.spec.fieldtypes import IntOrPercent
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 TEMPLATE: dict[str, Any] = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
@@ -224,3 +225,10 @@ def test_while_the_count_is_short_or_stale_a_gpu_node_without_a_pod_is_in_flight
         nodes = {n.name: n for n in snap.fleet.nodes}
         assert set(nodes) == {"n1", "n2", "n3"}, status
         assert nodes["n3"].in_flight
+
+
+def test_the_agents_pace_is_max_unavailable_of_the_driver_pods_rounded_up_and_at_least_one() -> None:
+    assert fleet.agent_pace(IntOrPercent(3), 100) == 3
+    assert fleet.agent_pace(IntOrPercent.of_percent(10), 95) == 10  # 9.5 rounds up, as a DaemonSet's does
+    assert fleet.agent_pace(IntOrPercent.of_percent(1), 5) == 1
+    assert fleet.agent_pace(IntOrPercent.of_percent(50), 0) == 1  # never a pace of none
