@@ -89,7 +89,10 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
     new = ctx.by_revision[Revision.NEW]
     if d.direction is rollout_draft.Direction.FORWARD:
         target = rollout_plan.step_at(ctx.plans, d.index).target
-        replicas = len(step_nodes) + max(0, target - len(new))
+        # started (the step's nodes, this decision's loop included) plus still to start; a started node still on
+        # the old revision is not also "to start" (issue 41 item 5: it was counted twice as its loop began)
+        started_old = sum(1 for n in step_nodes if by_name[n].revision is not Revision.NEW)
+        replicas = len(step_nodes) + max(0, target - len(new) - started_old)
         ready = sum(1 for n in step_nodes if by_name[n].revision is Revision.NEW and by_name[n].ready)
     elif d.direction is rollout_draft.Direction.BACKWARD:
         replicas = len(step_nodes)

@@ -92,6 +92,11 @@ def check_decision(
     assert rollout_status.from_document(rollout_status.to_document(d.status)) == d.status
     assert d.status.upgrading == (d.status.phase in rollout_status.ACTIVE_PHASES)
     by_name = {n.name: n for n in fleet.nodes}
+    if d.status.phase is Phase.PROGRESSING and d.upgrade:
+        # issue 41 item 5: started plus still to start, never above the step's own size (a loop's nodes, still on
+        # the old revision as it begins, were counted twice)
+        step = rollout_plan.step_at(rollout_plan.plan(policy, len(fleet.nodes)), d.status.status.current_step_index)
+        assert d.status.status.current_upgrade_replicas <= step.size, (d.status.status, step)
     moving = d.upgrade + d.rollback
     assert not (d.upgrade and d.rollback)
     if policy.pause:
