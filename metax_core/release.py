@@ -10,6 +10,7 @@ fail in a built image or a checkout installed with ``pip install -e``.
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 
 from metax_core.wire import meta
@@ -18,8 +19,10 @@ UNKNOWN = "0.0.0+unknown"
 """What a process reports when it runs from a tree that was never installed (no distribution metadata)."""
 
 
+@functools.cache
 def running() -> str:
-    """The release of the code running in this process."""
+    """The release of the code running in this process (read once: the installed distribution does not change under
+    a running process, and render settings, --version and every status write ask for it)."""
     try:
         return metadata.version(meta.PRODUCT)
     except metadata.PackageNotFoundError:

@@ -56,7 +56,7 @@ def ensure(
     if crd_policy.choose(theirs, mine) is crd_policy.Choice.KEEP_NEWER:
         log.info("the ClusterOperator CRD is release %s's, newer than this operator (%s): kept", theirs, mine)
         return CrdState(theirs)
-    if theirs == mine and established(live):
+    if crd_policy.already_served(theirs, mine, established=established(live)):
         return CrdState(theirs)
     try:
         objects.apply(crd.crd(), field_manager=field_manager, force=True)

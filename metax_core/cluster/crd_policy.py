@@ -52,10 +52,10 @@ def choose(live: str | None, mine: str) -> Choice:
     return Choice.KEEP_NEWER
 
 
-def is_current(live: str | None, mine: str) -> bool:
-    """The cluster serves this release's schema or a newer one: writes lose none of this release's fields."""
-    theirs, ours = try_parse(live or ""), try_parse(mine)
-    return theirs is not None and ours is not None and theirs >= ours
+def already_served(live: str | None, mine: str, *, established: bool) -> bool:
+    """The cluster serves exactly this release's CRD, Established: applying it again would write nothing (a restart
+    of the operator, the hook of a ``helm upgrade`` that keeps the release), so nothing is sent."""
+    return live == mine and established
 
 
 def newer_fields_note(live: str | None, mine: str) -> str:

@@ -1,7 +1,7 @@
 """Which ClusterOperator CRD the cluster serves after an operator starts (metax_core.cluster.crd_policy, R-UPGRADE).
 
 Aspects: apply when the cluster's CRD is unstamped, older, the same or not a version; keep a newer one (never a
-downgrade); "current" means this release's schema or a newer one; what an older operator says about fields from a
+downgrade); when the cluster already serves this release's CRD; what an older operator says about fields from a
 newer release and about a CRD it could not bring up to date; the annotation read back from a live CRD.
 """
 
@@ -32,10 +32,11 @@ def test_an_operator_applies_its_crd_unless_the_cluster_serves_a_newer_release(
     assert crd_policy.choose(live, "0.2.0") is choice
 
 
-def test_current_means_this_release_or_newer() -> None:
-    assert crd_policy.is_current("0.2.0", "0.2.0") and crd_policy.is_current("0.3.0", "0.2.0")
-    assert not crd_policy.is_current("0.1.0", "0.2.0")
-    assert not crd_policy.is_current(None, "0.2.0")
+def test_only_this_release_established_is_already_served() -> None:
+    assert crd_policy.already_served("0.2.0", "0.2.0", established=True)
+    assert not crd_policy.already_served("0.2.0", "0.2.0", established=False)  # applied, not served yet: wait again
+    assert not crd_policy.already_served("0.1.0", "0.2.0", established=True)
+    assert not crd_policy.already_served(None, "0.2.0", established=True)
 
 
 def test_an_older_operator_says_where_the_fields_it_does_not_know_come_from() -> None:
