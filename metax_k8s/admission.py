@@ -4,7 +4,9 @@ Why it exists: the API server asks the webhook about every create and update of 
 the ``driver-config`` ConfigMap). What makes a spec valid is decided once, in the core:
 `metax_core.spec.validation.parse` (every problem with its field path, all at once) and, for updates while a
 driver rollout runs, `metax_core.rollout.rules.update_errors` (only ``enableRollout`` and ``pause`` may
-change; metadata such as the rollout-confirm annotation is not spec and always passes). ConfigMap edits go
+change; metadata such as the rollout-confirm annotation is not spec and always passes), and, while firmware is
+being flashed on some node, `metax_core.node.policy.firmware_edit_errors` (R-FW: the fields that decide what gets
+flashed are locked; the nodes come from ``flashing_nodes``, asked only when such a field changes). ConfigMap edits go
 through `metax_core.node.driver_config.parse` (unknown module parameters refused, R-MODPARAM). This module
 only translates: request fields in, a refusal with one cause per field out. It never raises on bad input:
 a request it cannot read is refused with a message saying why.
@@ -17,12 +19,12 @@ field for API clients.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from metax_core.dra import claims as dra_claims
-from metax_core.errors import FieldError, InvalidSpec
-from metax_core.node import driver_config
+from metax_core.errors import FieldError, InvalidSpec, MetaxError
+from metax_core.node import driver_config, policy
 from metax_core.rollout import rules
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
@@ -82,7 +84,18 @@ def _upgrade_status(obj: Mapping[str, Any]) -> rollout_status.UpgradeStatus | No
         return None
 
 
-def cluster_operator_errors(request: Mapping[str, Any]) -> list[FieldError]:
+FlashingNodes = Callable[[], Collection[str]]
+"""The nodes flashing firmware now (those labelled `metax_core.node.labels.FIRMWARE_FLASHING`); raises
+`metax_core.errors.MetaxError` when the cluster cannot say."""
+
+
+def _none_flashing() -> Collection[str]:
+    return ()
+
+
+def cluster_operator_errors(
+    request: Mapping[str, Any], flashing_nodes: FlashingNodes = _none_flashing
+) -> list[FieldError]:
     """Every reason to refuse a ClusterOperator create/update (paths from the object root: ``spec.…``)."""
     obj = request.get("object")
     if not isinstance(obj, Mapping):
@@ -101,7 +114,22 @@ def cluster_operator_errors(request: Mapping[str, Any]) -> list[FieldError]:
         old = validation.parse(old_obj)
     except InvalidSpec:
         return []  # the stored spec is invalid (written while the webhook was away): any fix is welcome
-    return _prefixed(rules.update_errors(old, new, _upgrade_status(old_obj)), "spec")
+    errors = rules.update_errors(old, new, _upgrade_status(old_obj))
+    return _prefixed([*errors, *_firmware_lock_errors(old, new, flashing_nodes)], "spec")
+
+
+def _firmware_lock_errors(
+    old: spec.ClusterOperatorSpec, new: spec.ClusterOperatorSpec, flashing_nodes: FlashingNodes
+) -> list[FieldError]:
+    changed = policy.changed_firmware_fields(old.driver, new.driver)
+    if not changed:
+        return []
+    try:
+        nodes = flashing_nodes()
+    except MetaxError as exc:  # cannot tell: the firmware fields stay as they are (the edit can be retried)
+        why = f"cannot be changed now: the webhook cannot tell whether firmware is being flashed ({exc})"
+        return [FieldError(path, why) for path in changed]
+    return policy.firmware_edit_errors(old.driver, new.driver, nodes)
 
 
 def driver_config_errors(request: Mapping[str, Any]) -> list[FieldError]:
@@ -139,7 +167,7 @@ def resource_claim_errors(request: Mapping[str, Any]) -> list[FieldError]:
     return dra_claims.devices_spec_errors(body.get("devices"), "spec.devices")
 
 
-def review(body: object, path: str) -> dict[str, Any]:
+def review(body: object, path: str, flashing_nodes: FlashingNodes = _none_flashing) -> dict[str, Any]:
     """The AdmissionReview response for ``body`` sent to ``path`` (`CLUSTER_OPERATOR_PATH` or `DRIVER_CONFIG_PATH`).
 
     Raises ValueError only when ``body`` is no AdmissionReview request at all (the server answers 400).
@@ -151,7 +179,7 @@ def review(body: object, path: str) -> dict[str, Any]:
     if request.get("operation") not in ("CREATE", "UPDATE"):
         return _response(uid, [], what="")
     if path == CLUSTER_OPERATOR_PATH:
-        errors = cluster_operator_errors(request)
+        errors = cluster_operator_errors(request, flashing_nodes)
         what = f"{spec.KIND} {(request.get('name') or spec.OBJECT_NAME)!s}"
     elif path == DRIVER_CONFIG_PATH:
         errors = driver_config_errors(request)

@@ -25,6 +25,7 @@ import yaml
 from metax_core.cluster import components, configmaps, workloads
 from metax_core.errors import FieldError
 from metax_core.rollout import fleet, rules, sim
+from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout.status import UpgradeStatus
 from metax_core.spec import model as spec
 
@@ -71,6 +72,8 @@ class DriverChange:
     nodes: tuple[str, ...]
     why: str
     plan: sim.Simulation | None = None
+    on_failure: str = ""
+    """What happens to a node whose new driver fails (`metax_core.rollout.plan.on_failure`)."""
 
 
 @attrs.frozen
@@ -173,7 +176,7 @@ def _driver(new: spec.ClusterOperatorSpec, nodes: tuple[str, ...], why: str) -> 
     if not policy.enable_rollout:
         return DriverChange(DriverMode.ALL_AT_ONCE, nodes, why)
     plan = sim.simulate(attrs.evolve(policy, pause=False), nodes) if nodes else None
-    return DriverChange(DriverMode.ROLLOUT, nodes, why, plan)
+    return DriverChange(DriverMode.ROLLOUT, nodes, why, plan, rollout_plan.on_failure(policy))
 
 
 def _is_driver_daemonset(manifest: Mapping[str, Any]) -> bool:

@@ -70,8 +70,26 @@ DRIVER_READY = PREFIX + "driver.ready"
 """Written by driver-manager: `TRUE` while the wanted driver is loaded (MetaX's operator gates on it)."""
 DRIVER_VERSION = PREFIX + "driver.version"
 """Written by driver-manager: the loaded driver's version, while ready."""
-DRIVER_LABELS = (DRIVER_READY, DRIVER_VERSION)
+FIRMWARE_FLASHING = PREFIX + "firmware.flashing"
+"""Written by driver-manager: `TRUE` from just before it flashes firmware until the flash is over. While any node
+carries it, the webhook refuses edits of the fields that decide what gets flashed (R-FW, `policy.FIRMWARE_FIELDS`);
+it selects the nodes by this label, so the check costs one small list and only on such an edit."""
+DRIVER_LABELS = (DRIVER_READY, DRIVER_VERSION, FIRMWARE_FLASHING)
 """Every label driver-manager writes (and removes at uninstall)."""
+MULTI_HOST_INTERCONNECT = PREFIX + "gpu.multi-host-interconnect"
+"""Set by the administrator: `TRUE` on a node whose GPUs are interconnected with other hosts' GPUs. driver-manager
+then refuses to flash firmware, which seed 001 §3.2.9 does not support there (nothing on the node tells it)."""
+RUNTIME_READY = PREFIX + "runtime.ready"
+"""Written by container-runtime: `TRUE` while the node's container runtime is set up for MetaX GPUs (the seed's
+selectors and MetaX's own manifests gate on such readiness labels; issue 41 item 4)."""
+MACA_READY = PREFIX + "maca.ready"
+"""Written by the maca agent: `TRUE` while every MXMACA version the spec lists is installed."""
+
+
+def ready_label(key: str, ready: bool) -> dict[str, str | None]:
+    """A readiness label's patch: `TRUE` while ready, removed (None) otherwise; a selector never sees "false"."""
+    return {key: TRUE if ready else None}
+
 
 NODE_GPU_DEVICES = PREFIX + "node-gpu-devices"
 """HAMi's sGPU device list (JSON)."""
@@ -230,11 +248,13 @@ def discovery_labels(functions: Sequence[PciFunction]) -> dict[str, str | None]:
     return dict.fromkeys(OWNED_LABELS)
 
 
-def maca_metadata(installed: Sequence[str]) -> tuple[dict[str, str | None], dict[str, str | None]]:
-    """The maca agent's label (newest version) and annotation (all, newest first); None removes them."""
+def maca_metadata(installed: Sequence[str], ready: bool = False) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """The maca agent's labels (newest version; `MACA_READY` while ``ready``) and annotation (all, newest first);
+    None removes them."""
     maca = _maca_sorted(installed)
     label = sanitize_label_value(str(maca[0])) if maca else None
-    return {GPU_MACA_VERSION: label}, {MACA_VERSIONS: ",".join(str(v) for v in maca) if maca else None}
+    versions = {MACA_VERSIONS: ",".join(str(v) for v in maca) if maca else None}
+    return {GPU_MACA_VERSION: label, **ready_label(MACA_READY, ready)}, versions
 
 
 def device_uuid(node_name: str, address: PciAddress, reported: str | None = None) -> str:

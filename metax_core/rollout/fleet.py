@@ -8,10 +8,11 @@ clock is the ``now`` argument.
 
 The failure rule: a driver pod that is not Ready has failed when its container crash-loops (``restarts`` at
 least ``crash_restarts``, or waiting in CrashLoopBackOff / an image or create error), when its phase is
-Failed, or when it has existed longer than ``ready_timeout`` without being Ready. The last one is what sees
-a driver that does not load: driver-manager keeps running (it must, to keep the node's previous driver),
-but its readinessProbe stays false (docs/agents.md), so the pod stays Running and not Ready until the
-timeout turns it into a failure.
+Failed, when driver-manager's verdict on the node says the wanted driver cannot load (`driver_verdict`, reached
+after the pod started: fail fast, issue 41 item 1), or when it has existed longer than ``ready_timeout``
+without being Ready. driver-manager keeps running on a driver that does not load (it must, to keep the node's
+previous driver) and its readinessProbe stays false (docs/agents.md); its verdict counts the pod failed at once,
+and the timeout is left for silence (a driver-manager that hangs or never gets that far).
 
 The revision of a driver pod is ours (``metax-tech.com/driver-revision``, the hash of the rendered pod
 template), the same on every API server, unlike the DaemonSet controller's own hash. It leaves out the images of
@@ -28,7 +29,7 @@ import copy
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -37,7 +38,7 @@ from metax_core.rollout import model
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import converter
 from metax_core.spec import model as spec
-from metax_core.wire import meta
+from metax_core.wire import driver_verdict, meta
 
 REVISION_ANNOTATION = meta.DRIVER_REVISION
 AGENT_ANNOTATION = meta.DRIVER_AGENT
@@ -132,12 +133,31 @@ def pod_ready(pod: Pod) -> bool:
     return bool((pod.get("status") or {}).get("ready"))
 
 
-def pod_failed(pod: Pod, now: dt.datetime, *, ready_timeout: float, crash_restarts: int) -> bool:
-    """The driver pod will not become Ready without help (the module docstring's rule)."""
+def _started(pod: Pod) -> dt.datetime | None:
+    started = (pod.get("status") or {}).get("startTime")
+    if not started:
+        return None
+    try:
+        return rollout_status.parse_time(str(started))
+    except ValueError:
+        return None
+
+
+def pod_failed(
+    pod: Pod,
+    now: dt.datetime,
+    *,
+    ready_timeout: float,
+    crash_restarts: int,
+    verdict: driver_verdict.Verdict | None = None,
+) -> bool:
+    """The driver pod will not become Ready without help (the module docstring's rule); ``verdict``: its node's."""
     st = pod.get("status") or {}
     if st.get("ready"):
         return False
     if st.get("phase") == "Failed" or int(st.get("restarts") or 0) >= crash_restarts:
+        return True
+    if verdict is not None and driver_verdict.applies_to(verdict, _started(pod)):
         return True
     if any(w in STUCK_REASONS for w in st.get("waiting") or ()):
         return True
@@ -198,6 +218,22 @@ def places_no_other_node(live_ds: Mapping[str, Any] | None, nodes_with_a_pod: in
     return nodes_with_a_pod >= int(desired)
 
 
+def node_verdicts(nodes: Iterable[Mapping[str, Any]]) -> tuple[dict[str, driver_verdict.Verdict], list[str]]:
+    """driver-manager's verdicts by node name, and what is wrong with the ones that cannot be read."""
+    found: dict[str, driver_verdict.Verdict] = {}
+    problems: list[str] = []
+    for node in nodes:
+        metadata = node.get("metadata") or {}
+        text = (metadata.get("annotations") or {}).get(driver_verdict.ANNOTATION)
+        if not text:
+            continue
+        try:
+            found[str(metadata.get("name"))] = driver_verdict.decode(str(text))
+        except ValueError as exc:
+            problems.append(f"node {metadata.get('name')}: {exc}")
+    return found, problems
+
+
 def snapshot(
     *,
     new_manifest: Mapping[str, Any],
@@ -208,6 +244,7 @@ def snapshot(
     now: dt.datetime,
     ready_timeout: float,
     crash_restarts: int,
+    verdicts: Mapping[str, driver_verdict.Verdict] | None = None,
 ) -> Snapshot:
     """Every node in scope (GPU nodes and nodes with a driver pod; `places_no_other_node` narrows it to the
     latter) with its revision, readiness and failure.
@@ -232,7 +269,8 @@ def snapshot(
             continue
         revision = model.Revision.NEW if pod_revision(pod) == new_rev else model.Revision.OLD
         ready = pod_ready(pod)
-        failed = pod_failed(pod, now, ready_timeout=ready_timeout, crash_restarts=crash_restarts)
+        verdict = (verdicts or {}).get(name)
+        failed = pod_failed(pod, now, ready_timeout=ready_timeout, crash_restarts=crash_restarts, verdict=verdict)
         if not ready and not failed and (at := fails_at(pod, ready_timeout=ready_timeout)) is not None:
             deadlines.append(at)
         nodes.append(model.Node(name, revision, ready=ready, failed=failed, busy=name in busy))

@@ -25,11 +25,11 @@ re-exported here, so the operator needs only ``from metax_core import rollout``.
 from __future__ import annotations
 
 import datetime as dt
-import operator
 
 import attrs
 
 from metax_core.rollout import draft as rollout_draft
+from metax_core.rollout import drain as rollout_drain
 from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout import steps as rollout_steps
 from metax_core.rollout.model import Decision, Fleet, Node, Revision, Template
@@ -63,17 +63,20 @@ def decide(
     ``confirmation``: the value of the ``metax-tech.com/rollout-confirm`` annotation on cluster-operator; it
     confirms a waiting step only when it equals that step's ``confirmToken``.
     """
+    prev = in_utc(previous) if previous is not None else UpgradeStatus()
+    drained = rollout_drain.draining(prev)  # offered first: the machine upgrades them as soon as they are idle
     ctx = rollout_draft.Context(
         policy=policy,
-        prev=in_utc(previous) if previous is not None else UpgradeStatus(),
+        prev=prev,
         first=previous is None,
-        nodes=tuple(sorted(fleet.nodes, key=operator.attrgetter("name"))),
+        nodes=tuple(sorted(fleet.nodes, key=lambda n: (n.name not in drained, n.name))),
         fleet=fleet,
         now=as_utc(now),
         plans=rollout_plan.plan(policy, len(fleet.nodes)),
         confirmation=confirmation or None,
     )
-    return _assemble(ctx, rollout_steps.next_draft(ctx))
+    decision = _assemble(ctx, rollout_steps.next_draft(ctx))
+    return rollout_drain.apply(policy, prev, ctx.nodes, decision, ctx.now)
 
 
 def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
@@ -87,6 +90,7 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         Reason.FALLBACK_PAUSED,
     )
     new = ctx.by_revision[Revision.NEW]
+    ignored = _ignored(ctx, prev, waits)
     if d.direction is rollout_draft.Direction.FORWARD:
         target = rollout_plan.step_at(ctx.plans, d.index).target
         # started (the step's nodes, this decision's loop included) plus still to start; a started node still on
@@ -117,6 +121,9 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         pending_retry_nodes=tuple(sorted({n for n in d.pending if n in by_name})),
         waiting_since=d.waiting_since if waits else None,
         confirm_token=d.confirm_token if waits else "",
+        last_confirmation=_acted_on(ctx, prev, ignored),
+        draining_nodes=prev.status.draining_nodes,  # the drain layer's (`rollout_drain.apply`)
+        released_nodes=prev.status.released_nodes,
     )
     if ctx.first or step != prev.status:
         step = attrs.evolve(step, last_update_time=ctx.now)
@@ -134,21 +141,33 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         template=d.template,
         upgrade=tuple(sorted(d.upgrade)),
         rollback=tuple(sorted(d.rollback)),
-        ignored_confirmation=_ignored(ctx, prev, waits),
+        ignored_confirmation=ignored,
         waiting=tuple(sorted(d.waiting)),
         requeue_after=d.requeue,
     )
 
 
 def _ignored(ctx: rollout_draft.Context, prev: UpgradeStatus, waits: bool) -> str:
-    """Why a confirmation annotation confirms nothing, when a step waits for one."""
+    """Why a confirmation annotation confirms nothing, when a step waits for one; empty for a value the rollout
+    has acted on before (``lastConfirmation``: the administrator's previous, consumed confirmation stays in the
+    annotation until the next one overwrites it, issue 41 item 5)."""
     token = prev.status.confirm_token
     if not waits or not ctx.confirmation or not token or ctx.confirmation == token:
+        return ""
+    if ctx.confirmation == prev.status.last_confirmation:
         return ""
     return (
         f"confirmation {ctx.confirmation!r} ignored: it does not name the waiting step "
         f"(step {prev.status.current_step_index + 1}, token {token}); it is for another step or an older rollout"
     )
+
+
+def _acted_on(ctx: rollout_draft.Context, prev: UpgradeStatus, ignored: str) -> str:
+    """``lastConfirmation``: the annotation's value once it named the waiting step's token (it confirms that
+    step, now or once ``pause`` is false) or was reported ignored; otherwise the value stored before."""
+    if ctx.confirmation and (ignored or ctx.confirmation == prev.status.confirm_token):
+        return ctx.confirmation
+    return prev.status.last_confirmation
 
 
 _INITIAL = {

@@ -55,6 +55,8 @@ class Node:
     """The driver pod will not become ready without help."""
     busy: bool = False
     """GPU workloads run on the node: the rollout will not restart its driver."""
+    drain_blocker: str = ""
+    """For a node being drained: what keeps its GPU workloads there (the operator's `metax_core.cluster.eviction`)."""
 
     @property
     def in_flight(self) -> bool:
@@ -107,5 +109,9 @@ class Decision:
     ``spec``: a waiting step is described in ``status`` (``confirmToken``, ``waitingSince``)."""
     waiting: tuple[str, ...] = ()
     """Nodes the rollout wants to restart but will not while GPU workloads run on them."""
+    drain: tuple[str, ...] = ()
+    """Nodes to hold cordoned and evict the GPU workloads of (upgradePolicy.drain; `metax_core.rollout.drain`)."""
+    uncordon: tuple[str, ...] = ()
+    """Nodes the rollout cordoned and now gives back (the operator uncordons only what it cordoned itself)."""
     requeue_after: dt.timedelta | None = None
     """Call `decide` again after this long (0: at once); None: only when the spec or the fleet changes."""

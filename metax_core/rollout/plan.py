@@ -130,3 +130,12 @@ def plan(policy: spec.UpgradePolicy, total: int) -> tuple[StepPlan, ...]:
 def step_at(plans: Sequence[StepPlan], index: int) -> StepPlan:
     """The step at ``index``, clamped into range (a stored index can outlive a shorter policy)."""
     return plans[min(max(index, 0), len(plans) - 1)]
+
+
+def on_failure(policy: spec.UpgradePolicy) -> str:
+    """What the rollout does with a node whose new driver fails, in words (``rollout plan``, ``diff``)."""
+    retries = f"{policy.max_failure_threshold} retr{'y' if policy.max_failure_threshold == 1 else 'ies'}"
+    later = f"{retries}, then fallback {policy.fallback.value}"
+    if policy.on_canary_failure is spec.OnCanaryFailure.ROLLBACK:
+        return f"a failed canary (step 1) is rolled back at once (onCanaryFailure: rollback); later steps: {later}"
+    return f"every step: {later}"

@@ -60,10 +60,16 @@ def begin(ctx: Context, failure: tuple[Reason, str] | None) -> Draft:
     """Forced (``failure`` None: enableRollout was set to false) or the fallback: set the template back first."""
     new = ctx.names(revision=Revision.NEW)
     st = ctx.prev.status
-    cause = "enableRollout was set to false" if failure is None else f"fallback after: {failure[1]}"
+    canary = failure is not None and failure[0] is Reason.CANARY_FAILED
+    if failure is None:
+        cause, terminating = "enableRollout was set to false", Reason.ROLLOUT_DISABLED
+    elif canary:
+        cause, terminating = failure[1], Reason.CANARY_ROLLBACK
+    else:
+        cause, terminating = f"fallback after: {failure[1]}", Reason.FALLBACK_ROLLBACK
     message = f"rolling {count(len(new), 'node')} back to revision {st.last_pod_spec_revision} ({cause})"
     conds: dict[ConditionType, CondSpec] = {
-        TERMINATING: (TRUE, Reason.ROLLOUT_DISABLED if failure is None else Reason.FALLBACK_ROLLBACK, message),
+        TERMINATING: (TRUE, terminating, message),
         PROGRESSING: (FALSE, Reason.ROLLING_BACK, message),
         SUCCEED: (FALSE, Reason.ROLLING_BACK, message),
     }

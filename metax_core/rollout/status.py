@@ -118,6 +118,10 @@ class Reason(enum.Enum):
     RESUMED_AFTER_FAILURE = "ResumedAfterFailure"
     NOT_TERMINATING = "NotTerminating"
     FALLBACK_ROLLBACK = "FallbackRollback"
+    CANARY_FAILED = "CanaryFailed"
+    """A node of the first step failed and onCanaryFailure is rollback (Failed; issue 41 item 2)."""
+    CANARY_ROLLBACK = "CanaryRollback"
+    """The canary's nodes are going back to the previous driver (Terminating; onCanaryFailure: rollback)."""
     ROLLBACK_COMPLETE = "RollbackComplete"
 
 
@@ -130,6 +134,19 @@ class Condition:
     last_transition_time: dt.datetime = attrs.field(metadata={"description": "When status last changed."})
     reason: Reason = attrs.field(metadata={"description": "A CamelCase word saying why (machine-readable)."})
     message: str = attrs.field(default="", metadata={"description": "What happened, for people."})
+
+
+@attrs.frozen
+class DrainedNode:
+    """A node the rollout drains, or released after its drain timed out (extension; docs/rollout.md "Draining")."""
+
+    name: str = attrs.field(metadata={"description": "The node."})
+    since: dt.datetime = attrs.field(
+        metadata={"description": "When the rollout cordoned it (draining) or uncordoned it again (released)."}
+    )
+    message: str = attrs.field(
+        default="", metadata={"description": "What keeps its GPU workloads there (pods, PodDisruptionBudgets)."}
+    )
 
 
 @attrs.frozen
@@ -211,6 +228,34 @@ class StepStatus:
                 "Extension: the token that confirms the waiting step (annotation metax-tech.com/rollout-confirm); "
                 "unique to the rollout revision, the step and the moment the wait began, so no earlier "
                 "confirmation and no re-apply of the declared spec can confirm it."
+            )
+        },
+    )
+    draining_nodes: tuple[DrainedNode, ...] = attrs.field(
+        default=(),
+        metadata={
+            "description": (
+                "Extension: nodes the rollout cordoned to evict their GPU workloads (upgradePolicy.drain), at most "
+                "maxParallel; each is uncordoned once its driver pod is ready on the rollout's revision (or failed)."
+            )
+        },
+    )
+    released_nodes: tuple[DrainedNode, ...] = attrs.field(
+        default=(),
+        metadata={
+            "description": (
+                "Extension: nodes whose drain did not finish within drain.timeoutSeconds: uncordoned, and drained "
+                "again only after the other nodes; the message says what blocked them."
+            )
+        },
+    )
+    last_confirmation: str = attrs.field(
+        default="",
+        metadata={
+            "description": (
+                "Extension: the last value of the annotation metax-tech.com/rollout-confirm the rollout has acted "
+                "on: it confirmed a step, or a ConfirmationIgnored Event said why not. A value already acted on is "
+                "never reported again, also after an operator restart."
             )
         },
     )
@@ -300,6 +345,8 @@ def in_utc(status: UpgradeStatus) -> UpgradeStatus:
             last_update_time=None if step.last_update_time is None else as_utc(step.last_update_time),
             recheck_time=None if step.recheck_time is None else as_utc(step.recheck_time),
             waiting_since=None if step.waiting_since is None else as_utc(step.waiting_since),
+            draining_nodes=tuple(attrs.evolve(n, since=as_utc(n.since)) for n in step.draining_nodes),
+            released_nodes=tuple(attrs.evolve(n, since=as_utc(n.since)) for n in step.released_nodes),
         ),
     )
 
@@ -314,7 +361,17 @@ _CONDITION_DEFAULTS = {
     "reason": Reason.NO_ROLLOUT.value,
 }
 #: Unset values are left out of the document, so the operator replaces the whole of it (see the docstring).
-_OMITTED_WHEN_UNSET = frozenset({"last_update_time", "recheck_time", "waiting_since", "confirm_token"})
+_OMITTED_WHEN_UNSET = frozenset(
+    {
+        "last_update_time",
+        "recheck_time",
+        "waiting_since",
+        "confirm_token",
+        "last_confirmation",
+        "draining_nodes",
+        "released_nodes",
+    }
+)
 
 
 def _string(value: object, _: type) -> str:

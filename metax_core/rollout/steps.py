@@ -194,6 +194,9 @@ def _step(ctx: Context) -> Draft:
     if busy is not None:
         return busy
     failed = ctx.names(revision=Revision.NEW, failed=True, among=step_nodes)
+    if failed and plan.index == 0 and ctx.policy.on_canary_failure is spec.OnCanaryFailure.ROLLBACK:
+        why = f"{label}: the canary failed on {names(failed)} (onCanaryFailure: rollback, no retries)"
+        return rollout_rollback.begin(ctx, (Reason.CANARY_FAILED, why))
     if len(failed) > plan.toleration:
         why = (
             f"{label}: {count(len(failed), 'failed node')} ({names(failed)}), "

@@ -42,6 +42,15 @@ class Fallback(enum.Enum):
     ROLLBACK = "rollback"
 
 
+class OnCanaryFailure(enum.Enum):
+    """What a failed node in the rollout's first step (the canary) does (issue 41 item 2, docs/rollout.md)."""
+
+    FALLBACK = "fallback"
+    """As in any step: maxFailureThreshold retries, then the fallback (what an unset field means)."""
+    ROLLBACK = "rollback"
+    """The canary's nodes go back to the previous driver at once, without retries; the rollout ends rolled back."""
+
+
 class ServiceType(enum.Enum):
     """How the data-exporter Service is exposed (Table 3.14)."""
 
@@ -200,5 +209,45 @@ class NetworkPolicy:
                 "namespace; the scheduler extender: any source, as kube-scheduler runs on the control plane's host "
                 "network: name your control-plane nodes' addresses as an ipBlock)."
             )
+        },
+    )
+
+
+@attrs.frozen
+class Drain:
+    """Extension (issue 41 item 3, docs/rollout.md "Draining"): when the rollout wants a node that runs GPU workloads,
+    cordon it and evict those workloads through the Eviction API (PodDisruptionBudgets hold), instead of waiting
+    for them to end. Only pods that hold MetaX devices are evicted, never the product's own."""
+
+    enable: bool = attrs.field(
+        default=False,
+        metadata={DESCRIPTION: "Drain busy nodes the rollout wants; false: wait for their GPU workloads to end."},
+    )
+    timeout_seconds: int = attrs.field(
+        default=600,
+        metadata={
+            DESCRIPTION: (
+                "Seconds a node may take to drain. Then it is uncordoned and released (status names what blocked "
+                "it), and tried again after the other nodes."
+            )
+        },
+    )
+    pod_selector: Mapping[str, str] | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Labels a GPU pod must carry to be evicted (matchLabels); a GPU pod without them blocks the drain. "
+                "Unset: every GPU pod may be evicted."
+            )
+        },
+    )
+    delete_empty_dir: bool = attrs.field(
+        default=False,
+        metadata={DESCRIPTION: "Evict GPU pods with emptyDir volumes (their data is lost); false: such a pod blocks."},
+    )
+    force: bool = attrs.field(
+        default=False,
+        metadata={
+            DESCRIPTION: "Evict GPU pods no controller recreates (bare pods: gone for good); false: such a pod blocks."
         },
     )

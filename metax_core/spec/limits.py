@@ -47,6 +47,7 @@ INT_RANGES: Mapping[tuple[type, str], Range] = {
     (spec.ExporterService, "port"): Range(1, 65535),
     (spec.Exporter, "sample_interval"): Range(1, 3600),
     (spec.UpgradePolicy, "max_failure_threshold"): Range(0, MAX_NODES),
+    (spec.Drain, "timeout_seconds"): Range(1, DAY_SECONDS),
     (spec.UpgradeStep, "pause_duration"): Range(0, 30 * DAY_MS),
     (spec.Toleration, "toleration_seconds"): Range(0, 365 * DAY_SECONDS),
 }

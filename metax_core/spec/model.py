@@ -22,6 +22,8 @@ DESCRIPTION = fieldtypes.DESCRIPTION
 DeployPolicy = fieldtypes.DeployPolicy
 FirmwarePolicy = fieldtypes.FirmwarePolicy
 Fallback = fieldtypes.Fallback
+OnCanaryFailure = fieldtypes.OnCanaryFailure
+Drain = fieldtypes.Drain
 ServiceType = fieldtypes.ServiceType
 Allocation = fieldtypes.Allocation
 LogLevel = fieldtypes.LogLevel
@@ -196,6 +198,25 @@ class UpgradePolicy:
     fallback: Fallback = attrs.field(
         default=Fallback.PAUSE,
         metadata={DESCRIPTION: "What happens when too many nodes fail: pause (wait for an administrator) or rollback."},
+    )
+    on_canary_failure: OnCanaryFailure | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Extension: what a failed node in the first step (the canary) does. rollback: the canary goes back "
+                "to the previous driver at once, without retries, and the rollout ends rolled back; fallback or "
+                "unset: as in any step (maxFailureThreshold retries, then fallback)."
+            )
+        },
+    )
+    drain: Drain | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Extension: drain the nodes the rollout wants while GPU workloads run on them; unset: wait for the "
+                "workloads to end (the seed's rule)."
+            )
+        },
     )
 
 

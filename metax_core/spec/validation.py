@@ -304,6 +304,9 @@ def upgrade_policy_errors(p: spec.UpgradePolicy, path: str = "driver.upgradePoli
 
     percent_at_most_100(p.max_parallel, f"{path}.maxParallel")
     percent_at_most_100(p.max_unavailable, f"{path}.maxUnavailable")
+    for key, value in ((p.drain.pod_selector if p.drain else None) or {}).items():
+        if problem := names.label_key_problem(key) or names.label_value_problem(value):
+            errors.append(FieldError(f"{path}.drain.podSelector.{key}", problem))
     if p.max_failure_threshold < 0:
         errors.append(FieldError(f"{path}.maxFailureThreshold", "must not be negative"))
     previous: dict[bool, int] = {}

@@ -54,8 +54,10 @@ def answer(
     *,
     kept: Iterable[str] = (),
     annotations: Iterable[str] = (),
+    labels: Iterable[str] = (),
 ) -> bool:
-    """Withdraw the readiness signal, remove ``annotations`` and answer ``uid``; False when the Node is unwritable.
+    """Withdraw the readiness signal, remove ``annotations`` and ``labels`` and answer ``uid``; False when the Node
+    is unwritable.
 
     Only while the Node (as just read) still carries the request: once the finalizer has removed it, an
     answer would be a key left behind."""
@@ -64,7 +66,7 @@ def answer(
         return False
     done = uninstall.render_done(agent, uninstall.Done(uid, tuple(kept)))
     try:
-        pub.metadata(node, annotations={**dict.fromkeys(annotations), **done})
+        pub.metadata(node, labels=dict.fromkeys(labels) or None, annotations={**dict.fromkeys(annotations), **done})
     except ClusterError as exc:
         log.warning("cannot answer the uninstall on node %s: %s", pub.node_name, exc)
         return False

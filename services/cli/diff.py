@@ -274,8 +274,9 @@ def _refused(errors: list[FieldError], server: str, output: str) -> int:
 
 def as_json(p: diff.Prediction) -> dict[str, Any]:
     """``{"refused": [], "objects": [{"apiVersion","kind","name","namespace","action",
-    "diff"}], "restarts": [{"workload",
-    "action","nodes","why"}], "driver": {"mode","nodes","why","plan": [[nodes of each loop] per step]} | null}``."""
+        "diff"}], "restarts": [{"workload",
+        "action","nodes","why"}], "driver": {"mode","nodes","why","plan": [[nodes of each loop] per step],"onFailure"} |
+    null}``."""
     driver = p.driver
     return {
         "refused": [str(e) for e in p.refused],
@@ -300,6 +301,7 @@ def as_json(p: diff.Prediction) -> dict[str, Any]:
             "nodes": list(driver.nodes),
             "why": driver.why,
             "plan": None if driver.plan is None else [[list(b) for b in s.batches] for s in driver.plan.steps],
+            "onFailure": driver.on_failure,
         },
     }
 
@@ -322,3 +324,5 @@ def print_prediction(p: diff.Prediction) -> None:
             for step in d.plan.steps:
                 loops = "; ".join(", ".join(b) for b in step.batches) or "(no node)"
                 console.print(f"  step {step.index + 1}: {loops}", markup=False)
+        if d.on_failure:
+            console.print(f"  if a node fails: {d.on_failure}", markup=False)

@@ -29,7 +29,7 @@ from metax_core.errors import InvalidSpec, NotFound
 from metax_core.rollout import confirm as rollout_confirm
 from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout import sim as rollout_sim
-from metax_core.rollout.status import ConditionType
+from metax_core.rollout.status import ConditionType, Reason
 from metax_core.spec import model as spec
 from metax_core.spec import validation
 from metax_k8s.api import Api
@@ -168,6 +168,7 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
     console = Console(file=sys.stdout, highlight=False)
     plans = {p.index: p for p in rollout_plan.plan(policy, total)}
     console.print(f"Driver rollout plan: {_describe_policy(policy, total)}")
+    console.print(f"If a node fails: {rollout_plan.on_failure(policy)}")
     table = Table()
     for column in ("Step", "Replicas", "Loops", "Tolerates", "Pause"):
         table.add_column(column)
@@ -191,7 +192,9 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
             "(roll back)."
         )
     elif outcome is rollout_sim.Outcome.ROLLED_BACK:
-        console.print(f"Fallback: rollback. {cause}. Every upgraded node goes back to the old driver:")
+        canary = failed is not None and failed.reason is Reason.CANARY_FAILED
+        by = "onCanaryFailure: rollback, at once" if canary else "Fallback: rollback"
+        console.print(f"{by}. {cause}. Every upgraded node goes back to the old driver:")
         console.print("  " + "\n  ".join(_loops("loop ", result.rollback)))
     if any(step.pause == "manual" for step in result.steps):
         console.print(

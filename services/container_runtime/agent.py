@@ -15,13 +15,14 @@ import logging
 import os
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from metax_core.cluster import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
+from metax_core.node import labels
 from metax_core.ports import node as node_ports
 from metax_core.runtime import crio, detect, handler, record, wrapper_conf
 from metax_core.spec.fieldtypes import RestartMode
@@ -131,8 +132,9 @@ class ContainerRuntime(base.NodeAgentBase):
             self.chores.soon("sync")  # a runtime file changed behind us (config management): look now
         if not self.chores.due("sync", self.settings.interval):
             return
+        node = self.publisher.node_or_none(self.say)
         try:
-            if self.uninstall():
+            if self.uninstall(node):
                 return
             ready, reason = self.sync()
         except HardwareError as exc:
@@ -141,7 +143,17 @@ class ContainerRuntime(base.NodeAgentBase):
         self._stamp = self._files_stamp()
         self.say("ready", f"{'ready' if ready else 'not ready'}: {reason}")
         self.publisher.signal(ready, reason, version=self.detected.text if self.detected else None)
+        self._label(node, ready)
         self.probe.report(ready, reason)
+
+    def _label(self, node: Mapping[str, Any] | None, ready: bool) -> None:
+        """`labels.RUNTIME_READY` on the node while ready (written only when it changes)."""
+        if node is None:
+            return
+        try:
+            self.publisher.metadata(node, labels=labels.ready_label(labels.RUNTIME_READY, ready))
+        except ClusterError as exc:
+            self.say("label", f"cannot label node {self.settings.node_name}: {exc}", logging.WARNING)
 
     def shutdown(self) -> None:
         """The configuration stays (containers keep starting through it); only uninstall takes it away."""
@@ -239,10 +251,9 @@ class ContainerRuntime(base.NodeAgentBase):
         self.files.remove_dir_if_empty(self.settings.toolkit_dir)
         return []
 
-    def uninstall(self) -> bool:
-        """When the finalizer asks: our drop-in and root edit undone, the runtime restarted once, the wrapper
-        removed; then answer and do nothing else."""
-        node = self.publisher.node_or_none(self.say)
+    def uninstall(self, node: Mapping[str, Any] | None) -> bool:
+        """When the finalizer asks (``node`` as just read): our drop-in and root edit undone, the runtime restarted
+        once, the wrapper removed; then answer and do nothing else."""
         uid = self.uninstalling.check(node)
         if uid is None:
             return False
@@ -256,6 +267,6 @@ class ContainerRuntime(base.NodeAgentBase):
                 self._undone = uid
         kept = self._kept
         self.say("uninstall", "uninstall: runtime configuration restored" + (f", kept: {kept}" if kept else ""))
-        agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept)
+        agent_uninstall.answer(self.publisher, node, COMPONENT, uid, kept=kept, labels=[labels.RUNTIME_READY])
         agent_uninstall.remove_ready_dir(self.settings.host_root)
         return True

@@ -18,6 +18,7 @@ A payload without a module for the running kernel (after a kernel update) loads 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import pathlib
 import time
@@ -35,7 +36,7 @@ from metax_core.node import uninstall as node_uninstall
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
-from metax_core.wire import event_reasons
+from metax_core.wire import driver_verdict, event_reasons
 from services._agent import base, cluster, loop
 from services._agent import uninstall as agent_uninstall
 from services.driver_manager import firmware, payload, state, undo
@@ -86,8 +87,12 @@ class DriverManager(base.NodeAgentBase):
         ports: cluster.ClusterPorts,
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
+        self.wall_clock = wall_clock
+        self.verdict: driver_verdict.Verdict | None = None
+        """The wanted driver cannot load (`driver_verdict`): published on the Node for the operator's rollout."""
         self.settings = settings
         self.hw = hw
         self.state = state.StateFile(settings.host_root)
@@ -164,7 +169,7 @@ class DriverManager(base.NodeAgentBase):
         if plan.step in (driver_plan.Step.LOAD, driver_plan.Step.RELOAD):
             module = self._payload_module() if plan.from_payload else None
             if isinstance(module, payload_layout.KernelNotCovered):
-                blocked = self._not_covered(module)  # the running driver (if any) is kept: never a wrong module
+                blocked = self._not_covered(module, plan)  # the running driver (if any) is kept: never a wrong module
             else:
                 blocked = self._load(plan, loaded, remembered, module)
                 loaded = self.hw.modules.state(METAX_MODULE)
@@ -208,13 +213,15 @@ class DriverManager(base.NodeAgentBase):
         found = payload.payload_modules(self.payload_dir, self.hw.modules)
         return payload_layout.choose_module(found, running)
 
-    def _not_covered(self, refusal: payload_layout.KernelNotCovered) -> str:
+    def _not_covered(self, refusal: payload_layout.KernelNotCovered, plan: driver_plan.DriverPlan) -> str:
         """One Event per refusal (not one per round); the round goes on, the driver is not ready."""
         message, reason = refusal.message, event_reasons.KERNEL_NOT_COVERED
+        cause = driver_verdict.Cause.KERNEL_NOT_COVERED
         if not refusal.covered and not refusal.detail:
             where = self.payload_dir / payload_layout.DRIVER_SUBDIR
             message = f"the payload has no {payload_layout.MODULE_FILE} under {where} (wrong driver image?)"
-            reason = event_reasons.DRIVER_LOAD_FAILED
+            reason, cause = event_reasons.DRIVER_LOAD_FAILED, driver_verdict.Cause.LOAD_REFUSED
+        self._reached(cause, str(plan.choice.version), message)
         if self.say("kernel", message, logging.WARNING):
             self.publisher.event(reason, message, warning=True)
         return message
@@ -263,6 +270,7 @@ class DriverManager(base.NodeAgentBase):
         except (HardwareError, OSError) as exc:
             return self._failed_load(plan, exc, remembered)
         self.failures = 0
+        self.verdict = None
         self.say("blocked", f"loaded metax {plan.choice.version} ({plan.choice.source.value})")
         self.publisher.event(
             driver_plan.DRIVER_READY, f"loaded metax {plan.choice.version} with {dict(plan.params) or 'no parameters'}"
@@ -289,6 +297,7 @@ class DriverManager(base.NodeAgentBase):
         """The chosen driver did not load: never leave the node driverless (load the previous one again)."""
         failure = exc.detail if isinstance(exc, HardwareError) else str(exc)
         message = f"cannot load metax {plan.choice.version}: {failure}"
+        self._reached(driver_verdict.Cause.LOAD_REFUSED, str(plan.choice.version), failure)
         try:
             now = self.hw.modules.state(METAX_MODULE)
         except HardwareError:
@@ -323,6 +332,12 @@ class DriverManager(base.NodeAgentBase):
         return self._blocked(
             driver_plan.DRIVER_LOAD_FAILED, f"{restored}; retrying {plan.choice.version} with back-off"
         )
+
+    def _reached(self, cause: driver_verdict.Cause, version: str, message: str) -> None:
+        """The verdict that ``version`` cannot load; one already reached for the same cause and version keeps its
+        moment and text (the Node is written once per verdict, not once per round)."""
+        if self.verdict is None or (self.verdict.cause, self.verdict.version) != (cause, version):
+            self.verdict = driver_verdict.Verdict(cause, version, message, self.wall_clock())
 
     def _blocked(self, reason: str, message: str) -> str:
         self.failures += 1
@@ -382,10 +397,13 @@ class DriverManager(base.NodeAgentBase):
             DRIVER_READY_LABEL: node_labels.TRUE if ready.ready else None,
             DRIVER_VERSION_LABEL: ready.version if ready.ready and ready.version else None,
         }
+        if ready.ready:
+            self.verdict = None
+        verdict = {driver_verdict.ANNOTATION: None if self.verdict is None else driver_verdict.encode(self.verdict)}
         if node is None:
             return
         try:
-            self.publisher.metadata(node, labels=labels)
+            self.publisher.metadata(node, labels=labels, annotations=verdict)
         except ClusterError as exc:
             self.say("labels", f"cannot label node {self.settings.node_name}: {exc}", logging.WARNING)
 

@@ -13,9 +13,9 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metax_core.errors import HardwareError
+from metax_core.errors import ClusterError, HardwareError
 from metax_core.inventory import PciFunction
-from metax_core.node import driver_plan, policy
+from metax_core.node import driver_plan, labels, policy
 from metax_core.ports import hardware
 from metax_core.spec import model as spec
 from services._agent import loop, publish
@@ -47,6 +47,8 @@ class FirmwareStep:
 
     def run(self, functions: Sequence[PciFunction], node: Mapping[str, Any] | None) -> None:
         a, s = self, self.settings
+        if _node_label(node, labels.FIRMWARE_FLASHING) is not None:
+            self._flashing(node, False)  # left by a driver-manager stopped mid-flash: no flash runs now
         if s.fw_upgrade_policy is spec.FirmwarePolicy.NEVER:
             return
         try:
@@ -70,6 +72,7 @@ class FirmwareStep:
             info,
             functions,
             payload.payload_vbios(a.payload_dir, s.fw_enable_virt),
+            multi_host_interconnect=_node_label(node, labels.MULTI_HOST_INTERCONNECT) == labels.TRUE,
         )
         self.last = decision
         if decision.outcome is policy.FirmwareOutcome.SKIP:
@@ -88,6 +91,8 @@ class FirmwareStep:
             self._refuse(f"GPU workloads run on this node ({names}); firmware is flashed only on an idle node")
             return
         assert decision.image is not None
+        if not self._flashing(node, True):
+            return  # the webhook's lock must be visible before the first byte is flashed
         try:
             image = payload.install_firmware(a.payload_dir, s.host_root, decision.image)
             version = payload.payload_vbios(a.payload_dir, s.fw_enable_virt) or ""
@@ -100,10 +105,29 @@ class FirmwareStep:
             a.say("firmware", message, logging.ERROR)
             a.publisher.event(driver_plan.FIRMWARE_FAILED, message, warning=True)
             return
+        finally:
+            self._flashing(a.publisher.node_or_none(a.say), False)
         a.say("firmware", decision.reason)
-        a.publisher.event(policy.NODE_NEED_REBOOT_REASON, policy.NODE_NEED_REBOOT_MESSAGE, warning=True)
+        # Normal, as seed 001 §3.2.9 shows it: the flash worked, the node waits for its planned reboot
+        a.publisher.event(policy.NODE_NEED_REBOOT_REASON, policy.NODE_NEED_REBOOT_MESSAGE)
+
+    def _flashing(self, node: Mapping[str, Any] | None, flashing: bool) -> bool:
+        """Set (or remove) `labels.FIRMWARE_FLASHING` on the node; False when it could not be written."""
+        if node is None:
+            self.say("firmware-lock", "cannot read the node: not flashing without the edit lock", logging.WARNING)
+            return False
+        try:
+            self.publisher.metadata(node, labels=labels.ready_label(labels.FIRMWARE_FLASHING, flashing))
+        except ClusterError as exc:
+            self.say("firmware-lock", f"cannot label the node {labels.FIRMWARE_FLASHING}: {exc}", logging.WARNING)
+            return False
+        return True
 
     def _refuse(self, reason: str) -> None:
         a = self
         if a.say("firmware", f"firmware upgrade refused: {reason}", logging.WARNING):
             a.publisher.event(driver_plan.FIRMWARE_REFUSED, reason, warning=True)
+
+
+def _node_label(node: Mapping[str, Any] | None, key: str) -> str | None:
+    return (((node or {}).get("metadata") or {}).get("labels") or {}).get(key)

@@ -75,7 +75,7 @@ class Maca(base.NodeAgentBase):
             self.warn_once(event_reasons.MACA_INSTALL_FAILED, reason)
             self.chores.later("sync", loop.backoff(self.failures))
         installed = [str(v) for v in self.store.installed()]
-        self.publish(node, installed)
+        self.publish(node, installed, ready)
         self.publisher.signal(ready, reason, version=installed[0] if installed else None)
         self.probe.report(ready, reason)
 
@@ -109,10 +109,10 @@ class Maca(base.NodeAgentBase):
         shown = ", ".join(str(w.version) for w in wanted) or "none listed"
         return True, f"MXMACA installed: {shown}"
 
-    def publish(self, node: Mapping[str, Any] | None, installed: list[str]) -> None:
+    def publish(self, node: Mapping[str, Any] | None, installed: list[str], ready: bool) -> None:
         if node is None:
             return
-        label, annotation = labels.maca_metadata(installed)
+        label, annotation = labels.maca_metadata(installed, ready)
         try:
             self.publisher.metadata(node, labels=label, annotations=annotation)
         except ClusterError as exc:

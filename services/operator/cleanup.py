@@ -26,7 +26,7 @@ from metax_core.dra import DRIVER
 from metax_core.dra import classes as dra_classes
 from metax_core.dra import slices as dra_slices
 from metax_core.errors import ClusterError, NotServed
-from metax_core.node import allocation, devices
+from metax_core.node import allocation, devices, labels
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import NodeMetadata, Objects, RawObject
 from metax_core.wire import meta
@@ -42,7 +42,7 @@ OWNED_KINDS = (
     ("v1", "ConfigMap"),
     (network_policies.API_VERSION, network_policies.KIND),
 )
-ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL, allocation.LABEL})
+ADMIN_LABELS = frozenset({devices.MODE_LABEL, devices.QOS_LABEL, allocation.LABEL, labels.MULTI_HOST_INTERCONNECT})
 """Set by the administrator (R-SGPU, R-DRA), not by the product: left on the node."""
 
 

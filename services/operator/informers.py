@@ -21,6 +21,7 @@ from metax_core.errors import MetaxError, NotServed
 from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
+from metax_core.wire import driver_verdict
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,8 @@ def slim_node(node: RawObject) -> RawObject:
     """A node as the operator reads it: its name, the product's labels, and the keys of the product's annotations.
 
     Annotation values are dropped (the operator only removes the keys when ``cluster-operator`` is deleted;
-    some are kilobytes of JSON per node), except the few bytes of the uninstall protocol's request and answers
+    some are kilobytes of JSON per node), except driver-manager's verdict (`driver_verdict`, at most a few hundred
+    bytes, read by the rollout) and the few bytes of the uninstall protocol's request and answers
     (`metax_core.node.uninstall`), which the finalizer reads. Everything else is dropped too (status and its
     heartbeats, images, the other labels, taints): at 1,000 nodes the whole objects would be most of the
     operator's memory (P3). The nodes of a fleet mostly carry the same product labels: those are shared.
@@ -212,7 +214,7 @@ def slim_node(node: RawObject) -> RawObject:
             "labels": _shared(_product(metadata.get("labels"))),
             "annotations": _shared(
                 {
-                    sys.intern(k): (str(v) if uninstall.is_protocol_key(k) else "")
+                    sys.intern(k): (str(v) if uninstall.is_protocol_key(k) or k == driver_verdict.ANNOTATION else "")
                     for k, v in annotations.items()
                     if k.startswith(PREFIX)
                 }
@@ -225,9 +227,9 @@ def slim_pod(pod: RawObject) -> RawObject:
     """A pod as the operator reads it: where it runs, which component and revision, whether it is ready or failing.
 
     Kept: name, namespace, node, the labels in `POD_LABELS`, the product's annotations (the driver revision),
-    owner, creation and deletion times, phase, Ready, the restart count and the waiting reasons. Repeated
-    strings are interned and equal parts shared (`_shared`), so a pod costs about 0.7 KiB, not the tens of
-    kilobytes of its whole object.
+    owner, creation and deletion times, phase, Ready, the restart count, the waiting reasons and the start time.
+    Repeated strings are interned and equal parts shared (`_shared`), so a pod costs about 0.7 KiB, not the tens
+    of kilobytes of its whole object.
     """
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
@@ -257,6 +259,7 @@ def slim_pod(pod: RawObject) -> RawObject:
                 "ready": ready,
                 "restarts": sum(int(c.get("restartCount") or 0) for c in statuses),
                 "waiting": waiting or _NO_WAITING,
+                "startTime": _interned(status.get("startTime")),  # a driver-manager verdict counts after it
             }
         ),
     }

@@ -46,7 +46,7 @@ from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
-from metax_core.wire import event_reasons, meta
+from metax_core.wire import driver_verdict, event_reasons, meta
 from metax_k8s import crd_sync
 from metax_k8s.api import Api
 from services.operator import applier, cleanup, rollout_driver, states, uninstall_wait
@@ -124,7 +124,6 @@ class Reconciler:
         self.release = release.running()
         self.crd: crd_sync.CrdState | None = None
         """What the CRD serves, once `crd_sync.ensure` brought it to this release (checked again while not)."""
-        self._warned_confirmation = ""
         self._dra_on: bool | None = None
         """Whether the DRA driver was deployed at the last reconcile (None: none yet)."""
 
@@ -367,7 +366,15 @@ class Reconciler:
             crash_restarts=self.settings.crash_loop_restarts,
             confirmation=((cr.get("metadata") or {}).get("annotations") or {}).get(CONFIRM_ANNOTATION),
             agent_max_unavailable=fleet.agent_pace(s.agent_update.max_unavailable, len(driver_pods)),
+            verdicts=self._driver_verdicts(),
         )
+
+    def _driver_verdicts(self) -> dict[str, driver_verdict.Verdict]:
+        """driver-manager's verdicts from the node cache (fail fast); one that cannot be read is logged and left out."""
+        verdicts, problems = fleet.node_verdicts(self.caches.nodes.items())
+        for problem in problems:
+            log.warning("ignoring driver-manager's verdict: %s", problem)
+        return verdicts
 
     def _busy_nodes(self) -> set[str]:
         """Nodes with GPU workloads: one paged list of running pods that are not ours, only while a rollout may act.
@@ -387,8 +394,7 @@ class Reconciler:
 
     def _apply_rollout(self, cr: RawObject, outcome: rollout_driver.Outcome) -> None:
         ref = self._cr_ref(cr)
-        if outcome.ignored_confirmation and outcome.ignored_confirmation != self._warned_confirmation:
-            self._warned_confirmation = outcome.ignored_confirmation
+        if outcome.ignored_confirmation:  # once per annotation value: the status keeps it (lastConfirmation)
             log.warning("%s", outcome.ignored_confirmation)
             self.events.emit(
                 ref,

@@ -27,6 +27,7 @@ from metax_core.ports.cluster import RawObject
 from metax_core.rollout import fleet, machine
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
+from metax_core.wire import driver_verdict
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def drive(
     crash_restarts: int,
     confirmation: str | None = None,
     agent_max_unavailable: int = 1,
+    verdicts: Mapping[str, driver_verdict.Verdict] | None = None,
 ) -> Outcome:
     new_manifest = fleet.stamped(desired, s.driver)
     snap = fleet.snapshot(
@@ -90,6 +92,7 @@ def drive(
         now=now,
         ready_timeout=ready_timeout,
         crash_restarts=crash_restarts,
+        verdicts=verdicts,
     )
     previous = previous_status(cr_status)
     decision = machine.decide(s.driver.upgrade_policy, previous, snap.fleet, now, confirmation)

@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.node import labels
 from metax_k8s import admission
 from metax_k8s.api import Api
 from services._agent import settings as env_settings
@@ -86,6 +87,11 @@ class WebhookServer:
         self._context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._httpd = _HttpServer((settings.host, settings.port), _Handler, self)
         self._threads: list[threading.Thread] = []
+
+    def flashing_nodes(self) -> list[str]:
+        """The nodes driver-manager labelled while it flashes firmware (R-FW's edit lock; one list by label)."""
+        selector = f"{labels.FIRMWARE_FLASHING}={labels.TRUE}"
+        return sorted(str(n["metadata"]["name"]) for n in self.api.list("v1", "Node", label_selector=selector).items)
 
     @property
     def port(self) -> int:
@@ -211,7 +217,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         try:
             body = json.loads(self.rfile.read(length))
-            answer = admission.review(body, path)
+            answer = admission.review(body, path, self.server.webhook.flashing_nodes)
         except (ValueError, UnicodeDecodeError) as exc:
             self._send(404 if "no admission rules" in str(exc) else 400, json.dumps({"error": str(exc)}).encode())
             return

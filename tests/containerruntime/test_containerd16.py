@@ -132,7 +132,7 @@ def test_an_administrators_edit_made_meanwhile_survives_uninstall(containerd16: 
 def test_the_uninstall_request_on_its_node_undoes_answers_and_leaves_the_host_as_found(
     containerd16: RuntimeNode,
 ) -> None:
-    from metax_core.node import uninstall
+    from metax_core.node import labels, uninstall
 
     node = containerd16
     _configured(node)
@@ -140,11 +140,14 @@ def test_the_uninstall_request_on_its_node_undoes_answers_and_leaves_the_host_as
     agent = node.agent()
     agent.tick()
     assert node.signal().ready
+    ready_label = node.k8s.api.get("v1", "Node", "runtime-node")["metadata"]["labels"].get(labels.RUNTIME_READY)
+    assert ready_label == labels.TRUE  # the readiness label docs/labels.md promises (issue 41 item 4)
     node.k8s.node_metadata.patch_node_metadata("runtime-node", annotations=uninstall.render_request("uid-1"))
     agent.wake()
     agent.tick()
-    annotations = node.k8s.api.get("v1", "Node", "runtime-node")["metadata"]["annotations"]
-    assert uninstall.answers(annotations) == {"container-runtime": uninstall.Done("uid-1")}
+    metadata = node.k8s.api.get("v1", "Node", "runtime-node")["metadata"]
+    assert uninstall.answers(metadata["annotations"]) == {"container-runtime": uninstall.Done("uid-1")}
+    assert labels.RUNTIME_READY not in (metadata.get("labels") or {})
     assert node.signal() is None  # withdrawn
     assert node.tree() == before  # drop-in, root edit, wrapper, toolkit and state directories: all gone
     assert not node.toolkit.exists() and not node.state_dir.exists()

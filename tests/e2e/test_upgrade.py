@@ -9,7 +9,7 @@ nodes (a GPU node on its fake MetaX host, a CPU node), as in tests/e2e/test_prod
 
 The journey (one module fixture, each moment recorded as a `Moment`):
 
-1. ``helm install`` N-1, every agent Ready;
+1. ``helm install`` N-1 onto a cluster without our CRD (earlier modules leave N's behind), every agent Ready;
 2. a driver rollout to a rebuilt payload of the same driver version (``driver.payload.name`` another repository
    holding the same payload: a new driver revision that driver-manager keeps, since this machine's kernel is not
    the fake host's, docs/realnode.md), with a manual pause after step 1: the GPU node is upgraded and the rollout
@@ -241,6 +241,15 @@ def _moment(r: Release, kube: client.CoreV1Api) -> Moment:
     )
 
 
+def _fresh_cluster(r: Release) -> None:
+    """Start from a cluster that never ran this operator: Helm keeps a chart's CRDs on uninstall (its ``crds/``
+    rule), so the session control plane holds the CRD that earlier modules' release N installed; a fresh install
+    of N-1 onto it would keep N's CRD and the journey would not begin at N-1's schema."""
+    done = r.kubectl("delete", "crd", crd.NAME, "--ignore-not-found", "--wait=true", timeout=WAIT)
+    assert done.returncode == 0, done.stderr
+    assert r.kubectl("get", "crd", crd.NAME).returncode != 0  # gone, not only terminating
+
+
 def _wait_release(r: Release, registry: str, version: str, daemonsets: set[str]) -> None:
     helm_release.poll(
         lambda: _on_release(_agent_pods(r), registry, version, daemonsets),
@@ -287,6 +296,7 @@ def journey(
                 helm_release.PAYLOAD_IMAGE,
                 helm_release.PAYLOAD_IMAGE.replace("driver-image:", f"{REBUILT_PAYLOAD}:"),
             )
+            _fresh_cluster(r)
             r.create_pull_secret(old_source)
             r.helm(*r.install_args(old_source))
             daemonsets = {p["daemonset"] for p in _agent_pods(r).values()} | set(helm_release.AGENTS)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from metax_core.errors import ClusterError
 from metax_core.rollout import status as rollout_status
 from metax_k8s import admission
 from metax_k8s.inmemory import InMemoryApiServer
@@ -128,6 +129,42 @@ def test_mid_rollout_a_max_parallel_edit_is_refused_and_pause_is_accepted() -> N
     assert _answer(confirm, old)["allowed"] is True
     # Without a rollout any valid edit passes.
     assert _answer(_object(_with_policy(maxParallel=1)), _object(GOOD_SPEC))["allowed"] is True
+
+
+def _firmware_edit(flashing: admission.FlashingNodes, **driver: Any) -> dict[str, Any]:
+    new = {**GOOD_SPEC, "driver": {**GOOD_SPEC["driver"], **driver}}
+    body = _review(_object(new), _object(GOOD_SPEC))
+    response: dict[str, Any] = admission.review(body, admission.CLUSTER_OPERATOR_PATH, flashing)["response"]
+    return response
+
+
+def test_while_a_node_flashes_firmware_the_fields_deciding_it_are_refused_naming_the_node() -> None:
+    """R-FW (issue 41 item 4): the lock `policy.firmware_edit_errors` describes, called by the webhook."""
+    asked: list[int] = []
+
+    def flashing() -> list[str]:
+        asked.append(1)
+        return ["gpu-3"]
+
+    refused = _firmware_edit(flashing, fwEnableVirt=True, payload={"version": "2.1.0"})
+    assert [c["field"] for c in refused["status"]["details"]["causes"]] == [
+        "spec.driver.fwEnableVirt",
+        "spec.driver.payload.version",
+    ]
+    assert "cannot be changed while firmware is being flashed (nodes: gpu-3)" in refused["status"]["message"]
+    assert _firmware_edit(list, fwEnableVirt=True)["allowed"] is True  # nothing flashes
+    asked.clear()
+    assert _firmware_edit(flashing, log={"level": "debug"})["allowed"] is True  # not a firmware field
+    assert asked == []  # and the cluster was not even asked
+
+
+def test_when_the_cluster_cannot_say_whether_firmware_flashes_the_firmware_fields_stay() -> None:
+    def unreachable() -> list[str]:
+        raise ClusterError("list nodes", "", "connection refused")
+
+    refused = _firmware_edit(unreachable, fwUpgradePolicy="PreferCloud")
+    assert refused["allowed"] is False
+    assert "cannot tell whether firmware is being flashed" in refused["status"]["message"]
 
 
 def test_a_stored_invalid_spec_may_be_fixed_by_any_valid_update() -> None:

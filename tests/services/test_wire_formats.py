@@ -152,7 +152,8 @@ def test_the_gpu_vfio_annotation_reads_back() -> None:
 
 
 def test_driver_managers_labels_are_the_ones_it_owns() -> None:
-    assert driver_agent.OWNED_LABELS == labels.DRIVER_LABELS == (labels.DRIVER_READY, labels.DRIVER_VERSION)
+    owned = (labels.DRIVER_READY, labels.DRIVER_VERSION, labels.FIRMWARE_FLASHING)
+    assert driver_agent.OWNED_LABELS == labels.DRIVER_LABELS == owned
     assert not set(labels.DRIVER_LABELS) & set(labels.OWNED_LABELS)  # gpu-label never removes them
 
 

@@ -89,6 +89,23 @@ def test_a_driver_bump_with_rollout_follows_the_rollout_plan() -> None:
     assert [s.batches for s in p.driver.plan.steps] == [s.batches for s in expected.steps]
     assert [len(s.batches) for s in p.driver.plan.steps] == [1, 2]
     assert {o.name for o in p.objects} == {"metax-driver"}
+    assert p.driver.on_failure == "every step: 0 retries, then fallback pause"
+
+
+def test_a_driver_bump_predicts_what_a_failed_canary_does() -> None:
+    """Issue 41: `diff` predicts onCanaryFailure: rollback before the edit is applied."""
+    policy = {
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": 1, "pause": False}, {"replicas": "100%", "pause": False}],
+        "maxFailureThreshold": 1,
+        "onCanaryFailure": "rollback",
+    }
+    live = {**BASE, "driver": {**BASE["driver"], "upgradePolicy": policy}}
+    p = predict({**live, "driver": {**live["driver"], "payload": {"version": "2.21.0"}}}, live)
+    assert p.driver is not None and p.driver.on_failure == (
+        "a failed canary (step 1) is rolled back at once (onCanaryFailure: rollback); "
+        "later steps: 1 retry, then fallback pause"
+    )
 
 
 def test_an_edit_during_a_rollout_is_refused() -> None:

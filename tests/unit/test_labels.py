@@ -263,10 +263,11 @@ def test_hami_annotation_fields() -> None:
 
 
 def test_maca_metadata_newest_label_and_all_in_the_annotation() -> None:
-    label, annotation = labels.maca_metadata(("maca-2.18.0.3", "2.9.1", "maca-2.18.0.10"))
-    assert label == {labels.GPU_MACA_VERSION: "2.18.0.10"}
+    label, annotation = labels.maca_metadata(("maca-2.18.0.3", "2.9.1", "maca-2.18.0.10"), ready=True)
+    assert label == {labels.GPU_MACA_VERSION: "2.18.0.10", labels.MACA_READY: labels.TRUE}
     assert annotation == {labels.MACA_VERSIONS: "2.18.0.10,2.18.0.3,2.9.1"}
-    assert labels.maca_metadata(()) == ({labels.GPU_MACA_VERSION: None}, {labels.MACA_VERSIONS: None})
+    empty = ({labels.GPU_MACA_VERSION: None, labels.MACA_READY: None}, {labels.MACA_VERSIONS: None})
+    assert labels.maca_metadata(()) == empty
     assert labels.GPU_MACA_VERSION not in labels.OWNED_LABELS  # maca's, not gpu-label's (it would remove it)
 
 

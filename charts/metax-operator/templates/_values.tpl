@@ -24,6 +24,10 @@
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "maxParallel") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "maxUnavailable") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "maxFailureThreshold") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "drain" "enable") "kind" "bool") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "drain" "timeoutSeconds") "kind" "int") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "drain" "deleteEmptyDir") "kind" "bool") -}}
+{{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "driver" "upgradePolicy" "drain" "force") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "vfioManager" "deploy") "kind" "bool") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "vfioManager" "podTemplateSpec" "spec" "tolerations[]" "tolerationSeconds") "kind" "int") -}}
 {{- include "metax-operator.canonicalAt" (dict "node" . "keys" (list "maca" "deploy") "kind" "bool") -}}

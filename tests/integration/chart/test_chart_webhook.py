@@ -9,7 +9,8 @@ Covers, through server-side apply as an administrator: each family of bad spec r
 (wrong enum, unknown field, bad percentage and the last step short of 100% are refused by the CRD's own
 schema before admission; a missing payload version and decreasing steps by the webhook); a ``maxParallel``
 edit mid-rollout refused, ``pause`` and the rollout-confirm annotation accepted; a driver-config ConfigMap
-with an unknown module parameter refused; renewed certificates (serving and CA) keep working; an expired
+with an unknown module parameter refused; the firmware fields refused while a node is labelled flashing (R-FW);
+renewed certificates (serving and CA) keep working; an expired
 certificate is refused by the API server (fail closed) until the server renews it on restart; the
 ``metax-operator-webhook`` console script, run as its own process, serves the API server the same way.
 """
@@ -32,6 +33,7 @@ import pytest
 from metax_core.dra import DRIVER
 from metax_core.dra import claims as dra_claims
 from metax_core.errors import ClusterError
+from metax_core.node import labels
 from metax_core.rollout import status as rollout_status
 from metax_dev.controlplane import cluster
 from metax_k8s import client
@@ -319,3 +321,31 @@ def test_a_resource_claim_with_a_bad_metax_configuration_is_refused_naming_the_f
         api.create(claim(kind, "other-driver", bad, driver="other.example.com"))  # not ours to judge
         for name in ("good", "other-driver"):
             api.delete("resource.k8s.io/v1", kind, name, NAMESPACE)
+
+
+def test_the_firmware_fields_are_locked_while_a_node_flashes(
+    webhook: server.WebhookServer, api: client.HttpApi, control_plane: cluster.ControlPlane
+) -> None:
+    """R-FW "no parameter changes while upgrading" (issue 41 item 4): while a node carries driver-manager's
+    firmware.flashing label, the fields that decide what gets flashed are refused, naming the node; others pass."""
+    _apply(api, _good())
+    node = control_plane.node_names[0]
+    flashing = {"metadata": {"labels": {labels.FIRMWARE_FLASHING: labels.TRUE}}}
+    api.merge_patch("v1", "Node", node, flashing)
+    try:
+        for change, path in (
+            ({"driver": {"payload": {"version": "2.19.0"}}}, "spec.driver.payload.version"),
+            ({"driver": {"fwEnableVirt": True}}, "spec.driver.fwEnableVirt"),
+        ):
+            with pytest.raises(ClusterError) as refused:
+                _apply(api, _merge(_good(), change))
+            assert DENIED in str(refused.value)
+            assert f"{path}: cannot be changed while firmware is being flashed (nodes: {node})" in str(refused.value)
+        assert _current(api)["spec"]["driver"]["payload"]["version"] == VERSION
+        paused = _apply(api, _merge(_good(), {"driver": {"upgradePolicy": {"pause": True}}}))
+        assert paused["spec"]["driver"]["upgradePolicy"]["pause"] is True  # not a firmware field: passes
+    finally:
+        api.merge_patch("v1", "Node", node, {"metadata": {"labels": {labels.FIRMWARE_FLASHING: None}}})
+    changed = _apply(api, _merge(_good(), {"driver": {"payload": {"version": "2.19.0"}}}))  # the flash is over
+    assert changed["spec"]["driver"]["payload"]["version"] == "2.19.0"
+    _apply(api, _good())

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from operator_helpers import NS, Env
+from operator_helpers import CR_API, NS, Env
 
 from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
@@ -164,3 +164,40 @@ def confirm(kubeconfig: Path, step: int) -> str:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+class StatusRecorder:
+    """Watches cluster-operator: every ``status.upgradeStatus.status`` the API stored, in order."""
+
+    def __init__(self, api: client.HttpApi) -> None:
+        self.objects = objects.K8sObjects(api)
+        self.stored: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._version = ""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> StatusRecorder:
+        """Lists before returning, so every status written after `start` is seen."""
+        self._version = self.objects.list(CR_API, "ClusterOperator").resource_version
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        version = self._version
+        while not self._stop.is_set():
+            for event in self.objects.watch(CR_API, "ClusterOperator", resource_version=version, timeout_seconds=5):
+                version = event.object["metadata"].get("resourceVersion", version)
+                step = ((event.object.get("status") or {}).get("upgradeStatus") or {}).get("status")
+                if step:
+                    with self._lock:
+                        self.stored.append(dict(step))
+                if self._stop.is_set():
+                    return
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.stored)

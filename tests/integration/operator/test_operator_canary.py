@@ -10,17 +10,20 @@ payload init container copying the payload image's files) with a real driver-man
 and the rendered exec readinessProbe (``test -f $METAX_PROBE_FILE``) decides the pod's Ready. No kwok crash
 stage, nothing of the operator or driver-manager replaced.
 
-Asserted, for fallback ``pause`` and fallback ``rollback``: the canary's new pod runs and is not Ready and is
-counted failed (Failed True, ``StepFailed``, naming the canary); the fallback happens (pause: phase
-Progressing, Progressing False ``FallbackPaused``, a confirmation awaited; rollback: Succeed False
-``RolledBack``, phase Idling, the DaemonSet back on ``lastAppliedSpec`` and the canary's pod on it Ready
-again); no second batch (no other node's driver pod is ever deleted); the canary's fake host is back on
-2.20.0 with its module parameter and VF counts, read from its /sys, never left driverless.
+Asserted, for fallback ``pause`` and for ``onCanaryFailure: rollback`` (issue 41), with the operator's default
+600 s ready timeout: the canary's new pod runs, is not Ready and is counted failed within 15 s of
+driver-manager's verdict on its node (fail fast; Failed True naming the canary: ``StepFailed``, or
+``CanaryFailed``); then pause: phase Progressing, Progressing False ``FallbackPaused``, a confirmation awaited;
+rollback: no retry round although maxFailureThreshold allows three, Succeed False ``RolledBack``, phase Idling,
+the DaemonSet back on ``lastAppliedSpec`` and the canary's pod on it Ready within 120 s of the failed pod's
+start; no second batch (no other node's driver pod is ever deleted); the canary's fake host is back on 2.20.0
+with its module parameter and VF counts, read from its /sys, never left driverless.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import sys
 import uuid
@@ -35,7 +38,7 @@ from rollout_helpers import DeletionRecorder
 from metax_core.cluster import components, payloads, workloads
 from metax_core.errors import ClusterError
 from metax_core.node import driver_config
-from metax_core.wire import event_reasons
+from metax_core.wire import driver_verdict, event_reasons
 from metax_dev import agents
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.processnode import node as processnode
@@ -53,6 +56,12 @@ VFNUM = 2
 GPUS = 2
 NODES = 2
 DRIVER_SIGNAL = components.BY_COMPONENT[components.Component.DRIVER].signal
+READY_TIMEOUT = 600
+"""The operator's default METAX_DRIVER_READY_TIMEOUT: longer than any wait here, so no failure is the timeout's."""
+VERDICT_SEEN_WITHIN = 15.0
+"""Seconds from driver-manager's verdict to the operator counting the canary failed (issue 41 item 1)."""
+ROLLED_BACK_WITHIN = 120.0
+"""Seconds from the failed canary pod's start to the canary Ready on its old driver (issue 41 item 2)."""
 
 
 def payload_image(version: str) -> str:
@@ -187,8 +196,9 @@ def ready(pod: dict[str, Any]) -> bool:
 
 
 def install(env: Env, nodes: list[GpuNode], policy: dict[str, Any]) -> dict[str, str]:
-    """driver-config (VFs, a module parameter), the CR on GOOD, the operator; every node Ready on GOOD.
-    Returns node → its driver pod's uid."""
+    """driver-config (VFs, a module parameter), the CR on GOOD, the operator with the default ready timeout (600 s:
+    a failure seen sooner is driver-manager's verdict); every node Ready on GOOD. Returns node → its driver pod's
+    uid."""
     config = driver_config.DriverConfig(
         node_vfnums={n.name: VFNUM for n in nodes}, module_params={"xcore_page_size": PAGE_SIZE}
     )
@@ -203,7 +213,7 @@ def install(env: Env, nodes: list[GpuNode], policy: dict[str, Any]) -> dict[str,
         }
     )
     env.api.apply(cluster_operator(driver_spec(policy, GOOD)), field_manager="helm")
-    env.start_operator()
+    env.start_operator(METAX_DRIVER_READY_TIMEOUT=str(READY_TIMEOUT))
     wait_for(
         "every GPU node's driver pod Ready (its real probe) on the payload driver",
         lambda: len(pods := driver_pods(env, nodes)) == NODES and all(ready(p) for p in pods.values()),
@@ -235,6 +245,17 @@ def events(env: Env, reason: str, node: str) -> list[str]:
     ]
 
 
+def seconds(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def node_verdict(env: Env, node: str) -> driver_verdict.Verdict:
+    """driver-manager's verdict on ``node``, as it wrote it."""
+    text = (env.api.get("v1", "Node", node)["metadata"].get("annotations") or {}).get(driver_verdict.ANNOTATION)
+    assert text, f"no {driver_verdict.ANNOTATION} on {node}"
+    return driver_verdict.decode(text)
+
+
 def break_the_driver(env: Env, nodes: list[GpuNode], policy: dict[str, Any]) -> tuple[DeletionRecorder, str]:
     """Apply the CR on BROKEN; the canary is the first (and only) node whose driver pod the operator deletes."""
     recorder = DeletionRecorder(env.api, [n.name for n in nodes]).start()
@@ -264,6 +285,9 @@ def test_a_driver_the_kernel_refuses_pauses_the_rollout_at_the_canary(
         timeout=120,
     )
     assert failed["reason"] == "StepFailed" and canary in failed["message"], failed
+    verdict = node_verdict(env, canary)
+    assert verdict.cause is driver_verdict.Cause.KERNEL_NOT_COVERED and verdict.version == BROKEN
+    assert seconds(failed["lastTransitionTime"]) - verdict.at.timestamp() <= VERDICT_SEEN_WITHIN
     status = upgrade(env)
     assert status["phase"] == "Progressing", status
     progressing = condition(env, "Progressing") or {}
@@ -293,20 +317,35 @@ def test_a_driver_the_kernel_refuses_pauses_the_rollout_at_the_canary(
     assert recorder.snapshot() == [[canary]]
 
 
-def test_a_driver_the_kernel_refuses_is_rolled_back_from_the_canary(
+def test_a_driver_the_kernel_refuses_is_rolled_back_from_the_canary_at_once(
     operator_env: Env, gpu_nodes: list[GpuNode]
 ) -> None:
+    """onCanaryFailure: rollback (issue 41 item 2): no retry although maxFailureThreshold allows three, no
+    fallback pause; the canary back on its old driver within `ROLLED_BACK_WITHIN` of its failed pod's start."""
     env, nodes = operator_env, gpu_nodes
     policy = {
         "enableRollout": True,
         "upgradeSteps": [{"replicas": 1, "pause": False}, {"replicas": "100%", "pause": False}],
         "maxParallel": 1,
-        "fallback": "rollback",
+        "maxFailureThreshold": 3,
+        "fallback": "pause",
+        "onCanaryFailure": "rollback",
     }
     before = install(env, nodes, policy)
     old_template = (env.ds("metax-driver") or {})["spec"]["template"]
     recorder, canary = break_the_driver(env, nodes, policy)
     by_name = {n.name: n for n in nodes}
+    failed_pod = wait_for(
+        "the canary's new pod started",
+        lambda: (
+            (p := driver_pods(env, nodes).get(canary)) is not None
+            and p["metadata"]["uid"] != before[canary]
+            and (p.get("status") or {}).get("startTime")
+            and p
+        ),
+        timeout=60,
+    )
+    failed_started = seconds(failed_pod["status"]["startTime"])
 
     def rolled_back() -> bool:
         succeed = condition(env, "Succeed") or {}
@@ -316,20 +355,25 @@ def test_a_driver_the_kernel_refuses_is_rolled_back_from_the_canary(
     status = upgrade(env)
     assert status["phase"] == "Idling", status
     failed = condition(env, "Failed") or {}
-    assert failed.get("status") == "True" and failed.get("reason") == "StepFailed" and canary in failed["message"]
+    assert failed.get("status") == "True" and failed.get("reason") == "CanaryFailed" and canary in failed["message"]
+    assert (condition(env, "Terminating") or {}).get("reason") == "RollbackComplete"
+    assert int((status.get("status") or {}).get("currentFailureRetry") or 0) == 0  # no retry round
     last_applied = json.loads(status["lastAppliedSpec"])
     template = (env.ds("metax-driver") or {})["spec"]["template"]
     assert rendered_version(template) == rendered_version(last_applied) == (payload_image(GOOD), GOOD)
     assert template["metadata"] == old_template["metadata"]
-    wait_for(
+    back = wait_for(
         "the canary's pod on the old template Ready again (its real probe)",
         lambda: (
             (p := driver_pods(env, nodes).get(canary)) is not None
             and rendered_version({"spec": p["spec"]}) == (payload_image(GOOD), GOOD)
             and ready(p)
+            and p
         ),
         timeout=120,
     )
+    ready_at = next(c for c in back["status"]["conditions"] if c["type"] == "Ready")["lastTransitionTime"]
+    assert seconds(ready_at) - failed_started <= ROLLED_BACK_WITHIN
     assert by_name[canary].driver() == expected(GOOD)
 
     pods = driver_pods(env, nodes)

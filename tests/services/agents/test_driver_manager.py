@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+from typing import Any
 
 import attrs
 import pytest
 
 from metax_core.inventory import PciAddress
-from metax_core.node import driver_plan, payload_layout, readiness
+from metax_core.node import driver_plan, labels, payload_layout, readiness
 from metax_core.spec import model as spec
 from metax_hw_fake import builder
 from services.driver_manager import agent, bootstrap, config
@@ -320,15 +321,33 @@ def test_steady_state_writes_nothing(tmp_path: pathlib.Path) -> None:
 # --- firmware (R-FW) --------------------------------------------------------------------------------------
 
 
+class _Watched:
+    """The firmware port, recording the node's edit-lock label at each flash."""
+
+    def __init__(self, port: Any, n: Node) -> None:
+        self.port, self.n, self.locks = port, n, []
+
+    def info(self) -> Any:
+        return self.port.info()
+
+    def flash(self, target: Any, image: Any) -> None:
+        self.locks.append(self.n.labels().get(labels.FIRMWARE_FLASHING))
+        self.port.flash(target, image)
+
+
 def test_firmware_flashed_once_with_node_need_reboot(tmp_path: pathlib.Path) -> None:
     n = make_node(tmp_path, host(loaded=False).vbios("1.13.0.0"))
     write_payload(n.payload, firmware="1.14.0.0")
     m = manager(n, fw_upgrade_policy=spec.FirmwarePolicy.PREFER_CLOUD, fw_enable_virt=True)
+    watched = m.firmware.firmware = _Watched(m.firmware.firmware, n)
     m.tick()
     assert [n.fake.vbios(a) for a in n.fake.gpu_addresses()] == [("1.13.0.0", "1.14.0.0")] * 2
+    assert watched.locks == [labels.TRUE, labels.TRUE]  # the webhook's edit lock, before every flash (R-FW)
+    assert labels.FIRMWARE_FLASHING not in n.labels()  # and gone once the flash is over
     assert "NodeNeedReboot" in n.reasons()
     events = [e for e in n.events() if e["reason"] == "NodeNeedReboot"]
     assert events[0]["note"] == "firmware upgrade done, need reboot machine to take effect"
+    assert events[0]["type"] == "Normal"  # as seed 001 §3.2.9 shows it (issue 41 item 4)
     n.clock.advance(31)
     m.tick()  # not flashed again before the reboot
     assert m.firmware.last is not None and len(n.events()) == len(events) + 1  # DriverReady + NodeNeedReboot
@@ -363,6 +382,26 @@ def test_a_failed_flash_is_an_event_and_nothing_is_recorded(tmp_path: pathlib.Pa
     manager(n, fw_upgrade_policy=spec.FirmwarePolicy.PREFER_CLOUD).tick()
     assert driver_plan.FIRMWARE_FAILED in n.reasons()
     assert "NodeNeedReboot" not in n.reasons()
+    assert labels.FIRMWARE_FLASHING not in n.labels()  # the edit lock goes with the failed flash
+
+
+def test_firmware_refused_on_a_node_the_administrator_marks_interconnected_across_hosts(tmp_path: pathlib.Path) -> None:
+    """Seed 001 §3.2.9: firmware upgrade does not support multi-host interconnects (issue 41 item 4)."""
+    n = make_node(tmp_path, host(loaded=False).vbios("1.13.0.0"))
+    write_payload(n.payload, firmware="1.14.0.0")
+    n.k8s.api.merge_patch("v1", "Node", NODE, {"metadata": {"labels": {labels.MULTI_HOST_INTERCONNECT: labels.TRUE}}})
+    manager(n, fw_upgrade_policy=spec.FirmwarePolicy.PREFER_CLOUD).tick()
+    assert [n.fake.vbios(a)[1] for a in n.fake.gpu_addresses()] == [None, None]
+    refused = [e for e in n.events() if e["reason"] == driver_plan.FIRMWARE_REFUSED]
+    assert len(refused) == 1 and "across hosts" in refused[0]["note"], refused
+
+
+def test_an_edit_lock_left_by_a_stopped_flash_is_removed(tmp_path: pathlib.Path) -> None:
+    n = make_node(tmp_path, host(loaded=False).vbios("1.14.0.0"))
+    write_payload(n.payload, firmware="1.14.0.0")
+    n.k8s.api.merge_patch("v1", "Node", NODE, {"metadata": {"labels": {labels.FIRMWARE_FLASHING: labels.TRUE}}})
+    manager(n, fw_upgrade_policy=spec.FirmwarePolicy.PREFER_CLOUD).tick()
+    assert labels.FIRMWARE_FLASHING not in n.labels()
 
 
 # --- a new driver the kernel refuses: the previous one comes back ------------------------------------------

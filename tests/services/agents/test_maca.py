@@ -67,6 +67,7 @@ def test_installs_every_listed_version_and_publishes(tmp_path: pathlib.Path) -> 
     assert sorted(p.name for p in sdk_dir(n).iterdir()) == ["2.18.0.3", "2.9.1"]
     assert (sdk_dir(n) / "2.18.0.3/bin/maca-version").read_text() == "#!/bin/sh\necho MXMACA 2.18.0.3\n"
     assert n.labels()[labels.GPU_MACA_VERSION] == "2.18.0.3"
+    assert n.labels()[labels.MACA_READY] == labels.TRUE  # the readiness label docs/labels.md promises (issue 41)
     assert n.annotations()[labels.MACA_VERSIONS] == "2.18.0.3,2.9.1"
     signal = n.board.read_all()["maca"]
     assert signal.ready and signal.version == "2.18.0.3"
@@ -147,6 +148,7 @@ def test_uninstall_removes_what_it_installed_and_keeps_what_is_in_use(tmp_path: 
     done = uninstall.answers(n.annotations())["maca"]
     assert done.request == "uid-1" and done.kept == ("MXMACA 2.9.1: used by container(s) live",)
     assert labels.GPU_MACA_VERSION not in n.labels() and labels.MACA_VERSIONS not in n.annotations()
+    assert labels.MACA_READY not in n.labels()
     assert "maca" not in n.board.read_all()
     (n.root / "run/runc/live/state.json").unlink()
     n.clock.advance(60)

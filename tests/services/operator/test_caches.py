@@ -65,6 +65,7 @@ def _pod(name: str, node: str) -> dict[str, Any]:
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": BIG}]},
         "status": {
             "phase": "Running",
+            "startTime": "2026-01-01T00:00:01Z",
             "conditions": [{"type": "Ready", "status": "False"}],
             "containerStatuses": [
                 {"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": BIG}}},
@@ -99,7 +100,13 @@ def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_els
             "deletionTimestamp": None,
         },
         "spec": {"nodeName": "gpu-1"},
-        "status": {"phase": "Running", "ready": False, "restarts": 3, "waiting": ("CrashLoopBackOff",)},
+        "status": {
+            "phase": "Running",
+            "ready": False,
+            "restarts": 3,
+            "waiting": ("CrashLoopBackOff",),
+            "startTime": "2026-01-01T00:00:01Z",
+        },
     }
     assert BIG not in json.dumps(slim)
     assert rollout_driver.is_driver_pod(slim)

@@ -162,3 +162,16 @@ def test_an_unreadable_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 def test_nodes_and_node_names_exclude_each_other() -> None:
     with pytest.raises(SystemExit, match="2"):
         parse("rollout", "plan", "-f", "x", "--nodes", "3", "--node-names", "a")
+
+
+def test_on_canary_failure_rollback_in_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: `rollout plan` shows the choice and what it does to a failing canary (no retry, node-01 back)."""
+    document = json.loads(json.dumps(SEED_SPEC))
+    document["driver"]["upgradePolicy"]["onCanaryFailure"] = "rollback"
+    code, printed, _ = plan(capsys, "-f", write(tmp_path, document), "--nodes", "10", "--fail", "node-01")
+    out = " ".join(printed.split())  # the table's lines as words (the console wraps at its width)
+    assert code == 0
+    assert "If a node fails: a failed canary (step 1) is rolled back at once (onCanaryFailure: rollback)" in out
+    assert "retry" not in out  # maxFailureThreshold 3 does not apply to the canary
+    assert "onCanaryFailure: rollback, at once." in out and "loop 1: node-01" in out
+    assert "Outcome: RolledBack" in out

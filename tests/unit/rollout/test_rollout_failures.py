@@ -198,3 +198,57 @@ def test_a_changed_target_restarts_the_rollout_from_the_first_step() -> None:
     )
     assert (s.last_pod_spec_revision, s.upgrading_pod_spec_revision) == ("old", "newer")
     assert d.status.last_applied_spec == "old template"
+
+
+# --- onCanaryFailure ------------------------------------------------------------------------------------------------
+
+CANARY_FIRST = attrs.evolve(
+    NO_PAUSES,
+    upgrade_steps=(spec.UpgradeStep(IoP(1), pause=False), spec.UpgradeStep(IoP.of_percent(100), pause=False)),
+    max_failure_threshold=3,  # would retry three times: onCanaryFailure: rollback does not
+    fallback=spec.Fallback.PAUSE,
+)
+
+
+def _decisions_until_rolled_back(run: Run, failing: set[str]) -> list[rollout.Decision]:
+    seen = []
+    for _ in range(40):
+        seen.append(d := run.decide())
+        if condition(d, CT.SUCCEED).reason is Reason.ROLLED_BACK:
+            return seen
+        run.now += d.requeue_after or dt.timedelta(0)
+        run.settle(failing)
+    raise AssertionError("the rollout was not rolled back")
+
+
+def test_a_failed_canary_is_rolled_back_at_once_without_retries_and_no_other_node_is_touched() -> None:
+    """Issue 41 item 2: onCanaryFailure: rollback."""
+    run = Run(attrs.evolve(CANARY_FIRST, on_canary_failure=spec.OnCanaryFailure.ROLLBACK))
+    seen = _decisions_until_rolled_back(run, failing={"node-01"})
+    assert [d.upgrade for d in seen if d.upgrade] == [("node-01",)]  # the canary once: no retry round
+    assert [d.rollback for d in seen if d.rollback] == [("node-01",)]
+    begun = next(d for d in seen if d.status.phase is Phase.TERMINATING)
+    terminating, failure = condition(begun, CT.TERMINATING), condition(begun, CT.FAILED)
+    assert (terminating.reason, failure.reason, failure.status) == (
+        Reason.CANARY_ROLLBACK,
+        Reason.CANARY_FAILED,
+        CS.TRUE,
+    )
+    assert "node-01" in failure.message and "onCanaryFailure: rollback" in begun.status.message
+    end = seen[-1]
+    assert (end.status.phase, end.status.status.current_failure_retry) == (Phase.IDLING, 0)
+    assert run.revisions() == {rollout.Revision.OLD}
+
+
+def test_without_on_canary_failure_the_canary_gets_its_retries_then_the_fallback() -> None:
+    for policy in (CANARY_FIRST, attrs.evolve(CANARY_FIRST, on_canary_failure=spec.OnCanaryFailure.FALLBACK)):
+        run = Run(policy)
+        d = run.until(failed, failing={"node-01"})
+        assert (reason(d), d.status.status.current_failure_retry) == (Reason.FALLBACK_PAUSED, 3)
+
+
+def test_on_canary_failure_rollback_leaves_failures_of_later_steps_to_the_fallback() -> None:
+    run = Run(attrs.evolve(CANARY_FIRST, on_canary_failure=spec.OnCanaryFailure.ROLLBACK))
+    d = run.until(failed, failing={"node-05"})
+    assert (reason(d), condition(d, CT.FAILED).reason) == (Reason.FALLBACK_PAUSED, Reason.STEP_FAILED)
+    assert d.status.status.current_step_index == 1 and d.status.status.current_failure_retry == 3

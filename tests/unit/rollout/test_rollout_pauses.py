@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 
+import attrs
 from rollout_run import NAMES, NO_PAUSES, SEED, Run, reason, state
 
 from metax_core.rollout import machine as rollout
+from metax_core.rollout import status as rollout_status
 from metax_core.rollout.status import Reason, StepState
+from metax_core.spec import model as spec
+from metax_core.spec.model import IntOrPercent as IoP
 
 # --- pause --------------------------------------------------------------------------------------------------------
 
@@ -122,3 +126,40 @@ def test_a_node_that_fails_during_a_pause_is_caught_before_the_next_step() -> No
         Reason.STEP_RETRYING,
         1,
     )
+
+
+def test_a_consumed_confirmation_never_warns_again_across_steps_and_restarts() -> None:
+    """Issue 41 item 5: the administrator's previous confirmation stays in the annotation while the next step
+    waits; it is not reported as ignored, also when every decision starts from the stored document (an
+    operator restart between any two decisions keeps nothing else). A wrong value warns once."""
+    manual = spec.UpgradeStep(IoP(1))
+    three = attrs.evolve(SEED, upgrade_steps=(manual, spec.UpgradeStep(IoP(2)), spec.UpgradeStep(IoP.of_percent(100))))
+    run = Run(three, NAMES[:3])
+    warnings: list[str] = []
+    confirmed_steps = []
+    waited = 0
+    for _ in range(200):
+        d = run.decide()
+        warnings += [d.ignored_confirmation] if d.ignored_confirmation else []
+        run.status = rollout_status.from_document(rollout_status.to_document(d.status))  # the stored truth only
+        if run.status.status.confirm_token and run.confirmation != run.status.status.confirm_token:
+            assert d.status.status.last_confirmation == (run.confirmation or "")  # the consumed one, kept
+            waited += 1
+            if waited < 4:  # the administrator takes a while: the step is decided again (and again) meanwhile
+                continue
+            confirmed_steps.append(run.status.status.current_step_index)
+            run.confirm()
+            waited = 0
+        if d.status.phase is rollout_status.Phase.IDLING and run.revisions() == {rollout.Revision.NEW}:
+            break
+        run.now += d.requeue_after or dt.timedelta(0)
+        run.settle()
+    assert (confirmed_steps, warnings, run.revisions()) == ([0, 1, 2], [], {rollout.Revision.NEW})
+    run.new_revision = "rev-3"  # the next rollout: its first step waits while the old token is still there
+    for name in run.fleet.nodes:
+        run.fleet.set(name, revision=rollout.Revision.OLD)
+    run.until(lambda d: state(d) is StepState.STEP_PAUSED, resume=False)
+    assert run.decide().ignored_confirmation == ""
+    run.confirmation = "rev-3-step1-00000000"  # a mistyped token: one warning, then quiet
+    assert "ignored" in run.decide().ignored_confirmation
+    assert [run.decide().ignored_confirmation for _ in range(3)] == ["", "", ""]
