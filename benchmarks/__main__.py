@@ -78,6 +78,7 @@ MODULES = (
     Module("release", ("P9",), "a release: platforms, registry, bundle, pulled pods", late=True),
     Module("operator_scale", ("P1", "P2", "P3"), "the operator on kwok nodes", per_size=True, full_rows=True),
     Module("upgrade", ("R-UPGRADE",), "the operator's own upgrade: the agents' roll on kwok nodes"),
+    Module("drain", ("R-ROLLOUT",), "a driver rollout draining a busy fleet on kwok nodes"),
 )
 
 

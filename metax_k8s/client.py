@@ -370,6 +370,17 @@ class HttpApi:
         )
         return result
 
+    def evict(self, name: str, namespace: str) -> None:
+        res = self.resource("v1", "Pod")
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        what = target("Pod", name, namespace)
+        try:
+            self._send("POST", res.path(namespace, name) + "/eviction", verb="evict", what=what, body=body)
+        except retry.Retryable as exc:
+            if exc.status == 429:  # a budget's answer, not the server's load: the caller decides when to ask again
+                raise ClusterError("evict", what, exc.detail, 429) from exc
+            raise
+
     def merge_patch(
         self,
         api_version: str,

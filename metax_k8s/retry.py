@@ -198,3 +198,7 @@ class RetryingApi:
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         self.policy.call(lambda: self.inner.delete(api_version, kind, name, namespace))
+
+    def evict(self, name: str, namespace: str) -> None:
+        """A budget's refusal (429) is not retried (the inner `Api.evict` raises it as a plain `ClusterError`)."""
+        self.policy.call(lambda: self.inner.evict(name, namespace))

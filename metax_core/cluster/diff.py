@@ -74,6 +74,8 @@ class DriverChange:
     plan: sim.Simulation | None = None
     on_failure: str = ""
     """What happens to a node whose new driver fails (`metax_core.rollout.plan.on_failure`)."""
+    on_busy: str = ""
+    """What happens to a node running GPU workloads (`metax_core.rollout.plan.on_busy`)."""
 
 
 @attrs.frozen
@@ -176,7 +178,8 @@ def _driver(new: spec.ClusterOperatorSpec, nodes: tuple[str, ...], why: str) -> 
     if not policy.enable_rollout:
         return DriverChange(DriverMode.ALL_AT_ONCE, nodes, why)
     plan = sim.simulate(attrs.evolve(policy, pause=False), nodes) if nodes else None
-    return DriverChange(DriverMode.ROLLOUT, nodes, why, plan, rollout_plan.on_failure(policy))
+    on_failure, on_busy = rollout_plan.on_failure(policy), rollout_plan.on_busy(policy)
+    return DriverChange(DriverMode.ROLLOUT, nodes, why, plan, on_failure, on_busy)
 
 
 def _is_driver_daemonset(manifest: Mapping[str, Any]) -> bool:

@@ -298,6 +298,7 @@ def operator_rules() -> AccountRules:
     What it does with each: reconciles the ClusterOperator and writes its status and finalizer; applies and
     removes the component workloads, Services, ConfigMaps, ServiceAccounts and RBAC; labels and cleans nodes;
     deletes driver pods node by node during a rollout and reads every pod to tell busy GPU nodes (R-ROLLOUT);
+    with upgradePolicy.drain, cordons the nodes it drains and evicts their GPU pods (PodDisruptionBudgets read);
     keeps its leader Lease and fills its webhook certificate Secret (the chart creates it); patches the
     caBundle of its webhook configuration; emits Events.
     """
@@ -309,6 +310,10 @@ def operator_rules() -> AccountRules:
         Rule(group, ("clusteroperators/finalizers",), ("update",)),
         Rule("", ("nodes",), (*READ, "patch")),
         Rule("", ("pods",), READ),
+        # upgradePolicy.drain (issue 41): GPU workloads are evicted, never deleted, so PodDisruptionBudgets hold;
+        # the budgets are read to name the one that blocks a drain. Nodes are cordoned with the patch above.
+        Rule("", ("pods/eviction",), ("create",)),
+        Rule("policy", ("poddisruptionbudgets",), ("list",)),
         Rule("rbac.authorization.k8s.io", ("clusterroles", "clusterrolebindings"), ("list", "watch", "create")),
         Rule("rbac.authorization.k8s.io", ("clusterroles", "clusterrolebindings"), ("get", *WRITE), cluster_names),
         Rule("rbac.authorization.k8s.io", ("clusterroles",), ("bind",), cluster_names),

@@ -24,7 +24,7 @@ evicted, and what blocks a drain, is `metax_core.cluster.eviction`'s.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -75,7 +75,7 @@ def apply(
         else:
             held.append(attrs.evolve(entry, message=node.drain_blocker if node.busy else ""))
     if active and decision.waiting:
-        held += _start(policy, nodes, decision, held, released, now)
+        held += _start(policy, nodes, decision, held, released, now, timeout)
     return _with(decision, step, held, released, uncordon, now)
 
 
@@ -96,15 +96,18 @@ def _start(
     held: Sequence[DrainedNode],
     released: dict[str, DrainedNode],
     now: dt.datetime,
+    timeout: dt.timedelta,
 ) -> list[DrainedNode]:
-    """New nodes to drain: the machine's waiting nodes in its order, released ones only when no other waits, as
-    many as maxParallel leaves room for beside the nodes held and the driver pods restarting now."""
+    """New nodes to drain: the machine's waiting nodes in its order, as many as maxParallel leaves room for beside
+    the nodes held and the driver pods restarting now. A released node waits out one more timeout, uncordoned,
+    and is drained again only when no other node waits."""
     taken = {n.name for n in held}
     restarting = {n.name for n in nodes if n.in_flight} | set(decision.upgrade) | set(decision.rollback)
     room = rollout_plan.loop_size(policy.max_parallel, len(nodes)) - len(taken | restarting)
     waiting = [name for name in decision.waiting if name not in taken]
     fresh = [name for name in waiting if name not in released]
-    chosen = (fresh or waiting)[: max(0, room)]
+    again = [name for name in waiting if name in released and now - released[name].since >= timeout]
+    chosen = (fresh or again)[: max(0, room)]
     for name in chosen:
         released.pop(name, None)
     by_name = {n.name: n for n in nodes}
@@ -150,3 +153,9 @@ def describe(step: StepStatus) -> str:
             "released after the drain timeout: " + "; ".join(f"{n.name} ({n.message})" for n in step.released_nodes)
         )
     return "; ".join(text)
+
+
+def to_uncordon(decision: Decision, marked: Iterable[str]) -> tuple[str, ...]:
+    """The decision's nodes to give back, and every node still carrying the rollout's cordon mark that it does not
+    hold (an operator stopped between cordoning a node and storing the status that says so, or a status lost)."""
+    return tuple(sorted(set(decision.uncordon) | (set(marked) - set(decision.drain))))

@@ -245,6 +245,7 @@ def snapshot(
     ready_timeout: float,
     crash_restarts: int,
     verdicts: Mapping[str, driver_verdict.Verdict] | None = None,
+    drain_blockers: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """Every node in scope (GPU nodes and nodes with a driver pod; `places_no_other_node` narrows it to the
     latter) with its revision, readiness and failure.
@@ -256,6 +257,7 @@ def snapshot(
     live_rev = template_revision(live_ds) or new_rev
     old_driver = ((live_ds or {}).get("metadata") or {}).get("annotations", {}).get(DRIVER_SPEC_ANNOTATION, "")
     pods_by_node = pick_pods(driver_pods)
+    blockers = drain_blockers or {}
     scope = (
         set(pods_by_node) if places_no_other_node(live_ds, len(pods_by_node)) else set(gpu_nodes) | set(pods_by_node)
     )
@@ -265,7 +267,11 @@ def snapshot(
         pod = pods_by_node.get(name)
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             rev = model.Revision.NEW if live_rev == new_rev else model.Revision.OLD
-            nodes.append(model.Node(name, rev, ready=False, failed=False, busy=name in busy))
+            nodes.append(
+                model.Node(
+                    name, rev, ready=False, failed=False, busy=name in busy, drain_blocker=blockers.get(name, "")
+                )
+            )
             continue
         revision = model.Revision.NEW if pod_revision(pod) == new_rev else model.Revision.OLD
         ready = pod_ready(pod)
@@ -273,7 +279,11 @@ def snapshot(
         failed = pod_failed(pod, now, ready_timeout=ready_timeout, crash_restarts=crash_restarts, verdict=verdict)
         if not ready and not failed and (at := fails_at(pod, ready_timeout=ready_timeout)) is not None:
             deadlines.append(at)
-        nodes.append(model.Node(name, revision, ready=ready, failed=failed, busy=name in busy))
+        nodes.append(
+            model.Node(
+                name, revision, ready=ready, failed=failed, busy=name in busy, drain_blocker=blockers.get(name, "")
+            )
+        )
     fleet = model.Fleet(
         nodes,
         old_revision=live_rev,

@@ -139,3 +139,17 @@ def on_failure(policy: spec.UpgradePolicy) -> str:
     if policy.on_canary_failure is spec.OnCanaryFailure.ROLLBACK:
         return f"a failed canary (step 1) is rolled back at once (onCanaryFailure: rollback); later steps: {later}"
     return f"every step: {later}"
+
+
+def on_busy(policy: spec.UpgradePolicy) -> str:
+    """What the rollout does with a node running GPU workloads, in words (``rollout plan``, ``diff``)."""
+    drain = policy.drain
+    if drain is None or not drain.enable:
+        return "wait for its GPU workloads to end (drain is off)"
+    allowed = [what for what, on in (("bare pods", drain.force), ("emptyDir pods", drain.delete_empty_dir)) if on]
+    only = f" with labels {dict(drain.pod_selector)}" if drain.pod_selector else ""
+    also = f", {' and '.join(allowed)} too" if allowed else ""
+    return (
+        f"drain it: cordon, evict its GPU pods{only} through the Eviction API{also}, at most {policy.max_parallel} "
+        f"nodes at a time; released after {drain.timeout_seconds}s if they do not leave"
+    )

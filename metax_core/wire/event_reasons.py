@@ -25,6 +25,12 @@ CRD_UPGRADED: Final = "CRDUpgraded"
 """The operator applied its own release's ClusterOperator CRD at start (R-UPGRADE, `metax_core.cluster.crd_policy`)."""
 CRD_OUTDATED: Final = "CRDOutdated"
 """The CRD serves an older release's schema and could not be brought up to date: nothing is reconciled."""
+ROLLOUT_DRAIN_EVICTED: Final = "RolloutDrainEvicted"
+"""On a Node the driver rollout drains (upgradePolicy.drain): which GPU pods it evicted, and whether it cordoned it."""
+ROLLOUT_DRAIN_BLOCKED: Final = "RolloutDrainBlocked"
+"""On a Node being drained: what keeps its GPU workloads there (pods the drain may not evict, budgets)."""
+ROLLOUT_UNCORDONED: Final = "RolloutUncordoned"
+"""On a Node the driver rollout cordoned and gives back (its driver is done, the drain timed out, or a pause)."""
 VF_COUNT_CHANGED: Final = "VfCountChanged"
 """On a gpu-device pod recreated because its node's VF count changed (R-VF)."""
 
@@ -107,6 +113,9 @@ ALL: Final = (
     CONFIRMATION_IGNORED,
     DRIVER_POD_DELETED,
     VF_COUNT_CHANGED,
+    ROLLOUT_DRAIN_EVICTED,
+    ROLLOUT_DRAIN_BLOCKED,
+    ROLLOUT_UNCORDONED,
     CREATED,
     APPLIED,
     PRUNED,

@@ -43,6 +43,11 @@ the containers' images, which the revision leaves out: a new operator release al
 DRIVER_SPEC = PREFIX + "driver-spec"
 """On the driver DaemonSet: the ``spec.driver`` (JSON) it was rendered from (rollback reads it back)."""
 
+# -- on nodes the operator cordons ---------------------------------------------------------------------------
+ROLLOUT_CORDON = PREFIX + "rollout-cordon"
+"""On a node the driver rollout cordoned to drain it (upgradePolicy.drain): when. Only a node carrying it is
+uncordoned by the operator, so a node cordoned by someone else stays cordoned after the rollout (issue 41)."""
+
 # -- on cluster-operator ------------------------------------------------------------------------------------
 ROLLOUT_CONFIRM = PREFIX + "rollout-confirm"
 """Its value, a waiting step's ``confirmToken``, confirms that step (R-ROLLOUT, docs/rollout.md)."""

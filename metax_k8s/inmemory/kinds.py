@@ -50,6 +50,7 @@ BUILTIN: tuple[KindInfo, ...] = (
     _k("rbac.authorization.k8s.io/v1", "Role", "roles", True),
     _k("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
     _k("coordination.k8s.io/v1", "Lease", "leases", True),
+    _k("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True, status=True, generation=True),
     _k("events.k8s.io/v1", "Event", "events", True),
     _k("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False, True, True),
     _k(

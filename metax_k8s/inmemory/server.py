@@ -39,6 +39,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.cluster import eviction
 from metax_core.errors import ClusterError, Conflict, NotFound, NotServed
 from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
@@ -461,6 +462,25 @@ class InMemoryApiServer:
                     self._kinds.pop((served.api_version, served.kind), None)
                     for other_key in [k for k in self._objects if k[:2] == (served.api_version, served.kind)]:
                         self._remove(served, other_key, self._objects[other_key])
+
+    def evict(self, name: str, namespace: str) -> None:
+        """As the real server: refused (429) while a PodDisruptionBudget of the pod's namespace that selects it
+        allows no disruption (its status, which this server's tests write as the disruption controller would);
+        else the pod is deleted."""
+        what = target("Pod", name, namespace)
+        with self._cond:
+            self._fault("evict", what)
+            _, stored = self._existing("evict", what, self._info("v1", "Pod"), name, namespace)
+            labels = stored.obj["metadata"].get("labels") or {}
+            for key, budget in self._objects.items():
+                if key[:3] != ("policy/v1", "PodDisruptionBudget", namespace):
+                    continue
+                selector = (budget.obj.get("spec") or {}).get("selector")
+                allowed = int((budget.obj.get("status") or {}).get("disruptionsAllowed") or 0)
+                if eviction.selects(selector, labels) and allowed < 1:
+                    detail = f"Cannot evict pod as it would violate the pod's disruption budget {key[3]}."
+                    raise ClusterError("evict", what, detail, 429)
+        self.delete("v1", "Pod", name, namespace)
 
     def _remove(self, info: kinds.KindInfo, key: _Key, stored: _Stored) -> None:
         del self._objects[key]

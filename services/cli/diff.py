@@ -275,8 +275,8 @@ def _refused(errors: list[FieldError], server: str, output: str) -> int:
 def as_json(p: diff.Prediction) -> dict[str, Any]:
     """``{"refused": [], "objects": [{"apiVersion","kind","name","namespace","action",
         "diff"}], "restarts": [{"workload",
-        "action","nodes","why"}], "driver": {"mode","nodes","why","plan": [[nodes of each loop] per step],"onFailure"} |
-    null}``."""
+        "action","nodes","why"}], "driver": {"mode","nodes","why","plan": [[nodes of each loop] per step],
+    "onFailure","onBusy"} | null}``."""
     driver = p.driver
     return {
         "refused": [str(e) for e in p.refused],
@@ -302,6 +302,7 @@ def as_json(p: diff.Prediction) -> dict[str, Any]:
             "why": driver.why,
             "plan": None if driver.plan is None else [[list(b) for b in s.batches] for s in driver.plan.steps],
             "onFailure": driver.on_failure,
+            "onBusy": driver.on_busy,
         },
     }
 
@@ -326,3 +327,5 @@ def print_prediction(p: diff.Prediction) -> None:
                 console.print(f"  step {step.index + 1}: {loops}", markup=False)
         if d.on_failure:
             console.print(f"  if a node fails: {d.on_failure}", markup=False)
+        if d.on_busy:
+            console.print(f"  if a node runs GPU workloads: {d.on_busy}", markup=False)

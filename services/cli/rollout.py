@@ -169,6 +169,7 @@ def print_table(result: rollout_sim.Simulation, policy: spec.UpgradePolicy, tota
     plans = {p.index: p for p in rollout_plan.plan(policy, total)}
     console.print(f"Driver rollout plan: {_describe_policy(policy, total)}")
     console.print(f"If a node fails: {rollout_plan.on_failure(policy)}")
+    console.print(f"If a node runs GPU workloads: {rollout_plan.on_busy(policy)}")
     table = Table()
     for column in ("Step", "Replicas", "Loops", "Tolerates", "Pause"):
         table.add_column(column)

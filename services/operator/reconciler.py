@@ -49,7 +49,7 @@ from metax_core.spec import validation
 from metax_core.wire import driver_verdict, event_reasons, meta
 from metax_k8s import crd_sync
 from metax_k8s.api import Api
-from services.operator import applier, cleanup, rollout_driver, states, uninstall_wait
+from services.operator import applier, cleanup, drainer, rollout_driver, states, uninstall_wait
 from services.operator.informers import Informer
 from services.operator.settings import Settings
 
@@ -114,6 +114,7 @@ class Reconciler:
         self.caches = caches
         self.clock = clock
         self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
+        self.drainer = drainer.Drainer(api, objects, events, field_manager=settings.field_manager)
         self.render_settings = workloads.RenderSettings(
             namespace=settings.namespace,
             version=settings.version,
@@ -213,6 +214,8 @@ class Reconciler:
 
         if outcome is not None:
             self._apply_rollout(cr, outcome)
+            released = {n.name: n.message for n in outcome.status.status.released_nodes}
+            self.drainer.apply(outcome.drain, outcome.uncordon, s.driver.upgrade_policy.drain, now, released)
         vf_nums = self._recreate_for_vf_changes(cr, Component.GPU_DEVICE in rendered.plan.deploy)
 
         gpu_nodes = self._gpu_nodes()
@@ -351,8 +354,11 @@ class Reconciler:
         live_ds = self._lookup("DaemonSet", components.DRIVER_DAEMONSET)
         busy: set[str] = set()
         prev = rollout_driver.previous_status(cr.get("status"))
+        blockers: dict[str, str] = {}
         if (prev is not None and prev.upgrading) or fleet.behind(desired, driver_pods):
             busy = self._busy_nodes()  # only when a driver pod may be restarted: a cluster-wide list
+            held = [n.name for n in prev.status.draining_nodes] if prev is not None else []
+            blockers = self.drainer.blockers(held, s.driver.upgrade_policy.drain)
         return rollout_driver.drive(
             s=s,
             desired=desired,
@@ -367,6 +373,12 @@ class Reconciler:
             confirmation=((cr.get("metadata") or {}).get("annotations") or {}).get(CONFIRM_ANNOTATION),
             agent_max_unavailable=fleet.agent_pace(s.agent_update.max_unavailable, len(driver_pods)),
             verdicts=self._driver_verdicts(),
+            drain_blockers=blockers,
+            cordoned=[
+                str(n["metadata"]["name"])
+                for n in self.caches.nodes.items()
+                if meta.ROLLOUT_CORDON in (n["metadata"].get("annotations") or {})
+            ],
         )
 
     def _driver_verdicts(self) -> dict[str, driver_verdict.Verdict]:

@@ -24,6 +24,7 @@ from metax_core.cluster.components import Component
 from metax_core.cluster.workloads import COMPONENT_LABEL
 from metax_core.errors import InvalidSpec
 from metax_core.ports.cluster import RawObject
+from metax_core.rollout import drain as rollout_drain
 from metax_core.rollout import fleet, machine
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
@@ -53,6 +54,9 @@ class Outcome:
     ignored_confirmation: str = ""
     agent_restarts: tuple[str, ...] = ()
     """Those of ``delete_pods`` deleted for this release's driver-manager only (`fleet.agent_restarts`)."""
+    drain: tuple[str, ...] = ()
+    """Nodes to hold cordoned and evict the GPU workloads of (`metax_core.rollout.drain`)."""
+    uncordon: tuple[str, ...] = ()
 
 
 def previous_status(cr_status: Mapping[str, Any] | None) -> rollout_status.UpgradeStatus | None:
@@ -81,7 +85,10 @@ def drive(
     confirmation: str | None = None,
     agent_max_unavailable: int = 1,
     verdicts: Mapping[str, driver_verdict.Verdict] | None = None,
+    drain_blockers: Mapping[str, str] | None = None,
+    cordoned: Sequence[str] = (),
 ) -> Outcome:
+    """``cordoned``: the nodes carrying the rollout's cordon mark (`metax_k8s.cordon`), from the node cache."""
     new_manifest = fleet.stamped(desired, s.driver)
     snap = fleet.snapshot(
         new_manifest=new_manifest,
@@ -93,6 +100,7 @@ def drive(
         ready_timeout=ready_timeout,
         crash_restarts=crash_restarts,
         verdicts=verdicts,
+        drain_blockers=drain_blockers,
     )
     previous = previous_status(cr_status)
     decision = machine.decide(s.driver.upgrade_policy, previous, snap.fleet, now, confirmation)
@@ -121,6 +129,8 @@ def drive(
         previous=previous,
         ignored_confirmation=decision.ignored_confirmation,
         agent_restarts=tuple(str(snap.pods_by_node[n]["metadata"]["name"]) for n in refresh),
+        drain=decision.drain,
+        uncordon=rollout_drain.to_uncordon(decision, cordoned),
     )
 
 

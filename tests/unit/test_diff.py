@@ -90,6 +90,7 @@ def test_a_driver_bump_with_rollout_follows_the_rollout_plan() -> None:
     assert [len(s.batches) for s in p.driver.plan.steps] == [1, 2]
     assert {o.name for o in p.objects} == {"metax-driver"}
     assert p.driver.on_failure == "every step: 0 retries, then fallback pause"
+    assert p.driver.on_busy == "wait for its GPU workloads to end (drain is off)"
 
 
 def test_a_driver_bump_predicts_what_a_failed_canary_does() -> None:
@@ -105,6 +106,22 @@ def test_a_driver_bump_predicts_what_a_failed_canary_does() -> None:
     assert p.driver is not None and p.driver.on_failure == (
         "a failed canary (step 1) is rolled back at once (onCanaryFailure: rollback); "
         "later steps: 1 retry, then fallback pause"
+    )
+
+
+def test_a_driver_bump_predicts_the_drain() -> None:
+    """Issue 41: `diff` says what happens to busy nodes before the edit is applied."""
+    policy = {
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": "100%", "pause": False}],
+        "maxParallel": 2,
+        "drain": {"enable": True, "timeoutSeconds": 90, "force": True, "podSelector": {"team": "ml"}},
+    }
+    live = {**BASE, "driver": {**BASE["driver"], "upgradePolicy": policy}}
+    p = predict({**live, "driver": {**live["driver"], "payload": {"version": "2.21.0"}}}, live)
+    assert p.driver is not None and p.driver.on_busy == (
+        "drain it: cordon, evict its GPU pods with labels {'team': 'ml'} through the Eviction API, bare pods too, "
+        "at most 2 nodes at a time; released after 90s if they do not leave"
     )
 
 

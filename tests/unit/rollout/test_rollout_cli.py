@@ -175,3 +175,15 @@ def test_on_canary_failure_rollback_in_the_table(tmp_path: Path, capsys: pytest.
     assert "retry" not in out  # maxFailureThreshold 3 does not apply to the canary
     assert "onCanaryFailure: rollback, at once." in out and "loop 1: node-01" in out
     assert "Outcome: RolledBack" in out
+
+
+def test_the_drain_choice_in_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: `rollout plan` says what the rollout does with busy nodes."""
+    document = json.loads(json.dumps(SEED_SPEC))
+    _, plain, _ = plan(capsys, "-f", write(tmp_path, document), "--nodes", "10")
+    assert "If a node runs GPU workloads: wait for its GPU workloads to end (drain is off)" in " ".join(plain.split())
+    document["driver"]["upgradePolicy"]["drain"] = {"enable": True, "timeoutSeconds": 300}
+    code, printed, _ = plan(capsys, "-f", write(tmp_path, document), "--nodes", "10")
+    out = " ".join(printed.split())
+    assert code == 0 and "If a node runs GPU workloads: drain it: cordon, evict its GPU pods" in out
+    assert "at most 50% nodes at a time; released after 300s" in out
