@@ -4,7 +4,8 @@ docs/rollout.md "Draining").
 Why it exists: a drain that evicts the wrong pod loses work, and one that cannot tell why a node does not empty
 leaves an administrator guessing. The rollout (`metax_core.rollout.drain`) decides *which nodes* to drain; this
 decides, for one node, *which pods*: only GPU workloads (`gpu_workloads.workload_node`: pods that are not the
-product's own and hold ``metax-tech.com/*`` devices), and of those only the ones ``upgradePolicy.drain`` allows:
+product's own and hold MetaX devices, through the device plugin or a DRA claim), and of those only the ones
+``upgradePolicy.drain`` allows:
 
 - a pod without the ``podSelector`` labels stays (it blocks the drain);
 - a pod of a DaemonSet stays (its controller would put it back on the node at once);
@@ -21,7 +22,7 @@ returns them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -116,12 +117,18 @@ def blocking_budgets(pod: Mapping[str, Any], budgets: Iterable[Mapping[str, Any]
     return found
 
 
-def plan(pods: Iterable[Mapping[str, Any]], drain: spec.Drain, budgets: Sequence[Mapping[str, Any]]) -> NodeEviction:
-    """The pods of one node to evict now, and what blocks its drain."""
+def plan(
+    pods: Iterable[Mapping[str, Any]],
+    drain: spec.Drain,
+    budgets: Sequence[Mapping[str, Any]],
+    claimed: Collection[gpu_workloads.Claim] = (),
+) -> NodeEviction:
+    """The pods of one node to evict now, and what blocks its drain; ``claimed``: the ResourceClaims holding MetaX
+    devices (`gpu_workloads.dra_claims`)."""
     evict: list[tuple[str, str]] = []
     blockers: list[str] = []
     for pod in pods:
-        if gpu_workloads.workload_node(pod) is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if gpu_workloads.workload_node(pod, claimed) is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
         why = refusal(pod, drain)
         if why is not None:

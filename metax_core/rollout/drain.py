@@ -12,8 +12,8 @@ node's driver pod is ready on the revision the rollout wants (or has failed) the
 - a node whose GPU workloads do not leave within ``timeoutSeconds`` is uncordoned and released: the status
   names it and what blocked it (`metax_core.rollout.model.Node.drain_blocker`), and it is drained again only
   when no other node waits;
-- ``pause: true``, drain switched off, and the end of the rollout (or a fallback pause) uncordon every node the
-  rollout holds; nothing new is drained then.
+- ``pause: true``, drain switched off, a step (or the fallback) waiting for an administrator, and the end of the
+  rollout uncordon every node the rollout holds; nothing new is drained then.
 
 The machine's own rules are untouched: the nodes it restarts, when, and in which direction. This layer only
 decides which busy nodes to empty for it and when to give them back, and keeps that in the status
@@ -56,7 +56,7 @@ def apply(
     drain = policy.drain
     step = previous.status
     upgrading = decision.status.upgrading
-    active = bool(drain and drain.enable) and upgrading and not policy.pause and not _held_by_fallback(decision)
+    active = bool(drain and drain.enable) and upgrading and not policy.pause and not _waits_for_admin(decision)
     target = Revision.OLD if decision.status.phase in _BACKWARD else Revision.NEW
     by_name = {n.name: n for n in nodes}
     restarting = set(decision.upgrade) | set(decision.rollback)
@@ -71,7 +71,9 @@ def apply(
         elif node.busy and now - entry.since >= timeout:
             uncordon.append(entry.name)
             why = node.drain_blocker or "its GPU workloads did not leave"
-            released[entry.name] = DrainedNode(entry.name, now, f"not drained in {timeout.seconds}s: {why}")
+            released[entry.name] = DrainedNode(
+                entry.name, now, f"not drained in {int(timeout.total_seconds())}s: {why}"
+            )
         else:
             held.append(attrs.evolve(entry, message=node.drain_blocker if node.busy else ""))
     if active and decision.waiting:
@@ -79,8 +81,8 @@ def apply(
     return _with(decision, step, held, released, uncordon, now)
 
 
-def _held_by_fallback(decision: Decision) -> bool:
-    """The fallback paused the rollout: it waits for an administrator, and nothing should stay cordoned meanwhile."""
+def _waits_for_admin(decision: Decision) -> bool:
+    """A step (or the fallback) waits for an administrator's confirmation: nothing stays cordoned meanwhile."""
     return bool(decision.status.status.confirm_token) and not decision.upgrade and not decision.rollback
 
 

@@ -17,8 +17,9 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from metax_core.cluster import eviction
-from metax_core.errors import ClusterError, NotFound
+from metax_core.cluster import eviction, gpu_workloads
+from metax_core.dra import slices as dra_slices
+from metax_core.errors import ClusterError, NotFound, NotServed
 from metax_core.ports.cluster import Events, EventType, ObjectRef, Objects, RawObject
 from metax_core.rollout.status import format_time
 from metax_core.spec import model as spec
@@ -52,13 +53,22 @@ class Drainer:
     def _budgets(self) -> Sequence[RawObject]:
         return self.objects.list(PDB_API, "PodDisruptionBudget").items
 
+    def metax_claims(self) -> frozenset[gpu_workloads.Claim]:
+        """The ResourceClaims allocated MetaX devices (none on a cluster that does not serve DRA)."""
+        try:
+            claims = self.objects.list(dra_slices.API_VERSION, "ResourceClaim", transform=_allocated_by_us).items
+        except NotServed:
+            return frozenset()
+        return gpu_workloads.dra_claims(claims)
+
     def plans(self, nodes: Iterable[str], drain: spec.Drain) -> dict[str, eviction.NodeEviction]:
-        """What to evict on each node and what blocks it (one list of pods per node, one of budgets in all)."""
+        """What to evict on each node and what blocks it (one list of pods per node, one of budgets and one of
+        claims in all)."""
         wanted = sorted(set(nodes))
         if not wanted:
             return {}
-        budgets = self._budgets()
-        return {node: eviction.plan(self._pods_on(node), drain, budgets) for node in wanted}
+        budgets, claimed = self._budgets(), self.metax_claims()
+        return {node: eviction.plan(self._pods_on(node), drain, budgets, claimed) for node in wanted}
 
     def blockers(self, nodes: Iterable[str], drain: spec.Drain | None) -> dict[str, str]:
         """For the nodes being drained: what keeps their GPU workloads there, in words (`Node.drain_blocker`)."""
@@ -140,3 +150,8 @@ class Drainer:
             type=EventType.WARNING if warning else EventType.NORMAL,
             action="Drain",
         )
+
+
+def _allocated_by_us(claim: RawObject) -> RawObject | None:
+    """A claim as `gpu_workloads.dra_claims` reads it, when it holds MetaX devices; None (dropped) otherwise."""
+    return claim if gpu_workloads.dra_claims([claim]) else None

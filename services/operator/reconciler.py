@@ -393,14 +393,15 @@ class Reconciler:
 
         Not a watch: a cluster-wide pod cache would hold every pod of the cluster for a question asked only
         during a rollout. The selector leaves our own pods to the server; each page is reduced to the nodes of
-        the pods that request a metax-tech.com/* resource before the next one arrives.
+        the pods that hold MetaX devices (a metax-tech.com/* resource, or a claim of `drainer.metax_claims`) before
+        the next one arrives.
         """
         listing = self.objects.list(
             "v1",
             "Pod",
             label_selector=f"!{workloads.COMPONENT_LABEL}",
             field_selector="status.phase=Running",
-            transform=gpu_workloads.workload_node,
+            transform=gpu_workloads.workload_nodes(self.drainer.metax_claims()),
         )
         return {str(item["nodeName"]) for item in listing.items}
 

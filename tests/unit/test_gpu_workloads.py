@@ -75,3 +75,35 @@ def test_busy_nodes_are_the_nodes_of_gpu_workloads_once_each() -> None:
         pod("gpu-4", resources=gpu, labels={"app": "train"}),
     ]
     assert gpu_workloads.busy_nodes(pods) == {"gpu-1", "gpu-4"}
+
+
+def claim(name: str, driver: str, namespace: str = "ml") -> dict[str, Any]:
+    """A ResourceClaim as the scheduler leaves it allocated (resource.k8s.io/v1 ``status.allocation``)."""
+    result = {"request": "gpus", "driver": driver, "pool": "gpu-1", "device": "gpu-0"}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "x"}}]}},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+
+
+def test_a_pod_holding_metax_devices_through_a_dra_claim_is_a_gpu_workload() -> None:
+    """Issue 41: the DRA driver's devices keep the rollout off the node (and a drain evicts them) like the
+    device plugin's. A pod names its claim in its spec, or the claim made from its template in its status."""
+    claimed = gpu_workloads.dra_claims(
+        [claim("trainer-gpus-x7k2p", "gpu.metax-tech.com"), claim("other-gpus", "gpu.nvidia.com"), {"metadata": {}}]
+    )
+    assert claimed == {("ml", "trainer-gpus-x7k2p")}
+    from_template = pod()
+    from_template["metadata"]["namespace"] = "ml"
+    from_template["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "trainer-gpus"}]
+    from_template["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "trainer-gpus-x7k2p"}]
+    named = pod()
+    named["metadata"]["namespace"] = "ml"
+    named["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "other-gpus"}]
+    assert gpu_workloads.workload_node(from_template, claimed) == {"nodeName": "gpu-1"}
+    assert gpu_workloads.workload_node(from_template) is None  # without the claims, nothing says it holds ours
+    assert gpu_workloads.workload_node(named, claimed) is None  # another driver's devices
+    assert gpu_workloads.busy_nodes([from_template, named], claimed) == {"gpu-1"}

@@ -1,10 +1,10 @@
 """A driver rollout drains a fleet that is never idle (issue 41 item 3; R-ROLLOUT; docs/rollout.md "Draining").
 
-Twelve kwok GPU nodes (4 GPUs each) run eight Deployments of three one-GPU pods, each with a PodDisruptionBudget
-allowing one disruption, placed by the real scheduler; the real disruption controller keeps the budgets'
-status and the API server's Eviction API enforces them. One node was cordoned by someone else before, one runs
-a bare GPU pod besides. The real operator rolls a new driver out with ``drain`` on, maxParallel 3 and a 20 s
-drain timeout.
+A hundred kwok GPU nodes (4 GPUs each) run a hundred Deployments of three one-GPU pods (300 GPU pods), each with
+a PodDisruptionBudget allowing one disruption, placed by the real scheduler; the real disruption controller
+keeps the budgets' status and the API server's Eviction API enforces them. One node was cordoned by someone
+else before, one runs a bare GPU pod besides. The real operator rolls a new driver out with ``drain`` on,
+maxParallel 10 and a 20 s drain timeout (`benchmarks/drain.py` times the same fleet without the bare pod).
 
 Asserted from the API's own watch streams and objects: never more than maxParallel nodes held cordoned by the
 rollout; no app ever below its budget (two ready pods); the bare pod is never evicted (no ``force``), its node is
@@ -32,7 +32,7 @@ from metax_dev.controlplane import cluster as controlplane
 
 pytestmark = pytest.mark.integration
 
-NODES, GPUS, APPS, REPLICAS, MAX_PARALLEL = 12, 4, 8, 3, 3
+NODES, GPUS, APPS, REPLICAS, MAX_PARALLEL = 100, 4, 100, 3, 10
 APPS_NS = "drain-apps"
 POLICY = {
     "enableRollout": True,
@@ -76,7 +76,7 @@ def test_a_busy_fleet_is_drained_within_max_parallel_and_its_budgets_and_given_b
             wait_for(
                 "every app's pods ready",
                 lambda: drainbed.ready_pods(env.api, APPS_NS) == dict.fromkeys(apps, REPLICAS),
-                timeout=120,
+                timeout=300,
             )
             spec = install(env, POLICY, names)
             watch = drainbed.Watch(env.api, names, APPS_NS, apps).start()
@@ -94,7 +94,7 @@ def test_a_busy_fleet_is_drained_within_max_parallel_and_its_budgets_and_given_b
             wait_for(
                 "the rollout complete",
                 lambda: upgrade(env).get("phase") == "Idling" and not upgrade(env).get("upgrading"),
-                timeout=300,
+                timeout=600,
             )
             recorder.stop()
             watch.stop()
