@@ -157,7 +157,8 @@ def pod_failed(
         return False
     if st.get("phase") == "Failed" or int(st.get("restarts") or 0) >= crash_restarts:
         return True
-    if verdict is not None and driver_verdict.applies_to(verdict, _started(pod)):
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    if verdict is not None and driver_verdict.applies_to(verdict, name, _started(pod)):
         return True
     if any(w in STUCK_REASONS for w in st.get("waiting") or ()):
         return True

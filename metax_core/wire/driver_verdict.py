@@ -10,10 +10,12 @@ watch sees it within a second and counts that node's driver pod failed (`applies
 silence only (a hang).
 
 The format has one owner, this module: driver-manager calls `encode`, the operator `decode`, and a round trip
-test checks that what one writes the other reads. A verdict is about the pod that wrote it: it carries the
-moment it was reached (the node's clock), and counts for a driver pod only when it was reached after the pod
-started (``status.startTime``, which the node's kubelet sets from the same clock), so a verdict left by an
-earlier pod never fails a new one. driver-manager removes the annotation once a driver loads.
+test checks that what one writes the other reads. A verdict is about the pod that wrote it and names it (the
+container's ``HOSTNAME``, which the runtime sets to the pod's name), so a verdict left by an earlier pod, say the
+refused canary's, never fails the pod that replaced it, even one started in the same second (a time rule did:
+the rollback's pod was counted failed once). A verdict without a pod name counts for a pod started no later
+than it was reached (``status.startTime``, the node's clock). driver-manager removes the annotation once a
+driver loads.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Verdict:
     message: str = attrs.field(converter=_bounded)
     at: dt.datetime = attrs.field(converter=_to_the_second)
     """When it was reached, to the second (the precision of the pod's ``startTime`` it is compared with)."""
+    pod: str = ""
+    """The driver pod whose driver-manager reached it (empty: not known)."""
 
     def describe(self) -> str:
         return f"{self.cause.value}: metax {self.version} cannot load: {self.message}"
@@ -73,6 +77,7 @@ def encode(verdict: Verdict) -> str:
             "version": verdict.version,
             "message": verdict.message,
             "at": verdict.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **({"pod": verdict.pod} if verdict.pod else {}),
         },
         separators=(",", ":"),
         ensure_ascii=False,
@@ -104,10 +109,15 @@ def decode(text: str) -> Verdict:
         raise ValueError(f"{ANNOTATION}.at: {fields['at']!r} is not an RFC 3339 time") from None
     if at.tzinfo is None:
         raise ValueError(f"{ANNOTATION}.at: {fields['at']!r} has no time zone")
-    return Verdict(cause, fields["version"], fields["message"], at)
+    pod = document.get("pod", "")
+    if not isinstance(pod, str):
+        raise ValueError(f"{ANNOTATION}.pod: must be a string")
+    return Verdict(cause, fields["version"], fields["message"], at, pod)
 
 
-def applies_to(verdict: Verdict, pod_started: dt.datetime | None) -> bool:
-    """Whether the verdict is the driver pod's own: reached after the pod started (a pod not started yet has
-    written none)."""
+def applies_to(verdict: Verdict, pod_name: str, pod_started: dt.datetime | None) -> bool:
+    """Whether the verdict is the driver pod's own: it names the pod; without a name, it was reached once the pod
+    had started (a pod not started yet has written none)."""
+    if verdict.pod:
+        return verdict.pod == pod_name
     return pod_started is not None and verdict.at >= _to_the_second(pod_started)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -88,9 +89,12 @@ class DriverManager(base.NodeAgentBase):
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        pod_name: str | None = None,
     ) -> None:
         super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.wall_clock = wall_clock
+        self.pod_name = os.environ.get("HOSTNAME", "") if pod_name is None else pod_name
+        """Its pod's name (the runtime sets HOSTNAME to it): a verdict names the pod that reached it."""
         self.verdict: driver_verdict.Verdict | None = None
         """The wanted driver cannot load (`driver_verdict`): published on the Node for the operator's rollout."""
         self.settings = settings
@@ -337,7 +341,7 @@ class DriverManager(base.NodeAgentBase):
         """The verdict that ``version`` cannot load; one already reached for the same cause and version keeps its
         moment and text (the Node is written once per verdict, not once per round)."""
         if self.verdict is None or (self.verdict.cause, self.verdict.version) != (cause, version):
-            self.verdict = driver_verdict.Verdict(cause, version, message, self.wall_clock())
+            self.verdict = driver_verdict.Verdict(cause, version, message, self.wall_clock(), self.pod_name)
 
     def _blocked(self, reason: str, message: str) -> str:
         self.failures += 1

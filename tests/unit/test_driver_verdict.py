@@ -22,9 +22,12 @@ T = dt.datetime(2026, 12, 6, 23, 0, 5, 750_000, tzinfo=dt.UTC)
     version=st.text(max_size=40),
     message=st.text(max_size=600),
     at=st.datetimes(min_value=dt.datetime(2000, 1, 1), timezones=st.just(dt.UTC)),
+    pod=st.text(max_size=63),
 )
-def test_what_is_encoded_decodes_to_the_same_verdict(cause: Cause, version: str, message: str, at: dt.datetime) -> None:
-    verdict = Verdict(cause, version, message, at)
+def test_what_is_encoded_decodes_to_the_same_verdict(
+    cause: Cause, version: str, message: str, at: dt.datetime, pod: str
+) -> None:
+    verdict = Verdict(cause, version, message, at, pod)
     assert driver_verdict.decode(driver_verdict.encode(verdict)) == verdict
     assert len(verdict.message) <= driver_verdict.MESSAGE_LIMIT
 
@@ -45,6 +48,7 @@ def test_the_moment_is_kept_to_the_second_in_utc() -> None:
         ('{"cause":"LoadRefused","version":2,"message":"m","at":"2026-12-06T23:00:05Z"}', ".version: must be a string"),
         ('{"cause":"LoadRefused","version":"1","message":"m","at":"yesterday"}', ".at: 'yesterday' is not an RFC"),
         ('{"cause":"LoadRefused","version":"1","message":"m","at":"2026-12-06T23:00:05"}', "has no time zone"),
+        ('{"cause":"LoadRefused","version":"1","message":"m","at":"2026-12-06T23:00:05Z","pod":7}', ".pod: must be"),
     ],
 )
 def test_anything_else_is_refused_naming_the_field(text: str, names: str) -> None:
@@ -53,9 +57,16 @@ def test_anything_else_is_refused_naming_the_field(text: str, names: str) -> Non
     assert names in str(caught.value)
 
 
-def test_a_verdict_counts_only_for_the_pod_that_started_before_it() -> None:
+def test_a_verdict_counts_only_for_the_pod_that_reached_it() -> None:
+    """The refused canary's verdict must not fail the pod that replaces it, even one started in the same second."""
+    verdict = Verdict(Cause.KERNEL_NOT_COVERED, "2.21.0", "no module for 6.1.0-57-amd64", T, "metax-driver-7xk2p")
+    assert driver_verdict.applies_to(verdict, "metax-driver-7xk2p", T - dt.timedelta(seconds=30))
+    assert not driver_verdict.applies_to(verdict, "metax-driver-q9w4z", T.replace(microsecond=0))
+
+
+def test_a_verdict_without_its_pod_counts_for_a_pod_started_before_it() -> None:
     verdict = Verdict(Cause.KERNEL_NOT_COVERED, "2.21.0", "no module for 6.1.0-57-amd64", T)
-    assert driver_verdict.applies_to(verdict, T - dt.timedelta(seconds=30))
-    assert driver_verdict.applies_to(verdict, T.replace(microsecond=0))  # the same second: startTime's precision
-    assert not driver_verdict.applies_to(verdict, T + dt.timedelta(seconds=1))  # a later pod: an earlier pod's verdict
-    assert not driver_verdict.applies_to(verdict, None)  # not started: it wrote none
+    assert driver_verdict.applies_to(verdict, "any", T - dt.timedelta(seconds=30))
+    assert driver_verdict.applies_to(verdict, "any", T.replace(microsecond=0))  # the same second: startTime's precision
+    assert not driver_verdict.applies_to(verdict, "any", T + dt.timedelta(seconds=1))  # a later pod
+    assert not driver_verdict.applies_to(verdict, "any", None)  # not started: it wrote none

@@ -297,6 +297,7 @@ def test_a_driver_the_kernel_refuses_pauses_the_rollout_at_the_canary(
     pods = driver_pods(env, nodes)
     new = pods[canary]
     assert new["metadata"]["uid"] != before[canary]
+    assert verdict.pod == new["metadata"]["name"]  # the verdict names its pod (the container's HOSTNAME)
     assert new["status"]["phase"] == "Running" and not ready(new), new["status"]  # its real probe says no
     assert rendered_version({"spec": new["spec"]}) == (payload_image(BROKEN), BROKEN)
     # The round that found the new payload built for another kernel kept the running driver, then published:

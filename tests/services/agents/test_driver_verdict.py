@@ -4,8 +4,9 @@ fail fast; R-ROLLOUT, R-DRIVER; `metax_core.wire.driver_verdict`).
 The writer is driver-manager's own round (a load the kernel refuses, a payload without a module for the running
 kernel); the reader is what the operator runs: the Node as its node cache keeps it (`informers.slim_node`), the
 driver pod as its pod cache keeps it (`informers.slim_pod`), `fleet.node_verdicts` and `fleet.pod_failed`. So the
-test never writes the annotation in the reader's form. With the default 600 s ready timeout, the pod that started
-before the verdict is failed at once; a pod started after it is not; a driver that loads takes the verdict away.
+test never writes the annotation in the reader's form. With the default 600 s ready timeout, the pod that reached
+the verdict (named by its HOSTNAME) is failed at once; the pod replacing it is not, even in the same second; a
+driver that loads takes the verdict away.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import datetime as dt
 import pathlib
 import shutil
 from typing import Any
+
+import pytest
 
 from metax_core.rollout import fleet
 from metax_core.wire import driver_verdict
@@ -25,6 +28,15 @@ from .test_driver_manager import NEW_VERSION, _running_ours, host
 
 READY_TIMEOUT = 600.0  # the operator's default METAX_DRIVER_READY_TIMEOUT
 NOW = dt.datetime.now(dt.UTC)
+
+
+POD = "metax-driver-x"
+"""The driver pod's name: the runtime sets the container's HOSTNAME to it (the process node does the same)."""
+
+
+@pytest.fixture(autouse=True)
+def _in_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOSTNAME", POD)
 
 
 def manager(n: Node, **overrides: object) -> agent.DriverManager:
@@ -41,11 +53,11 @@ def manager(n: Node, **overrides: object) -> agent.DriverManager:
     return bootstrap.bootstrap(settings, hw=agent.Hardware.of(n.fake.hw), ports=n.ports("driver"), clock=n.clock)
 
 
-def driver_pod(started: dt.datetime) -> dict[str, Any]:
+def driver_pod(started: dt.datetime, name: str = POD) -> dict[str, Any]:
     """The driver pod as the API returns it: Running, not Ready, created and started at ``started``."""
     stamp = started.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
-        "metadata": {"name": "metax-driver-x", "namespace": NAMESPACE, "creationTimestamp": stamp},
+        "metadata": {"name": name, "namespace": NAMESPACE, "creationTimestamp": stamp},
         "spec": {"nodeName": NODE},
         "status": {
             "phase": "Running",
@@ -76,13 +88,11 @@ def test_a_load_the_kernel_refuses_fails_the_pod_at_once_and_a_load_takes_the_ve
     m = manager(n)
     m.tick()
     verdict = verdict_of(n)
-    assert verdict is not None and (verdict.cause, verdict.version) == (
-        driver_verdict.Cause.LOAD_REFUSED,
-        PAYLOAD_VERSION,
-    )
+    assert verdict is not None
+    assert (verdict.cause, verdict.version, verdict.pod) == (driver_verdict.Cause.LOAD_REFUSED, PAYLOAD_VERSION, POD)
     assert failed(driver_pod(started), verdict)  # seconds old, 600 s timeout: failed by the verdict alone
     assert not failed(driver_pod(started), None)  # without it, the timeout would have to pass
-    assert not failed(driver_pod(verdict.at + dt.timedelta(seconds=1)), verdict)  # a later pod: not its verdict
+    assert not failed(driver_pod(verdict.at, "metax-driver-y"), verdict)  # the pod replacing it, same second
 
     written = n.node()["metadata"]["annotations"][driver_verdict.ANNOTATION]
     for _ in range(2):  # the back-off's retries fail the same way: the Node keeps the same verdict
