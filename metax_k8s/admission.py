@@ -121,14 +121,13 @@ def cluster_operator_errors(
 def _firmware_lock_errors(
     old: spec.ClusterOperatorSpec, new: spec.ClusterOperatorSpec, flashing_nodes: FlashingNodes
 ) -> list[FieldError]:
-    changed = policy.changed_firmware_fields(old.driver, new.driver)
-    if not changed:
-        return []
+    if not policy.changed_firmware_fields(old.driver, new.driver):
+        return []  # the nodes are asked only for such an edit
     try:
-        nodes = flashing_nodes()
-    except MetaxError as exc:  # cannot tell: the firmware fields stay as they are (the edit can be retried)
-        why = f"cannot be changed now: the webhook cannot tell whether firmware is being flashed ({exc})"
-        return [FieldError(path, why) for path in changed]
+        nodes: Collection[str] | None = flashing_nodes()
+    except MetaxError as exc:
+        log.warning("cannot tell which nodes flash firmware: %s", exc)
+        nodes = None
     return policy.firmware_edit_errors(old.driver, new.driver, nodes)
 
 

@@ -306,23 +306,27 @@ def changed_firmware_fields(old: spec.Driver, new: spec.Driver) -> tuple[str, ..
     return tuple(path for path, attr in FIRMWARE_FIELDS if _get(old, attr) != _get(new, attr))
 
 
-def firmware_edit_errors(old: spec.Driver, new: spec.Driver, flashing_nodes: Collection[str]) -> list[FieldError]:
+def firmware_edit_errors(
+    old: spec.Driver, new: spec.Driver, flashing_nodes: Collection[str] | None
+) -> list[FieldError]:
     """R-FW "no parameter changes while upgrading": one error per changed firmware field while flashing.
 
     The webhook refuses the edit with these errors; the driver-manager of a flashing node, if it sees a
-    change anyway (webhook down), finishes the flash with the parameters it started with.
+    change anyway (webhook down), finishes the flash with the parameters it started with. ``flashing_nodes``
+    None: the cluster cannot say which nodes flash, so the firmware fields stay as they are (the edit can be
+    retried).
     """
-    if not flashing_nodes:
+    if flashing_nodes is not None and not flashing_nodes:
         return []
-    nodes = ", ".join(sorted(flashing_nodes))
-    return [
-        FieldError(
-            path,
+    if flashing_nodes is None:
+        why = "cannot be changed now: the webhook cannot tell whether firmware is being flashed; try again"
+    else:
+        nodes = ", ".join(sorted(flashing_nodes))
+        why = (
             f"cannot be changed while firmware is being flashed (nodes: {nodes}); "
-            "wait for the NodeNeedReboot events, then change it",
+            "wait for the NodeNeedReboot events, then change it"
         )
-        for path in changed_firmware_fields(old, new)
-    ]
+    return [FieldError(path, why) for path in changed_firmware_fields(old, new)]
 
 
 def firmware_params_locked(old: spec.Driver, new: spec.Driver, flashing_nodes: Collection[str]) -> bool:

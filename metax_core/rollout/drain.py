@@ -24,7 +24,8 @@ evicted, and what blocks a drain, is `metax_core.cluster.eviction`'s.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -32,7 +33,7 @@ from metax_core.rollout import plan as rollout_plan
 from metax_core.rollout.model import Decision, Node, Revision
 from metax_core.rollout.status import DrainedNode, Phase, StepStatus, UpgradeStatus
 from metax_core.spec import model as spec
-from metax_core.wording import names
+from metax_core.wire import meta
 
 DRAIN_RECHECK = dt.timedelta(seconds=5)
 """Look again this soon while a node drains: its pods leave without an event the operator watches."""
@@ -77,7 +78,8 @@ def apply(
         else:
             held.append(attrs.evolve(entry, message=node.drain_blocker if node.busy else ""))
     if active and decision.waiting:
-        held += _start(policy, nodes, decision, held, released, now, timeout)
+        in_flight = {n.name for n in nodes if n.in_flight} | restarting
+        held += _start(policy, by_name, decision.waiting, in_flight, held, released, now, timeout)
     return _with(decision, step, held, released, uncordon, now)
 
 
@@ -93,27 +95,33 @@ def _done(node: Node, target: Revision, restarting: set[str]) -> bool:
 
 def _start(
     policy: spec.UpgradePolicy,
-    nodes: Sequence[Node],
-    decision: Decision,
+    by_name: Mapping[str, Node],
+    waiting: Sequence[str],
+    in_flight: set[str],
     held: Sequence[DrainedNode],
     released: dict[str, DrainedNode],
     now: dt.datetime,
     timeout: dt.timedelta,
 ) -> list[DrainedNode]:
-    """New nodes to drain: the machine's waiting nodes in its order, as many as maxParallel leaves room for beside
-    the nodes held and the driver pods restarting now. A released node waits out one more timeout, uncordoned,
-    and is drained again only when no other node waits."""
+    """New nodes to drain: the machine's ``waiting`` nodes in its order, as many as maxParallel leaves room for
+    beside the nodes held and the driver pods restarting now (``in_flight``). A released node waits out one more
+    timeout, uncordoned, and is drained again only when no other node waits."""
     taken = {n.name for n in held}
-    restarting = {n.name for n in nodes if n.in_flight} | set(decision.upgrade) | set(decision.rollback)
-    room = rollout_plan.loop_size(policy.max_parallel, len(nodes)) - len(taken | restarting)
-    waiting = [name for name in decision.waiting if name not in taken]
-    fresh = [name for name in waiting if name not in released]
-    again = [name for name in waiting if name in released and now - released[name].since >= timeout]
+    room = rollout_plan.loop_size(policy.max_parallel, len(by_name)) - len(taken | in_flight)
+    candidates = [name for name in waiting if name not in taken]
+    fresh = [name for name in candidates if name not in released]
+    again = [name for name in candidates if name in released and now - released[name].since >= timeout]
     chosen = (fresh or again)[: max(0, room)]
     for name in chosen:
         released.pop(name, None)
-    by_name = {n.name: n for n in nodes}
     return [DrainedNode(name, now, by_name[name].drain_blocker if name in by_name else "") for name in chosen]
+
+
+def marked(nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The nodes carrying the rollout's cordon mark (``metax-tech.com/rollout-cordon``), for `to_uncordon`."""
+    return [
+        str(n["metadata"]["name"]) for n in nodes if meta.ROLLOUT_CORDON in (n["metadata"].get("annotations") or {})
+    ]
 
 
 def _with(
@@ -141,20 +149,6 @@ def _with(
         uncordon=tuple(sorted(set(uncordon))),
         requeue_after=requeue,
     )
-
-
-def describe(step: StepStatus) -> str:
-    """The drained and released nodes in words (for the rollout's Event and ``rollout plan``); empty when none."""
-    text = []
-    if step.draining_nodes:
-        blocked = [f"{n.name}: {n.message}" for n in step.draining_nodes if n.message]
-        text.append(f"draining {names([n.name for n in step.draining_nodes])}")
-        text += [f"blocked by {'; '.join(blocked)}"] if blocked else []
-    if step.released_nodes:
-        text.append(
-            "released after the drain timeout: " + "; ".join(f"{n.name} ({n.message})" for n in step.released_nodes)
-        )
-    return "; ".join(text)
 
 
 def to_uncordon(decision: Decision, marked: Iterable[str]) -> tuple[str, ...]:

@@ -119,14 +119,19 @@ def pod_agent(pod: Pod) -> str | None:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(AGENT_ANNOTATION)
 
 
-def _created(pod: Pod) -> dt.datetime | None:
-    created = (pod.get("metadata") or {}).get("creationTimestamp")
-    if not created:
+def _time(pod: Pod, part: str, key: str) -> dt.datetime | None:
+    """The pod's ``part.key`` time; None when absent or unreadable."""
+    text = (pod.get(part) or {}).get(key)
+    if not text:
         return None
     try:
-        return rollout_status.parse_time(str(created))
+        return rollout_status.parse_time(str(text))
     except ValueError:
         return None
+
+
+def _created(pod: Pod) -> dt.datetime | None:
+    return _time(pod, "metadata", "creationTimestamp")
 
 
 def pod_ready(pod: Pod) -> bool:
@@ -134,13 +139,7 @@ def pod_ready(pod: Pod) -> bool:
 
 
 def _started(pod: Pod) -> dt.datetime | None:
-    started = (pod.get("status") or {}).get("startTime")
-    if not started:
-        return None
-    try:
-        return rollout_status.parse_time(str(started))
-    except ValueError:
-        return None
+    return _time(pod, "status", "startTime")
 
 
 def pod_failed(

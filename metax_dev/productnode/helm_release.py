@@ -226,6 +226,34 @@ class Release:
             args += ["--set", f"{component}.deploy=true"]
         return args
 
+    def upgrade_args(self, source: Source = IMPORTED) -> list[str]:
+        """``helm upgrade`` of `source` with the values `install_args` gives."""
+        args = self.install_args(source)
+        args[0] = "upgrade"
+        args.remove("--create-namespace")
+        return args
+
+    def cluster_operator(self) -> dict[str, Any]:
+        """cluster-operator as the API server has it now."""
+        done = self.kubectl("get", "clusteroperator", "cluster-operator", "-o", "json")
+        if done.returncode != 0:
+            raise ReleaseError(f"kubectl get clusteroperator cluster-operator failed: {done.stderr}")
+        cr: dict[str, Any] = json.loads(done.stdout)
+        return cr
+
+    def ctr(self, *args: str) -> str:
+        """``ctr`` on the GPU node's containerd (namespace k8s.io)."""
+        m = self.member
+        ctr = [str(m.bin_dir / "ctr"), "--address", str(m.containerd_socket), "-n", "k8s.io", *args]
+        return subprocess.run(ctr, capture_output=True, text=True, timeout=60, check=True).stdout
+
+    def retag_payload(self, repository: str) -> str:
+        """The driver payload image under another repository on the GPU node (a rebuilt payload of the same driver,
+        for a rollout that is a new driver revision driver-manager keeps; docs/realnode.md); its reference."""
+        rebuilt = PAYLOAD_IMAGE.replace("driver-image:", f"{repository}:")
+        self.ctr("images", "tag", PAYLOAD_IMAGE, rebuilt)
+        return rebuilt
+
     def create_pull_secret(self, source: Source) -> None:
         """The namespace and `source`'s pull secret, as an administrator creates them before the install."""
         if source.pull_secret is None:

@@ -17,6 +17,8 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
+import attrs
+
 from metax_core.cluster import eviction, gpu_workloads
 from metax_core.dra import slices as dra_slices
 from metax_core.errors import ClusterError, NotFound, NotServed
@@ -32,16 +34,26 @@ log = logging.getLogger(__name__)
 PDB_API = "policy/v1"
 
 
+@attrs.define
+class Look:
+    """What one reconcile read for a rollout's drain (`Drainer.look`)."""
+
+    claims: frozenset[gpu_workloads.Claim]
+    drain: spec.Drain | None
+    plans: dict[str, eviction.NodeEviction] = attrs.field(factory=dict)
+    budgets: Sequence[RawObject] | None = None
+
+    def blockers(self) -> dict[str, str]:
+        """Per node being drained: what keeps its GPU workloads there, in words (`Node.drain_blocker`)."""
+        return {node: p.describe() for node, p in self.plans.items() if p.blockers}
+
+
 class Drainer:
     def __init__(self, api: Api, objects: Objects, events: Events, *, field_manager: str) -> None:
         self.api = api
         self.objects = objects
         self.events = events
         self.cordons = cordon.Cordons(api, field_manager=field_manager)
-        self.evictions = 0
-        """Eviction requests sent (the benchmark and tests count them)."""
-        self.refused = 0
-        """Of those, refused by a PodDisruptionBudget (429)."""
         self._said: dict[str, str] = {}
         """The blockers last reported per node: a DrainBlocked Event only when they change, not every decision."""
 
@@ -61,20 +73,22 @@ class Drainer:
             return frozenset()
         return gpu_workloads.dra_claims(claims)
 
-    def plans(self, nodes: Iterable[str], drain: spec.Drain) -> dict[str, eviction.NodeEviction]:
-        """What to evict on each node and what blocks it (one list of pods per node, one of budgets and one of
-        claims in all)."""
-        wanted = sorted(set(nodes))
-        if not wanted:
-            return {}
-        budgets, claimed = self._budgets(), self.metax_claims()
-        return {node: eviction.plan(self._pods_on(node), drain, budgets, claimed) for node in wanted}
+    def look(self, held: Iterable[str], drain: spec.Drain | None) -> Look:
+        """What a reconcile reads once for the rollout: the MetaX claims (the busy-node rule needs them too) and,
+        for the nodes being drained, what to evict and what blocks them."""
+        seen = Look(self.metax_claims(), drain)
+        self.plan(seen, held)
+        return seen
 
-    def blockers(self, nodes: Iterable[str], drain: spec.Drain | None) -> dict[str, str]:
-        """For the nodes being drained: what keeps their GPU workloads there, in words (`Node.drain_blocker`)."""
-        if drain is None:
-            return {}
-        return {node: p.describe() for node, p in self.plans(nodes, drain).items() if p.blockers}
+    def plan(self, seen: Look, nodes: Iterable[str]) -> None:
+        """``seen.plans`` for ``nodes`` it lacks (one list of pods per node; the budgets listed once)."""
+        wanted = sorted(set(nodes) - set(seen.plans))
+        if seen.drain is None or not wanted:
+            return
+        if seen.budgets is None:
+            seen.budgets = self._budgets()
+        for node in wanted:
+            seen.plans[node] = eviction.plan(self._pods_on(node), seen.drain, seen.budgets, seen.claims)
 
     # -- apply --------------------------------------------------------------------------------------------------
 
@@ -82,11 +96,12 @@ class Drainer:
         self,
         drain_nodes: Sequence[str],
         uncordon: Sequence[str],
-        policy: spec.Drain | None,
+        seen: Look | None,
         now: dt.datetime,
         released: Mapping[str, str] | None = None,
     ) -> None:
-        """Uncordon, then cordon and evict; ``released``: nodes whose drain timed out, with what blocked them."""
+        """Uncordon, then cordon and evict (with what ``seen`` read, completed for nodes new to the drain);
+        ``released``: nodes whose drain timed out, with what blocked them."""
         for node in uncordon:
             why = (released or {}).get(node)
             message = (
@@ -100,16 +115,16 @@ class Drainer:
                     self._event(node, event_reasons.ROLLOUT_UNCORDONED, message, warning=bool(why))
             except ClusterError as exc:
                 log.warning("cannot uncordon node %s: %s", node, exc)
-        if not drain_nodes or policy is None:
+        if not drain_nodes or seen is None or seen.drain is None:
             return
-        plans = self.plans(drain_nodes, policy)
+        self.plan(seen, drain_nodes)
         for node in drain_nodes:
             try:
                 held = self.cordons.cordon(node, format_time(now))
             except ClusterError as exc:
                 log.warning("cannot cordon node %s, not evicting from it: %s", node, exc)
                 continue
-            plan = plans[node]
+            plan = seen.plans[node]
             if held and not plan.evict and not plan.blockers:
                 continue
             self._evict(node, plan, held)
@@ -117,15 +132,12 @@ class Drainer:
     def _evict(self, node: str, plan: eviction.NodeEviction, held: bool) -> None:
         evicted: list[str] = []
         for namespace, name in plan.evict:
-            self.evictions += 1
             try:
                 self.api.evict(name, namespace)
             except NotFound:
                 continue
             except ClusterError as exc:
-                if exc.status == 429:
-                    self.refused += 1
-                else:
+                if exc.status != 429:  # 429: a budget allows no disruption now; the next decision asks again
                     log.warning("cannot evict pod %s/%s from node %s: %s", namespace, name, node, exc)
                 continue
             evicted.append(f"{namespace}/{name}")

@@ -42,11 +42,12 @@ from metax_core.cluster import status as cluster_status
 from metax_core.cluster.components import Component
 from metax_core.errors import Conflict, FieldError, InvalidSpec, MetaxError, NotFound
 from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
+from metax_core.rollout import drain as rollout_drain
 from metax_core.rollout import fleet
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
 from metax_core.spec import validation
-from metax_core.wire import driver_verdict, event_reasons, meta
+from metax_core.wire import event_reasons, meta
 from metax_k8s import crd_sync
 from metax_k8s.api import Api
 from services.operator import applier, cleanup, drainer, rollout_driver, states, uninstall_wait
@@ -200,10 +201,10 @@ class Reconciler:
         monitoring = bool(self.caches.service_monitor_crd.items())  # watched: installing it wakes a reconcile
         rendered = workloads.render(s, attrs.evolve(self.render_settings, service_monitor=monitoring))
         objects = list(rendered.objects)
-        outcome = None
+        outcome, look = None, None
         index = workloads.driver_daemonset_index(objects)
         if index is not None:
-            outcome = self._rollout(s, cr, objects[index], now)
+            outcome, look = self._rollout(s, cr, objects[index], now)
             objects[index] = outcome.manifest
 
         results = states.sync_all(rendered.plan.deploy, objects, self.applier, self.caches.lookup)
@@ -215,7 +216,7 @@ class Reconciler:
         if outcome is not None:
             self._apply_rollout(cr, outcome)
             released = {n.name: n.message for n in outcome.status.status.released_nodes}
-            self.drainer.apply(outcome.drain, outcome.uncordon, s.driver.upgrade_policy.drain, now, released)
+            self.drainer.apply(outcome.drain, outcome.uncordon, look, now, released)
         vf_nums = self._recreate_for_vf_changes(cr, Component.GPU_DEVICE in rendered.plan.deploy)
 
         gpu_nodes = self._gpu_nodes()
@@ -348,17 +349,17 @@ class Reconciler:
 
     def _rollout(
         self, s: spec.ClusterOperatorSpec, cr: RawObject, desired: Mapping[str, Any], now: dt.datetime
-    ) -> rollout_driver.Outcome:
+    ) -> tuple[rollout_driver.Outcome, drainer.Look | None]:
+        """The rollout's decision, and what the drain read for it (applied after the objects, `drainer.apply`)."""
         pods = self.caches.pods.items()
         driver_pods = [p for p in pods if rollout_driver.is_driver_pod(p)]
         live_ds = self._lookup("DaemonSet", components.DRIVER_DAEMONSET)
         busy: set[str] = set()
         prev = rollout_driver.previous_status(cr.get("status"))
-        blockers: dict[str, str] = {}
+        look = None  # what the drain reads, used again when the decision is applied
         if (prev is not None and prev.upgrading) or fleet.behind(desired, driver_pods):
-            busy = self._busy_nodes()  # only when a driver pod may be restarted: a cluster-wide list
-            held = [n.name for n in prev.status.draining_nodes] if prev is not None else []
-            blockers = self.drainer.blockers(held, s.driver.upgrade_policy.drain)
+            look = self.drainer.look(rollout_drain.draining(prev), s.driver.upgrade_policy.drain)
+            busy = self._busy_nodes(look.claims)  # only when a driver pod may be restarted: a cluster-wide list
         return rollout_driver.drive(
             s=s,
             desired=desired,
@@ -372,36 +373,24 @@ class Reconciler:
             crash_restarts=self.settings.crash_loop_restarts,
             confirmation=((cr.get("metadata") or {}).get("annotations") or {}).get(CONFIRM_ANNOTATION),
             agent_max_unavailable=fleet.agent_pace(s.agent_update.max_unavailable, len(driver_pods)),
-            verdicts=self._driver_verdicts(),
-            drain_blockers=blockers,
-            cordoned=[
-                str(n["metadata"]["name"])
-                for n in self.caches.nodes.items()
-                if meta.ROLLOUT_CORDON in (n["metadata"].get("annotations") or {})
-            ],
-        )
+            nodes=self.caches.nodes.items(),
+            drain_blockers=look.blockers() if look is not None else {},
+        ), look
 
-    def _driver_verdicts(self) -> dict[str, driver_verdict.Verdict]:
-        """driver-manager's verdicts from the node cache (fail fast); one that cannot be read is logged and left out."""
-        verdicts, problems = fleet.node_verdicts(self.caches.nodes.items())
-        for problem in problems:
-            log.warning("ignoring driver-manager's verdict: %s", problem)
-        return verdicts
-
-    def _busy_nodes(self) -> set[str]:
+    def _busy_nodes(self, claims: frozenset[gpu_workloads.Claim]) -> set[str]:
         """Nodes with GPU workloads: one paged list of running pods that are not ours, only while a rollout may act.
 
         Not a watch: a cluster-wide pod cache would hold every pod of the cluster for a question asked only
         during a rollout. The selector leaves our own pods to the server; each page is reduced to the nodes of
-        the pods that hold MetaX devices (a metax-tech.com/* resource, or a claim of `drainer.metax_claims`) before
-        the next one arrives.
+        the pods that hold MetaX devices (a metax-tech.com/* resource, or one of ``claims``) before the next one
+        arrives.
         """
         listing = self.objects.list(
             "v1",
             "Pod",
             label_selector=f"!{workloads.COMPONENT_LABEL}",
             field_selector="status.phase=Running",
-            transform=gpu_workloads.workload_nodes(self.drainer.metax_claims()),
+            transform=gpu_workloads.workload_nodes(claims),
         )
         return {str(item["nodeName"]) for item in listing.items}
 

@@ -28,7 +28,6 @@ from metax_core.rollout import drain as rollout_drain
 from metax_core.rollout import fleet, machine
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import model as spec
-from metax_core.wire import driver_verdict
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +83,14 @@ def drive(
     crash_restarts: int,
     confirmation: str | None = None,
     agent_max_unavailable: int = 1,
-    verdicts: Mapping[str, driver_verdict.Verdict] | None = None,
+    nodes: Sequence[RawObject] = (),
     drain_blockers: Mapping[str, str] | None = None,
-    cordoned: Sequence[str] = (),
 ) -> Outcome:
-    """``cordoned``: the nodes carrying the rollout's cordon mark (`metax_k8s.cordon`), from the node cache."""
+    """``nodes``: the operator's node cache, where driver-manager's verdicts (fail fast) and the rollout's cordon
+    marks (`metax_k8s.cordon`) are read."""
+    verdicts, problems = fleet.node_verdicts(nodes)
+    for problem in problems:
+        log.warning("ignoring driver-manager's verdict: %s", problem)
     new_manifest = fleet.stamped(desired, s.driver)
     snap = fleet.snapshot(
         new_manifest=new_manifest,
@@ -130,7 +132,7 @@ def drive(
         ignored_confirmation=decision.ignored_confirmation,
         agent_restarts=tuple(str(snap.pods_by_node[n]["metadata"]["name"]) for n in refresh),
         drain=decision.drain,
-        uncordon=rollout_drain.to_uncordon(decision, cordoned),
+        uncordon=rollout_drain.to_uncordon(decision, rollout_drain.marked(nodes)),
     )
 
 

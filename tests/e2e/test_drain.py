@@ -17,7 +17,6 @@ driver-manager keeps, docs/realnode.md) wants the node:
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,25 +68,13 @@ class Drained:
     step: dict[str, Any]
 
 
-def _ctr(r: Release, *args: str) -> str:
-    ctr = [str(r.member.bin_dir / "ctr"), "--address", str(r.member.containerd_socket), "-n", "k8s.io"]
-    return subprocess.run([*ctr, *args], capture_output=True, text=True, timeout=60, check=True).stdout
-
-
-def _cr(r: Release) -> dict[str, Any]:
-    done = r.kubectl("get", "clusteroperator", "cluster-operator", "-o", "json")
-    assert done.returncode == 0, done.stderr
-    cr: dict[str, Any] = json.loads(done.stdout)
-    return cr
-
-
 def _step(r: Release) -> dict[str, Any]:
-    return dict((((_cr(r).get("status") or {}).get("upgradeStatus") or {}).get("status")) or {})
+    return dict((((r.cluster_operator().get("status") or {}).get("upgradeStatus") or {}).get("status")) or {})
 
 
 def _describe(r: Release) -> str:
     pods = r.kubectl("get", "pods", "-A", "-o", "wide").stdout
-    status = json.dumps(_cr(r).get("status") or {}, indent=1)[-3000:]
+    status = json.dumps(r.cluster_operator().get("status") or {}, indent=1)[-3000:]
     events = r.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp").stdout[-3000:]
     return f"{pods}\n--- cluster-operator status\n{status}\n--- events\n{events}"
 
@@ -145,13 +132,7 @@ def drained(
         airgap_allowed=[registry.host],
     ) as r:
         try:
-            _ctr(
-                r,
-                "images",
-                "tag",
-                helm_release.PAYLOAD_IMAGE,
-                helm_release.PAYLOAD_IMAGE.replace("driver-image:", f"{REBUILT_PAYLOAD}:"),
-            )
+            r.retag_payload(REBUILT_PAYLOAD)
             r.create_pull_secret(source)
             r.helm(*r.install_args(source), *DRAIN_VALUES)
             apps.create_namespaced_deployment("default", _deployment(r.node))
@@ -167,10 +148,7 @@ def drained(
                 timeout=WAIT,
                 explain=lambda: _describe(r),
             )
-            upgrade = r.install_args(source)
-            upgrade[0] = "upgrade"
-            upgrade.remove("--create-namespace")
-            r.helm(*upgrade, *DRAIN_VALUES, "--set", f"driver.payload.name={REBUILT_PAYLOAD}")
+            r.helm(*r.upgrade_args(source), *DRAIN_VALUES, "--set", f"driver.payload.name={REBUILT_PAYLOAD}")
 
             released = helm_release.poll(
                 lambda: next((n for n in _step(r).get("releasedNodes") or [] if n["name"] == r.node), None),
@@ -189,7 +167,7 @@ def drained(
             kube.delete_namespaced_pod(NOTEBOOK, "default", grace_period_seconds=0)
 
             def done() -> bool:
-                cr = _cr(r)
+                cr = r.cluster_operator()
                 upgrading = ((cr.get("status") or {}).get("upgradeStatus") or {}).get("upgrading")
                 return not upgrading and (p := _trainer(kube)) is not None and p.metadata.uid != back.metadata.uid
 

@@ -108,22 +108,7 @@ class Journey:
 
 
 def _upgrade_args(r: Release, source: helm_release.Source) -> list[str]:
-    args = r.install_args(source)
-    args[0] = "upgrade"
-    args.remove("--create-namespace")
-    return [*args, *ROLLOUT_VALUES]
-
-
-def _ctr(r: Release, *args: str) -> str:
-    ctr = [str(r.member.bin_dir / "ctr"), "--address", str(r.member.containerd_socket), "-n", "k8s.io"]
-    return subprocess.run([*ctr, *args], capture_output=True, text=True, timeout=60, check=True).stdout
-
-
-def _cr(r: Release) -> dict[str, Any]:
-    done = r.kubectl("get", "clusteroperator", "cluster-operator", "-o", "json")
-    assert done.returncode == 0, done.stderr
-    cr: dict[str, Any] = json.loads(done.stdout)
-    return cr
+    return [*r.upgrade_args(source), *ROLLOUT_VALUES]
 
 
 def _condition(cr: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -132,7 +117,7 @@ def _condition(cr: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def _describe(r: Release) -> str:
     described = r.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout
-    status = json.dumps((_cr(r).get("status") or {}), indent=1)[-3000:]
+    status = json.dumps((r.cluster_operator().get("status") or {}), indent=1)[-3000:]
     events = r.kubectl("get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp").stdout[-3000:]
     return f"{described}\n--- cluster-operator status\n{status}\n--- events\n{events}"
 
@@ -211,7 +196,7 @@ def _devices(r: Release) -> list[str]:
 
 def _moment(r: Release, kube: client.CoreV1Api) -> Moment:
     def ready() -> dict[str, Any] | None:
-        current = _cr(r)
+        current = r.cluster_operator()
         return current if _condition(current, "Ready").get("status") == "True" else None
 
     cr = helm_release.poll(
@@ -288,14 +273,7 @@ def journey(
         airgap_allowed=[registry.host],
     ) as r:
         try:
-            # the rollout's payload: the same payload image under another repository, on the GPU node
-            _ctr(
-                r,
-                "images",
-                "tag",
-                helm_release.PAYLOAD_IMAGE,
-                helm_release.PAYLOAD_IMAGE.replace("driver-image:", f"{REBUILT_PAYLOAD}:"),
-            )
+            r.retag_payload(REBUILT_PAYLOAD)  # the rollout's payload: the same payload under another repository
             _fresh_cluster(r)
             r.create_pull_secret(old_source)
             r.helm(*r.install_args(old_source))
@@ -303,7 +281,7 @@ def journey(
             _wait_release(r, target.registry, loaded_old.version, daemonsets)
             r.helm(*_upgrade_args(r, old_source))  # N-1 again, with the rollout
             helm_release.poll(
-                lambda: (u := _rollout(_cr(r)))["currentStepState"] == "StepPaused" and u["confirmToken"],
+                lambda: (u := _rollout(r.cluster_operator()))["currentStepState"] == "StepPaused" and u["confirmToken"],
                 "the rollout paused at step 1 with a confirm token",
                 timeout=WAIT,
                 explain=lambda: _describe(r),

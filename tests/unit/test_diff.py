@@ -93,6 +93,12 @@ def test_a_driver_bump_with_rollout_follows_the_rollout_plan() -> None:
     assert p.driver.on_busy == "wait for its GPU workloads to end (drain is off)"
 
 
+def _driver_bump(policy: dict[str, Any]) -> diff.Prediction:
+    """The prediction for a new payload version under ``policy`` (a rollout starts)."""
+    live = {**BASE, "driver": {**BASE["driver"], "upgradePolicy": policy}}
+    return predict({**live, "driver": {**live["driver"], "payload": {"version": "2.21.0"}}}, live)
+
+
 def test_a_driver_bump_predicts_what_a_failed_canary_does() -> None:
     """Issue 41: `diff` predicts onCanaryFailure: rollback before the edit is applied."""
     policy = {
@@ -101,8 +107,7 @@ def test_a_driver_bump_predicts_what_a_failed_canary_does() -> None:
         "maxFailureThreshold": 1,
         "onCanaryFailure": "rollback",
     }
-    live = {**BASE, "driver": {**BASE["driver"], "upgradePolicy": policy}}
-    p = predict({**live, "driver": {**live["driver"], "payload": {"version": "2.21.0"}}}, live)
+    p = _driver_bump(policy)
     assert p.driver is not None and p.driver.on_failure == (
         "a failed canary (step 1) is rolled back at once (onCanaryFailure: rollback); "
         "later steps: 1 retry, then fallback pause"
@@ -117,8 +122,7 @@ def test_a_driver_bump_predicts_the_drain() -> None:
         "maxParallel": 2,
         "drain": {"enable": True, "timeoutSeconds": 90, "force": True, "podSelector": {"team": "ml"}},
     }
-    live = {**BASE, "driver": {**BASE["driver"], "upgradePolicy": policy}}
-    p = predict({**live, "driver": {**live["driver"], "payload": {"version": "2.21.0"}}}, live)
+    p = _driver_bump(policy)
     assert p.driver is not None and p.driver.on_busy == (
         "drain it: cordon, evict its GPU pods with labels {'team': 'ml'} through the Eviction API, bare pods too, "
         "at most 2 nodes at a time; released after 90s if they do not leave"

@@ -20,11 +20,10 @@ import pytest
 
 from metax_core.rollout import fleet
 from metax_core.wire import driver_verdict
-from services.driver_manager import agent, bootstrap, config
 from services.operator import informers
 
 from .conftest import NAMESPACE, NODE, PAYLOAD_VERSION, Node, make_node, write_payload
-from .test_driver_manager import NEW_VERSION, _running_ours, host
+from .test_driver_manager import NEW_VERSION, _running_ours, host, manager
 
 READY_TIMEOUT = 600.0  # the operator's default METAX_DRIVER_READY_TIMEOUT
 NOW = dt.datetime.now(dt.UTC)
@@ -37,20 +36,6 @@ POD = "metax-driver-x"
 @pytest.fixture(autouse=True)
 def _in_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOSTNAME", POD)
-
-
-def manager(n: Node, **overrides: object) -> agent.DriverManager:
-    values: dict[str, object] = {
-        "node_name": NODE,
-        "host_root": n.root,
-        "namespace": NAMESPACE,
-        "payload_version": PAYLOAD_VERSION,
-        "payload_dir": str(n.payload),
-        "host_module_tools": False,
-        **overrides,
-    }
-    settings = config.Settings(**values)  # type: ignore[arg-type]
-    return bootstrap.bootstrap(settings, hw=agent.Hardware.of(n.fake.hw), ports=n.ports("driver"), clock=n.clock)
 
 
 def driver_pod(started: dt.datetime, name: str = POD) -> dict[str, Any]:
