@@ -54,13 +54,109 @@ class PciFunction:
     """For a PF, its enabled VFs in ``virtfnN`` order."""
 
 
+# -- health: what a reading shows (the rules that judge it: `metax_core.health`) --------------------------------
+
+
+class Severity(enum.IntEnum):
+    """How bad a GPU's state is; a GPU's severity is its worst fault's."""
+
+    FINE = 0
+    DEGRADED = 1
+    UNUSABLE = 2
+
+    @property
+    def word(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def from_word(cls, word: str) -> Severity:
+        try:
+            return cls[word.upper()]
+        except KeyError:
+            raise ValueError(f"severity {word!r} is not one of {', '.join(s.word for s in cls)}") from None
+
+
+class FaultKind(enum.Enum):
+    """A kind of fault, by the name every consumer shows (metric label, taint value, condition, Event)."""
+
+    FELL_OFF_BUS = "FellOffBus"
+    """Its PCI config space reads 0xffff: it no longer answers on the bus."""
+    NO_DRIVER = "NoDriver"
+    """No kernel driver is bound to it."""
+    NOT_ANSWERING = "NotAnswering"
+    """Bound to the driver, but the vendor tool does not list it, or a library call on it fails (a hung GPU)."""
+    STATE = "StateFault"
+    """The vendor tool's own state for it says it failed (unavailable, error, hang, reset, lost, ...)."""
+    THERMAL = "Thermal"
+    """Its hotspot temperature is at or above the limit."""
+    POWER = "PowerOverLimit"
+    """Its board power is above its power limit by more than the tolerance."""
+    LINK = "LinkDegraded"
+    """Its PCIe link trained below the speed or width it is capable of."""
+    HEALTH_UNKNOWN = "HealthUnknown"
+    """The health tool has not answered for longer than the grace period."""
+
+    @property
+    def severity(self) -> Severity:
+        return SEVERITY[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> FaultKind:
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(f"fault kind {name!r} is not one of {', '.join(k.value for k in cls)}") from None
+
+
+SEVERITY: Mapping[FaultKind, Severity] = {
+    FaultKind.FELL_OFF_BUS: Severity.UNUSABLE,
+    FaultKind.NO_DRIVER: Severity.UNUSABLE,
+    FaultKind.NOT_ANSWERING: Severity.UNUSABLE,
+    FaultKind.STATE: Severity.UNUSABLE,
+    FaultKind.THERMAL: Severity.DEGRADED,
+    FaultKind.POWER: Severity.DEGRADED,
+    FaultKind.LINK: Severity.DEGRADED,
+    FaultKind.HEALTH_UNKNOWN: Severity.DEGRADED,
+}
+
+
+@attrs.frozen(order=True)
+class Fault:
+    """One fault a reading showed on one function, with what the hardware said."""
+
+    kind: FaultKind = attrs.field(order=lambda k: k.value)
+    detail: str = ""
+
+    @property
+    def severity(self) -> Severity:
+        return self.kind.severity
+
+    def describe(self) -> str:
+        return f"{self.kind.value}: {self.detail}" if self.detail else self.kind.value
+
+
+def worst(faults: tuple[Fault, ...] | list[Fault]) -> Severity:
+    """The severity of a GPU with ``faults`` (FINE when none)."""
+    return max((f.severity for f in faults), default=Severity.FINE)
+
+
 @attrs.frozen
 class GpuHealth:
-    """Health of one function as the hardware reports it right now."""
+    """Health of one function as one reading of the hardware shows it (`metax_core.health.faults`); whether
+    that counts is the verdict's business (`metax_core.health.verdict`)."""
 
     address: PciAddress
-    healthy: bool
-    reason: str = ""
+    faults: tuple[Fault, ...] = ()
+    note: str = ""
+    """What the reading says beyond its faults (e.g. "judged by sysfs only")."""
+
+    @property
+    def healthy(self) -> bool:
+        return not self.faults
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(f.describe() for f in self.faults) or self.note
 
 
 @attrs.frozen

@@ -18,6 +18,8 @@ from pathlib import Path
 import attrs
 
 from metax_core import errors, inventory
+from metax_core.health import faults
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import (
     FirmwareInfo,
     FunctionKind,
@@ -35,8 +37,6 @@ logger = logging.getLogger(__name__)
 
 MX_SMI = tools.MX_SMI
 FALLEN_OFF = 0xFFFF
-_BAD_STATE = re.compile(r"unavail|error|fail|lost|fault|abnormal|hang|reset|offline|invalid|n/a", re.IGNORECASE)
-"""GPU-State values that mean "do not schedule here" (docs/hardware.md lists the assumption)."""
 
 FLASH_ARGS: tuple[str, ...] = ("-u", "{image}", "-i", "{index}", "-t", "{seconds}")
 """mx-smi's firmware upgrade (``mx-smi -u <vbios.bin> -i <GPU-ID> -t <s>``); placeholders filled per call."""
@@ -62,10 +62,7 @@ class MxSmiMonitor:
 
     def listed(self, summary: mxsmi.SmiSummary) -> dict[PciAddress, Listed]:
         """What mx-smi's table says of each function it lists."""
-        return {
-            g.address: Listed(_metrics(g), f"mx-smi reports GPU-State {g.state}" if _BAD_STATE.search(g.state) else "")
-            for g in summary.gpus
-        }
+        return {g.address: Listed(_metrics(g), faults.state_fault(g.state)) for g in summary.gpus}
 
     def health(self) -> Mapping[PciAddress, GpuHealth]:
         functions = self.devices.functions()
@@ -130,8 +127,8 @@ class Listed:
 
     metrics: GpuMetrics | None
     """None: listed but not answering (a library call on it failed)."""
-    problem: str = ""
-    """What is wrong with it by the tool's own word (its state, a failing call); empty when nothing."""
+    problem: Fault | None = None
+    """What is wrong with it by the tool's own word (its state, a failing call); None when nothing."""
 
 
 def judge(
@@ -143,24 +140,34 @@ def judge(
     source: str,
 ) -> GpuHealth:
     """One function's health: sysfs first (fallen off the bus, no driver, not the native driver), then what
-    ``source`` (the tool or library that produced ``listed``) says of it; a VF it omits follows its PF."""
+    ``source`` (the tool or library that produced ``listed``) says of it and its telemetry (`faults`), and its
+    PCIe link; a VF it omits follows its PF."""
     address = function.address
     if devices.config_vendor(address) == FALLEN_OFF:
-        return GpuHealth(address, False, "fell off the bus: config space reads 0xffff")
+        return GpuHealth(address, (Fault(FaultKind.FELL_OFF_BUS, "config space reads 0xffff"),))
     if function.driver is None:
-        return GpuHealth(address, False, "no driver bound")
+        return GpuHealth(address, (Fault(FaultKind.NO_DRIVER, "no driver bound"),))
+    try:
+        link = faults.link_fault(devices.link(address))
+    except errors.HardwareError as exc:  # a link that cannot be read is no fault of the GPU's
+        logger.debug("cannot read the PCIe link of %s: %s", address, exc)
+        link = None
+    found = (link,) if link is not None else ()
     if not is_native(function):
-        return GpuHealth(address, True, f"bound to {function.driver}; judged by sysfs only")
+        return GpuHealth(address, found, f"bound to {function.driver}; judged by sysfs only")
     gpu = listed.get(address)
     if gpu is None:
         parent = earlier.get(function.physfn) if function.physfn is not None else None
         if parent is not None:
             # Whether the tool lists VFs on the host is not documented: a VF it omits follows its PF.
-            return GpuHealth(address, parent.healthy, f"VF not listed by {source}; PF: {parent.reason or 'ok'}")
-        return GpuHealth(address, False, f"bound to the driver but not listed by {source}")
-    if gpu.problem:
-        return GpuHealth(address, False, gpu.problem)
-    return GpuHealth(address, True, "")
+            return GpuHealth(address, parent.faults + found, f"VF not listed by {source}")
+        return GpuHealth(address, (Fault(FaultKind.NOT_ANSWERING, f"bound to the driver but not listed by {source}"),))
+    if gpu.problem is not None:
+        found = (gpu.problem, *found)
+    if gpu.metrics is not None:
+        m = gpu.metrics
+        found = (*found, *faults.reading_faults(m.temperature_celsius, m.power_milliwatts, m.power_cap_milliwatts))
+    return GpuHealth(address, found)
 
 
 def join_telemetry(

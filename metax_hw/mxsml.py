@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from metax_core import errors, inventory
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import GpuMetrics, PciAddress, PciFunction
 from metax_core.metrics import telemetry as telemetry_model
 from metax_hw import gpus, pci
@@ -337,8 +338,8 @@ class MxSmlMonitor:
             )
             state = lib.state(device)
         except errors.HardwareError as exc:
-            return _Device(device, address, gpus.Listed(None, str(exc)))
-        problem = f"{SOURCE} reports the device unavailable (state 0)" if state == 0 else ""
+            return _Device(device, address, gpus.Listed(None, Fault(FaultKind.NOT_ANSWERING, str(exc))))
+        problem = Fault(FaultKind.STATE, f"{SOURCE} reports the device unavailable (state 0)") if state == 0 else None
         return _Device(device, address, gpus.Listed(metrics, problem))
 
 

@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from metax_core import errors, inventory
+from metax_core.health.faults import PcieLink
 from metax_core.inventory import FunctionKind, PciAddress, PciFunction
 from metax_hw import sysfs
 
@@ -125,6 +126,25 @@ class SysfsDeviceInventory:
         if raw is None or len(raw) < 2:
             return None
         return int.from_bytes(raw[:2], "little")
+
+    def link(self, address: PciAddress) -> PcieLink:
+        """The function's PCIe link (``current_link_speed``/``width``, ``max_link_*``; absent files give None,
+        as on a VF or a virtual machine's emulated bus)."""
+        directory = self.device_dir(address)
+
+        def text(name: str) -> str | None:
+            return self.tree.read(directory / name, operation="read the PCIe link", device=address)
+
+        def number(name: str) -> int | None:
+            value = (text(name) or "").strip()
+            return int(value) if value.isdigit() else None
+
+        return PcieLink(
+            speed=text("current_link_speed"),
+            width=number("current_link_width"),
+            max_speed=text("max_link_speed"),
+            max_width=number("max_link_width"),
+        )
 
     def device_nodes(self, address: PciAddress) -> Sequence[str]:
         dev = self.device_dir(address)

@@ -314,12 +314,12 @@ class FakeHostBuilder:
             switch = i * switch_count // self._gpus if switch_count else None
             parent, node = slot(switch, i % self._numa)
             addr = layout.address(0, buses.take(node), 0, 0)
-            extra = {}
+            extra = dict(pcidev.FULL_LINK)
             if self._totalvfs:
                 last = pcidev.vf_address(addr, self._totalvfs - 1, self._offset, self._stride)
                 for _ in range(layout.split_address(last)[1] - layout.split_address(addr)[1]):
                     buses.take(node)  # the buses the VFs will use
-                extra = {
+                extra |= {
                     "sriov_totalvfs": str(self._totalvfs),
                     "sriov_numvfs": "0",
                     "sriov_offset": str(self._offset),

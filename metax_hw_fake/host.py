@@ -172,6 +172,15 @@ class FakeHost:
             elif not answering and address not in silent:
                 silent.append(address)
 
+    def degrade_link(self, address: str, speed: str = "8.0 GT/s PCIe", width: int = 8) -> None:
+        """The GPU's PCIe link retrains slower and narrower than its maximum (a bad riser or slot): sysfs shows
+        it; `clear_faults` trains it at its best again."""
+        directory = pcidev.device_dir(self.root, address)
+        layout.put(directory / "current_link_speed", speed)
+        layout.put(directory / "current_link_width", str(width))
+        with state.transaction(self.root) as st:
+            st["faults"].setdefault("links", []).append(address)
+
     def install_mxsml(self, library: Path | None = None) -> Path:
         """Put the fake libmxsml (``library``, default `mxsml.build`'s) at the host's ``/opt/mxdriver/lib``
         with its state file; from now on every change of this host's state re-writes that file."""
@@ -263,6 +272,10 @@ class FakeHost:
                     layout.put(
                         pcidev.device_dir(self.root, address) / "config", pcidev.config_space(vendor, device, klass)
                     )
+            for address in st["faults"].get("links", []):
+                if pcidev.exists(self.root, address):
+                    for name, value in pcidev.FULL_LINK.items():
+                        layout.put(pcidev.device_dir(self.root, address) / name, value)
             st["faults"] = {
                 "fallen": [],
                 "bind_refused": {},

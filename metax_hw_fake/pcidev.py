@@ -81,6 +81,15 @@ def join_group(root: Path, group: int, path: Path) -> None:
     layout.relink(path / "iommu_group", group_dir)
 
 
+FULL_LINK: dict[str, str] = {
+    "current_link_speed": "32.0 GT/s PCIe",
+    "max_link_speed": "32.0 GT/s PCIe",
+    "current_link_width": "16",
+    "max_link_width": "16",
+}
+"""A GPU's PCIe link as the kernel shows it when it trained at its best (Gen5 x16)."""
+
+
 def create_function(
     root: Path,
     st: State,

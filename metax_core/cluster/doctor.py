@@ -27,6 +27,7 @@ from metax_core.cluster import components, doctor_facts
 from metax_core.cluster.components import Component, WorkloadKind
 from metax_core.cluster.doctor_facts import ClusterFacts, EventFacts, NodeFacts, PodFacts, Taint
 from metax_core.errors import InvalidSpec
+from metax_core.health import report
 from metax_core.node import allocation, devices, driver_config, driver_plan, vfio
 from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
@@ -43,7 +44,7 @@ class Link:
     id: str
     """Stable, for scripts (``-o json``): ``cluster-operator``, ``operator``, ``node``, ``<component>-deployed``,
     ``<component>-pod``, ``<component>-ready``, ``gpu-found``, ``driver-loaded``, ``vfs``, ``vfio-selection``,
-    ``allocatable``; ``<component>`` is the component's signal name (``gpu-label``, ``driver``, …)."""
+    ``allocatable``, ``gpu-health``; ``<component>`` is the component's signal name (``gpu-label``, ``driver``, …)."""
     title: str
     state: LinkState
     evidence: str
@@ -78,6 +79,7 @@ class Diagnosis:
 CLUSTER_OPERATOR, OPERATOR, NODE, GPU_FOUND = "cluster-operator", "operator", "node", "gpu-found"
 DRIVER_LOADED, VFS, VFIO_SELECTION, ALLOCATABLE = "driver-loaded", "vfs", "vfio-selection", "allocatable"
 ALLOCATOR = "allocator"
+GPU_HEALTH = "gpu-health"
 CR_RESOURCE = f"{spec.PLURAL}.{spec.API_GROUP}"
 DAEMONSET_TOLERATED = frozenset(
     {
@@ -326,6 +328,30 @@ def _allocatable(node: NodeFacts, facts: ClusterFacts, pods: Sequence[PodFacts])
     return _ok(ALLOCATABLE, "GPUs allocatable", said, key)
 
 
+def _health(node: NodeFacts) -> Link | None:
+    """Every GPU's verdict as the node's allocator agent reports it (R-HEALTH); None before it reported."""
+    text = node.annotations.get(report.ANNOTATION)
+    if text is None:
+        return None
+    look = f"kubectl describe node {node.name}"
+    try:
+        found = report.decode(text)
+    except InvalidSpec as exc:
+        return _broken(GPU_HEALTH, "GPUs healthy", f"the agent's health report does not read: {exc}", look)
+    said = report.condition(found)
+    component = found.agent and next((c.value for c in Component if c.value == _chart_key(found.agent)), "")
+    if found.gpus:
+        events = f"kubectl get events -A --field-selector involvedObject.name={node.name},reason={said.reason}"
+        return _broken(GPU_HEALTH, "GPUs healthy", f"{said.reason}: {said.message}", events, component or "")
+    return _ok(GPU_HEALTH, "GPUs healthy", said.message, component or "")
+
+
+def _chart_key(agent: str) -> str:
+    """``gpu-device`` → ``gpuDevice``: the component key of the agent that wrote the report."""
+    head, *rest = agent.split("-")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 def _quantity(text: str | None) -> int:
     try:
         return int(text or 0)
@@ -418,6 +444,8 @@ def _links(
             and unused is not Component.GPU_DEVICE
         ):
             yield _allocatable(node, facts, pods)  # a DRA node has no allocatable GPUs: its ResourceSlice has them
+    if has_gpu and (health := _health(node)) is not None:
+        yield health
 
 
 def chain_order(plan: components.DeployPlan) -> list[Component]:

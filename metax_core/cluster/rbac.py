@@ -299,6 +299,8 @@ def operator_rules() -> AccountRules:
     removes the component workloads, Services, ConfigMaps, ServiceAccounts and RBAC; labels and cleans nodes;
     deletes driver pods node by node during a rollout and reads every pod to tell busy GPU nodes (R-ROLLOUT);
     with upgradePolicy.drain, cordons the nodes it drains and evicts their GPU pods (PodDisruptionBudgets read);
+    sets each GPU node's MetaXGPUHealthy condition and, with gpuDevice.remediation: evict, evicts the pods holding
+    an unusable GPU (R-HEALTH);
     keeps its leader Lease and fills its webhook certificate Secret (the chart creates it); patches the
     caBundle of its webhook configuration; emits Events.
     """
@@ -309,6 +311,9 @@ def operator_rules() -> AccountRules:
         Rule(group, ("clusteroperators/status",), ("get", "update", "patch")),
         Rule(group, ("clusteroperators/finalizers",), ("update",)),
         Rule("", ("nodes",), (*READ, "patch")),
+        # R-HEALTH: the MetaXGPUHealthy condition from the node's health report (server-side apply, its own field
+        # manager: the kubelet's conditions are untouched).
+        Rule("", ("nodes/status",), ("patch",)),
         Rule("", ("pods",), READ),
         # upgradePolicy.drain (issue 41): GPU workloads are evicted, never deleted, so PodDisruptionBudgets hold;
         # the budgets are read to name the one that blocks a drain. Nodes are cordoned with the patch above.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from metax_core.health import report
 from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import RawObject
@@ -50,13 +51,23 @@ def progress_delay(pace: float, last_reconcile: float) -> float:
 
 
 def node_matters(old: RawObject | None, new: RawObject | None) -> bool:
-    """Whether a Node's change is worth a reconcile: it came or went, or its product labels or uninstall keys
-    changed."""
+    """Whether a Node's change is worth a reconcile: it came or went, or its product labels, uninstall keys, GPU
+    health report or ``MetaXGPUHealthy`` condition changed."""
     return (
         (old is None) != (new is None)
         or gpu_labels(old) != gpu_labels(new)
         or uninstall_keys(old) != uninstall_keys(new)
+        or health_keys(old) != health_keys(new)
     )
+
+
+def health_keys(node: Mapping[str, Any] | None) -> tuple[object, object]:
+    """The node's GPU health report and its condition (`metax_core.health.report`)."""
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    conditions = ((node or {}).get("status") or {}).get("conditions") or ()
+    condition = next((c for c in conditions if c.get("type") == report.CONDITION_TYPE), None)
+    shown = None if condition is None else (condition.get("status"), condition.get("reason"), condition.get("message"))
+    return annotations.get(report.ANNOTATION), shown
 
 
 def gpu_labels(node: Mapping[str, Any] | None) -> dict[str, str]:

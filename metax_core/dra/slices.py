@@ -2,16 +2,21 @@
 
 The devices are gpu-device's (`metax_core.node.devices.plan_devices` in native mode, so one owner decides
 which functions are usable): a GPU, or its VFs when it has them (type ``vf``), and vfio-bound GPUs (type
-``vfio``, selected by their own DeviceClass). Only healthy devices are published: the scheduler must not
-pick one that cannot work, and a device that turns unhealthy while prepared is reported through the health
-stream (`metax_core.dra.health`).
+``vfio``, selected by their own DeviceClass). A device whose GPU is not fine (`metax_core.health.verdict`) stays
+published with the device taint `TAINT_KEY` (value: its worst fault kind, effect ``NoSchedule``, `taint_of`): the
+scheduler allocates it to no new claim, pods that hold it keep it (the health stream tells their status,
+`metax_core.dra.health`), and the taint goes when the verdict clears, without a restart. Never ``NoExecute``:
+Kubernetes' device taint eviction deletes pods without the Eviction API (no PodDisruptionBudget, no bound),
+which only the operator's remediation may decide (docs/dra.md "Health"). Where the API server does not serve
+device taints (the feature off: it drops the field, `taints_kept`), such a device is withdrawn instead.
 
 Each device carries what a user selects on (R-DRA): product, uuid, the standard PCI bus id and PCIe root
 (``resource.kubernetes.io/pciBusID``, ``resource.kubernetes.io/pcieRoot``: `matchAttribute` on it keeps a
 claim's GPUs under one root complex), NUMA node, driver version and MetaXLink group, and its memory as
 capacity. A node's devices form one pool named after the node, split into slices of at most
-`MAX_DEVICES_PER_SLICE`; `plan_slices` compares with what is published and returns nothing to write when
-nothing changed (quiet in steady state), else every slice of the pool with the pool's generation bumped.
+`MAX_DEVICES_PER_SLICE` (`MAX_TAINTED_DEVICES_PER_SLICE` while a device is tainted); `plan_slices` compares
+with what is published (fields the server fills, a taint's ``timeAdded``, aside) and returns nothing to write
+when nothing changed (quiet in steady state), else every slice of the pool with the pool's generation bumped.
 """
 
 from __future__ import annotations
@@ -24,14 +29,24 @@ import attrs
 
 from metax_core import versions
 from metax_core.dra import DRIVER, classes
+from metax_core.health import faults, verdict
 from metax_core.inventory import DriverVersion, FunctionKind, GpuLink, GpuMetrics, PciAddress, PciFunction
 from metax_core.node import devices as plugin_devices
 from metax_core.node import labels
+from metax_core.wire import meta
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceSlice"
 MAX_DEVICES_PER_SLICE = 128
 """The API server's limit on devices in one ResourceSlice."""
+MAX_TAINTED_DEVICES_PER_SLICE = 64
+"""Its limit when any device of the slice has taints."""
+TAINT_KEY = meta.PREFIX + "gpu-health"
+"""The device taint on a device whose GPU is not fine; its value is the worst fault kind (`FaultKind` value)."""
+TAINT_EFFECT = "NoSchedule"
+"""For degraded and unusable alike: no new claim, running pods untouched (never NoExecute, see above)."""
+SERVER_FILLED_TAINT_FIELDS = frozenset({"timeAdded"})
+"""A taint's fields the API server fills when the writer leaves them out: not ours to compare."""
 
 ATTRIBUTE_DOMAIN, TYPE_ATTRIBUTE = classes.ATTRIBUTE_DOMAIN, classes.TYPE_ATTRIBUTE
 TYPE_GPU, TYPE_VF, TYPE_VFIO = classes.TYPE_GPU, classes.TYPE_VF, classes.TYPE_VFIO
@@ -56,7 +71,6 @@ class NodeFacts:
     node_name: str
     functions: tuple[PciFunction, ...] = ()
     iommu_enabled: bool = False
-    health: Mapping[PciAddress, plugin_devices.Health] = attrs.field(factory=dict)
     metrics: tuple[GpuMetrics, ...] = ()
     links: tuple[GpuLink, ...] = ()
     driver_version: DriverVersion | None = None
@@ -65,6 +79,36 @@ class NodeFacts:
     """False while a required component is not ready (R-READY): nothing is published."""
     held: frozenset[PciAddress] = frozenset()
     """GPUs device-plugin pods hold (`devices.held_gpus`): neither they nor their VFs are published."""
+    verdicts: Mapping[PciAddress, verdict.Verdict] = attrs.field(factory=dict)
+    """Each function's verdict (`verdict.verdicts`: a VF's has its PF's faults); absent means fine."""
+    taints_served: bool = True
+    """False once the API server was seen dropping our taints (`taints_kept`): devices not fine are withdrawn."""
+
+
+@attrs.frozen
+class DeviceTaint:
+    """One taint of a published device (the API's DeviceTaint, without the server's ``timeAdded``)."""
+
+    key: str
+    value: str
+    effect: str = TAINT_EFFECT
+
+    def body(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+
+def _worst_kind(kind: faults.FaultKind) -> tuple[int, int]:
+    return (-kind.severity, list(faults.FaultKind).index(kind))
+
+
+def taint_of(v: verdict.Verdict | None) -> DeviceTaint | None:
+    """The taint for a GPU with verdict ``v``: None when fine; else `TAINT_KEY` = its worst fault kind (the
+    most severe; among equals the first `FaultKind` declares, the nearest to the cause: FellOffBus before
+    NotAnswering), effect `TAINT_EFFECT`, for degraded and unusable alike."""
+    if v is None or v.fine:
+        return None
+    worst = min((f.kind for f in v.faults), key=_worst_kind)
+    return DeviceTaint(TAINT_KEY, worst.value)
 
 
 @attrs.frozen
@@ -78,12 +122,15 @@ class PublishedDevice:
     """Qualified name → ``{"string"|"int"|"bool"|"version": value}`` (the API's DeviceAttribute)."""
     capacity: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     """Name → ``{"value": quantity}``."""
+    taints: tuple[DeviceTaint, ...] = ()
 
     def body(self) -> dict[str, Any]:
         """The device as the ResourceSlice lists it."""
         out: dict[str, Any] = {"name": self.name, "attributes": {k: dict(v) for k, v in self.attributes.items()}}
         if self.capacity:
             out["capacity"] = {k: dict(v) for k, v in self.capacity.items()}
+        if self.taints:
+            out["taints"] = [t.body() for t in self.taints]
         return out
 
 
@@ -124,22 +171,25 @@ def _reported_name(metrics: Sequence[GpuMetrics], address: PciAddress) -> str | 
 
 
 def published_devices(facts: NodeFacts) -> tuple[PublishedDevice, ...]:
-    """The node's devices for DRA, in PCI address order (unhealthy and held ones left out; none while
-    publishing is not allowed)."""
+    """The node's devices for DRA, in PCI address order: one not fine tainted (`taint_of`), or left out when
+    the server does not serve taints; held ones left out; none while publishing is not allowed."""
     if not facts.may_publish:
         return ()
     plan = plugin_devices.plan_devices(
         facts.functions,
         settings=plugin_devices.NodeSettings(),
         shares=1,
-        health=facts.health,
+        health={},
         iommu_enabled=facts.iommu_enabled,
     )
+    taints = {f.address: taint_of(facts.verdicts.get(f.address)) for f in facts.functions}
     chosen = [
         (d.function, TYPE_VFIO if resource is plugin_devices.Resource.VFIO_GPU else None)
         for resource in (plugin_devices.Resource.GPU, plugin_devices.Resource.VFIO_GPU)
         for d in plan.devices.get(resource, ())
-        if d.healthy and d.function.address not in facts.held and d.function.physfn not in facts.held
+        if d.function.address not in facts.held
+        and d.function.physfn not in facts.held
+        and (facts.taints_served or taints[d.function.address] is None)
     ]
     zones = labels.link_zones([f.address for f, _ in chosen], facts.links)
     version = semver(facts.driver_version)
@@ -165,7 +215,17 @@ def published_devices(facts: NodeFacts) -> tuple[PublishedDevice, ...]:
             attributes[own + DRIVER_VERSION_ATTRIBUTE] = {"version": version}
         memory = _memory(facts.metrics, function.address)
         capacity = {MEMORY_CAPACITY: {"value": str(memory)}} if memory and kind != TYPE_VFIO else {}
-        out.append(PublishedDevice(device_name(function.address), function.address, kind, attributes, capacity))
+        taint = taints[function.address]
+        out.append(
+            PublishedDevice(
+                device_name(function.address),
+                function.address,
+                kind,
+                attributes,
+                capacity,
+                (taint,) if taint is not None else (),
+            )
+        )
     return tuple(out)
 
 
@@ -199,18 +259,58 @@ class SlicePlan:
 
 
 def _chunks(items: Sequence[PublishedDevice]) -> list[Sequence[PublishedDevice]]:
-    return [items[i : i + MAX_DEVICES_PER_SLICE] for i in range(0, len(items), MAX_DEVICES_PER_SLICE)]
+    size = MAX_TAINTED_DEVICES_PER_SLICE if any(d.taints for d in items) else MAX_DEVICES_PER_SLICE
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _ours_only(device: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A device as we wrote it: its taints without the fields the server fills."""
+    if not device.get("taints"):
+        return {k: v for k, v in device.items() if k != "taints"}
+    taints = [{k: v for k, v in t.items() if k not in SERVER_FILLED_TAINT_FIELDS} for t in device["taints"]]
+    return {**device, "taints": taints}
 
 
 def _content(spec: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What decides whether a published slice is still right (everything but the generation)."""
+    """What decides whether a published slice is still right (everything but the generation and what the
+    server fills)."""
     pool = spec.get("pool") or {}
     return (
         spec.get("driver"),
         spec.get("nodeName"),
         pool.get("name"),
         pool.get("resourceSliceCount"),
-        spec.get("devices"),
+        [_ours_only(d) for d in spec.get("devices") or ()],
+    )
+
+
+def _taint_key(device: str, taint: Mapping[str, Any]) -> tuple[str, Any, Any, Any]:
+    return (device, taint.get("key"), taint.get("value"), taint.get("effect"))
+
+
+def _times_added(slices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, Any, Any, Any], Any]:
+    """When each published taint was added (the server's ``timeAdded``), by device and taint."""
+    return {
+        _taint_key(str(d.get("name")), t): t["timeAdded"]
+        for s in slices
+        for d in (s.get("spec") or {}).get("devices") or ()
+        for t in d.get("taints") or ()
+        if t.get("timeAdded")
+    }
+
+
+def taints_kept(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    """Whether the API server kept every taint of the slice ``sent`` in what it ``stored`` (returned): a server
+    with device taints off drops the field without an error."""
+    kept = {
+        _taint_key(str(d.get("name")), t)
+        for d in (stored.get("spec") or {}).get("devices") or ()
+        for t in d.get("taints") or ()
+    }
+    return all(
+        _taint_key(str(d.get("name")), t) in kept
+        for d in (sent.get("spec") or {}).get("devices") or ()
+        for t in d.get("taints") or ()
     )
 
 
@@ -238,6 +338,12 @@ def plan_slices(node: NodeRef, wanted: Sequence[PublishedDevice], existing: Sequ
         }
         for chunk in chunks
     ]
+    added = _times_added(mine)
+    for spec in specs:  # a rewrite keeps a standing taint's time (the server would stamp it anew)
+        for device in spec["devices"]:
+            for taint in device.get("taints", ()):
+                if (when := added.get(_taint_key(device["name"], taint))) is not None:
+                    taint["timeAdded"] = when
     names = [slice_name(node.name, i) for i in range(len(specs))]
     by_name = {str((s.get("metadata") or {}).get("name", "")): s for s in mine}
     unchanged = set(by_name) == set(names) and all(

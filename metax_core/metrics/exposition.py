@@ -4,7 +4,9 @@ Why pure: which series exist, with which labels and values, is the exporter's wh
 and the dashboards; computing it from the sample, the holdings and the time (passed in, never read) makes it
 testable without a socket and keeps ``/metrics`` a plain rendering of the latest sample (a scrape never waits
 on the hardware). A GPU held by several containers (sGPU shares) has one series per holder, each with the
-GPU's value (as dcgm-exporter does): per-node sums take ``max by (Hostname, pci_address)`` first.
+GPU's value (as dcgm-exporter does): per-node sums take ``max by (Hostname, pci_address)`` first. The health
+families only map each GPU's verdict (`telemetry.GpuSample.verdict`): ``mx_gpu_state`` 0 exactly when it is
+unusable, its severity, one series per fault in force.
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ def _per_gpu(
         for holder, holding in _holders(gpu, holdings):
             labels = (*base, *holder)
             out[names.GPU_STATE].append(((gpu.reason, *labels), 1.0 if gpu.available else 0.0))
+            out[names.HEALTH_SEVERITY].append((labels, float(gpu.verdict.severity)))
+            for fault in gpu.verdict.faults:
+                out[names.HEALTH_FAULT].append(((fault.kind.value, fault.severity.word, *labels), 1.0))
             if holding is not None:
                 out[names.GPU_HOLDERS].append(((holding.resource, *labels), float(holding.count)))
             if m is None:

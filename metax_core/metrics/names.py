@@ -4,7 +4,8 @@ The ``mx_*`` families keep the names, units and label keys of MetaX's own mx-exp
 set), so existing dashboards and alerts keep working: per-GPU labels ``deviceId`` (mx-smi's index), ``uuid``,
 ``Hostname``, ``driver_version``, ``bios_version``, ``modelName``, ``die_id``, plus the holder's
 ``namespace``/``pod``/``container`` (or mx-exporter's ``exported_*`` spelling, `pod_label_keys`), memory in KB
-and power in milliwatts. Our own operational families are under ``metax_exporter_``.
+and power in milliwatts. Each GPU's health verdict (R-HEALTH: the same one gpu-device and the DRA driver
+show) is under ``metax_gpu_health_``; our own operational families are under ``metax_exporter_``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ PCI_ADDRESS = "pci_address"
 # Family-specific label keys.
 MEMORY_TYPE = "type"
 UNAVAILABLE_REASON = "unavailable_reason"
+FAULT = "fault"
+"""A fault kind's name (`metax_core.health.faults.FaultKind` value, e.g. ``FellOffBus``, ``Thermal``)."""
+SEVERITY = "severity"
+"""A fault's severity word: ``degraded`` or ``unusable``."""
 COLLECTOR = "collector"
 MACA_VERSION = "maca_version"
 VERSION = "version"
@@ -91,7 +96,7 @@ POWER_LIMIT = Family("mx_power_limit", "Board power limit (cap) in milliwatts", 
 CHIP_HOTSPOT_TEMP = Family("mx_chip_hotspot_temp", "Chip hotspot temperature in degrees Celsius", unit="celsius")
 GPU_STATE = Family(
     "mx_gpu_state",
-    "GPU state: 0 (not available, see unavailable_reason) or 1 (available)",
+    "GPU state: 0 (not available: its health verdict is unusable, see unavailable_reason) or 1 (available)",
     labels=(UNAVAILABLE_REASON,),
 )
 
@@ -122,6 +127,20 @@ NOT_FROM_MX_SMI: tuple[str, ...] = (
 """mx-exporter families mx-exporter reads through libmxsml, which mx-smi cannot fill and the libmxsml binding
 (metax_hw/mxsml.py, a subset) does not read yet (docs/exporter.md)."""
 
+# The health verdict (R-HEALTH, `metax_core.health`).
+HEALTH_SEVERITY = Family(
+    "metax_gpu_health_severity",
+    "The GPU's health verdict: 0 fine, 1 degraded (works, takes no new work), 2 unusable",
+)
+HEALTH_FAULT = Family(
+    "metax_gpu_health_fault",
+    "1 for each fault in force on the GPU (its kind and severity); a fine GPU has no series",
+    labels=(FAULT, SEVERITY),
+)
+
+HEALTH_FAMILIES: tuple[Family, ...] = (HEALTH_SEVERITY, HEALTH_FAULT)
+"""The verdict machine's view of every function (`metax_core.health.verdict`), over the exporter's readings."""
+
 # Our own operational families.
 GPU_SAMPLE_AGE = Family(
     "metax_exporter_gpu_sample_age_seconds",
@@ -148,7 +167,7 @@ COLLECTION_DURATION = Family(
 )
 COLLECTION_ERRORS = Family(
     "metax_exporter_collection_errors",
-    "Samplings of the collector that failed since the exporter started",
+    "Samplings of the collector that failed since the exporter started (telemetry: health readings that were unknown)",
     kind=Kind.COUNTER,
     labels=(COLLECTOR,),
     per_gpu=False,
@@ -179,7 +198,7 @@ OWN_FAMILIES: tuple[Family, ...] = (
     DRIVER_INFO,
 )
 
-ALL: tuple[Family, ...] = MX_FAMILIES + OWN_FAMILIES
+ALL: tuple[Family, ...] = MX_FAMILIES + HEALTH_FAMILIES + OWN_FAMILIES
 
 AGES: tuple[Family, ...] = (GPU_SAMPLE_AGE, SAMPLE_AGE)
 """The families whose values change with the time of the scrape; every other one changes only per sampling

@@ -27,7 +27,6 @@ from metax_core.inventory import (
     METAX_MODULE,
     VFIO_DRIVER,
     FunctionKind,
-    GpuHealth,
     PciAddress,
     PciFunction,
 )
@@ -105,40 +104,6 @@ def settings_from_labels(labels: Mapping[str, str]) -> NodeSettings:
 class Health:
     healthy: bool
     reason: str = ""
-
-
-def effective_health(
-    functions: Sequence[PciFunction],
-    reported: Mapping[PciAddress, GpuHealth] | None,
-    *,
-    previous: Mapping[PciAddress, Health] | None = None,
-    failed_checks: int = 0,
-    failure_threshold: int = 3,
-    failure: str = "",
-) -> dict[PciAddress, Health]:
-    """Health of every function. A function the monitor does not report is healthy unless its PF is not.
-
-    ``reported`` is None when the last check failed: the previous view is kept until ``failed_checks``
-    reaches ``failure_threshold``, then every function is unhealthy (a monitor that keeps failing usually
-    means a wedged driver, and advertising healthy GPUs then would send pods to broken hardware).
-    """
-    if reported is None:
-        if failed_checks >= failure_threshold:
-            reason = f"health check failed {failed_checks} times in a row: {failure}"
-            return {f.address: Health(False, reason) for f in functions}
-        base = previous or {}
-        return {f.address: base.get(f.address, Health(True)) for f in functions}
-    own = {
-        f.address: Health(h.healthy, h.reason) if (h := reported.get(f.address)) else Health(True) for f in functions
-    }
-    result: dict[PciAddress, Health] = {}
-    for f in functions:
-        parent = own.get(f.physfn) if f.physfn is not None else None
-        if own[f.address].healthy and parent is not None and not parent.healthy:
-            result[f.address] = Health(False, f"its PF {f.physfn} is unhealthy: {parent.reason}")
-        else:
-            result[f.address] = own[f.address]
-    return result
 
 
 @attrs.frozen
@@ -255,6 +220,20 @@ def held_gpus(held: Mapping[str, Sequence[str]], functions: Sequence[PciFunction
             if f is not None:
                 out.add(f.physfn or f.address)
     return out
+
+
+def holders_by_function(
+    holders: Mapping[str, Sequence[str]], functions: Sequence[PciFunction]
+) -> dict[PciAddress, tuple[str, ...]]:
+    """Device ID → the pods holding it (the kubelet's PodResources) as function → the pods holding any device of
+    its physical GPU (the PF, its VFs, its sGPU shares ``<address>-NN``): a fault of the GPU reaches them all."""
+    by_address = {f.address: f for f in functions}
+    per_gpu: dict[PciAddress, set[str]] = {}
+    for device_id, pods in holders.items():
+        f = by_address.get(PciAddress(device_id)) or by_address.get(PciAddress(device_id.rsplit("-", 1)[0]))
+        if f is not None:
+            per_gpu.setdefault(f.physfn or f.address, set()).update(pods)
+    return {f.address: tuple(sorted(per_gpu[g])) for f in functions if (g := f.physfn or f.address) in per_gpu}
 
 
 # --- preferred allocation --------------------------------------------------------------------------------
@@ -375,6 +354,15 @@ def kubevirt_env_names(resource: Resource) -> tuple[str, ...]:
     return (f"{KUBEVIRT_PCI_PREFIX}_{kubevirt}", f"{KUBEVIRT_PCI_PREFIX}_{kubevirt.replace('-', '_')}")
 
 
+AllocationKey = tuple[Resource, tuple[str, ...]]
+
+
+def allocation_key(resource: Resource, ids: Iterable[str]) -> AllocationKey:
+    """What `plan_allocation`'s answer depends on besides the plan: the resource and the multiset of IDs.
+    kubelet sends a container's IDs from a set, in no fixed order; any order gives the same key."""
+    return resource, tuple(sorted(ids))
+
+
 def plan_allocation(
     resource: Resource,
     ids: Sequence[str],
@@ -388,7 +376,11 @@ def plan_allocation(
 ) -> ContainerAllocation:
     """The response for one container's devices; refuses unknown and unhealthy devices, and (with
     ``resolvable``, the CDI device names in the spec on disk) devices whose CDI entry is not there: a
-    container could not be created with them."""
+    container could not be created with them.
+
+    For the same plan and other inputs, the allocation returned depends on ``ids`` only through `allocation_key`
+    (not on their order): a caller may keep it per key while they stay the same (a refusal names the IDs
+    in the order given)."""
     known = plan.by_id(resource)
     unknown = [i for i in ids if i not in known]
     if unknown:

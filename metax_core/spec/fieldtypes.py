@@ -51,6 +51,16 @@ class OnCanaryFailure(enum.Enum):
     """The canary's nodes go back to the previous driver at once, without retries; the rollout ends rolled back."""
 
 
+class Remediation(enum.Enum):
+    """What the operator does to the pods on a GPU whose verdict is unusable (R-HEALTH, docs/health.md)."""
+
+    NONE = "none"
+    """Nothing: the GPU is withdrawn from new work; its pods keep running (what an unset field means)."""
+    EVICT = "evict"
+    """The pods holding that GPU are evicted through the Eviction API (PodDisruptionBudgets honoured), at most
+    `metax_core.cluster.gpu_remediation.BOUND` per node and window; never the node's other pods."""
+
+
 class ServiceType(enum.Enum):
     """How the data-exporter Service is exposed (Table 3.14)."""
 

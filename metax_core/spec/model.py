@@ -24,6 +24,7 @@ FirmwarePolicy = fieldtypes.FirmwarePolicy
 Fallback = fieldtypes.Fallback
 OnCanaryFailure = fieldtypes.OnCanaryFailure
 Drain = fieldtypes.Drain
+Remediation = fieldtypes.Remediation
 ServiceType = fieldtypes.ServiceType
 Allocation = fieldtypes.Allocation
 LogLevel = fieldtypes.LogLevel
@@ -89,6 +90,16 @@ class GpuDevice:
         default=16,
         metadata={
             DESCRIPTION: "Extension: sGPU shares advertised per GPU in sgpu mode (the §3.2.10 example shows 16)."
+        },
+    )
+    remediation: Remediation | None = attrs.field(
+        default=None,
+        metadata={
+            DESCRIPTION: (
+                "Extension: what happens to the pods on a GPU whose health verdict is unusable. evict: the operator "
+                "evicts the pods holding that GPU (Eviction API, PodDisruptionBudgets honoured), at most 2 GPUs per "
+                "node per hour; none or unset: nothing, the GPU only takes no new work."
+            )
         },
     )
 

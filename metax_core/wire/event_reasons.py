@@ -99,6 +99,21 @@ TOPOLOGY_INCONSISTENT: Final = "TopologyInconsistent"
 RESOURCE_SLICES_PUBLISHED: Final = "ResourceSlicesPublished"
 """The node's ResourceSlices changed (devices, slices and pool generation in the message, R-DRA)."""
 
+# -- the node's allocator agent (gpu-device or dra-driver), on its Node: a GPU's verdict changed (R-HEALTH) --------
+GPU_UNUSABLE: Final = "GPUUnusable"
+"""A GPU is unusable (the message names it and its faults): Unhealthy in the device plugin, tainted on DRA."""
+GPU_DEGRADED: Final = "GPUDegraded"
+"""A GPU is degraded: it takes no new work until it recovers."""
+GPU_RECOVERED: Final = "GPURecovered"
+"""A GPU that was unusable or degraded is healthy again and offered again."""
+
+# -- the operator, on a Node: remediation of an unusable GPU (gpuDevice.remediation: evict, R-HEALTH) ------------
+GPU_REMEDIATION_EVICTED: Final = "GPURemediationEvicted"
+"""The pods holding an unusable GPU were evicted (the message names the GPU and the pods)."""
+GPU_REMEDIATION_BLOCKED: Final = "GPURemediationBlocked"
+"""A pod holding an unusable GPU may not be evicted (a PodDisruptionBudget), or the node's remediation bound is
+reached: the message says which, and when it is tried again."""
+
 
 def driver_rollout(step_state: str) -> str:
     """The reason of the Event for a rollout step that entered ``step_state`` (e.g. ``StepPaused``)."""
@@ -143,5 +158,10 @@ ALL: Final = (
     TOPOLOGY_UNREADABLE,
     TOPOLOGY_INCONSISTENT,
     RESOURCE_SLICES_PUBLISHED,
+    GPU_UNUSABLE,
+    GPU_DEGRADED,
+    GPU_RECOVERED,
+    GPU_REMEDIATION_EVICTED,
+    GPU_REMEDIATION_BLOCKED,
 )
 """Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""

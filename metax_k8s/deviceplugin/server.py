@@ -37,6 +37,8 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+ENCODED_KEPT = 1024
+"""Encoded Allocate answers a plugin server keeps (`PluginServer.encoded`)."""
 
 
 class RegistrationFailed(PortError):
@@ -96,15 +98,15 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):  # type: ignore[misc, unused
         return api_pb2.PreferredAllocationResponse(container_responses=answers)
 
     def Allocate(self, request: api_pb2.AllocateRequest, context: Any) -> api_pb2.AllocateResponse:
-        responses = []
+        response = api_pb2.AllocateResponse()
         for r in request.container_requests:
             try:
                 allocation = self._plugin.backend.allocate(self._plugin.resource, list(r.devices_ids))
             except devices.AllocationRefused as exc:
                 log.warning("refused allocation: %s", exc)
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-            responses.append(to_proto_allocation(allocation))
-        return api_pb2.AllocateResponse(container_responses=responses)
+            response.container_responses.add().MergeFromString(self._plugin.encoded(allocation))
+        return response
 
     def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: Any
@@ -127,6 +129,8 @@ class PluginServer:
         self._generation = 0
         self._server: grpc.Server | None = None
         self._socket: tuple[int, int] | None = None
+        self._encoded: dict[int, tuple[devices.ContainerAllocation, bytes]] = {}
+        """id(allocation) → (the allocation, kept alive so its id stays its own; its encoded response)."""
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -201,6 +205,19 @@ class PluginServer:
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             raise RegistrationFailed(self.resource.value, str(detail)) from exc
         log.info("registered %s with kubelet at %s", self.resource.value, kubelet)
+
+    def encoded(self, allocation: devices.ContainerAllocation) -> bytes:
+        """The serialized ``ContainerAllocateResponse`` of ``allocation``, built once per allocation object:
+        the backend hands out the same object for the same answer while its plan holds (P5), so building
+        the message is off Allocate's path. At most `ENCODED_KEPT` are kept (then the memo starts over)."""
+        hit = self._encoded.get(id(allocation))
+        if hit is not None and hit[0] is allocation:
+            return hit[1]
+        data: bytes = to_proto_allocation(allocation).SerializeToString()
+        if len(self._encoded) >= ENCODED_KEPT:
+            self._encoded = {}
+        self._encoded[id(allocation)] = (allocation, data)
+        return data
 
     # --- devices ------------------------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 What it models (structured-merge-diff's rules, simplified):
 - Every field is a path of map keys; maps are granular (``data.a``, ``metadata.labels.x``), lists and
   scalars are leaves (lists are atomic here; the real server merges some lists by key, e.g. containers by
-  name: apply whole lists from one manager and the two agree).
+  name: apply whole lists from one manager and the two agree), except `KEYED_LISTS`: ``status.conditions``
+  (``listType=map``, key ``type``) is merged by its items' type, as the real server does for a Node's
+  conditions (the kubelet's and the operator's ``MetaXGPUHealthy`` side by side).
 - An apply by manager M sets the fields it names and takes ownership of them. A field owned by another
   manager with a different value is a conflict (HTTP 409) unless ``force``, which moves ownership to M.
   The same value makes ownership shared. Fields M applied before and omits now are removed, unless another
@@ -41,6 +43,37 @@ IDENTITY: frozenset[Path] = frozenset(
     }
 )
 _MISSING = object()
+KEYED_LISTS: Mapping[str, Mapping[Path, str]] = {"Node": {("status", "conditions"): "type"}}
+"""Lists the real server merges by a key (``+listType=map``) that are modelled here: kind → path → the key field
+(a custom resource's lists are atomic unless its schema says otherwise, and ours does not)."""
+
+
+def _keyed(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``obj`` with each keyed list as a map of its items (``k:<key>`` → item), so fields are per item."""
+    if obj is None:
+        return None
+    out = copy.deepcopy(dict(obj))
+    for path, key in KEYED_LISTS.get(str(obj.get("kind")), {}).items():
+        items = value_at(out, path)
+        if isinstance(items, list) and items and all(isinstance(i, Mapping) and key in i for i in items):
+            put(out, path, {f"k:{i[key]}": i for i in items})
+    return out
+
+
+def _listed(obj: dict[str, Any], order: Mapping[str, Any] | None, kind: str) -> dict[str, Any]:
+    """Back from `_keyed`: the items in the order ``order`` had them, new ones after."""
+    for path, key in KEYED_LISTS.get(kind, {}).items():
+        items = value_at(obj, path)
+        if isinstance(items, dict):
+            before = value_at(order, path) if order is not None else _MISSING
+            known = (
+                [f"k:{i[key]}" for i in before if isinstance(i, Mapping) and key in i]
+                if isinstance(before, list)
+                else []
+            )
+            ordered = [k for k in known if k in items] + sorted(k for k in items if k not in known)
+            put(obj, path, [items[k] for k in ordered])
+    return obj
 
 
 def leaves(obj: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
@@ -109,6 +142,11 @@ def _dotted(path: Path) -> str:
     return "." + ".".join(path)
 
 
+def _merges_into(applied: Any, current: Any) -> bool:
+    """An empty map applied where a map with fields is: it names no field (``status: {}`` takes nothing over)."""
+    return isinstance(applied, Mapping) and not applied and isinstance(current, Mapping) and bool(current)
+
+
 def apply(
     current: Mapping[str, Any] | None,
     managers: Managers,
@@ -121,8 +159,14 @@ def apply(
     what: str,
 ) -> tuple[dict[str, Any], Managers]:
     """The object and ownership after ``manager`` applies ``applied``; `Conflict` listing every conflict."""
+    original = current
+    current, applied = _keyed(current), _keyed(applied) or {}
     key: ManagerKey = (manager, "Apply", "status" if status_only else "")
-    fields = scoped_leaves(applied, status_only=status_only, has_status=has_status)
+    fields = {
+        p
+        for p in scoped_leaves(applied, status_only=status_only, has_status=has_status)
+        if not _merges_into(value_at(applied, p), value_at(current, p))
+    }
     conflicts: list[tuple[ManagerKey, Path]] = []
     for other, owned in managers.items():
         if other == key:
@@ -147,8 +191,11 @@ def apply(
             remove(result, stale)
     for path in fields:
         put(result, path, value_at(applied, path))
+    for path in scoped_leaves(applied, status_only=status_only, has_status=has_status) - fields:
+        if value_at(result, path) is _MISSING:  # an empty map merged into one whose fields were all ours
+            put(result, path, {})
     updated[key] = fields
-    return result, {k: v for k, v in updated.items() if v}
+    return _listed(result, original, str(applied.get("kind"))), {k: v for k, v in updated.items() if v}
 
 
 def update(
@@ -162,6 +209,7 @@ def update(
 ) -> Managers:
     """Ownership after a non-apply write by ``manager`` turned ``before`` into ``after``."""
     key: ManagerKey = (manager, "Update", "status" if status_only else "")
+    before, after = _keyed(before), _keyed(after) or {}
     after_fields = scoped_leaves(after, status_only=status_only, has_status=has_status)
     changed = {p for p in after_fields if value_at(before, p) != value_at(after, p)}
     updated: Managers = {}

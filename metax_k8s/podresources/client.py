@@ -15,6 +15,7 @@ import attrs
 import grpc
 
 from metax_core.errors import PortError
+from metax_core.wire.meta import PREFIX
 from metax_k8s.podresources.v1 import api_pb2, api_pb2_grpc
 
 #: Where the kubelet serves the API, relative to its ``--root-dir`` (default ``/var/lib/kubelet``).
@@ -123,4 +124,19 @@ def held_devices(socket: pathlib.Path, *, timeout: float = 2.0) -> dict[str, lis
         for container in pod.containers:
             for listed in container.devices:
                 found.setdefault(listed.resource, []).extend(listed.ids)
+    return found
+
+
+def device_holders(socket: pathlib.Path, *, timeout: float = 2.0) -> dict[str, list[str]]:
+    """Device ID → the pods (``namespace/name``) whose containers hold it now, for the resources under
+    ``metax-tech.com/``; PortError when the kubelet does not answer."""
+    with PodResourcesClient(socket, timeout=timeout) as api:
+        pods = api.list()
+    found: dict[str, list[str]] = {}
+    for pod in pods:
+        for container in pod.containers:
+            for listed in container.devices:
+                if listed.resource.startswith(PREFIX):
+                    for device_id in listed.ids:
+                        found.setdefault(device_id, []).append(f"{pod.namespace}/{pod.name}")
     return found

@@ -1,10 +1,12 @@
 """data-exporter's round: every ``sample_interval``, read the GPUs and who holds them; serve the result.
 
 The sampler (this agent's loop thread) reads the hardware port's telemetry once (one mx-smi run) and the
-kubelet's PodResources ``List``, folds them into the sample (`metax_core.metrics.telemetry.advance`: a GPU that
-stops answering keeps its series, unavailable), and replaces the `collector.View` scrapes render. A failing
-read keeps the last good one, counts an error and says so once; the HTTP server (``/metrics``, ``/healthz``,
-``/readyz``) runs on its own threads and never waits on a sampling.
+kubelet's PodResources ``List``, folds them into the sample (`metax_core.metrics.telemetry.advance`: each
+GPU's faults step the core's verdict machine, as gpu-device's do; a GPU that stops answering keeps its series),
+and replaces the `collector.View` scrapes render. A failing read keeps the last good one, counts an error and
+says so once; a failed telemetry reading is unknown (`telemetry.failed`: verdicts kept for the grace, then
+HealthUnknown). A reading that showed a fault not in force yet brings the next one forward (`Rules.recheck`).
+The HTTP server (``/metrics``, ``/healthz``, ``/readyz``) runs on its own threads and never waits on a sampling.
 """
 
 from __future__ import annotations
@@ -118,16 +120,21 @@ class DataExporter:
         stats = dict(self.view.stats)
         started = self.clock()
         current = self.view.sample
+        rules = self.settings.health_rules
         try:
-            current = telemetry.advance(current, self.hw.gpus.telemetry(), self.clock())
+            current = telemetry.advance(current, self.hw.gpus.telemetry(), self.clock(), rules)
             stats[names.Collector.TELEMETRY] = self._stat(stats, names.Collector.TELEMETRY, started, True)
             self.say("telemetry", f"sampling {len(current.gpus)} GPU function(s)")
         except HardwareError as exc:
-            current = telemetry.failed(current)
+            current = telemetry.failed(current, self.clock(), rules, failure=str(exc))
             stats[names.Collector.TELEMETRY] = self._stat(stats, names.Collector.TELEMETRY, started, False)
             self.say(
-                "telemetry", f"cannot sample the GPUs, serving the last sample as unavailable: {exc}", logging.WARNING
+                "telemetry",
+                f"cannot sample the GPUs (health unknown: verdicts kept for {rules.unknown_grace:g} s): {exc}",
+                logging.WARNING,
             )
+        if current.recheck and rules.recheck < self.settings.sample_interval:  # confirm a new fault sooner
+            self.chores.later("sample", rules.recheck)
         holdings = self.view.holdings
         if self.hw.pods is not None:
             started = self.clock()

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import attrs
 
 from metax_core.cluster import agent_env
+from metax_core.health import verdict
 from metax_core.metrics import names, sources
 from services._agent import settings as agent_settings
 from services._agent.settings import Interval, Names, Port, Seconds, env
@@ -30,6 +31,13 @@ class Settings(agent_settings.NodeAgentSettings):
     mxsml_library: Names = attrs.field(default=Names(sources.DEFAULT_LIBRARIES), metadata=env(sources.SETTING))
     """libmxsml paths to try, as this container sees them (`metax_core.metrics.sources`); empty: mx-smi."""
     tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
+    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_HEALTH_UNKNOWN_GRACE"))
+    """Seconds the GPUs' verdicts stand while sampling fails, before every GPU is HealthUnknown (degraded;
+    `metax_core.health.verdict`); the same setting as gpu-device's and the DRA driver's."""
+
+    @property
+    def health_rules(self) -> verdict.Rules:
+        return verdict.Rules(unknown_grace=self.health_unknown_grace)
 
     def pod_resources(self) -> pathlib.Path:
         if self.pod_resources_socket is not None:

@@ -4,8 +4,12 @@ Every round (healthy_interval, or at once when its Node changes): read the readi
 functions, the GPUs' health and links and which devices device-plugin pods still hold, ask the core for the
 published devices (`metax_core.dra.slices.published_devices`, nothing while a required component is not
 ready, nothing a device-plugin pod holds: the switch from device plugin to DRA never offers a GPU twice),
-and write the slices `slices.plan_slices` says — none when nothing changed. The health reports of every
-device ever published go to the kubelet's health stream.
+and write the slices `slices.plan_slices` says — none when nothing changed. A device whose GPU is not fine
+stays published with its device taint (`slices.taint_of`, NoSchedule) and loses it when the verdict clears;
+when the API server is seen dropping a taint we wrote (device taints off), the driver says so once and withdraws
+such devices instead from then on. The health reports of every device ever published go to the kubelet's
+health stream, and the node's health report names the pods holding a GPU that is not fine (read from the
+prepared claims only then).
 
 The kubelet's calls come on gRPC threads (`metax_k8s.dra.server`): `prepare` reads each claim, writes its
 CDI spec (durably) and then the checkpoint, in that order, so a prepared claim always has its spec; a claim
@@ -27,12 +31,14 @@ import attrs
 from metax_core.dra import health, model, slices
 from metax_core.dra import prepare as preparing
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError, PortError
-from metax_core.inventory import VFIO_DRIVER, GpuHealth, PciAddress, PciFunction
+from metax_core.health import verdict
+from metax_core.inventory import VFIO_DRIVER, PciAddress, PciFunction
 from metax_core.node import devices, readiness
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
 from metax_core.wire import event_reasons
 from services._agent import base, cluster
+from services._agent import health as health_watch
 from services.dra_driver.config import Settings
 
 log = logging.getLogger(__name__)
@@ -99,8 +105,18 @@ class DraDriver(base.NodeAgentBase):
         self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
         self._known: dict[str, PciAddress] = {}
         self._present: frozenset[PciAddress] = frozenset()
-        self._health: dict[PciAddress, devices.Health] = {}
-        self._failed_checks = 0
+        self._verdicts: dict[PciAddress, verdict.Verdict] = {}
+        self._taints_served = True
+        """False once the API server dropped a device taint we wrote: unhealthy devices are withdrawn instead."""
+        self.health = health_watch.HealthWatch(
+            COMPONENT,
+            settings.node_name,
+            monitor=hw.monitor,
+            nodes=ports.nodes,
+            events=ports.events,
+            rules=settings.health_rules,
+            wall=wall,
+        )
         self._reports: tuple[model.DeviceHealthReport, ...] = ()
         self._version = 0
         self._changed = threading.Condition()
@@ -177,7 +193,14 @@ class DraDriver(base.NodeAgentBase):
         if not self._write_slices(wanted, node):
             self.probe.not_ready()
             return
+        if facts.taints_served and not self._taints_served:  # the server dropped them: withdraw at once
+            facts = attrs.evolve(facts, taints_served=False)
+            wanted = slices.published_devices(facts)
+            if not self._write_slices(wanted, node):
+                self.probe.not_ready()
+                return
         self._publish_health(facts)
+        self.health.publish(facts.functions, self._holders(facts.functions))
         allowed = facts.may_publish
         reason = f"{len(wanted)} device(s) published" if allowed else "waiting for the required components"
         self.publisher.signal(allowed, reason)
@@ -194,28 +217,18 @@ class DraDriver(base.NodeAgentBase):
         except HardwareError as exc:
             self.say("inventory", f"cannot read the GPU inventory, keeping what is published: {exc}", logging.WARNING)
             return None
-        reported: Mapping[PciAddress, GpuHealth] | None = None
         metrics: tuple[Any, ...] = ()
         links: tuple[Any, ...] = ()
+        self.health.read(functions)  # R-HEALTH: a failed reading is unknown, the verdicts stay
+        if self.health.recheck:
+            self.chores.later("sync", min(self.health.rules.recheck, self.settings.healthy_interval / 2))
+        self._verdicts = self.health.verdicts(functions)
         try:
-            reported = self.hw.monitor.health()
             metrics = tuple(self.hw.monitor.metrics())
             links = tuple(self.hw.topology.links())
-            self._failed_checks = 0
             self.say("smi", "mx-smi answers")
         except HardwareError as exc:
-            self._failed_checks += 1
-            self.say("smi", f"mx-smi failed ({self._failed_checks} in a row): {exc}", logging.WARNING)
-        self._health = dict(
-            devices.effective_health(
-                functions,
-                reported,
-                previous=self._health,
-                failed_checks=self._failed_checks,
-                failure_threshold=self.settings.health_failure_threshold,
-                failure="mx-smi does not answer",
-            )
-        )
+            self.say("smi", f"mx-smi failed: {exc}", logging.WARNING)
         version = None
         try:
             state = self.hw.modules.state("metax")
@@ -238,12 +251,13 @@ class DraDriver(base.NodeAgentBase):
             self.settings.node_name,
             functions,
             iommu_enabled=iommu,
-            health=self._health,
+            verdicts=self._verdicts,
             metrics=metrics,
             links=links,
             driver_version=version,
             may_publish=decision.may_advertise,
             held=frozenset(held),
+            taints_served=self._taints_served,
         )
         return facts
 
@@ -266,7 +280,15 @@ class DraDriver(base.NodeAgentBase):
             )
             plan = slices.plan_slices(ref, wanted, existing.items)
             for body in plan.apply:
-                objects.apply(body, field_manager=FIELD_MANAGER, force=True)
+                stored = objects.apply(body, field_manager=FIELD_MANAGER, force=True)
+                if self._taints_served and not slices.taints_kept(body, stored):
+                    self._taints_served = False
+                    self.say(
+                        "taints",
+                        "the API server drops device taints (DRADeviceTaints off, or an older server): devices "
+                        "whose GPU is not fine are withdrawn from the ResourceSlices instead of tainted",
+                        logging.WARNING,
+                    )
             for name in plan.delete:
                 objects.delete(slices.API_VERSION, slices.KIND, name)
         except ClusterError as exc:
@@ -284,12 +306,31 @@ class DraDriver(base.NodeAgentBase):
         return True
 
     def _publish_health(self, facts: slices.NodeFacts) -> None:
-        reports = health.reports(self.settings.node_name, self._known, self._present, self._health, self.wall())
+        reports = health.reports(self.settings.node_name, self._known, self._present, self._verdicts, self.wall())
         with self._changed:
             if health.changed(self._reports, reports) or not self._version:
                 self._version += 1
                 self._changed.notify_all()
             self._reports = reports
+
+    def _holders(self, functions: Sequence[PciFunction]) -> dict[PciAddress, tuple[str, ...]]:
+        """Who holds each GPU that is not fine (for the health report): the prepared claims on such a GPU, read
+        from the API server for their ``reservedFor``. Nothing is read while every GPU is fine."""
+        with self._lock:
+            checkpoint = self._checkpoint
+        to_read = health.claims_to_read(checkpoint, self._known, self._verdicts)
+        if not to_read:
+            return {}
+        read = []
+        for entry in to_read:
+            ref = entry.claim
+            try:
+                claim = self.ports.objects.get("resource.k8s.io/v1", "ResourceClaim", ref.name, ref.namespace)
+            except ClusterError as exc:
+                self.say("holders", f"cannot read ResourceClaim {ref.namespace}/{ref.name}: {exc}", logging.WARNING)
+                claim = None
+            read.append((entry, claim))
+        return health.holders(read, self._known, functions)
 
     def registration(self, registered: bool, error: str) -> None:
         """What the kubelet said of the registration (NotifyRegistrationStatus)."""

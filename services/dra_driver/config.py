@@ -15,6 +15,7 @@ import attrs
 
 from metax_core.cluster import agent_env, components
 from metax_core.dra import DRIVER
+from metax_core.health import verdict
 from metax_core.node import readiness
 from metax_core.runtime import sdk
 from services._agent import settings as agent_settings
@@ -44,7 +45,13 @@ class Settings(agent_settings.NodeAgentSettings):
     Tells which GPUs device-plugin pods still hold (not published until they are released)."""
     required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
     tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
-    health_failure_threshold: int = 3
+    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_HEALTH_UNKNOWN_GRACE"))
+    """Seconds the GPUs' verdicts stand while the health tool does not answer, before every GPU is HealthUnknown
+    (degraded; `metax_core.health.verdict`)."""
+
+    @property
+    def health_rules(self) -> verdict.Rules:
+        return verdict.Rules(unknown_grace=self.health_unknown_grace)
 
     def kubelet_path(self, *parts: str) -> pathlib.Path:
         base = self.kubelet_dir if self.kubelet_dir is not None else self.host_path("/var/lib/kubelet")

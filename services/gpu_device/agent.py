@@ -28,12 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortError
-from metax_core.inventory import GpuHealth, PciAddress, PciFunction
+from metax_core.inventory import PciAddress, PciFunction
 from metax_core.node import cdi_sync, devices, readiness, uninstall
 from metax_core.ports import node as node_ports
-from metax_core.ports.cluster import NodeMetadata
+from metax_core.ports.cluster import Events, NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from metax_core.topology import document, handout
+from services._agent import health as health_watch
 from services._agent import loop, probe
 from services.gpu_device import cdi_keeper, undo
 from services.gpu_device.config import Settings
@@ -43,13 +44,16 @@ log = logging.getLogger(__name__)
 
 PluginFactory = Callable[[devices.Resource, "Agent"], node_ports.ResourcePlugin]
 HeldDevices = cdi_keeper.HeldDevices
+DeviceHolders = Callable[[], Mapping[str, Sequence[str]]]
+"""Device ID → the pods holding it (the kubelet's PodResources, `podresources.device_holders`)."""
 KubeletWatch = Callable[[], object]
 """Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
 
 
 @attrs.frozen
 class Snapshot:
-    """What Allocate and GetPreferredAllocation answer from: the last applied plan and its inputs."""
+    """What Allocate and GetPreferredAllocation answer from: the last applied plan and its inputs, and the
+    allocations answered from them so far (Allocate's answer is then a dictionary look-up: P5)."""
 
     plan: devices.Plan = devices.Plan(devices={})
     device_nodes: Mapping[PciAddress, tuple[str, ...]] = attrs.field(factory=dict)
@@ -58,6 +62,29 @@ class Snapshot:
     """CDI device names in the spec on disk (None: CDI off)."""
     topology: document.NodeTopology | None = None
     """The node's published topology document (topo-worker's), None when absent or unreadable."""
+    allocations: dict[devices.AllocationKey, devices.ContainerAllocation] = attrs.field(
+        factory=dict, eq=False, repr=False
+    )
+    """`devices.plan_allocation`'s answers per `devices.allocation_key` (refusals are not kept), at most
+    `KEPT_ALLOCATIONS`; they live and die with this snapshot, so a changed plan answers afresh."""
+
+    def renewed(
+        self,
+        plan: devices.Plan,
+        device_nodes: Mapping[PciAddress, tuple[str, ...]],
+        node: devices.NodeSettings,
+        resolvable: frozenset[str] | None,
+        topology: document.NodeTopology | None,
+    ) -> Snapshot:
+        """The snapshot of this round: this one, with the allocations it answered, when the plan and its
+        inputs are the same (most rounds); else a new one, so no allocation outlives the plan it came from
+        (a device turned unhealthy, a CDI entry no longer on disk, another QoS policy)."""
+        new = Snapshot(plan, device_nodes, node, resolvable, topology)
+        return self if new == self else new
+
+
+KEPT_ALLOCATIONS = 1024
+"""At most this many allocations per snapshot (sGPU share sets are many): the rest are answered each time."""
 
 
 class Agent:
@@ -77,12 +104,13 @@ class Agent:
         plugin_factory: PluginFactory,
         kubelet: KubeletWatch,
         held: HeldDevices | None = None,
+        holders: DeviceHolders | None = None,
+        events: Events | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         self.settings = settings
         self._inventory = inventory
-        self._monitor = monitor
         self._nodes = nodes
         self._board = board
         self._clock = clock
@@ -99,8 +127,16 @@ class Agent:
         self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
         self._iommu = False
         self._health: dict[PciAddress, devices.Health] = {}
-        self._failed_checks = 0
-        self._last_failure = ""
+        self.health = health_watch.HealthWatch(
+            self.name,
+            settings.node_name,
+            monitor=monitor,
+            nodes=nodes,
+            events=events,
+            rules=settings.health_rules,
+            wall=lambda: wall().timestamp(),
+        )
+        self._holders = holders
         self._node = devices.NodeSettings()
         self._topology: document.NodeTopology | None = None
         self._decision = readiness.AdvertiseDecision(False, reason="readiness not read yet")
@@ -132,17 +168,25 @@ class Agent:
     # --- AllocationBackend for the plugin servers --------------------------------------------------------------------
 
     def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
+        """The allocation the current snapshot answered for these IDs before, else `devices.plan_allocation`'s
+        (kept in the snapshot); a refusal is decided afresh every time. The same object for the same answer:
+        the plugin server keeps its encoding per object."""
         snap = self.snapshot
-        allocation = devices.plan_allocation(
-            resource,
-            ids,
-            plan=snap.plan,
-            device_nodes=snap.device_nodes,
-            qos=snap.node.qos,
-            shares=self.settings.sgpu_shares,
-            with_cdi=self.settings.cdi_enabled,
-            resolvable=snap.resolvable,
-        )
+        key = devices.allocation_key(resource, ids)
+        allocation = snap.allocations.get(key)
+        if allocation is None:
+            allocation = devices.plan_allocation(
+                resource,
+                ids,
+                plan=snap.plan,
+                device_nodes=snap.device_nodes,
+                qos=snap.node.qos,
+                shares=self.settings.sgpu_shares,
+                with_cdi=self.settings.cdi_enabled,
+                resolvable=snap.resolvable,
+            )
+            if len(snap.allocations) < KEPT_ALLOCATIONS:
+                snap.allocations[key] = allocation
         if self._cdi is not None:
             self._cdi.allocated(resource, ids)
         return allocation
@@ -253,31 +297,23 @@ class Agent:
         self._functions, self._device_nodes, self._iommu = functions, nodes, iommu
 
     def _read_health(self) -> None:
-        reported: Mapping[PciAddress, GpuHealth] | None
+        """One reading through the verdict machine (R-HEALTH); a fault not yet in force is read again soon, and
+        the report on the Node names who holds each GPU that is not fine (the operator's remediation reads it)."""
+        self.health.read(self._functions)
+        if self.health.recheck:
+            self._chores.later("health", min(self.health.rules.recheck, self.settings.healthy_interval / 2))
+        self._health = self.health.health(self._functions)
+        self.health.publish(self._functions, self._holders_of_sick())
+
+    def _holders_of_sick(self) -> dict[PciAddress, tuple[str, ...]]:
+        """Who holds the GPUs that are not fine (the kubelet's PodResources, asked only then)."""
+        if self._holders is None or all(h.healthy for h in self._health.values()):
+            return {}
         try:
-            reported = self._monitor.health()
-            self._failed_checks = 0
-        except HardwareError as exc:
-            reported = None
-            self._failed_checks += 1
-            self._last_failure = str(exc)
-            log.warning("health check failed (%d in a row): %s", self._failed_checks, exc)
-        health = devices.effective_health(
-            self._functions,
-            reported,
-            previous=self._health,
-            failed_checks=self._failed_checks,
-            failure_threshold=self.settings.health_failure_threshold,
-            failure=self._last_failure,
-        )
-        for address, h in sorted(health.items()):
-            before = self._health.get(address, devices.Health(True))
-            if before.healthy != h.healthy:
-                if h.healthy:
-                    log.info("%s is healthy again", address)
-                else:
-                    log.warning("%s is unhealthy: %s", address, h.reason)
-        self._health = health
+            return devices.holders_by_function(self._holders(), self._functions)
+        except PortError as exc:
+            self._say("holders", f"cannot ask the kubelet who holds the GPUs: {exc}", logging.WARNING)
+            return {}
 
     def _read_labels(self) -> None:
         try:
@@ -291,6 +327,7 @@ class Agent:
             self._say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)
             return
         labels = (node.get("metadata") or {}).get("labels") or {}
+        self.health.seen_on_node(node)
         uid = uninstall.requested((node.get("metadata") or {}).get("annotations"))
         if uid is not None:
             self._uninstall = (uid, node)
@@ -357,7 +394,7 @@ class Agent:
             else:
                 self._said.forget("withheld")
             plan = offer.plan
-        self.snapshot = Snapshot(plan, dict(self._device_nodes), self._node, resolvable, self._topology)
+        self.snapshot = self.snapshot.renewed(plan, dict(self._device_nodes), self._node, resolvable, self._topology)
         if not self._advertising:
             if not self._decision.may_advertise:
                 self._say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)

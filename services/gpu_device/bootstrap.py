@@ -16,7 +16,7 @@ from typing import Any
 from metax_core.errors import MetaxError
 from metax_core.node import devices
 from metax_core.ports import node as node_ports
-from metax_core.ports.cluster import NodeMetadata
+from metax_core.ports.cluster import Events, NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from metax_hw import hostfiles
 from metax_k8s.deviceplugin import server
@@ -41,16 +41,23 @@ def production_hardware(settings: config.Settings) -> tuple[DeviceInventory, Gpu
     return hw.devices, hw.monitor
 
 
-def production_nodes(settings: config.Settings) -> NodeMetadata:
-    """Node labels through the Kubernetes API: the agents' shared cluster ports (`services._agent.cluster`,
-    in-cluster config or $KUBECONFIG; RBAC: get on nodes, patch for the uninstall answer)."""
-    return cluster.production("gpu-device", settings.node_name).nodes
+def production_cluster(settings: config.Settings) -> cluster.ClusterPorts:
+    """Its Node and Events on it through the Kubernetes API: the agents' shared cluster ports
+    (`services._agent.cluster`, in-cluster config or $KUBECONFIG; RBAC: get and patch on nodes, for the uninstall
+    answer and the GPU health report, and Events about its Node)."""
+    return cluster.production("gpu-device", settings.node_name)
 
 
 def pod_resources_holders(settings: config.Settings) -> agent.HeldDevices:
     """Which devices pods hold, from the kubelet's PodResources API (read-only socket, 000 §1.3.2)."""
     socket = settings.pod_resources()
     return lambda: podresources.held_devices(socket)
+
+
+def pod_resources_device_holders(settings: config.Settings) -> agent.DeviceHolders:
+    """Which pods hold each device, from the same API (for the health report's holders)."""
+    socket = settings.pod_resources()
+    return lambda: podresources.device_holders(socket)
 
 
 def bootstrap(
@@ -65,6 +72,8 @@ def bootstrap(
     wall: Callable[[], datetime.datetime] | None = None,
     plugin_factory: agent.PluginFactory | None = None,
     held: agent.HeldDevices | None = None,
+    holders: agent.DeviceHolders | None = None,
+    events: Events | None = None,
 ) -> agent.Agent:
     """An Agent for ``settings`` (read from ``env``, by default the process environment)."""
     settings = settings or config.from_env(os.environ if env is None else env)
@@ -82,15 +91,20 @@ def bootstrap(
     if inventory is None or monitor is None:
         real_inventory, real_monitor = production_hardware(settings)
         inventory, monitor = inventory or real_inventory, monitor or real_monitor
+    if nodes is None:
+        ports = production_cluster(settings)
+        nodes, events = ports.nodes, events or ports.events
     return agent.Agent(
         settings,
         inventory=inventory,
         monitor=monitor,
-        nodes=nodes or production_nodes(settings),
+        nodes=nodes,
+        events=events,
         board=board or hostfiles.FileReadinessBoard(settings.host_root),
         cdi_file=hostfiles.CdiSpecFile(settings.host_path(settings.cdi_dir)) if settings.cdi_enabled else None,
         plugin_factory=plugin_factory or plugin,
         kubelet=lambda: server.socket_fingerprint(kubelet_socket),
         held=held or pod_resources_holders(settings),
+        holders=holders or pod_resources_device_holders(settings),
         **extra,
     )

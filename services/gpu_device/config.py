@@ -17,6 +17,7 @@ from typing import NewType
 import attrs
 
 from metax_core.cluster import agent_env, components
+from metax_core.health import verdict
 from metax_core.node import devices, readiness
 from services._agent import settings as agent_settings
 from services._agent.settings import Components, HostPath, Seconds, env
@@ -78,8 +79,15 @@ class Settings(agent_settings.NodeAgentSettings):
     probe_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_PROBE_INTERVAL"))
     """Seconds between checks that each plugin server still answers (not the pod's readinessProbe)."""
     tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
+    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_HEALTH_UNKNOWN_GRACE"))
+    """Seconds the GPUs' verdicts stand while the health tool does not answer, before every GPU is HealthUnknown
+    (degraded; `metax_core.health.verdict`)."""
+
+    @property
+    def health_rules(self) -> verdict.Rules:
+        return verdict.Rules(unknown_grace=self.health_unknown_grace)
+
     """How often the loop wakes to look at kubelet's socket and at what has come due (faster than the agents')."""
-    health_failure_threshold: int = 3
 
     def pod_resources(self) -> pathlib.Path:
         if self.pod_resources_socket is not None:

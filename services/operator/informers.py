@@ -16,8 +16,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from metax_core.cluster import workloads
+from metax_core.cluster import gpu_remediation, workloads
 from metax_core.errors import MetaxError, NotServed
+from metax_core.health.report import ANNOTATION as HEALTH_REPORT
+from metax_core.health.report import CONDITION_TYPE
 from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
@@ -163,6 +165,8 @@ class Informer:
 
 #: Pod labels the operator reads or selects by: its component, its workload (gpu-discovery's pods answer no uninstall
 #: request, `metax_core.cluster.node_undos`), and the DaemonSet controller's revision.
+KEPT_ANNOTATIONS = frozenset({driver_verdict.ANNOTATION, HEALTH_REPORT, gpu_remediation.HISTORY_ANNOTATION})
+"""The product's node annotations whose values the node cache keeps."""
 POD_LABELS = frozenset({workloads.COMPONENT_LABEL, workloads.APP_LABEL, "controller-revision-hash"})
 _NO_WAITING: tuple[str, ...] = ()
 
@@ -200,26 +204,31 @@ def slim_node(node: RawObject) -> RawObject:
     """A node as the operator reads it: its name, the product's labels, and the keys of the product's annotations.
 
     Annotation values are dropped (the operator only removes the keys when ``cluster-operator`` is deleted;
-    some are kilobytes of JSON per node), except driver-manager's verdict (`driver_verdict`, at most a few hundred
-    bytes, read by the rollout) and the few bytes of the uninstall protocol's request and answers
-    (`metax_core.node.uninstall`), which the finalizer reads. Everything else is dropped too (status and its
-    heartbeats, images, the other labels, taints): at 1,000 nodes the whole objects would be most of the
-    operator's memory (P3). The nodes of a fleet mostly carry the same product labels: those are shared.
+    some are kilobytes of JSON per node), except those in `KEPT_ANNOTATIONS` (driver-manager's verdict, read by the
+    rollout; the GPU health report and the remediation history, read by `services.operator.gpu_health`: a few
+    hundred bytes, and absent or tiny on a healthy node) and the few bytes of the uninstall protocol's request and
+    answers (`metax_core.node.uninstall`), which the finalizer reads. Of the status only the ``MetaXGPUHealthy``
+    condition is kept (the operator writes it only when it differs). Everything else is dropped too (the other
+    conditions and their heartbeats, images, the other labels, taints): at 1,000 nodes the whole objects would
+    be most of the operator's memory (P3). The nodes of a fleet mostly carry the same product labels: those are
+    shared.
     """
     metadata = node.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
+    health = [c for c in (node.get("status") or {}).get("conditions") or () if c.get("type") == CONDITION_TYPE]
     return {
+        **({"status": {"conditions": health}} if health else {}),
         "metadata": {
             "name": _interned(metadata.get("name")),
             "labels": _shared(_product(metadata.get("labels"))),
             "annotations": _shared(
                 {
-                    sys.intern(k): (str(v) if uninstall.is_protocol_key(k) or k == driver_verdict.ANNOTATION else "")
+                    sys.intern(k): (str(v) if uninstall.is_protocol_key(k) or k in KEPT_ANNOTATIONS else "")
                     for k, v in annotations.items()
                     if k.startswith(PREFIX)
                 }
             ),
-        }
+        },
     }
 
 

@@ -50,7 +50,7 @@ from metax_core.spec import validation
 from metax_core.wire import event_reasons, meta
 from metax_k8s import crd_sync
 from metax_k8s.api import Api
-from services.operator import applier, cleanup, drainer, rollout_driver, states, uninstall_wait
+from services.operator import applier, cleanup, drainer, gpu_health, rollout_driver, states, uninstall_wait
 from services.operator.informers import Informer
 from services.operator.settings import Settings
 
@@ -116,6 +116,7 @@ class Reconciler:
         self.clock = clock
         self.applier = applier.Applier(objects, events, field_manager=settings.field_manager)
         self.drainer = drainer.Drainer(api, objects, events, field_manager=settings.field_manager)
+        self.gpu_health = gpu_health.GpuHealth(api, objects, nodes, events)
         self.render_settings = workloads.RenderSettings(
             namespace=settings.namespace,
             version=settings.version,
@@ -218,6 +219,7 @@ class Reconciler:
             released = {n.name: n.message for n in outcome.status.status.released_nodes}
             self.drainer.apply(outcome.drain, outcome.uncordon, look, now, released)
         vf_nums = self._recreate_for_vf_changes(cr, Component.GPU_DEVICE in rendered.plan.deploy)
+        retry = self.gpu_health.apply(self.caches.nodes.items(), s.gpu_device.remediation, now)
 
         gpu_nodes = self._gpu_nodes()
         rolled = cluster_status.roll_up(
@@ -231,8 +233,8 @@ class Reconciler:
         )
         self._write_status(cr, rolled, outcome.status if outcome else None, vf_nums)
         if outcome is not None and outcome.requeue_after is not None:
-            return max(0.0, outcome.requeue_after.total_seconds())
-        return None
+            return max(0.0, min(outcome.requeue_after.total_seconds(), retry or float("inf")))
+        return retry
 
     def _ensure_crd(self, cr: RawObject) -> crd_sync.CrdState:
         """The CRD at this release's schema or newer (`crd_sync.ensure` until it is; then once per start)."""
@@ -298,6 +300,7 @@ class Reconciler:
         self.applier.writes += cleanup.remove_everything(
             self.objects, self.nodes, self.applier, self.settings.namespace, self.caches.nodes.items()
         )
+        self.gpu_health.clear(self.caches.nodes.items())
         self.events.emit(
             self._cr_ref(cr),
             reason=event_reasons.CLEANED_UP,

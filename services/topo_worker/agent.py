@@ -142,7 +142,7 @@ class TopoWorker(base.NodeAgentBase):
             )
         taken = devices.held_gpus(self._held, functions)
         pfs = [f.address for f in functions if f.kind is FunctionKind.PF]
-        free = [a for a in pfs if self._health.get(a, GpuHealth(a, True)).healthy and a not in taken]
+        free = [a for a in pfs if self._health.get(a, GpuHealth(a)).healthy and a not in taken]
         return document.build(functions, self._links, nics, free=free)
 
     def shutdown(self) -> None:

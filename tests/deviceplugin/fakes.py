@@ -14,6 +14,7 @@ from typing import Any
 
 from metax_core import inventory
 from metax_core.errors import HardwareError
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import (
     FunctionKind,
     GpuHealth,
@@ -106,7 +107,7 @@ class FakeMonitor:
             raise self.fail
         sick = dict(self.unhealthy)
         return {
-            f.address: GpuHealth(f.address, f.address not in sick, sick.get(f.address, ""))
+            f.address: GpuHealth(f.address, (Fault(FaultKind.STATE, sick[f.address]),) if f.address in sick else ())
             for f in self.inventory.present
             if f.driver == "metax"
         }

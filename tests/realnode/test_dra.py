@@ -14,7 +14,11 @@ real character devices), with the project's DeviceClasses:
 * the kubelet restarting: the driver is registered again and a prepared claim is intact (its pod keeps running,
   a new pod is prepared); the driver killed (SIGKILL) while a claim waits: restarted, it converges and the pod runs;
 * a GPU held by a claim falling off the bus is reported unhealthy through the health stream
-  (``allocatedResourcesStatus`` in the pod's status);
+  (``allocatedResourcesStatus`` in the pod's status) and its device tainted ``FellOffBus``;
+* a GPU whose mx-smi state turns bad: its device carries the taint ``metax-tech.com/gpu-health=StateFault:NoSchedule``
+  (the API server stamps ``timeAdded``, and the driver writes no slice while nothing changes), a claim for every
+  GPU of the node stays unallocated with the scheduler's reason; the state back to normal, the taint goes within
+  two readings and the pod runs, the driver never restarted (R-HEALTH);
 * a pod asking ``limits: metax-tech.com/gpu: 1`` on this node is served by DRA (DRAExtendedResource).
 * a claim whose configuration has a bad ``macaVersion`` is refused in the pod's events naming the field
   (``status.allocation.devices.config[0].opaque.parameters.macaVersion``) and what is allowed; the pod waits.
@@ -30,6 +34,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,6 +160,20 @@ def wait_published(custom: client.CustomObjectsApi, dra: DraNode, count: int = 4
         f"{count} devices published by {dra.real.name}",
         explain=dra.log,
     )
+
+
+def untainted(custom: client.CustomObjectsApi, dra: DraNode) -> bool:
+    found = published(custom, dra)
+    return len(found) == len(dra.fake.gpu_addresses()) and not any(d.get("taints") for d in found.values())
+
+
+def wait_untainted(custom: client.CustomObjectsApi, dra: DraNode, timeout: float = 90.0) -> None:
+    pods.wait(lambda: untainted(custom, dra), "every device published untainted", timeout=timeout, explain=dra.log)
+
+
+def ours(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A device's taints without the server's ``timeAdded``."""
+    return [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]
 
 
 def gpu_config(**fields: object) -> dict[str, Any]:
@@ -365,11 +384,56 @@ def test_a_gpu_falling_off_the_bus_is_reported_unhealthy_in_the_pods_status(
             return ""
 
         pods.wait(health, "the pod's status saying its GPU is unhealthy", explain=dra_node.log)
-        assert device not in published(custom, dra_node)
+        taints = pods.wait(
+            lambda: published(custom, dra_node)[device].get("taints"), "its device tainted", explain=dra_node.log
+        )
+        assert ours(taints) == [{"key": slices.TAINT_KEY, "value": "FellOffBus", "effect": "NoSchedule"}]
     finally:
         dra_node.fake.clear_faults()
         devnodes.make_device_nodes_real(dra_node.fake.root)
-    wait_published(custom, dra_node)
+    wait_untainted(custom, dra_node)
+
+
+def test_a_faulty_gpu_is_tainted_and_a_claim_for_every_gpu_runs_once_the_fault_clears(
+    kube: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, dra_node: DraNode
+) -> None:
+    wait_untainted(custom, dra_node)
+    count = len(dra_node.fake.gpu_addresses())  # every GPU of the bed (4)
+    bad = dra_node.fake.gpu_addresses()[-1]
+    name = slices.device_name(bad)
+    driver = dra_node.driver
+    assert driver is not None and driver.popen is not None
+    pid = driver.popen.pid
+    try:
+        dra_node.fake.set_gpu(bad, state="Error")
+        taints = pods.wait(
+            lambda: published(custom, dra_node).get(name, {}).get("taints"), f"{name} tainted", explain=dra_node.log
+        )
+        assert ours(taints) == [{"key": "metax-tech.com/gpu-health", "value": "StateFault", "effect": "NoSchedule"}]
+        assert taints[0].get("timeAdded")  # the server's stamp
+        assert len(published(custom, dra_node)) == count  # tainted, not withdrawn
+        versions = {s["metadata"]["resourceVersion"] for s in node_slices(custom, dra_node.real.name)}
+        _claim(custom, namespace, "every-gpu", claim_spec(count, same_root=False))
+        kube.create_namespaced_pod(namespace, claim_pod("everything", dra_node, {"resourceClaimName": "every-gpu"}))
+        reason = pods.wait(lambda: gpus.unschedulable(kube, namespace, "everything"), "the scheduler's reason")
+        assert "claim" in reason.lower() or "resource" in reason.lower(), reason
+        time.sleep(3)  # three readings more: the driver rewrites nothing (the server's timeAdded is no change)
+        assert {s["metadata"]["resourceVersion"] for s in node_slices(custom, dra_node.real.name)} == versions
+        claim = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", "every-gpu")
+        assert allocated_devices(claim) == [] and pods.phase(kube, namespace, "everything") == "Pending"
+    finally:
+        cleared = time.monotonic()
+        dra_node.fake.set_gpu(bad, state="Available")
+    interval = float(dra_node.env["METAX_HEALTHY_INTERVAL"])
+    pods.wait(
+        lambda: "taints" not in published(custom, dra_node)[name], "the taint gone", timeout=30, explain=dra_node.log
+    )
+    took = time.monotonic() - cleared
+    pods.wait_running(kube, namespace, "everything")
+    assert len(allocated_devices(pod_claim(kube, custom, namespace, "everything"))) == count
+    assert driver.popen.pid == pid and driver.popen.poll() is None  # no restart
+    # clear_after (2) readings at the interval, plus one reading's own time and the write
+    assert took < 2 * interval + 6, f"the taint took {took:.1f} s to go"
 
 
 def test_a_plain_gpu_limit_is_served_by_dra_on_a_dra_node(
@@ -380,7 +444,8 @@ def test_a_plain_gpu_limit_is_served_by_dra_on_a_dra_node(
     kube.create_namespaced_pod(namespace, pod)
     name = pod["metadata"]["name"]
     pods.wait_running(kube, namespace, name)
-    logs = pods.wait(lambda: pods.logs(kube, namespace, name), "the pod's output")
+    # The script lists the devices before `env` prints the variable: wait for it, not for any output.
+    logs = pods.wait_logs(kube, namespace, name, "METAX_VISIBLE_DEVICES=")
     (address,) = addresses_seen(logs)
     assert address in dra_node.fake.gpu_addresses()
     assert gpus.allocatable(kube, dra_node.real.name) == 0  # no device plugin on this node

@@ -168,6 +168,27 @@ AGENT_ENV = {
 }
 
 
+def spawn_gpu_agent(
+    plane: controlplane.ControlPlane, fake: host.FakeHost, member: node.RealNode, **env: str
+) -> processes.Process:
+    """The project's gpu-device agent (``python -m services.gpu_device``) as a host process in ``member``'s
+    namespace, on ``fake``, with every component it waits for reported ready (``env`` adds or overrides)."""
+    board = hostfiles.FileReadinessBoard(fake.root)
+    for component in config.default_required():
+        board.publish(readiness.ComponentReadiness(component, True, "test: ready"))
+    environment = {
+        **AGENT_ENV,
+        "NODE_NAME": member.name,
+        "METAX_HOST_ROOT": str(fake.root),
+        "METAX_POD_RESOURCES_SOCKET": str(member.pod_resources_socket),
+        "KUBECONFIG": str(plane.kubeconfig_path),
+        "PATH": fake.env()["PATH"],
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        **env,
+    }
+    return member.spawn("gpu-device", [sys.executable, "-m", "services.gpu_device"], environment)
+
+
 @pytest.fixture(scope="session")
 def gpu_agent(
     request: pytest.FixtureRequest,
@@ -175,20 +196,7 @@ def gpu_agent(
     gpu_host: host.FakeHost,
     gpu_node: node.RealNode,
 ) -> processes.Process:
-    """The project's gpu-device agent (``python -m services.gpu_device``) as a host process in the GPU
-    node's namespace, on the fake host, with every component it waits for reported ready."""
-    board = hostfiles.FileReadinessBoard(gpu_host.root)
-    for component in config.default_required():
-        board.publish(readiness.ComponentReadiness(component, True, "test: ready"))
-    env = {
-        **AGENT_ENV,
-        "NODE_NAME": gpu_node.name,
-        "METAX_HOST_ROOT": str(gpu_host.root),
-        "METAX_POD_RESOURCES_SOCKET": str(gpu_node.pod_resources_socket),
-        "KUBECONFIG": str(realnode_plane.kubeconfig_path),
-        "PATH": gpu_host.env()["PATH"],
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
-    agent = gpu_node.spawn("gpu-device", [sys.executable, "-m", "services.gpu_device"], env)
+    """The project's gpu-device agent on the session's GPU node (`spawn_gpu_agent`)."""
+    agent = spawn_gpu_agent(realnode_plane, gpu_host, gpu_node)
     request.addfinalizer(agent.stop)
     return agent

@@ -7,7 +7,8 @@
   mode, vfio-bound functions (with IOMMU and group) as vfio-gpu, everything unhealthy when not ready;
 - preferred allocation: topology choices (switch, NUMA, distinct GPUs) and hypothesis properties (only
   available devices, requested size when possible, must-include kept, deterministic in input order);
-- allocation: env, device nodes, CDI names, KubeVirt variables; unknown and unhealthy devices refused.
+- allocation: env, device nodes, CDI names, KubeVirt variables; unknown and unhealthy devices refused; the
+  answer depends on the IDs only through `allocation_key` (their order does not matter).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from hypothesis import strategies as st
 from metax_core.inventory import (
     METAX_VENDOR_ID,
     FunctionKind,
-    GpuHealth,
     PciAddress,
     PciFunction,
 )
@@ -83,36 +83,6 @@ def test_unknown_label_values_fall_back_with_reasons() -> None:
         "label metax-tech.com/gpu-device.qos-policy='fair' is not one of best-effort, fixed-share, burst-share: "
         "using best-effort",
     )
-
-
-# --- health ---------------------------------------------------------------------------------------------
-
-
-def test_health_unreported_is_healthy_and_vfs_follow_their_pf() -> None:
-    pf = fn(9, sriov_numvfs=1)
-    vf = vf_of(pf, 1)
-    other = fn(10)
-    reported = {pf.address: GpuHealth(pf.address, False, "Xid 79")}
-    health = devices.effective_health([pf, vf, other], reported)
-    assert health == {
-        pf.address: devices.Health(False, "Xid 79"),
-        vf.address: devices.Health(False, "its PF 0000:09:00.0 is unhealthy: Xid 79"),
-        other.address: devices.Health(True),
-    }
-
-
-def test_failed_checks_keep_the_last_view_until_the_threshold() -> None:
-    a, b = fn(9), fn(10)
-    previous = {a.address: devices.Health(False, "hot"), b.address: devices.Health(True)}
-    kept = devices.effective_health([a, b], None, previous=previous, failed_checks=2, failure_threshold=3)
-    assert kept == previous
-    gone = devices.effective_health(
-        [a, b], None, previous=previous, failed_checks=3, failure_threshold=3, failure="timeout"
-    )
-    assert gone == {
-        a.address: devices.Health(False, "health check failed 3 times in a row: timeout"),
-        b.address: devices.Health(False, "health check failed 3 times in a row: timeout"),
-    }
 
 
 # --- advertising ----------------------------------------------------------------------------------------
@@ -301,6 +271,38 @@ def test_unknown_and_unhealthy_devices_are_refused() -> None:
         allocate(p, R.GPU, ["0000:0b:00.0"])
     with pytest.raises(devices.AllocationRefused, match="0000:09:00.0: unhealthy: Xid 79"):
         allocate(p, R.GPU, ["0000:09:00.0"])
+
+
+def test_the_allocation_key_is_the_resource_and_the_ids_in_any_order() -> None:
+    key = devices.allocation_key(R.SGPU, ["0000:0a:00.0-01", "0000:09:00.0-03", "0000:09:00.0-01"])
+    assert key == (R.SGPU, ("0000:09:00.0-01", "0000:09:00.0-03", "0000:0a:00.0-01"))
+    assert devices.allocation_key(R.GPU, ["0000:0a:00.0", "0000:09:00.0"]) == devices.allocation_key(
+        R.GPU, ("0000:09:00.0", "0000:0a:00.0")
+    )
+    assert devices.allocation_key(R.GPU, ["0000:09:00.0"]) != devices.allocation_key(R.VFIO_GPU, ["0000:09:00.0"])
+
+
+ALLOCATABLE = (
+    (R.GPU, plan([fn(9), fn(10)]), ["0000:09:00.0", "0000:0a:00.0"]),
+    (
+        R.SGPU,
+        plan([fn(9), fn(10)], settings=devices.NodeSettings(mode=devices.Mode.SGPU), shares=4),
+        ["0000:09:00.0-00", "0000:09:00.0-02", "0000:0a:00.0-01", "0000:0a:00.0-03"],
+    ),
+    (R.VFIO_GPU, plan([fn(9, driver="vfio-pci"), fn(10, driver="vfio-pci")]), ["0000:09:00.0", "0000:0a:00.0"]),
+)
+
+
+@given(st.sampled_from(ALLOCATABLE), st.data())
+def test_an_allocation_depends_on_the_ids_only_through_their_key(
+    case: tuple[devices.Resource, devices.Plan, list[str]], data: st.DataObject
+) -> None:
+    """What lets gpu-device keep answers per `allocation_key`: the same key, the same allocation."""
+    resource, p, ids = case
+    chosen = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=len(ids), unique=True))
+    reordered = data.draw(st.permutations(chosen))
+    assert devices.allocation_key(resource, chosen) == devices.allocation_key(resource, reordered)
+    assert allocate(p, resource, chosen, shares=4) == allocate(p, resource, list(reordered), shares=4)
 
 
 def test_socket_names_are_distinct_per_resource() -> None:

@@ -27,6 +27,9 @@ import pytest
 from metax_core.cluster import components, doctor, doctor_report
 from metax_core.cluster import doctor_facts as facts
 from metax_core.cluster.components import Component
+from metax_core.health import report, verdict
+from metax_core.health.faults import Fault, FaultKind
+from metax_core.inventory import PciAddress
 from metax_core.node import allocation, devices, driver_config, vfio
 from metax_core.node import labels as node_labels
 from metax_core.spec import validation
@@ -507,3 +510,20 @@ def test_the_summary_names_the_operator_and_crd_releases_the_operator_reports() 
     cr = facts.CrFacts(None, versions={"operator": "0.2.0", "crd": "0.3.0"})
     assert doctor_report.releases_line(cr, "0.2.0") == "releases: operator 0.2.0, CRD 0.3.0, this CLI 0.2.0"
     assert "operator not reported" in doctor_report.releases_line(facts.CrFacts(None), "0.2.0")
+
+
+def test_the_health_report_names_the_unhealthy_gpu_and_its_fault() -> None:
+    """R-HEALTH: doctor reads the report the node's agent writes (`report.of` + `encode`, as HealthWatch does)."""
+    gpu, other = PciAddress("0000:09:00.0"), PciAddress("0000:0a:00.0")
+    fine = report.encode(report.of({gpu: verdict.FINE, other: verdict.FINE}, {}, "gpu-device"))
+    node = healthy_node(annotations={**healthy_node().annotations, report.ANNOTATION: fine})
+    d = diagnose(node)
+    assert d.healthy and d.links[-1].id == "gpu-health" and "all 2" in d.links[-1].evidence
+    sick = verdict.Verdict((Fault(FaultKind.STATE, "mx-smi reports GPU-State Error"),))
+    text = report.encode(report.of({gpu: sick, other: verdict.FINE}, {gpu: ["ml/train"]}, "gpu-device"))
+    link = first(diagnose(healthy_node(annotations={**healthy_node().annotations, report.ANNOTATION: text})))
+    assert link.id == "gpu-health" and link.component == Component.GPU_DEVICE.value
+    assert link.evidence == f"GPUUnusable: {gpu} unusable (StateFault: mx-smi reports GPU-State Error)"
+    assert "reason=GPUUnusable" in link.next
+    garbled = healthy_node(annotations={report.ANNOTATION: "{"})
+    assert "does not read" in first(diagnose(garbled)).evidence

@@ -1,12 +1,13 @@
 """`metax_core.dra.slices` and `metax_core.dra.health` (R-DRA): the devices a node publishes and their slices.
 
-- one device per usable function (VFs instead of their PF, vfio-bound ones typed ``vfio``), unhealthy ones
-  left out, attributes users select on (PCIe root from the topmost bridge, NUMA, semver driver version,
-  MetaXLink group), memory as capacity;
+- one device per usable function (VFs instead of their PF, vfio-bound ones typed ``vfio``; taints of GPUs
+  that are not fine: tests/unit/test_dra_taints.py), attributes users select on (PCIe root from the topmost
+  bridge, NUMA, semver driver version, MetaXLink group), memory as capacity;
 - slices: at most 128 devices each, stable names, owner the Node, the pool's generation bumped only on
   change (an unchanged pool plans nothing: quiet), no devices -> every slice deleted; the reader
   (`published_in`) reads back what the writer planned;
-- health: every device ever published is reported, gone from the bus -> unhealthy.
+- health: every device ever published is reported, gone from the bus -> unhealthy, degraded -> unhealthy with
+  its severity and fault named.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from metax_core.dra import DRIVER, health, model, slices
+from metax_core.health import faults, verdict
 from metax_core.inventory import (
     METAX_VENDOR_ID,
     DriverVersion,
@@ -25,7 +27,6 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
-from metax_core.node import devices
 
 NODE = slices.NodeRef("node-a", "uid-a")
 
@@ -95,15 +96,9 @@ def test_vfs_replace_their_pf_and_vfio_functions_are_typed_vfio() -> None:
     assert all(f"{DRIVER}/driverVersion" not in d.attributes for d in published if attr(d, "type") == "vfio")
 
 
-def test_unhealthy_devices_are_not_published_and_odd_driver_versions_are_left_out() -> None:
-    facts = slices.NodeFacts(
-        "n",
-        (gpu(0x09), gpu(0x0A)),
-        health={PciAddress("0000:0a:00.0"): devices.Health(False, "ecc")},
-        driver_version=DriverVersion("2.14"),
-    )
+def test_odd_driver_versions_are_left_out() -> None:
+    facts = slices.NodeFacts("n", (gpu(0x09),), driver_version=DriverVersion("2.14"))
     (only,) = slices.published_devices(facts)
-    assert only.address == "0000:09:00.0"
     assert f"{DRIVER}/driverVersion" not in only.attributes
     assert slices.semver(DriverVersion("2.14.6.1")) == "2.14.6"
 
@@ -182,14 +177,19 @@ def test_the_reader_sees_exactly_the_wanted_devices_after_any_change(before: int
 
 
 def test_health_reports_every_known_device_and_a_gone_one_is_unhealthy() -> None:
-    a, b, c = (PciAddress(f"0000:0{i}:00.0") for i in (1, 2, 3))
-    known = {"gpu-1": a, "gpu-2": b, "gpu-3": c}
-    got = health.reports("node-a", known, present={a, b}, health={b: devices.Health(False, "ecc errors")}, now=5.0)
+    a, b, c, d = (PciAddress(f"0000:0{i}:00.0") for i in (1, 2, 3, 4))
+    known = {"gpu-1": a, "gpu-2": b, "gpu-3": c, "gpu-4": d}
+    sick = {
+        b: verdict.Verdict((faults.Fault(faults.FaultKind.STATE, "mx-smi reports GPU-State Error"),)),
+        d: verdict.Verdict((faults.Fault(faults.FaultKind.THERMAL, "hotspot 99 °C, limit 95 °C"),)),
+    }
+    got = health.reports("node-a", known, present={a, b, d}, verdicts=sick, now=5.0)
     assert [(r.device, r.state, r.message) for r in got] == [
         ("gpu-1", model.HealthState.HEALTHY, ""),
-        ("gpu-2", model.HealthState.UNHEALTHY, "ecc errors"),
+        ("gpu-2", model.HealthState.UNHEALTHY, "unusable: StateFault: mx-smi reports GPU-State Error"),
         ("gpu-3", model.HealthState.UNHEALTHY, health.GONE),
+        ("gpu-4", model.HealthState.UNHEALTHY, "degraded: Thermal: hotspot 99 °C, limit 95 °C"),
     ]
-    later = health.reports("node-a", known, present={a, b}, health={b: devices.Health(False, "ecc errors")}, now=9.0)
+    later = health.reports("node-a", known, present={a, b, d}, verdicts=sick, now=9.0)
     assert not health.changed(got, later)
-    assert health.changed(got, health.reports("node-a", known, present={a, b, c}, health={}, now=9.0))
+    assert health.changed(got, health.reports("node-a", known, present={a, b, c, d}, verdicts={}, now=9.0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from metax_core.errors import MetaxError
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import DriverVersion, GpuHealth, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, driver_plan
 from metax_core.node.driver_plan import Step
@@ -71,13 +72,14 @@ def test_payload_version_required_unless_never() -> None:
 def test_ready_only_when_loaded_as_asked_and_every_gpu_answers() -> None:
     plan = driver_plan.plan_driver(P.PREFER_CLOUD, "2.20.0", None, None, NONE)
     gpus = [pf(1), pf(2), pf(3, driver="vfio-pci")]
-    healthy = {g.address: GpuHealth(g.address, True) for g in gpus[:2]}
+    healthy = {g.address: GpuHealth(g.address) for g in gpus[:2]}
     assert not driver_plan.driver_readiness(plan, None, gpus, healthy).ready
     assert not driver_plan.driver_readiness(plan, loaded("2.18.0"), gpus, healthy).ready
     ok = driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, healthy)
     assert ok.ready and ok.version == "2.20.0" and "2 GPU(s)" in ok.reason
-    sick = {**healthy, gpus[1].address: GpuHealth(gpus[1].address, False, "fell off the bus")}
-    assert "0000:02:00.0 (fell off the bus)" in driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, sick).reason
+    sick = {**healthy, gpus[1].address: GpuHealth(gpus[1].address, (Fault(FaultKind.STATE, "fell off the bus"),))}
+    unready = driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, sick)
+    assert "0000:02:00.0 (StateFault: fell off the bus)" in unready.reason
     assert "health check failed" in driver_plan.driver_readiness(plan, loaded("2.20.0"), gpus, None).reason
 
 

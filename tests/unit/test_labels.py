@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import (
     DriverVersion,
     FunctionKind,
@@ -71,7 +72,7 @@ def inventory(**kw: object) -> labels.NodeInventory:
         "node_name": "sample-node1",
         "functions": (pf(1), pf(2)),
         "metrics": (metric(1), metric(2)),
-        "health": {addr(1): GpuHealth(addr(1), True), addr(2): GpuHealth(addr(2), False, "ecc")},
+        "health": {addr(1): GpuHealth(addr(1)), addr(2): GpuHealth(addr(2), (Fault(FaultKind.STATE, "ecc"),))},
         "module": ModuleState(name="metax", version=DriverVersion("2.32.0")),
     }
     defaults.update(kw)
@@ -282,7 +283,9 @@ def test_hami_lists_what_gpu_device_shares() -> None:
     # PF 1 has VFs: its metax-bound VF is shared, the vfio-bound one and the PF are not; PF 2 has no VFs.
     fns = (pf(1, numvfs=2, totalvfs=8), vf(1, 1), vf(1, 2, driver="vfio-pci"), pf(2), pf(3, driver="vfio-pci"))
     metrics = (metric(1, fn=1, memory=32 * GIB), metric(2))
-    inv = inventory(functions=fns, metrics=metrics, health={addr(2): GpuHealth(addr(2), False, "ecc")})
+    inv = inventory(
+        functions=fns, metrics=metrics, health={addr(2): GpuHealth(addr(2), (Fault(FaultKind.STATE, "ecc"),))}
+    )
     entries = json.loads(labels.node_annotations(inv)[labels.NODE_GPU_DEVICES] or "")
     assert [d["bdf"] for d in entries] == ["0000:01:00.1", "0000:02:00.0"]
     assert [e["bdf"] for e in entries] == [f.address for f in labels.shareable(fns)]

@@ -1,15 +1,21 @@
 """metax_core.metrics (C8, R-EXPORTER): the sample over time, who holds which GPU, what a scrape renders.
 
-Aspects: a GPU that stops answering keeps its series, unavailable, with its last values and growing age; a
-sampling that fails as a whole keeps every series and the sample's age grows; vfio-bound functions are
-available without telemetry; device IDs of each resource (GPU, VF, vfio-gpu, sGPU share) attributed to their
-function, other vendors' devices ignored; one series per holder; exported_* label keys; units (KB, mW).
+Aspects: a GPU that stops answering keeps its series with its last values and growing age, and is unavailable
+only after ``fail_after`` readings (the core verdict machine, R-HEALTH), with the fault's words; a single bad
+reading is forgotten, a fault clears after ``clear_after`` readings without it; a degraded GPU stays available
+(``mx_gpu_state`` 1) with its severity and faults in the health families; a VF shows its PF's faults; a
+sampling that fails as a whole is unknown: verdicts kept for the grace, then HealthUnknown (degraded), every
+series kept and the sample's age grows; vfio-bound functions are available without telemetry; device IDs of
+each resource (GPU, VF, vfio-gpu, sGPU share) attributed to their function, other vendors' devices ignored;
+one series per holder; exported_* label keys; units (KB, mW).
 """
 
 from __future__ import annotations
 
 import attrs
 
+from metax_core.health import verdict
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import FunctionKind, GpuHealth, GpuMetrics, PciAddress, PciFunction
 from metax_core.metrics import attribution, exposition, names, telemetry
 
@@ -42,13 +48,30 @@ def reading(*gpus: telemetry.GpuReading) -> telemetry.Telemetry:
 
 
 def ok(address: PciAddress, index: int, util: float = 10.0) -> telemetry.GpuReading:
-    return telemetry.GpuReading(function(address), GpuHealth(address, True), metrics(address, index, util))
+    return telemetry.GpuReading(function(address), GpuHealth(address), metrics(address, index, util))
 
 
 def silent(address: PciAddress) -> telemetry.GpuReading:
     return telemetry.GpuReading(
-        function(address), GpuHealth(address, False, "bound to the driver but not listed by mx-smi"), None
+        function(address),
+        GpuHealth(address, (Fault(FaultKind.NOT_ANSWERING, "bound to the driver but not listed by mx-smi"),)),
+        None,
     )
+
+
+def hot(address: PciAddress, index: int) -> telemetry.GpuReading:
+    """Answering, but too hot: the degraded fault Thermal, as `faults.reading_faults` gives it."""
+    return telemetry.GpuReading(
+        function(address),
+        GpuHealth(address, (Fault(FaultKind.THERMAL, "hotspot 99 °C, limit 95 °C"),)),
+        metrics(address, index),
+    )
+
+
+def states(sample: telemetry.Sample) -> dict[str, tuple[float, str | float]]:
+    """``mx_gpu_state`` per function: (value, unavailable_reason)."""
+    out = exposition.render(sample, {}, {}, OPTIONS, now=sample.sampled_at or 0.0)
+    return {str(s["pci_address"]): (float(s["value"]), s["unavailable_reason"]) for s in series(out, names.GPU_STATE)}
 
 
 def series(
@@ -59,35 +82,94 @@ def series(
     return [{**dict(zip(keys, values, strict=True)), "value": value} for values, value in found.samples]
 
 
-def test_a_gpu_that_stops_answering_keeps_its_series_unavailable_with_growing_age() -> None:
+def test_a_gpu_that_stops_answering_keeps_its_series_and_is_unavailable_after_fail_after_readings() -> None:
     first = telemetry.advance(telemetry.Sample(), reading(ok(A, 0, util=33), ok(B, 1)), at=100.0)
     second = telemetry.advance(first, reading(silent(A), ok(B, 1)), at=105.0)
-    out = exposition.render(second, {}, {}, OPTIONS, now=107.0)
+    assert states(second)[A] == (1.0, "")  # one reading is not a verdict (fail_after 2)
+    assert second.recheck  # a fault not in force yet: read again soon
+    third = telemetry.advance(second, reading(silent(A), ok(B, 1)), at=106.0)
+    out = exposition.render(third, {}, {}, OPTIONS, now=108.0)
 
     state = {s["pci_address"]: s for s in series(out, names.GPU_STATE)}
-    assert state[A]["value"] == 0.0 and state[A]["unavailable_reason"] == "bound to the driver but not listed by mx-smi"
+    assert state[A]["value"] == 0.0
+    assert state[A]["unavailable_reason"] == "NotAnswering: bound to the driver but not listed by mx-smi"
     assert state[B]["value"] == 1.0 and state[B]["unavailable_reason"] == ""
+    assert {s["pci_address"]: s["value"] for s in series(out, names.HEALTH_SEVERITY)} == {A: 2.0, B: 0.0}
+    assert [(s["pci_address"], s["fault"], s["severity"], s["value"]) for s in series(out, names.HEALTH_FAULT)] == [
+        (A, "NotAnswering", "unusable", 1.0)
+    ]
     usage = {s["pci_address"]: s["value"] for s in series(out, names.GPU_USAGE)}
     assert usage == {A: 33.0, B: 10.0}  # A keeps its last value
     age = {s["pci_address"]: s["value"] for s in series(out, names.GPU_SAMPLE_AGE)}
-    assert age == {A: 7.0, B: 2.0}
+    assert age == {A: 8.0, B: 2.0}
     assert series(out, names.SAMPLE_AGE) == [{"value": 2.0}]
 
 
-def test_a_failed_sampling_keeps_every_series_and_the_sample_ages() -> None:
-    first = telemetry.advance(telemetry.Sample(), reading(ok(A, 0), ok(B, 1)), at=100.0)
-    out = exposition.render(telemetry.failed(telemetry.failed(first)), {}, {}, OPTIONS, now=130.0)
+def test_a_single_bad_reading_is_forgotten_and_a_fault_clears_after_clear_after_readings() -> None:
+    sample = telemetry.advance(telemetry.Sample(), reading(ok(A, 0)), at=1.0)
+    sample = telemetry.advance(sample, reading(silent(A)), at=2.0)
+    sample = telemetry.advance(sample, reading(ok(A, 0)), at=3.0)
+    sample = telemetry.advance(sample, reading(silent(A)), at=4.0)
+    assert states(sample)[A] == (1.0, "") and sample.recheck  # never two in a row: not in force
+    sample = telemetry.advance(sample, reading(silent(A)), at=5.0)
+    assert states(sample)[A][0] == 0.0
+    sample = telemetry.advance(sample, reading(ok(A, 0)), at=6.0)
+    assert states(sample)[A][0] == 0.0  # one good reading does not clear it (clear_after 2)
+    sample = telemetry.advance(sample, reading(ok(A, 0)), at=7.0)
+    assert states(sample)[A] == (1.0, "")
+    assert sample.gpus[0].verdict.fine
+
+
+def test_a_degraded_gpu_stays_available_and_shows_its_severity_and_fault() -> None:
+    sample = telemetry.advance(telemetry.Sample(), reading(hot(A, 0), ok(B, 1)), at=1.0)
+    sample = telemetry.advance(sample, reading(hot(A, 0), ok(B, 1)), at=2.0)
+    out = exposition.render(sample, {}, {}, OPTIONS, now=2.0)
     assert {s["pci_address"]: (s["value"], s["unavailable_reason"]) for s in series(out, names.GPU_STATE)} == {
-        A: (0.0, telemetry.NOT_ANSWERING),
-        B: (0.0, telemetry.NOT_ANSWERING),
+        A: (1.0, ""),
+        B: (1.0, ""),
     }
-    assert series(out, names.SAMPLE_AGE) == [{"value": 30.0}]
-    assert len(series(out, names.GPU_USAGE)) == 2
+    assert {s["pci_address"]: s["value"] for s in series(out, names.HEALTH_SEVERITY)} == {A: 1.0, B: 0.0}
+    assert [(s["pci_address"], s["fault"], s["severity"]) for s in series(out, names.HEALTH_FAULT)] == [
+        (A, "Thermal", "degraded")
+    ]
+
+
+def test_a_vf_shows_its_pfs_faults_as_gpu_device_does() -> None:
+    vf = telemetry.GpuReading(attrs.evolve(function(VF, kind=FunctionKind.VF), physfn=A), GpuHealth(VF), metrics(VF, 2))
+    sample = telemetry.Sample()
+    for at in (1.0, 2.0):
+        sample = telemetry.advance(sample, reading(silent(A), vf), at=at)
+    gpus = {g.function.address: g for g in sample.gpus}
+    assert gpus[VF].verdict == verdict.verdicts(sample.board, [gpus[A].function, gpus[VF].function])[VF]
+    assert not gpus[VF].available and gpus[VF].reason.startswith(f"NotAnswering: its PF {A}: ")
+
+
+def test_a_failed_sampling_is_unknown_verdicts_kept_for_the_grace_then_health_unknown() -> None:
+    rules = verdict.Rules(unknown_grace=30.0)
+    first = telemetry.advance(telemetry.Sample(), reading(silent(A), ok(B, 1)), at=90.0, rules=rules)
+    first = telemetry.advance(first, reading(silent(A), ok(B, 1)), at=100.0, rules=rules)
+    within = telemetry.failed(telemetry.failed(first, 105.0, rules), 125.0, rules, failure="mx-smi timed out")
+    assert states(within) == {A: (0.0, "NotAnswering: bound to the driver but not listed by mx-smi"), B: (1.0, "")}
+    after = telemetry.failed(within, 131.0, rules, failure="mx-smi timed out")
+    out = exposition.render(after, {}, {}, OPTIONS, now=131.0)
+    assert {s["pci_address"]: s["value"] for s in series(out, names.GPU_STATE)} == {A: 0.0, B: 1.0}
+    assert {s["pci_address"]: s["value"] for s in series(out, names.HEALTH_SEVERITY)} == {A: 2.0, B: 1.0}
+    assert sorted((s["pci_address"], s["fault"], s["severity"]) for s in series(out, names.HEALTH_FAULT)) == [
+        (A, "HealthUnknown", "degraded"),
+        (A, "NotAnswering", "unusable"),
+        (B, "HealthUnknown", "degraded"),
+    ]
+    [unknown] = after.gpus[1].verdict.faults
+    assert unknown.detail == "no health reading for 31 s: mx-smi timed out"
+    assert series(out, names.SAMPLE_AGE) == [{"value": 31.0}]
+    assert len(series(out, names.GPU_USAGE)) == 1  # B's last telemetry kept (A never answered)
+    back = telemetry.advance(after, reading(silent(A), ok(B, 1)), at=132.0, rules=rules)
+    assert [g.verdict.severity for g in back.gpus] == [2, 0]  # a reading that answers removes HealthUnknown at once
 
 
 def test_a_gpu_removed_from_the_bus_is_dropped_and_a_vfio_gpu_is_available_without_telemetry() -> None:
     first = telemetry.advance(telemetry.Sample(), reading(ok(A, 0), ok(B, 1)), at=1.0)
-    vfio = telemetry.GpuReading(function(B, driver="vfio-pci"), GpuHealth(B, True, "bound to vfio-pci"), None)
+    vfio = telemetry.GpuReading(function(B, driver="vfio-pci"), GpuHealth(B, note="bound to vfio-pci"), None)
     out = exposition.render(telemetry.advance(first, reading(vfio), at=2.0), {}, {}, OPTIONS, now=2.0)
     assert [(s["pci_address"], s["value"]) for s in series(out, names.GPU_STATE)] == [(B, 1.0)]
 
@@ -115,7 +197,7 @@ def test_units_are_mx_exporters_kb_and_milliwatts_and_info_metrics_carry_version
 def test_xtt_memory_and_the_uuid_are_served_when_the_reading_has_them() -> None:
     """libmxsml reports xtt memory and a UUID (metax_hw/mxsml.py); mx-smi's summary does not: no xtt series then."""
     m = attrs.evolve(metrics(A, 0), xtt_used_bytes=3 * 1024 * 1024, xtt_total_bytes=12 * 1024 * 1024, uuid="GPU-1234")
-    with_xtt = telemetry.GpuReading(function(A), GpuHealth(A, True), m)
+    with_xtt = telemetry.GpuReading(function(A), GpuHealth(A), m)
     out = exposition.render(
         telemetry.advance(telemetry.Sample(), reading(with_xtt, ok(B, 1)), at=1.0), {}, {}, OPTIONS, 1.0
     )
@@ -193,7 +275,7 @@ def test_every_family_is_rendered_with_label_values_matching_its_keys() -> None:
         for values, _ in s.samples:
             assert len(values) == len(s.family.label_keys())
     assert len({f.name for f in names.ALL}) == len(names.ALL)
-    assert all(f.name.startswith(("mx_", "metax_exporter_")) for f in names.ALL)
+    assert all(f.name.startswith(("mx_", "metax_gpu_health_", "metax_exporter_")) for f in names.ALL)
 
 
 def test_docs_exporter_md_names_every_family_and_every_one_not_served() -> None:

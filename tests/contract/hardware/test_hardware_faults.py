@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from metax_core import errors
+from metax_core.health.faults import Fault, FaultKind
 from metax_hw_fake import builder
 from metax_hw_fake.host import FakeHost
 
@@ -27,10 +28,7 @@ def test_fallen_gpu_is_unhealthy_and_cannot_be_bound(fake: FakeHost) -> None:
     fake.fall_off_bus(gpu)
     health = fake.monitor.health()
     for function in [gpu, *vfs]:
-        assert (health[function].healthy, health[function].reason) == (
-            False,
-            "fell off the bus: config space reads 0xffff",
-        )
+        assert health[function].faults == (Fault(FaultKind.FELL_OFF_BUS, "config space reads 0xffff"),)
     assert health[other].healthy
     assert gpu in [f.address for f in fake.devices.functions()]
     assert gpu not in [m.address for m in fake.monitor.metrics()]

@@ -25,6 +25,7 @@ import attrs
 import pytest
 
 from metax_core import errors, inventory
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import FunctionKind, PciAddress
 from metax_hw import host, pci
 from metax_hw_fake import builder
@@ -311,7 +312,7 @@ def test_health_metrics_links_processes(fake: FakeHost) -> None:
     fake.add_process(gpus[2], 4242, "python3", 2048)
     assert [(p.address, p.pid) for p in fake.monitor.processes()] == [(gpus[2], 4242)]
     fake.set_gpu(gpus[3], state="Unavailable")
-    assert fake.monitor.health()[gpus[3]].reason == "mx-smi reports GPU-State Unavailable"
+    assert fake.monitor.health()[gpus[3]].faults == (Fault(FaultKind.STATE, "mx-smi reports GPU-State Unavailable"),)
 
 
 def test_firmware_versions_and_flash(fake: FakeHost) -> None:
@@ -332,6 +333,6 @@ def test_no_driver_means_no_tool_calls(tmp_path: Path) -> None:
     assert fake.modules.installed_version("metax") is None
     with pytest.raises(errors.HardwareError, match=re.escape("Module metax not found in directory /lib/modules")):
         fake.modules.load("metax", {})
-    assert [h.reason for h in fake.monitor.health().values()] == ["no driver bound"] * 2
+    assert [[f.kind for f in h.faults] for h in fake.monitor.health().values()] == [[FaultKind.NO_DRIVER]] * 2
     assert fake.monitor.metrics() == [] and fake.firmware.info() == [] and fake.monitor.links() == []
     assert fake.audit() == []

@@ -2,9 +2,9 @@
 ctypes (`mxsml.MxSmlMonitor`, on the fake library compiled from metax_hw_fake/libmxsml_fake.c) report the same
 functions, health and numbers for the same fake host, whatever the test changes on it.
 
-What only the library has (UUID, xtt memory) is compared to the fake's records instead; the reason a function
-is unavailable names the source that said so, and is compared with that name swapped (and, when the source's
-own state says so, as "reports it unavailable": mx-smi prints a GPU-State word, libmxsml returns a number).
+What only the library has (UUID, xtt memory) is compared to the fake's records instead. Health is compared by
+its fault kinds (`metax_core.health.faults.FaultKind`), and by each fault's words with the source's name swapped,
+except a StateFault's (mx-smi prints a GPU-State word, libmxsml returns a number).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from metax_core.health.faults import FaultKind
 from metax_core.metrics import telemetry
 from metax_hw import mxsml
 from metax_hw_fake import builder
@@ -34,15 +35,19 @@ def _library(fake: FakeHost) -> mxsml.MxSmlMonitor:
 
 
 def _neutral(reading: telemetry.Telemetry, source: str) -> list[tuple[object, ...]]:
-    """Each function's address, health, source-neutral reason and tool-visible numbers."""
+    """Each function's address, fault kinds, their source-neutral words and tool-visible numbers."""
     out: list[tuple[object, ...]] = []
     for g in reading.gpus:
         metrics = attrs.evolve(g.metrics, uuid="", xtt_used_bytes=None, xtt_total_bytes=None) if g.metrics else None
-        reason = g.health.reason.replace(source, "<tool>")
-        if reason.startswith("<tool> reports"):  # mx-smi's GPU-State text, libmxsml's state number
-            reason = "<tool> reports it unavailable"
-        out.append((g.function.address, g.health.healthy, reason, metrics))
+        kinds = tuple(f.kind for f in g.health.faults)
+        # mx-smi's GPU-State text, libmxsml's state number: a StateFault's words differ by nature.
+        words = tuple(f.detail.replace(source, "<tool>") for f in g.health.faults if f.kind is not FaultKind.STATE)
+        out.append((g.function.address, kinds, words, metrics))
     return out
+
+
+def _kinds(gpu: telemetry.GpuReading) -> set[FaultKind]:
+    return {f.kind for f in gpu.health.faults}
 
 
 def _same(fake: FakeHost, library: mxsml.MxSmlMonitor) -> telemetry.Telemetry:
@@ -78,7 +83,7 @@ def test_changed_telemetry_reaches_both(fake: FakeHost) -> None:
         300000.0,
     )
     assert m.memory_used_bytes == 4096 * 1024 * 1024
-    assert not by_address[other].health.healthy and by_address[third].health.healthy
+    assert _kinds(by_address[other]) == {FaultKind.STATE} and by_address[third].health.healthy
 
 
 def test_a_gpu_that_stops_answering_is_unavailable_in_both(fake: FakeHost) -> None:
@@ -88,10 +93,11 @@ def test_a_gpu_that_stops_answering_is_unavailable_in_both(fake: FakeHost) -> No
     smi = {g.function.address: g for g in fake.monitor.telemetry().gpus}
     lib = {g.function.address: g for g in library.telemetry().gpus}
     assert smi[gpu].metrics is None and lib[gpu].metrics is None
-    assert not smi[gpu].health.healthy and not lib[gpu].health.healthy
+    assert _kinds(smi[gpu]) == _kinds(lib[gpu]) == {FaultKind.NOT_ANSWERING}
     # mx-smi leaves it out of its table; libmxsml still enumerates it but its calls fail, named with their code.
-    assert smi[gpu].health.reason == "bound to the driver but not listed by mx-smi"
-    assert "mxSmlGetMemoryInfo" in lib[gpu].health.reason and "returned 1 (MXSML_Failure)" in lib[gpu].health.reason
+    [silent_smi], [silent_lib] = smi[gpu].health.faults, lib[gpu].health.faults
+    assert silent_smi.detail == "bound to the driver but not listed by mx-smi"
+    assert "mxSmlGetMemoryInfo" in silent_lib.detail and "returned 1 (MXSML_Failure)" in silent_lib.detail
     # The others read the same, but for the index: mx-smi numbers the rows it prints, the library keeps ids.
     others = [(smi[a].metrics, lib[a].metrics) for a in smi if a != gpu]
     assert all(a is not None and b is not None for a, b in others)
@@ -107,5 +113,8 @@ def test_a_gpu_off_the_bus_is_judged_by_sysfs_in_both(fake: FakeHost) -> None:
     gpu = fake.gpu_addresses()[0]
     fake.fall_off_bus(gpu)
     lib = _same(fake, library)
-    reasons = {g.function.address: g.health.reason for g in lib.gpus}
-    assert reasons[gpu] == "fell off the bus: config space reads 0xffff"
+    faults = {g.function.address: g.health.faults for g in lib.gpus}
+    [fallen] = faults[gpu]
+    assert (fallen.kind, fallen.detail) == (FaultKind.FELL_OFF_BUS, "config space reads 0xffff")
+    vfs = [a for a in faults if a != gpu and a.startswith(gpu[:-1])]  # its VFs die with it
+    assert vfs and all({f.kind for f in faults[a]} == {FaultKind.FELL_OFF_BUS} for a in vfs)

@@ -5,8 +5,11 @@ Covers: the node's GPUs published as one pool of ResourceSlices owned by the Nod
 nothing; nothing published while a required component is not ready; a GPU a device-plugin pod holds is not
 published (the switch is safe); prepare reads the claim, writes its CDI spec before the checkpoint and
 answers a repeat from the checkpoint, also after a restart; an unknown or bad claim gets an error naming it;
-unprepare removes spec and entry and answers for claims it never knew; a GPU falling off the bus leaves the
-slices and turns unhealthy in the health feed; an uninstall request withdraws the slices.
+unprepare removes spec and entry and answers for claims it never knew; a GPU removed from the bus leaves the
+slices and turns unhealthy in the health feed; a GPU fault taints its device within ``fail_after`` readings
+(still published, NoSchedule, the node's report naming the pods that hold it) and clearing it removes the taint,
+no restart; where the API server drops taints the device is withdrawn instead, said once; an uninstall request
+withdraws the slices.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import json
 import pathlib
 from typing import Any
 
+import attrs
 import pytest
 
 from metax_core.dra import DRIVER, claims, model, prepare, slices
+from metax_core.health import report
 from metax_core.node import readiness
+from metax_core.ports.cluster import Objects, RawObject
 from metax_hw_fake import builder
 from services.dra_driver import agent, bootstrap, config
 
@@ -44,12 +50,15 @@ def settings(n: Node, **extra: object) -> config.Settings:
 
 
 def driver(
-    n: Node, held: dict[str, list[str]] | None = None, **extra: object
+    n: Node, held: dict[str, list[str]] | None = None, objects: Objects | None = None, **extra: object
 ) -> tuple[agent.DraDriver, RecordingServer]:
     server = RecordingServer()
     hw = agent.Hardware.of(n.fake.hw, held=lambda: held or {})
+    ports = n.ports("dra-driver")
+    if objects is not None:
+        ports = attrs.evolve(ports, objects=objects)
     built = bootstrap.bootstrap(
-        settings(n, **extra), hw=hw, ports=n.ports("dra-driver"), server_factory=lambda _: server, clock=n.clock
+        settings(n, **extra), hw=hw, ports=ports, server_factory=lambda _: server, clock=n.clock
     )
     return built, server
 
@@ -203,6 +212,101 @@ def test_a_gpu_off_the_bus_leaves_the_slices_and_turns_unhealthy(tmp_path: pathl
     assert d.wait_changed(version, timeout=0.1)
     reports, _ = d.current()
     assert {r.device: r.state for r in reports}[slices.device_name(gone)] is model.HealthState.UNHEALTHY
+
+
+def device(n: Node, address: str) -> dict[str, Any]:
+    return dict(slices.published_in(published(n), NODE)[slices.device_name(address)])
+
+
+def reserve(n: Node, ref: model.ClaimRef, *pods: str) -> None:
+    """What the scheduler writes: the pods the claim is reserved for."""
+    claim = n.k8s.objects.get("resource.k8s.io/v1", "ResourceClaim", ref.name, ref.namespace)
+    assert claim is not None
+    reserved = [{"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods]
+    status = {**claim["status"], "reservedFor": reserved}
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": claim["metadata"]}
+    n.k8s.objects.apply_status({**body, "status": status}, field_manager="t")
+
+
+def test_a_gpu_fault_taints_its_device_and_clearing_it_removes_the_taint_without_a_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    n = make_node(tmp_path, four_gpus())
+    d, server = driver(n)
+    d.tick()
+    bad = n.fake.gpu_addresses()[1]
+    ref = make_claim(n, "train", [slices.device_name(bad)])
+    assert d.prepare([ref])[ref.uid].error == ""
+    reserve(n, ref, "trainer-0")
+    n.fake.set_gpu(bad, state="Error")
+    n.clock.advance(6)
+    d.tick()  # seen once: not in force yet, a recheck is asked
+    assert "taints" not in device(n, bad)
+    n.clock.advance(d.health.rules.recheck)
+    d.tick()  # fail_after (2) readings in a row: in force
+    assert device(n, bad)["taints"] == [
+        {"key": "metax-tech.com/gpu-health", "value": "StateFault", "effect": "NoSchedule"}
+    ]
+    assert len(device_names(n)) == 4  # still published: tainted, not withdrawn
+    assert all("taints" not in device(n, a) for a in n.fake.gpu_addresses() if a != bad)
+    reports, _ = d.current()
+    (sick,) = [r for r in reports if r.device == slices.device_name(bad)]
+    assert sick.state is model.HealthState.UNHEALTHY and sick.message.startswith("unusable: StateFault")
+    (entry,) = report.decode(n.annotations()[report.ANNOTATION]).gpus
+    assert entry.address == bad and entry.holders == ("default/trainer-0",)
+    assert d.prepare([ref])[ref.uid].error == ""  # a claim on it already prepared is still answered
+
+    n.fake.set_gpu(bad, state="Available")
+    n.clock.advance(6)
+    d.tick()
+    assert "taints" in device(n, bad)  # clear_after (2) readings without it
+    n.clock.advance(6)
+    d.tick()
+    assert "taints" not in device(n, bad)
+    assert server.running and d.server is server  # the same driver, never restarted
+    assert report.decode(n.annotations()[report.ANNOTATION]).gpus == ()
+    version = published(n)[0]["metadata"]["resourceVersion"]
+    n.clock.advance(6)
+    d.tick()
+    assert published(n)[0]["metadata"]["resourceVersion"] == version  # quiet again
+
+
+class DroppingTaints:
+    """The in-memory API server as a server with DRADeviceTaints off: it drops the taints it is sent."""
+
+    def __init__(self, inner: Objects) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def apply(self, obj: RawObject, **kw: Any) -> RawObject:
+        if obj.get("kind") == slices.KIND:
+            spec = obj["spec"]
+            devices = [{k: v for k, v in x.items() if k != "taints"} for x in spec["devices"]]
+            obj = {**obj, "spec": {**spec, "devices": devices}}
+        return self.inner.apply(obj, **kw)
+
+
+def test_where_the_server_drops_taints_a_faulty_gpu_is_withdrawn_and_it_is_said_once(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    n = make_node(tmp_path, four_gpus())
+    d, _ = driver(n, objects=DroppingTaints(n.ports("dra-driver").objects))
+    d.tick()
+    bad = n.fake.gpu_addresses()[2]
+    n.fake.set_gpu(bad, state="Error")
+    for step in (6, d.health.rules.recheck, 6, 6):
+        n.clock.advance(step)
+        d.tick()
+    assert slices.device_name(bad) not in device_names(n) and len(device_names(n)) == 3
+    assert not any("taints" in device(n, a) for a in n.fake.gpu_addresses() if a != bad)
+    assert sum("drops device taints" in r.getMessage() for r in caplog.records) == 1
+    n.fake.set_gpu(bad, state="Available")
+    for _ in range(2):
+        n.clock.advance(6)
+        d.tick()
+    assert len(device_names(n)) == 4
 
 
 def test_an_unreadable_checkpoint_stops_serving_instead_of_forgetting_claims(tmp_path: pathlib.Path) -> None:

@@ -84,11 +84,12 @@ def running(tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> Iterator[
 
 @contextlib.contextmanager
 def exporter_on(
-    tmp_path: pathlib.Path, fake: fake_host.FakeHost, gpus: hardware.GpuTelemetry | None = None
+    tmp_path: pathlib.Path, fake: fake_host.FakeHost, gpus: hardware.GpuTelemetry | None = None, **env: str
 ) -> Iterator[Running]:
-    """The exporter on ``fake`` (its telemetry ``gpus``, default mx-smi's) with a PodResources server, stopped after."""
+    """The exporter on ``fake`` (its telemetry ``gpus``, default mx-smi's; more settings in ``env``) with a
+    PodResources server, stopped after."""
     kubelet = PodResourcesServer(tmp_path / "kubelet.sock").start()
-    built, stop, thread = start_exporter(tmp_path, fake, kubelet.socket, gpus=gpus)
+    built, stop, thread = start_exporter(tmp_path, fake, kubelet.socket, gpus=gpus, **env)
     try:
         yield Running(fake, kubelet, built)
     finally:

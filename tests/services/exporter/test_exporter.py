@@ -2,7 +2,9 @@
 
 Aspects: ``/metrics`` parsed by prometheus_client's text parser and checked by ``promtool check metrics``;
 mx-exporter's names, units and label keys; telemetry the host changes shows up within a sampling; a GPU that
-stops answering keeps its series with ``mx_gpu_state`` 0 and a growing age, and comes back; VFs and sGPU
+stops answering keeps its series with ``mx_gpu_state`` 0 (NotAnswering) and a growing age, and comes back; a
+failing tool is unknown: verdicts kept for the grace, then every GPU HealthUnknown (degraded, still
+``mx_gpu_state`` 1), and known again with the next reading; VFs and sGPU
 shares labelled with their holders, refreshed when allocations change; the kubelet gone keeps the last
 holders and counts errors; ``exported_*`` label keys; a scrape while a sampling hangs is served the last
 sample; the PodResources List is polled per sampling, not per scrape.
@@ -18,10 +20,9 @@ import threading
 import pytest
 
 from metax_core.metrics import names
-from metax_core.metrics.telemetry import NOT_ANSWERING
 from metax_hw_fake import builder
 from services.data_exporter import agent
-from tests.services.exporter.conftest import NODE, Running, start_exporter
+from tests.services.exporter.conftest import NODE, Running, exporter_on, start_exporter
 from tests.services.exporter.kubelet_podresources import PodResourcesServer
 from tests.waiting import wait_for
 
@@ -73,7 +74,8 @@ def test_telemetry_changes_show_up_and_a_gpu_that_stops_answering_keeps_its_seri
     state = {
         labels["pci_address"]: labels.get("unavailable_reason", "") for labels, _ in running.samples("mx_gpu_state")
     }
-    assert "not listed by mx-smi" in state[PF1] and state[PF0] == ""
+    assert state[PF1] == "NotAnswering: bound to the driver but not listed by mx-smi" and state[PF0] == ""
+    assert by_address(running.samples("metax_gpu_health_severity"))[PF1] == 2.0
     assert by_address(running.samples("mx_gpu_usage"))[PF1] == 87.0  # the last value, not a vanished series
     first = by_address(running.samples("metax_exporter_gpu_sample_age_seconds"))[PF1]
     wait_for(
@@ -87,22 +89,40 @@ def test_telemetry_changes_show_up_and_a_gpu_that_stops_answering_keeps_its_seri
     wait_for("PF1 back", lambda: by_address(running.samples("mx_gpu_state")).get(PF1) == 1.0, timeout=30)
 
 
-def test_a_hung_tool_keeps_every_series_unavailable_and_the_sample_ages(running: Running) -> None:
-    running.fake.break_mx_smi("fail")
-    wait_for(
-        "every GPU unavailable",
-        lambda: set(by_address(running.samples("mx_gpu_state")).values()) == {0.0},
-        timeout=30,
-    )
-    reasons = {labels["unavailable_reason"] for labels, _ in running.samples("mx_gpu_state")}
-    assert reasons == {NOT_ANSWERING}
-    errors = {labels["collector"]: v for labels, v in running.samples("metax_exporter_collection_errors_total")}
-    assert errors["telemetry"] >= 1
-    age = running.samples("metax_exporter_sample_age_seconds")[0][1]
-    wait_for("the sample to age", lambda: running.samples("metax_exporter_sample_age_seconds")[0][1] > age, timeout=30)
-    assert len(running.samples("mx_gpu_usage")) == 6
-    running.fake.break_mx_smi(None)
-    wait_for("GPUs back", lambda: set(by_address(running.samples("mx_gpu_state")).values()) == {1.0}, timeout=30)
+def test_a_failing_tool_is_unknown_verdicts_kept_for_the_grace_then_health_unknown(tmp_path: pathlib.Path) -> None:
+    fake = builder.FakeHostBuilder().gpus(2).host_driver("2.18.0").vfs(2).build(tmp_path / "host")
+    with exporter_on(tmp_path, fake, METAX_HEALTH_UNKNOWN_GRACE="3") as running:
+
+        def errors() -> float:
+            found = running.samples("metax_exporter_collection_errors_total")
+            return next(v for labels, v in found if labels["collector"] == "telemetry")
+
+        running.fake.break_mx_smi("fail")
+        wait_for("a telemetry error counted", lambda: errors() >= 1, timeout=30)
+        # Within the grace: unknown, not unhealthy; every GPU keeps its verdict (available, fine).
+        assert set(by_address(running.samples("mx_gpu_state")).values()) == {1.0}
+        assert running.samples("metax_gpu_health_fault") == []
+        age = running.samples("metax_exporter_sample_age_seconds")[0][1]
+        wait_for(
+            "every GPU HealthUnknown",
+            lambda: (
+                {labels["fault"] for labels, _ in running.samples("metax_gpu_health_fault")} == {"HealthUnknown"}
+                and len(running.samples("metax_gpu_health_fault")) == 6
+            ),
+            timeout=30,
+        )
+        assert set(by_address(running.samples("metax_gpu_health_severity")).values()) == {1.0}  # degraded
+        assert set(by_address(running.samples("mx_gpu_state")).values()) == {1.0}  # a degraded GPU still works
+        assert {labels["severity"] for labels, _ in running.samples("metax_gpu_health_fault")} == {"degraded"}
+        assert running.samples("metax_exporter_sample_age_seconds")[0][1] > age
+        assert len(running.samples("mx_gpu_usage")) == 6  # every series kept
+        running.fake.break_mx_smi(None)
+        wait_for(
+            "GPUs known again",
+            lambda: set(by_address(running.samples("metax_gpu_health_severity")).values()) == {0.0},
+            timeout=30,
+        )
+        assert running.samples("metax_gpu_health_fault") == []
 
 
 def holders(running: Running, name: str = "mx_gpu_usage") -> set[tuple[str, str, str, str]]:

@@ -4,7 +4,8 @@ Aspects: the first library path present is loaded and said in the log; no librar
 library whose init fails means mx-smi, said in the log, never a crash; on the library (the fake one compiled
 from metax_hw_fake/libmxsml_fake.c, installed at the fake host's /opt/mxdriver/lib) the series carry the UUID
 and xtt memory mx-smi cannot give, telemetry the host changes shows up, mx-smi is not needed, and a GPU that
-stops answering keeps its series with ``mx_gpu_state`` 0 naming the failing call, its age growing.
+stops answering keeps its series with ``mx_gpu_state`` 0 (fault NotAnswering) naming the failing call, its
+age growing.
 """
 
 from __future__ import annotations
@@ -109,7 +110,9 @@ def test_a_gpu_that_stops_answering_keeps_its_series_naming_the_failing_call(run
     running.fake.stop_answering(PF1)
     wait_for("PF1 unavailable", lambda: by_address(running.samples("mx_gpu_state")).get(PF1) == 0.0)
     reasons = {labels["pci_address"]: labels["unavailable_reason"] for labels, _ in running.samples("mx_gpu_state")}
-    assert reasons[PF1].startswith("libmxsml mxSmlGetMemoryInfo on device 3 failed: returned 1 (MXSML_Failure)")
+    assert reasons[PF1].startswith(
+        "NotAnswering: libmxsml mxSmlGetMemoryInfo on device 3 failed: returned 1 (MXSML_Failure)"
+    )
     assert reasons[PF0] == ""
     assert by_address(running.samples("mx_gpu_usage"))[PF1] == 87.0  # the last value, not a vanished series
     first = by_address(running.samples("metax_exporter_gpu_sample_age_seconds"))[PF1]
