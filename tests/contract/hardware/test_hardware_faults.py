@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import errno
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from metax_core import errors
 from metax_core.health.faults import Fault, FaultKind
+from metax_core.inventory import PciAddress
 from metax_hw_fake import builder
 from metax_hw_fake.host import FakeHost
 
@@ -180,3 +182,33 @@ def test_foreign_device_in_the_iommu_group(fake: FakeHost) -> None:
     fake.binder.unbind(mate)
     fake.binder.bind(gpu, "vfio-pci")
     assert fake.driver_of(gpu) == "vfio-pci"
+
+
+@pytest.mark.parametrize(
+    ("inject", "kind"),
+    [
+        (lambda fake, gpu: fake.fall_off_bus(gpu), FaultKind.FELL_OFF_BUS),
+        (lambda fake, gpu: fake.binder.unbind(gpu), FaultKind.NO_DRIVER),
+        (lambda fake, gpu: fake.stop_answering(gpu), FaultKind.NOT_ANSWERING),
+        (lambda fake, gpu: fake.set_gpu(gpu, state="Error"), FaultKind.STATE),
+        (lambda fake, gpu: fake.set_gpu(gpu, temp=99), FaultKind.THERMAL),
+        (lambda fake, gpu: fake.set_gpu(gpu, power=400), FaultKind.POWER),
+        (lambda fake, gpu: fake.degrade_link(gpu), FaultKind.LINK),
+    ],
+)
+def test_every_fault_kind_the_fake_host_injects_is_read_as_that_kind_and_clears(
+    fake: FakeHost, inject: Callable[[FakeHost, str], None], kind: FaultKind
+) -> None:
+    """R-HEALTH: each fault kind the hardware can show is injected on the fake host and read back through the
+    real mx-smi adapter as exactly that kind on exactly that GPU (HealthUnknown is a failed reading: mx-smi
+    breaking, above)."""
+    gpu, *others = fake.gpu_addresses()
+    inject(fake, gpu)
+    health = fake.monitor.health()
+    assert [f.kind for f in health[PciAddress(gpu)].faults] == [kind]
+    assert all(health[PciAddress(o)].healthy for o in others)
+    fake.clear_faults()
+    fake.set_gpu(gpu, state="Available", temp=35, power=57)
+    if kind is FaultKind.NO_DRIVER:
+        fake.binder.bind(PciAddress(gpu), "metax")
+    assert all(h.healthy for h in fake.monitor.health().values())
