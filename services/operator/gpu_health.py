@@ -62,6 +62,8 @@ class GpuHealth:
             name = str(metadata.get("name"))
             text = (metadata.get("annotations") or {}).get(report.ANNOTATION)
             if not text:
+                if cached_condition(node) is not None:  # no agent reports any more: a stale condition says nothing
+                    self._remove_condition(name)
                 continue
             try:
                 health = report.decode(text)
@@ -110,16 +112,22 @@ class GpuHealth:
         log.info("node %s: %s=%s (%s)", name, report.CONDITION_TYPE, wanted.status, wanted.message)
 
     def clear(self, nodes: Iterable[RawObject]) -> None:
-        """Remove the condition from the nodes that have it (the uninstall): apply without it."""
+        """Remove the condition from the nodes that have it (the uninstall)."""
         for node in nodes:
-            if cached_condition(node) is None:
-                continue
-            name = str((node.get("metadata") or {}).get("name"))
-            body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}
-            try:
-                self.api.apply(body, field_manager=FIELD_MANAGER, force=True, subresource="status")
-            except NotFound:
-                continue
+            if cached_condition(node) is not None:
+                self._remove_condition(str((node.get("metadata") or {}).get("name")))
+
+    def _remove_condition(self, name: str) -> None:
+        """Apply the Node's status without the condition: its field manager's only field goes."""
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}
+        try:
+            self.api.apply(body, field_manager=FIELD_MANAGER, force=True, subresource="status")
+        except NotFound:
+            return
+        except ClusterError as exc:
+            log.warning("node %s: cannot remove its %s condition: %s", name, report.CONDITION_TYPE, exc)
+            return
+        self.condition_writes += 1
 
     # -- remediation --------------------------------------------------------------------------------------------
 
