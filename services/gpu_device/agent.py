@@ -303,7 +303,8 @@ class Agent:
         if self.health.recheck:
             self._chores.later("health", min(self.health.rules.recheck, self.settings.healthy_interval / 2))
         self._health = self.health.health(self._functions)
-        self.health.publish(self._functions, self._holders_of_sick())
+        if self._uninstall is None:  # once uninstall is asked, the Node's keys are the operator's to remove
+            self.health.publish(self._functions, self._holders_of_sick())
 
     def _holders_of_sick(self) -> dict[PciAddress, tuple[str, ...]]:
         """Who holds the GPUs that are not fine (the kubelet's PodResources, asked only then)."""

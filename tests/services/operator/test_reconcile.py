@@ -260,6 +260,13 @@ def test_a_refusal_to_touch_an_object_that_is_not_ours_is_reported_once(harness:
     # not a delete and a create: a reconcile running between those two would create ours again.
     takeover = {**theirs, "metadata": {**theirs["metadata"], "labels": {meta.MANAGED_BY_LABEL: "someone"}}}
     harness.objects.apply(takeover, field_manager="someone", force=True)
+    # The operator reads its own objects from its informers: a reconcile that starts before the informer has
+    # seen the takeover still finds the account ours and unchanged. The ordering the product gives is "the watch
+    # event, then a reconcile" (the event wakes one); the test waits for the event as the operator sees it.
+    wait_for(
+        "the operator's cache sees the takeover",
+        lambda: harness.op.reconciler.caches.lookup("ServiceAccount", "metax-maca", NS) is None,
+    )
     harness.settle()
     refusals = [r for r in caplog.records if r.levelno >= logging.WARNING and "metax-maca exists without" in r.message]
     assert len(refusals) == 2
