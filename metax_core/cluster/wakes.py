@@ -64,8 +64,7 @@ def node_matters(old: RawObject | None, new: RawObject | None) -> bool:
 def health_keys(node: Mapping[str, Any] | None) -> tuple[object, object]:
     """The node's GPU health report and its condition (`metax_core.health.report`)."""
     annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
-    conditions = ((node or {}).get("status") or {}).get("conditions") or ()
-    condition = next((c for c in conditions if c.get("type") == report.CONDITION_TYPE), None)
+    condition = report.node_condition(node)
     shown = None if condition is None else (condition.get("status"), condition.get("reason"), condition.get("message"))
     return annotations.get(report.ANNOTATION), shown
 

@@ -182,6 +182,33 @@ def condition(report: Report) -> Condition:
     return Condition("False", reason, "; ".join(g.describe() for g in report.gpus))
 
 
+def node_condition(node: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The Node's `CONDITION_TYPE` condition as it stands (None: it has none)."""
+    conditions = ((node or {}).get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
+
+
+def condition_to_apply(health: Report, have: Mapping[str, Any] | None, now: str) -> dict[str, str] | None:
+    """The condition to write for ``health`` at ``now``, or None when ``have`` (the Node's) already says it: quiet
+    in steady state; its ``lastTransitionTime`` moves only when its status does."""
+    wanted = condition(health)
+    if have is not None and (have.get("status"), have.get("reason"), have.get("message")) == (
+        wanted.status,
+        wanted.reason,
+        wanted.message,
+    ):
+        return None
+    kept = have is not None and have.get("status") == wanted.status and have.get("lastTransitionTime")
+    return {
+        "type": CONDITION_TYPE,
+        "status": wanted.status,
+        "reason": wanted.reason,
+        "message": wanted.message,
+        "lastTransitionTime": str(have["lastTransitionTime"]) if kept and have is not None else now,
+        "lastHeartbeatTime": now,
+    }
+
+
 @attrs.frozen
 class News:
     """The Event an agent emits on its Node for a GPU whose verdict changed."""

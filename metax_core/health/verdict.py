@@ -49,8 +49,13 @@ class Rules:
     unknown_grace: float = attrs.field(default=30.0, validator=_not_negative)
     """Seconds without a successful reading before every GPU is HealthUnknown (degraded)."""
     recheck: float = attrs.field(default=0.5, validator=_not_negative)
-    """Seconds after a reading that disagreed with the verdict before the reading that confirms it (an agent reads
-    at most half its interval later, so a fault or a recovery is confirmed within 1.5 intervals)."""
+    """Seconds after a reading that disagreed with the verdict before the reading that confirms it (at most half
+    the reader's interval: `recheck_after`)."""
+
+    def recheck_after(self, interval: float) -> float:
+        """When a reader reading every ``interval`` seconds reads again after a reading that disagreed: so a fault
+        or a recovery is confirmed within 1.5 intervals."""
+        return min(self.recheck, interval / 2)
 
 
 RULES = Rules()

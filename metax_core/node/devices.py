@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import attrs
 
 from metax_core.errors import MetaxError
+from metax_core.health.verdict import Verdict
 from metax_core.inventory import (
     METAX_MODULE,
     VFIO_DRIVER,
@@ -104,6 +105,12 @@ def settings_from_labels(labels: Mapping[str, str]) -> NodeSettings:
 class Health:
     healthy: bool
     reason: str = ""
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Health:
+        """A GPU with ``verdict`` as the device plugin offers it: Unhealthy while it is not fine, degraded or
+        unusable (the kubelet has no third state; R-HEALTH), with the verdict's words."""
+        return cls(verdict.fine, "" if verdict.fine else verdict.describe())
 
 
 @attrs.frozen

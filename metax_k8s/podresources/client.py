@@ -8,7 +8,7 @@ records in domain words (pod, container, resource, device IDs, NUMA nodes), and 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import attrs
@@ -114,29 +114,31 @@ class PodResourcesClient:
         return _devices(response.devices)
 
 
-def held_devices(socket: pathlib.Path, *, timeout: float = 2.0) -> dict[str, list[str]]:
-    """Resource name → the device IDs pods hold now (every container's), from the kubelet's PodResources API
-    (read-only socket, 000 §1.3.2); PortError when the kubelet does not answer."""
+def _held(socket: pathlib.Path, timeout: float) -> Iterator[tuple[PodResources, Devices]]:
+    """Every (pod, devices of one resource) a container holds now; PortError when the kubelet does not answer."""
     with PodResourcesClient(socket, timeout=timeout) as api:
         pods = api.list()
-    found: dict[str, list[str]] = {}
     for pod in pods:
         for container in pod.containers:
             for listed in container.devices:
-                found.setdefault(listed.resource, []).extend(listed.ids)
+                yield pod, listed
+
+
+def held_devices(socket: pathlib.Path, *, timeout: float = 2.0) -> dict[str, list[str]]:
+    """Resource name → the device IDs pods hold now (every container's), from the kubelet's PodResources API
+    (read-only socket, 000 §1.3.2); PortError when the kubelet does not answer."""
+    found: dict[str, list[str]] = {}
+    for _, listed in _held(socket, timeout):
+        found.setdefault(listed.resource, []).extend(listed.ids)
     return found
 
 
 def device_holders(socket: pathlib.Path, *, timeout: float = 2.0) -> dict[str, list[str]]:
     """Device ID → the pods (``namespace/name``) whose containers hold it now, for the resources under
     ``metax-tech.com/``; PortError when the kubelet does not answer."""
-    with PodResourcesClient(socket, timeout=timeout) as api:
-        pods = api.list()
     found: dict[str, list[str]] = {}
-    for pod in pods:
-        for container in pod.containers:
-            for listed in container.devices:
-                if listed.resource.startswith(PREFIX):
-                    for device_id in listed.ids:
-                        found.setdefault(device_id, []).append(f"{pod.namespace}/{pod.name}")
+    for pod, listed in _held(socket, timeout):
+        if listed.resource.startswith(PREFIX):
+            for device_id in listed.ids:
+                found.setdefault(device_id, []).append(f"{pod.namespace}/{pod.name}")
     return found

@@ -78,10 +78,7 @@ class HealthWatch:
 
     def health(self, functions: Sequence[PciFunction]) -> dict[PciAddress, devices.Health]:
         """What the device plugin and the slices take: unhealthy while a GPU is not fine."""
-        return {
-            address: devices.Health(v.fine, "" if v.fine else v.describe())
-            for address, v in self.verdicts(functions).items()
-        }
+        return {address: devices.Health.of(v) for address, v in self.verdicts(functions).items()}
 
     def seen_on_node(self, node: Mapping[str, Any] | None) -> None:
         """What the Node carries now (read for other reasons): the next publish writes only if it differs."""

@@ -133,8 +133,8 @@ class DataExporter:
                 f"cannot sample the GPUs (health unknown: verdicts kept for {rules.unknown_grace:g} s): {exc}",
                 logging.WARNING,
             )
-        if current.recheck and rules.recheck < self.settings.sample_interval:  # confirm a new fault sooner
-            self.chores.later("sample", rules.recheck)
+        if current.recheck:  # confirm a new fault (or a recovery) sooner, as gpu-device does
+            self.chores.later("sample", rules.recheck_after(self.settings.sample_interval))
         holdings = self.view.holdings
         if self.hw.pods is not None:
             started = self.clock()

@@ -221,7 +221,7 @@ class DraDriver(base.NodeAgentBase):
         links: tuple[Any, ...] = ()
         self.health.read(functions)  # R-HEALTH: a failed reading is unknown, the verdicts stay
         if self.health.recheck:
-            self.chores.later("sync", min(self.health.rules.recheck, self.settings.healthy_interval / 2))
+            self.chores.later("sync", self.health.rules.recheck_after(self.settings.healthy_interval))
         self._verdicts = self.health.verdicts(functions)
         try:
             metrics = tuple(self.hw.monitor.metrics())

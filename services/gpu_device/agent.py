@@ -301,7 +301,7 @@ class Agent:
         the report on the Node names who holds each GPU that is not fine (the operator's remediation reads it)."""
         self.health.read(self._functions)
         if self.health.recheck:
-            self._chores.later("health", min(self.health.rules.recheck, self.settings.healthy_interval / 2))
+            self._chores.later("health", self.health.rules.recheck_after(self.settings.healthy_interval))
         self._health = self.health.health(self._functions)
         if self._uninstall is None:  # once uninstall is asked, the Node's keys are the operator's to remove
             self.health.publish(self._functions, self._holders_of_sick())

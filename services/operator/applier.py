@@ -59,6 +59,18 @@ def ref_of(obj: RawObject) -> ObjectRef:
     )
 
 
+def node_event(events: Events, node: str, reason: str, message: str, *, warning: bool, action: str) -> None:
+    """An Event on a Node (the drain's, the GPU health's), logged as it is sent."""
+    log.info("node %s: %s", node, message)
+    events.emit(
+        ObjectRef("v1", "Node", node),
+        reason=reason,
+        message=message,
+        type=EventType.WARNING if warning else EventType.NORMAL,
+        action=action,
+    )
+
+
 def _stamp(obj: RawObject) -> str:
     metadata = obj.get("metadata") or {}
     return str(metadata.get("generation") or f"rv{metadata.get('resourceVersion')}")

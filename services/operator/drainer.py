@@ -22,12 +22,13 @@ import attrs
 from metax_core.cluster import eviction, gpu_workloads
 from metax_core.dra import slices as dra_slices
 from metax_core.errors import ClusterError, NotFound, NotServed
-from metax_core.ports.cluster import Events, EventType, ObjectRef, Objects, RawObject
+from metax_core.ports.cluster import Events, Objects, RawObject
 from metax_core.rollout.status import format_time
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
 from metax_k8s import cordon
 from metax_k8s.api import Api
+from services.operator import applier
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +155,7 @@ class Drainer:
         self._said[node] = blocked
 
     def _event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
-        log.info("node %s: %s", node, message)
-        self.events.emit(
-            ObjectRef("v1", "Node", node),
-            reason=reason,
-            message=message,
-            type=EventType.WARNING if warning else EventType.NORMAL,
-            action="Drain",
-        )
+        applier.node_event(self.events, node, reason, message, warning=warning, action="Drain")
 
 
 def _allocated_by_us(claim: RawObject) -> RawObject | None:

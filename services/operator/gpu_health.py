@@ -19,11 +19,12 @@ from metax_core.cluster import eviction
 from metax_core.cluster import gpu_remediation as remediation
 from metax_core.errors import ClusterError, InvalidSpec, NotFound
 from metax_core.health import report
-from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef, Objects, RawObject
+from metax_core.ports.cluster import Events, NodeMetadata, Objects, RawObject
 from metax_core.rollout.status import format_time
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
 from metax_k8s.api import Api
+from services.operator import applier
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,6 @@ FIELD_MANAGER = "metax-operator-gpu-health"
 PDB_API = "policy/v1"
 RETRY_SECONDS = 30.0
 """How soon an eviction a PodDisruptionBudget refused (or the bound deferred) is tried again."""
-
-
-def cached_condition(node: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
-    """(status, reason, message, lastTransitionTime) of the Node's ``MetaXGPUHealthy``, as the cache keeps it."""
-    for c in (node.get("status") or {}).get("conditions") or ():
-        if c.get("type") == report.CONDITION_TYPE:
-            return (c.get("status", ""), c.get("reason", ""), c.get("message", ""), c.get("lastTransitionTime", ""))
-    return None
 
 
 class GpuHealth:
@@ -51,7 +44,8 @@ class GpuHealth:
         self.condition_writes = 0
         self._refused: dict[str, str] = {}
         """Per node, the refusal last told (an Event only when it changes)."""
-        self._unreadable: dict[str, str] = {}
+        self._read: dict[str, tuple[str, report.Report | InvalidSpec]] = {}
+        """Per node, the report text last decoded and what it decoded to: a reconcile decodes only what changed."""
 
     def apply(self, nodes: Iterable[RawObject], mode: spec.Remediation | None, now: dt.datetime) -> float | None:
         """Conditions and remediation for every cached node; the seconds until a refused eviction is tried
@@ -62,59 +56,49 @@ class GpuHealth:
             name = str(metadata.get("name"))
             text = (metadata.get("annotations") or {}).get(report.ANNOTATION)
             if not text:
-                if cached_condition(node) is not None:  # no agent reports any more: a stale condition says nothing
+                if report.node_condition(node) is not None:  # no agent reports any more: a stale condition says nothing
                     self._remove_condition(name)
                 continue
-            try:
-                health = report.decode(text)
-            except InvalidSpec as exc:
-                if self._unreadable.get(name) != str(exc):
-                    log.warning("node %s: ignoring its GPU health report: %s", name, exc)
-                self._unreadable[name] = str(exc)
+            health = self._decoded(name, text)
+            if health is None:
                 continue
-            self._unreadable.pop(name, None)
             self._condition(name, node, health, now)
-            if mode is spec.Remediation.EVICT and health.unusable():
+            if mode is spec.Remediation.EVICT and any(g.holders for g in health.unusable()):
                 retry = self._remediate(name, node, health, now) or retry
         return RETRY_SECONDS if retry else None
+
+    def _decoded(self, name: str, text: str) -> report.Report | None:
+        """The node's report (None, said once, when it does not read)."""
+        seen = self._read.get(name)
+        if seen is not None and seen[0] == text:
+            return seen[1] if isinstance(seen[1], report.Report) else None
+        try:
+            found: report.Report | InvalidSpec = report.decode(text)
+        except InvalidSpec as exc:
+            log.warning("node %s: ignoring its GPU health report: %s", name, exc)
+            found = exc
+        self._read[name] = (text, found)
+        return found if isinstance(found, report.Report) else None
 
     # -- the condition ------------------------------------------------------------------------------------------
 
     def _condition(self, name: str, node: RawObject, health: report.Report, now: dt.datetime) -> None:
-        wanted = report.condition(health)
-        have = cached_condition(node)
-        if have is not None and have[:3] == (wanted.status, wanted.reason, wanted.message):
+        wanted = report.condition_to_apply(health, report.node_condition(node), format_time(now))
+        if wanted is None:
             return
-        since = have[3] if have is not None and have[0] == wanted.status and have[3] else format_time(now)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name},
-            "status": {
-                "conditions": [
-                    {
-                        "type": report.CONDITION_TYPE,
-                        "status": wanted.status,
-                        "reason": wanted.reason,
-                        "message": wanted.message,
-                        "lastTransitionTime": since,
-                        "lastHeartbeatTime": format_time(now),
-                    }
-                ]
-            },
-        }
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"conditions": [wanted]}}
         try:
             self.api.apply(body, field_manager=FIELD_MANAGER, force=True, subresource="status")
         except ClusterError as exc:
             log.warning("node %s: cannot set its %s condition: %s", name, report.CONDITION_TYPE, exc)
             return
         self.condition_writes += 1
-        log.info("node %s: %s=%s (%s)", name, report.CONDITION_TYPE, wanted.status, wanted.message)
+        log.info("node %s: %s=%s (%s)", name, report.CONDITION_TYPE, wanted["status"], wanted["message"])
 
     def clear(self, nodes: Iterable[RawObject]) -> None:
         """Remove the condition from the nodes that have it (the uninstall)."""
         for node in nodes:
-            if cached_condition(node) is not None:
+            if report.node_condition(node) is not None:
                 self._remove_condition(str((node.get("metadata") or {}).get("name")))
 
     def _remove_condition(self, name: str) -> None:
@@ -181,14 +165,7 @@ class GpuHealth:
         return bool(told)
 
     def _event(self, node: str, reason: str, message: str, *, warning: bool) -> None:
-        log.info("node %s: %s", node, message)
-        self.events.emit(
-            ObjectRef("v1", "Node", node),
-            reason=reason,
-            message=message,
-            type=EventType.WARNING if warning else EventType.NORMAL,
-            action="Remediate",
-        )
+        applier.node_event(self.events, node, reason, message, warning=warning, action="Remediate")
 
 
 def _named(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 from metax_core.cluster import gpu_remediation, workloads
 from metax_core.errors import MetaxError, NotServed
 from metax_core.health.report import ANNOTATION as HEALTH_REPORT
-from metax_core.health.report import CONDITION_TYPE
+from metax_core.health.report import node_condition
 from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Objects, RawObject, WatchEventType
@@ -215,9 +215,9 @@ def slim_node(node: RawObject) -> RawObject:
     """
     metadata = node.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
-    health = [c for c in (node.get("status") or {}).get("conditions") or () if c.get("type") == CONDITION_TYPE]
+    health = node_condition(node)
     return {
-        **({"status": {"conditions": health}} if health else {}),
+        **({"status": {"conditions": [health]}} if health is not None else {}),
         "metadata": {
             "name": _interned(metadata.get("name")),
             "labels": _shared(_product(metadata.get("labels"))),

@@ -7,7 +7,9 @@ from kubernetes import client
 
 from metax_core.inventory import PciAddress, PciFunction
 from metax_dev.productnode import workloads
+from metax_dev.realnode import node
 from metax_hw_fake import host
+from metax_k8s.podresources import client as podresources
 
 GPU = "metax-tech.com/gpu"
 LIST_DEVICES = workloads.LIST_DEVICES
@@ -26,6 +28,15 @@ def env_value(text: str, name: str) -> str:
     value = workloads.printed(text, name)
     assert value is not None, f"{name} not printed in:\n{text}"
     return value
+
+
+def held_by(member: node.RealNode, namespace: str, name: str) -> list[str]:
+    """The pod's devices as the kubelet's PodResources API lists them (allocated at admission)."""
+    with podresources.PodResourcesClient(member.pod_resources_socket) as api:
+        for pod in api.list():
+            if (pod.namespace, pod.name) == (namespace, name):
+                return list(pod.device_ids(GPU))
+    return []
 
 
 def functions(fake: host.FakeHost) -> list[PciFunction]:

@@ -164,15 +164,6 @@ def cdi_names_on_disk(fake: host.FakeHost) -> set[str]:
     return {d["name"] for d in json.loads(cdi_spec_path(fake).read_text())["devices"]}
 
 
-def held_by(member: node.RealNode, namespace: str, name: str) -> list[str]:
-    """The pod's devices as the kubelet's PodResources API lists them (allocated at admission)."""
-    with podresources.PodResourcesClient(member.pod_resources_socket) as api:
-        for pod in api.list():
-            if (pod.namespace, pod.name) == (namespace, name):
-                return list(pod.device_ids(GPU))
-    return []
-
-
 def gated_pod(name: str, member: node.RealNode, script: str, gpus_wanted: int, gate: Path) -> dict[str, Any]:
     """A pod placed by the scheduler whose GPU container is created only once ``gate/open`` exists: an init
     container (no GPU) waits for it. The kubelet allocates every container's devices at admission, so the
@@ -215,7 +206,7 @@ def test_pod_allocated_during_a_vf_change_starts_with_its_devices(
         gpu_host.binder.set_vf_count(pfs[0].address, vfnum)
         make_device_nodes_real(gpu_host.root)
         held = pods.wait(
-            lambda: held_by(gpu_node, namespace, "during-vf-change"),
+            lambda: gpus.held_by(gpu_node, namespace, "during-vf-change"),
             "the kubelet to allocate the pod's GPUs",
             explain=lambda: pods.describe(kube, namespace) + "\n" + gpu_agent.log_path.read_text()[-3000:],
         )
@@ -240,7 +231,7 @@ def test_pod_allocated_during_a_vf_change_starts_with_its_devices(
         assert set(device_lines(text)) == gpus.expected_nodes(gpu_host, visible), text
     finally:
         kube.delete_namespaced_pod("during-vf-change", namespace, grace_period_seconds=0)
-        pods.wait(lambda: not held_by(gpu_node, namespace, "during-vf-change"), "the pod's GPUs released")
+        pods.wait(lambda: not gpus.held_by(gpu_node, namespace, "during-vf-change"), "the pod's GPUs released")
         for pf in pfs:
             gpu_host.binder.set_vf_count(pf.address, 0)
         shutil.rmtree(gate, ignore_errors=True)

@@ -16,11 +16,8 @@ How long each step took is printed (-s); the latency goals are measured in bench
 from __future__ import annotations
 
 import datetime as dt
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,14 +27,13 @@ from metax_core.health import report
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
 from metax_dev.controlplane import cluster as controlplane
-from metax_dev.controlplane import errors, processes
-from metax_dev.realnode import launcher, node
+from metax_dev.controlplane import processes
+from metax_dev.realnode import node
 from metax_hw_fake import builder, host
 from metax_k8s import client as k8s_client
 from metax_k8s import connect, events, nodes, objects
-from metax_k8s.podresources import client as podresources
 from services.operator import gpu_health, informers
-from tests.support.real_node import make_device_nodes_real, spawn_gpu_agent
+from tests.support.real_node import fake_gpu_host, spawn_gpu_agent, start_real_node
 
 from . import gpus, pods
 
@@ -51,27 +47,14 @@ INTERVAL = 1.0
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[host.FakeHost]:
-    root = Path(tempfile.mkdtemp(prefix="metax-health-"))
-    made = builder.FakeHostBuilder().gpus(COUNT).build(root / "host")
-    if not make_device_nodes_real(made.root):
-        pytest.fail(f"the fake host under {made.root} has no device nodes", pytrace=False)
-    try:
-        yield made
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from fake_gpu_host(builder.FakeHostBuilder().gpus(COUNT), "metax-health-")
 
 
 @pytest.fixture(scope="module")
 def member(
     request: pytest.FixtureRequest, realnode_plane: controlplane.ControlPlane, fake: host.FakeHost
 ) -> node.RealNode:
-    started = launcher.RealNodes(realnode_plane, 0, prefix="health-node")
-    request.addfinalizer(started.stop)
-    try:
-        started.start()
-        return started.add_node(device_root=fake.root)
-    except errors.ControlPlaneError as exc:
-        pytest.fail(f"real node failed to start: {exc}", pytrace=False)
+    return start_real_node(request, realnode_plane, fake, "health-node")
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +112,6 @@ def node_events(kube: client.CoreV1Api, name: str, reason: str) -> list[str]:
     return [str(e.message) for e in listed.items]
 
 
-def held_by(member: node.RealNode, namespace: str, name: str) -> list[str]:
-    with podresources.PodResourcesClient(member.pod_resources_socket) as api:
-        for pod in api.list():
-            if (pod.namespace, pod.name) == (namespace, name):
-                return list(pod.device_ids(GPU))
-    return []
-
-
 def health_condition(kube: client.CoreV1Api, name: str) -> tuple[str, str, str] | None:
     for c in kube.read_node(name).status.conditions or []:
         if c.type == report.CONDITION_TYPE:
@@ -177,7 +152,7 @@ def test_a_fault_on_gpu_3_of_8_withdraws_exactly_it_and_it_comes_back_without_a_
     kube.create_namespaced_pod(namespace, pods.scheduled_pod("eight", member.name, "sleep 3600", {GPU: str(COUNT)}))
     kube.create_namespaced_pod(namespace, pods.scheduled_pod("seven", member.name, "sleep 3600", {GPU: "7"}))
     pods.wait_running(kube, namespace, "seven")
-    assert sorted(held_by(member, namespace, "seven")) == [a for a in addresses(fake) if a != third]
+    assert sorted(gpus.held_by(member, namespace, "seven")) == [a for a in addresses(fake) if a != third]
     message = pods.wait(lambda: gpus.unschedulable(kube, namespace, "eight"), "pod eight Unschedulable")
     assert f"Insufficient {GPU}" in message
 
@@ -189,7 +164,7 @@ def test_a_fault_on_gpu_3_of_8_withdraws_exactly_it_and_it_comes_back_without_a_
     pods.wait(lambda: node_events(kube, member.name, event_reasons.GPU_RECOVERED), "a GPURecovered Event")
     kube.delete_namespaced_pod("seven", namespace, grace_period_seconds=0)
     pods.wait_running(kube, namespace, "eight")
-    assert sorted(held_by(member, namespace, "eight")) == addresses(fake)
+    assert sorted(gpus.held_by(member, namespace, "eight")) == addresses(fake)
     assert agent.alive() and "Traceback" not in agent.tail(400), agent.tail()
 
 
@@ -219,7 +194,7 @@ def test_remediation_evicts_only_the_pod_on_the_unusable_gpu_and_a_budget_stops_
         kube.create_namespaced_pod(namespace, pod)
     for name in ("on-bad", "bystander"):
         pods.wait_running(kube, namespace, name)
-    (bad,) = held_by(member, namespace, "on-bad")
+    (bad,) = gpus.held_by(member, namespace, "on-bad")
     budget = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

@@ -87,10 +87,10 @@ def realnode_plane(request: pytest.FixtureRequest) -> controlplane.ControlPlane:
     return plane
 
 
-@pytest.fixture(scope="session")
-def gpu_host() -> Iterator[host.FakeHost]:
-    root = Path(tempfile.mkdtemp(prefix="metax-gpuhost-"))
-    fake = builder.FakeHostBuilder().gpus(GPUS).vfio(True).build(root / "host")
+def fake_gpu_host(made: builder.FakeHostBuilder, prefix: str) -> Iterator[host.FakeHost]:
+    """A fake host built by ``made`` in a temporary directory, with real device nodes; removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    fake = made.build(root / "host")
     if not make_device_nodes_real(fake.root):
         pytest.fail(f"the fake host under {fake.root} has no device nodes", pytrace=False)
     try:
@@ -99,17 +99,29 @@ def gpu_host() -> Iterator[host.FakeHost]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def start_real_node(
+    request: pytest.FixtureRequest, plane: controlplane.ControlPlane, fake: host.FakeHost, prefix: str
+) -> node.RealNode:
+    """A real node on ``plane`` showing ``fake``'s devices, stopped at the end of ``request``'s scope."""
+    nodes = launcher.RealNodes(plane, 0, prefix=prefix)
+    request.addfinalizer(nodes.stop)
+    try:
+        nodes.start()
+        return nodes.add_node(device_root=fake.root)
+    except errors.ControlPlaneError as exc:
+        pytest.fail(f"real node failed to start: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def gpu_host() -> Iterator[host.FakeHost]:
+    yield from fake_gpu_host(builder.FakeHostBuilder().gpus(GPUS).vfio(True), "metax-gpuhost-")
+
+
 @pytest.fixture(scope="session")
 def gpu_node(
     request: pytest.FixtureRequest, realnode_plane: controlplane.ControlPlane, gpu_host: host.FakeHost
 ) -> node.RealNode:
-    nodes = launcher.RealNodes(realnode_plane, 0, prefix="gpu-node")
-    request.addfinalizer(nodes.stop)
-    try:
-        nodes.start()
-        return nodes.add_node(device_root=gpu_host.root)
-    except errors.ControlPlaneError as exc:
-        pytest.fail(f"real node failed to start: {exc}", pytrace=False)
+    return start_real_node(request, realnode_plane, gpu_host, "gpu-node")
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from metax_core.health import verdict
+from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import (
     METAX_VENDOR_ID,
     FunctionKind,
@@ -313,3 +315,10 @@ def test_cdi_devices_cover_gpu_and_sgpu_functions_only() -> None:
     p = plan([fn(9), fn(10, driver="vfio-pci")])
     assert [d.name for d in devices.cdi_devices(p, NODES)] == ["0000-09-00.0"]
     assert devices.cdi_devices(p, NODES)[0].device_nodes == ("/dev/dri/card0", "/dev/mxcd")
+
+
+def test_a_gpu_that_is_not_fine_is_offered_unhealthy_with_the_verdicts_words() -> None:
+    """R-HEALTH: degraded and unusable alike (the kubelet has no third state)."""
+    assert devices.Health.of(verdict.FINE) == devices.Health(True)
+    hot = verdict.Verdict((Fault(FaultKind.THERMAL, "hotspot 97 °C"),))
+    assert devices.Health.of(hot) == devices.Health(False, "Thermal: hotspot 97 °C")

@@ -88,3 +88,17 @@ def test_news_is_a_warning_when_worse_and_normal_when_recovered() -> None:
     assert report.news(A, verdict.FINE, hot).reason == event_reasons.GPU_DEGRADED
     back = report.news(A, gone, verdict.FINE)
     assert (back.reason, back.warning) == (event_reasons.GPU_RECOVERED, False) and "was: FellOffBus" in back.message
+
+
+def test_the_condition_is_written_only_when_it_changes_and_its_transition_moves_with_its_status() -> None:
+    hot = report.Report((report.GpuEntry(A, (Fault(FaultKind.THERMAL, "97 °C"),)),), judged=2)
+    first = report.condition_to_apply(hot, None, "2026-12-07T10:00:00Z")
+    assert first is not None and first["status"] == "False" and first["lastTransitionTime"] == "2026-12-07T10:00:00Z"
+    assert report.condition_to_apply(hot, first, "2026-12-07T10:05:00Z") is None
+    gone = report.Report((report.GpuEntry(A, (Fault(FaultKind.FELL_OFF_BUS, "0xffff"),)),), judged=2)
+    worse = report.condition_to_apply(gone, first, "2026-12-07T10:06:00Z")
+    assert worse is not None and worse["reason"] == "GPUUnusable"
+    assert worse["lastTransitionTime"] == "2026-12-07T10:00:00Z", "still False: the transition stays"
+    back = report.condition_to_apply(report.Report((), judged=2), worse, "2026-12-07T10:07:00Z")
+    assert back is not None and (back["status"], back["lastTransitionTime"]) == ("True", "2026-12-07T10:07:00Z")
+    assert report.node_condition({"status": {"conditions": [back, {"type": "Ready"}]}}) == back
