@@ -1,7 +1,7 @@
 """This build's release: one version for the chart, the images, the operator and its CRD (R-UPGRADE).
 
 Why a module of its own: the version is written once, in pyproject.toml; the chart's ``version``/``appVersion``
-are generated from it (tests/unit/test_chart_generated.py), the images are tagged with it
+are generated from it (tests/dev/test_chart_generated.py), the images are tagged with it
 (`metax_dev.images.build.version`), and every process reads it from the installed distribution here: the operator
 (its image tags, ``status.versions``, the CRD's release annotation), the agents' and the CLI's ``--version``, the
 exporter's build-info series. Reading the installed distribution's metadata is the one I/O here, and it cannot

@@ -23,6 +23,7 @@ from metax_core.errors import FieldError, InvalidSpec, MetaxError
 
 MACA_PREFIX = "maca-"
 ENV_VAR = "METAX_MACA_VERSION"
+"""The MXMACA version a GPU workload's pod asks for (``maca-2.18``): container-edit and the DRA driver read it."""
 
 _NUMBER = r"[0-9]{1,9}"
 _VERSION = re.compile(rf"v?({_NUMBER}(?:\.{_NUMBER}){{0,15}})([-+~_][0-9A-Za-z.+~_-]{{0,127}})?")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from metax_core.cluster import workloads
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.node import driver_config
 from metax_core.node import vfio_config_map as vfio_format
 from metax_core.spec import model as spec

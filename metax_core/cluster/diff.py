@@ -22,7 +22,8 @@ from typing import Any
 import attrs
 import yaml
 
-from metax_core.cluster import components, configmaps, workloads
+from metax_core import components
+from metax_core.cluster import configmaps, render_settings, workloads
 from metax_core.errors import FieldError
 from metax_core.rollout import fleet, rules, sim
 from metax_core.rollout import plan as rollout_plan
@@ -91,7 +92,7 @@ class Prediction:
 
 
 def desired(
-    s: spec.ClusterOperatorSpec, settings: workloads.RenderSettings
+    s: spec.ClusterOperatorSpec, settings: render_settings.RenderSettings
 ) -> dict[tuple[str, str], Mapping[str, Any]]:
     """(kind, name) → manifest of what the operator applies for ``s`` (``driver-config`` is created once with
     defaults and then the administrator's: not part of the spec, so not of a diff)."""
@@ -137,7 +138,7 @@ def predict(
     live: spec.ClusterOperatorSpec | None,
     new: spec.ClusterOperatorSpec,
     *,
-    settings: workloads.RenderSettings,
+    settings: render_settings.RenderSettings,
     pods_on: Mapping[str, Sequence[str]],
     rollout: UpgradeStatus | None = None,
 ) -> Prediction:

@@ -18,7 +18,8 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components, diff, vf_restarts
+from metax_core import components
+from metax_core.cluster import diff, vf_restarts
 from metax_core.errors import FieldError, InvalidSpec, MetaxError
 from metax_core.inventory import METAX_MODULE, ModuleState
 from metax_core.node import driver_config, policy

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.dra import classes
 from metax_core.node import allocation
 from metax_core.spec import model as spec

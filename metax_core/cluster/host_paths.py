@@ -1,7 +1,8 @@
 """The host paths the node agents mount (000 §1.3.2), which workload mounts which, and how they are rendered.
 
 Why a module of its own: which host directories a privileged pod sees is the security surface an administrator
-reviews (R-SECURITY); it is one table, checked against the seed's list (`ALLOWED_HOST_PATHS`), and one render
+reviews (R-SECURITY); each workload declares its own (`metax_core.components.catalogue`), gathered here in one
+table, checked against the seed's list (`ALLOWED_HOST_PATHS`), and one render
 (every path under `HOST_ROOT_IN_CONTAINER`, the host side under a test-only prefix), apart from the rest of a
 workload's manifest (`metax_core.cluster.workloads`).
 """
@@ -11,90 +12,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from metax_core.cluster.components import Workload
+from metax_core import components
+from metax_core.components import Workload
+from metax_core.wire import host
 
-# Host paths of 000 §1.3.2, and which workload mounts which (read-only where the agent only reads).
-HostPath = tuple[str, bool]  # (path, read_only)
-_LOG = ("/var/log/metax", False)
-_RUN = ("/run/metax", False)
-_TOOLS = ("/var/lib/metax", True)  # the running driver's mx-smi, libmxsml (`payload_layout.HOST_CURRENT`), read only
+HostPath = host.HostPath
 HOST_PATHS: Mapping[str, tuple[HostPath, ...]] = {
-    # The PCI functions' vendor and device ids, world-readable: gpu-discovery needs nothing else of the host.
-    "metax-gpu-discovery": (("/sys", True),),
-    "metax-gpu-label": (("/sys", True), ("/dev", True), _TOOLS, _RUN, _LOG),
-    "metax-container-runtime": (
-        ("/etc/containerd", False),
-        ("/etc/docker", False),
-        ("/etc/crio", False),
-        ("/var/lib/metax", False),
-        _RUN,
-        _LOG,
-    ),
-    "metax-driver": (
-        ("/dev", False),
-        ("/sys", False),
-        ("/lib/modules", True),
-        ("/lib/firmware", False),
-        ("/var/lib/metax", False),
-        _RUN,
-        _LOG,
-    ),
-    # /var/lib/metax: the SDK versions; /run/metax: the in-use records, the edit socket, readiness; /dev and
-    # /var/run/cdi read-only: the edit service's device numbers and CDI spec (containerd 1.6, docs/maca.md).
-    "metax-maca": (("/var/lib/metax", False), _RUN, _LOG, ("/dev", True), ("/var/run/cdi", True)),
-    "metax-gpu-device": (
-        ("/dev", False),
-        ("/sys", True),
-        ("/var/lib/kubelet/device-plugins", False),
-        ("/var/lib/kubelet/pod-resources", True),
-        ("/var/run/cdi", False),
-        _TOOLS,
-        _RUN,
-        _LOG,
-    ),
-    # gpu-device's host facts, plus the kubelet's plugin registration and DRA plugin socket directories (R-DRA).
-    "metax-dra-driver": (
-        ("/dev", False),
-        ("/sys", True),
-        ("/var/lib/kubelet/plugins_registry", False),
-        ("/var/lib/kubelet/plugins", False),
-        ("/var/lib/kubelet/pod-resources", True),
-        ("/var/run/cdi", False),
-        _TOOLS,
-        _RUN,
-        _LOG,
-    ),
-    "metax-data-exporter": (("/dev", True), ("/sys", True), ("/var/lib/kubelet/pod-resources", True), _TOOLS, _LOG),
-    "metax-vfio-manager": (("/dev", False), ("/sys", False), ("/lib/modules", True), _RUN, _LOG),
-    "metax-topo-worker": (
-        ("/sys", True),
-        ("/dev", True),
-        ("/var/lib/kubelet/pod-resources", True),
-        _TOOLS,
-        _RUN,
-        _LOG,
-    ),
+    name: w.host_paths for name, w in components.WORKLOADS.items() if w.host_paths
 }
+"""Which workload mounts which host path (read-only where the agent only reads): each workload's declaration."""
 ALLOWED_HOST_PATHS = frozenset(
     {
-        "/dev",
-        "/sys",
-        "/lib/modules",
-        "/lib/firmware",
-        "/etc/docker",
-        "/etc/containerd",
-        "/etc/crio",
-        "/var/lib/kubelet/device-plugins",
-        "/var/lib/kubelet/pod-resources",
-        "/var/lib/kubelet/plugins_registry",
-        "/var/lib/kubelet/plugins",
-        "/var/run/cdi",
-        "/var/lib/metax",
-        "/run/metax",
-        "/var/log/metax",
+        host.DEV,
+        host.SYS,
+        host.KERNEL_MODULES,
+        host.FIRMWARE,
+        host.DOCKER_CONFIG_DIR,
+        host.CONTAINERD_CONFIG_DIR,
+        host.CRIO_CONFIG_DIR,
+        host.DEVICE_PLUGINS_DIR,
+        host.POD_RESOURCES_DIR,
+        host.PLUGINS_REGISTRY_DIR,
+        host.PLUGINS_DIR,
+        host.CDI_DIR,
+        host.STATE_DIR,
+        host.RUN_DIR,
+        host.LOG_DIR,
     }
 )
-HOST_ROOT_IN_CONTAINER = "/host"
+"""The seed's list (000 §1.3.2): no workload may declare a host path outside it."""
+HOST_ROOT_IN_CONTAINER = host.HOST_ROOT_IN_CONTAINER
 TEST_FAKE_HOST_DIR = "/.metax-fake"
 """TEST ONLY: a fake GPU host's own directory (its kernel's state; `metax_hw_fake.layout.PRIVATE`). Under a
 `RenderSettings.host_path_prefix` the privileged agents also mount it, read-write, so the fake host's tools (the
@@ -105,7 +52,7 @@ def volumes(workload: Workload, prefix: str = "") -> tuple[list[dict[str, Any]],
     """The workload's hostPath volumes, each mounted at the same path under `HOST_ROOT_IN_CONTAINER`; the host
     side under ``prefix`` (`RenderSettings.host_path_prefix`, test only)."""
     volumes, mounts = [], []
-    paths = HOST_PATHS.get(workload.name, ())
+    paths = workload.host_paths
     if prefix and paths and workload.privileged:
         paths = (*paths, (TEST_FAKE_HOST_DIR, False))
     for path, read_only in paths:

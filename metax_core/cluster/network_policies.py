@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.metrics import names as metric_names
 from metax_core.spec import model as spec
 from metax_core.topology import extender

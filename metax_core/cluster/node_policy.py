@@ -20,10 +20,11 @@ alpha 1.29, on by default from 1.30, GA 1.32) and ValidatingAdmissionPolicy is G
 * A token without a node (a legacy Secret token, a TokenRequest bound to nothing) is refused for all of it.
 
 Which accounts, resources and operations: derived from `rbac.COMPONENT_RULES`, the model that renders the
-agents' RBAC, so the two cannot drift apart. An account is *node-bound* when it may write Nodes or
-ResourceSlices; the policy matches exactly those accounts' users, and the operations their rules grant. A
-node-bound account granted a write the policy cannot bind to a node (another resource, cluster-wide or in
-``default``) makes `node_bound` raise: a new permission needs a decision here first.
+agents' RBAC, so the two cannot drift apart (`metax_core.cluster.node_bound`). An account is *node-bound* when
+it may write Nodes or ResourceSlices; the policy matches exactly those accounts' users, and the operations their
+rules grant. A node-bound account granted a write the policy cannot bind to a node (another resource,
+cluster-wide or in ``default``) makes `node_bound.node_bound` raise: a new permission needs a decision here
+first.
 
 Not bound: the accounts that write no Node (``metax-topo-master`` reports about every node and may replace
 its Events in ``default``; ``metax-gpu-scheduler``), and Events outside ``default`` (``metax-dra-driver`` may
@@ -35,12 +36,10 @@ and docs say so.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import attrs
-
-from metax_core.cluster import rbac
+from metax_core.cluster import node_bound, rbac
 from metax_core.wire import meta
 
 API_VERSION: Final = "admissionregistration.k8s.io/v1"
@@ -56,92 +55,6 @@ HELM_GATE: Final = f">={MINIMUM_KUBERNETES[0]}.{MINIMUM_KUBERNETES[1]}-0"
 KEY_PREFIX: Final = meta.PREFIX
 """The labels and annotations that are ours (``metax-tech.com/``)."""
 EVENTS_NAMESPACE: Final = rbac.EVENTS_NAMESPACE
-
-NODES = ("", "nodes")
-RESOURCE_SLICES = (rbac.DRA_API_GROUP, "resourceslices")
-EVENTS = ("events.k8s.io", "events")
-EVENT_GROUPS = frozenset({"", "events.k8s.io"})
-"""Events are one resource served in two groups (the API server stores them together, so the policy's
-``Equivalent`` match sees a core/v1 Event as an events.k8s.io/v1 one)."""
-
-_OPERATIONS: Mapping[str, str] = {
-    "create": "CREATE",
-    "update": "UPDATE",
-    "patch": "UPDATE",
-    "delete": "DELETE",
-    "deletecollection": "DELETE",
-}
-"""Admission sees a patch as UPDATE and a collection delete as one DELETE per object."""
-_ORDER = ("CREATE", "UPDATE", "DELETE")
-
-
-class UnboundWrite(ValueError):
-    """A node-bound account may write something the policy cannot bind to its node."""
-
-
-@attrs.frozen
-class NodeBound:
-    """Who the policy binds and what it checks, derived from the RBAC model (`node_bound`)."""
-
-    accounts: tuple[str, ...]
-    """Every node-bound ServiceAccount (writes Nodes or ResourceSlices), in the model's order."""
-    nodes: tuple[str, ...]
-    """Those that may write Nodes."""
-    resource_slices: tuple[str, ...]
-    """Those that may write ResourceSlices."""
-    events: tuple[str, ...]
-    """Those that may write Events in ``default``."""
-    operations: Mapping[tuple[str, str], tuple[str, ...]]
-    """(API group, resource) → the admission operations some node-bound account may do on it."""
-
-
-def _writes(rule: rbac.Rule) -> tuple[str, ...]:
-    return tuple(_OPERATIONS[v] for v in rule.verbs if v in _OPERATIONS)
-
-
-def _sorted(operations: Iterable[str]) -> tuple[str, ...]:
-    found = set(operations)
-    return tuple(o for o in _ORDER if o in found)
-
-
-def node_bound(rules: Mapping[str, rbac.AccountRules] = rbac.COMPONENT_RULES) -> NodeBound:
-    """The node-bound accounts of ``rules`` and what they may write. `UnboundWrite` when one may write, in
-    the cluster or in ``default``, a resource that is not a Node, a ResourceSlice or an Event."""
-
-    def writes(account: rbac.AccountRules, group: str, resource: str) -> bool:
-        return any(r.group == group and resource in r.resources and _writes(r) for r in account.cluster)
-
-    bound = [a for a in rules.values() if writes(a, *NODES) or writes(a, *RESOURCE_SLICES)]
-    operations: dict[tuple[str, str], set[str]] = {}
-    events: list[str] = []
-    for account in bound:
-        for scope, scoped in ((rbac.Scope.CLUSTER, account.cluster), (rbac.Scope.EVENTS, account.events)):
-            for rule in scoped:
-                if not _writes(rule):
-                    continue
-                for resource in rule.resources:
-                    known = (rule.group, resource)
-                    if rule.group in EVENT_GROUPS and resource == "events":
-                        if scope is rbac.Scope.EVENTS:
-                            operations.setdefault(EVENTS, set()).update(_writes(rule))
-                            events.append(account.account)
-                        continue  # Events outside `default` (claims' namespaces): not node-bound
-                    if scope is rbac.Scope.CLUSTER and known in (NODES, RESOURCE_SLICES):
-                        operations.setdefault(known, set()).update(_writes(rule))
-                        continue
-                    where = "cluster-wide" if scope is rbac.Scope.CLUSTER else f"in {EVENTS_NAMESPACE}"
-                    raise UnboundWrite(
-                        f"{account.account} may {'/'.join(rule.verbs)} {rule.group or 'core'}/{resource} {where}, "
-                        f"which {POLICY_NAME} cannot bind to its node: bind it in metax_core/cluster/node_policy.py "
-                        "or drop the permission"
-                    )
-    return NodeBound(
-        accounts=tuple(a.account for a in bound),
-        nodes=tuple(a.account for a in bound if writes(a, *NODES)),
-        resource_slices=tuple(a.account for a in bound if writes(a, *RESOURCE_SLICES)),
-        events=tuple(dict.fromkeys(events)),
-        operations={k: _sorted(v) for k, v in sorted(operations.items())},
-    )
 
 
 def username(namespace: str, account: str) -> str:
@@ -196,13 +109,13 @@ def _variables() -> list[dict[str, str]]:
         },
         {
             "name": "isNode",
-            "expression": f"request.resource.group == '' && request.resource.resource == {_cel(NODES[1])}",
+            "expression": f"request.resource.group == '' && request.resource.resource == {_cel(node_bound.NODES[1])}",
         },
         {
             "name": "isSlice",
             "expression": (
-                f"request.resource.group == {_cel(RESOURCE_SLICES[0])}"
-                f" && request.resource.resource == {_cel(RESOURCE_SLICES[1])}"
+                f"request.resource.group == {_cel(node_bound.RESOURCE_SLICES[0])}"
+                f" && request.resource.resource == {_cel(node_bound.RESOURCE_SLICES[1])}"
             ),
         },
         {"name": "isEvent", "expression": "request.resource.resource == 'events'"},
@@ -248,7 +161,7 @@ def _validation(expression: str, message: str) -> dict[str, str]:
     return {"expression": expression, "messageExpression": message, "reason": "Forbidden"}
 
 
-def _validations(bound: NodeBound) -> list[dict[str, str]]:
+def _validations(bound: node_bound.NodeBound) -> list[dict[str, str]]:
     """Each refusal has its own validation, guarded so that one request fails at most one of them: its message
     says what was refused and why."""
     found = [
@@ -352,7 +265,7 @@ def policy(
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy for the node-bound accounts of ``rules`` in ``namespace``."""
-    bound = node_bound(rules)
+    bound = node_bound.node_bound(rules)
     resource_rules = [
         {"apiGroups": [group], "apiVersions": ["*"], "operations": list(ops), "resources": [resource]}
         for (group, resource), ops in bound.operations.items()

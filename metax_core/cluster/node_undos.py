@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from metax_core.cluster import components, workloads
+from metax_core import components
+from metax_core.cluster import workloads
 from metax_core.node import uninstall
 
 _SILENT = frozenset(w.name for info in components.CATALOGUE for w in info.workloads if not w.publishes_readiness)

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from metax_core.cluster import pod_security
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.spec import model as spec
 from metax_core.spec import names
+from metax_core.wire import agent_env
 
 PAYLOAD_VOLUME = "payload"
 PAYLOAD_SOURCE = "/payload"
@@ -84,6 +85,6 @@ def add_payloads(
     ]
     pod_spec.setdefault("volumes", []).append({"name": PAYLOAD_VOLUME, "emptyDir": {}})
     agent.setdefault("volumeMounts", []).append({"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR, "readOnly": True})
-    agent["env"].append({"name": "METAX_PAYLOAD_DIR", "value": PAYLOAD_DIR})
+    agent["env"].append({"name": agent_env.PAYLOAD_DIR, "value": PAYLOAD_DIR})
     if not single:
-        agent["env"].append({"name": "METAX_PAYLOAD_IMAGES", "value": ",".join(images)})
+        agent["env"].append({"name": agent_env.PAYLOAD_IMAGES, "value": ",".join(images)})

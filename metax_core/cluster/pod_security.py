@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metax_core.cluster.components import Workload
+from metax_core.components import Workload
 
 TOKEN_VOLUME = "kube-api-access"
 """The projected volume's name (the kubelet names the one it injects ``kube-api-access-<random>``)."""

@@ -24,13 +24,11 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.components import Component, access
 from metax_core.dra import classes as dra_classes
-from metax_core.node import driver_config, vfio_config_map
 from metax_core.runtime import handler
 from metax_core.spec import model as spec
-from metax_core.topology import cluster_view
 from metax_core.wire import meta
 
 MANAGED_BY_LABEL = meta.MANAGED_BY_LABEL
@@ -48,8 +46,9 @@ OPERATOR_LEASE = "metax-operator-leader"
 CLUSTER_ROLE_PREFIX = "metax-operator:"
 """Component ClusterRoles are named ``metax-operator:<account>``, so they sort together and say who made them."""
 
-READ = ("get", "list", "watch")
-WRITE = ("create", "update", "patch", "delete")
+READ = access.READ
+WRITE = access.WRITE
+Rule = access.Rule
 
 
 class Scope(enum.Enum):
@@ -59,57 +58,6 @@ class Scope(enum.Enum):
     """A Role + RoleBinding in the operator namespace."""
     EVENTS = "events"
     """A Role + RoleBinding in ``default``, where Events about nodes live."""
-
-
-@attrs.frozen
-class Rule:
-    """One PolicyRule: API group, resources, verbs, and optionally the only object names it applies to."""
-
-    group: str
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...]
-    names: tuple[str, ...] = ()
-
-    def manifest(self) -> dict[str, Any]:
-        rule: dict[str, Any] = {
-            "apiGroups": [self.group],
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
-        if self.names:
-            rule["resourceNames"] = list(self.names)
-        return rule
-
-
-_NODE_LABELS = Rule("", ("nodes",), (*READ, "patch"))
-"""An agent's own Node: it watches it by name (``fieldSelector=metadata.name``) and patches its labels and
-annotations. RBAC cannot limit list/watch to a node whose name the role does not know (each pod runs on
-another), so the read is cluster-wide; without list and watch the agent's watch is refused (403) and it only
-notices a change at its slow resync (seen on the real node's pods, tests/e2e/test_product.py)."""
-_NODE_WATCH = Rule("", ("nodes",), READ)
-_EVENTS = (
-    Rule("events.k8s.io", ("events",), ("get", "create", "patch", "delete")),
-    Rule("", ("events",), ("create", "patch")),
-)
-
-
-DRA_API_GROUP = "resource.k8s.io"
-DRA_DRIVER_RULES = (
-    Rule(DRA_API_GROUP, ("resourceslices",), (*READ, *WRITE)),
-    Rule(DRA_API_GROUP, ("resourceclaims",), READ),
-    Rule(DRA_API_GROUP, ("deviceclasses",), READ),
-    # Its Node: the slices' owner, and patch for the uninstall protocol's answer (services/_agent/uninstall.py:
-    # every node agent may patch its Node), since it writes host files (CDI specs, its claim checkpoint).
-    _NODE_LABELS,
-    Rule("", ("events",), ("create", "patch")),
-    Rule("events.k8s.io", ("events",), ("create", "patch")),
-)
-
-
-def _config_map(name: str) -> tuple[Rule, ...]:
-    # list/watch cannot be limited by name in RBAC unless the request names the object (fieldSelector
-    # metadata.name), which is how the agents watch their ConfigMap.
-    return (Rule("", ("configmaps",), READ, (name,)),)
 
 
 @attrs.frozen
@@ -125,48 +73,13 @@ class AccountRules:
         return {Scope.CLUSTER: self.cluster, Scope.NAMESPACE: self.namespace, Scope.EVENTS: self.events}
 
 
-def _agent(account: str, *cluster: Rule, namespace: tuple[Rule, ...] = ()) -> AccountRules:
-    return AccountRules(account, cluster=cluster, namespace=namespace, events=_EVENTS)
-
-
-DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
-VFIO_CONFIG_MAP = vfio_config_map.NAME
-
 COMPONENT_RULES: Mapping[str, AccountRules] = {
-    r.account: r
-    for r in (
-        # On every node: sets gpu.installed on its node where it finds MetaX GPUs (issue 38 item 3).
-        _agent("metax-gpu-discovery", _NODE_LABELS),
-        # Reads GPU state on its node, writes node labels (R-LABELS).
-        _agent("metax-gpu-label", _NODE_LABELS),
-        # Its readiness label on its node.
-        _agent("metax-container-runtime", _NODE_LABELS),
-        # Its node's labels/annotations, the driver-config ConfigMap (R-VF, R-MODPARAM), NodeNeedReboot (R-FW).
-        _agent("metax-driver", _NODE_LABELS, namespace=_config_map(DRIVER_CONFIG_MAP)),
-        _agent("metax-maca", _NODE_LABELS),
-        # Node mode/QoS labels (R-SGPU) and the HAMi device annotation on its node.
-        _agent("metax-gpu-device", _NODE_LABELS),
-        # The metax-vfio-config ConfigMap and the gpu-vfio annotation on its node (R-VFIO).
-        _agent("metax-vfio-manager", _NODE_LABELS, namespace=_config_map(VFIO_CONFIG_MAP)),
-        # Topology annotations on its node.
-        _agent("metax-topo-worker", _NODE_LABELS),
-        # The cluster view of topology: reads every node's annotations, fills its one ConfigMap's data (the
-        # operator creates the ConfigMap, so no create here).
-        AccountRules(
-            "metax-topo-master",
-            cluster=(_NODE_WATCH,),
-            namespace=(Rule("", ("configmaps",), ("get", "patch"), (cluster_view.NAME,)),),
-            events=_EVENTS,
-        ),
-        # Placement help: reads nodes and pods, writes nothing but Events.
-        AccountRules("metax-gpu-scheduler", cluster=(_NODE_WATCH, Rule("", ("pods",), READ)), events=_EVENTS),
-        # R-DRA: publishes its node's ResourceSlices (one pool per node, removed on uninstall), reads the claims
-        # the kubelet asks it to prepare and the classes they name, reads its Node (the slices' owner); Events
-        # about claims live in the claims' namespaces, hence cluster-wide (create and patch only).
-        AccountRules("metax-dra-driver", cluster=DRA_DRIVER_RULES, events=_EVENTS),
-    )
+    w.name: AccountRules(w.name, cluster=w.access.cluster, namespace=w.access.namespace, events=w.access.events)
+    for w in components.WORKLOADS.values()
+    if w.access is not None
 }
-"""Per ServiceAccount of 000 Table 1.3.1 (the data-exporter has none: the default account, no token)."""
+"""Per ServiceAccount of 000 Table 1.3.1, from each workload's declaration (`metax_core.components.catalogue`; the
+data-exporter has none: the default account, no token)."""
 
 
 def component_rules(account: str) -> AccountRules:
@@ -331,12 +244,12 @@ def operator_rules() -> AccountRules:
         # Its own CRD, by name: read, and patched with this release's schema at start (R-UPGRADE: Helm never
         # upgrades a chart's crds/, `metax_core.cluster.crd_policy`). Never created or deleted (the chart does).
         Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("get", "patch"), (f"clusteroperators.{group}",)),
-        # The RuntimeClass `metax` (workloads.runtime_class): watched like every owned object, written by name.
+        # The RuntimeClass `metax` (supporting.runtime_class): watched like every owned object, written by name.
         Rule("node.k8s.io", ("runtimeclasses",), ("list", "watch", "create")),
         Rule("node.k8s.io", ("runtimeclasses",), ("get", *WRITE), (handler.RUNTIME_HANDLER,)),
         # The DeviceClasses of the DRA driver (`metax_core.cluster.dra_objects`), the same way, by name.
-        Rule(DRA_API_GROUP, ("deviceclasses",), ("list", "watch", "create")),
-        Rule(DRA_API_GROUP, ("deviceclasses",), ("get", *WRITE), tuple(sorted(dra_classes.SELECTORS))),
+        Rule(access.DRA_API_GROUP, ("deviceclasses",), ("list", "watch", "create")),
+        Rule(access.DRA_API_GROUP, ("deviceclasses",), ("get", *WRITE), tuple(sorted(dra_classes.SELECTORS))),
         # Whether the Prometheus Operator's CRD exists (watched by name): the exporter's ServiceMonitor is
         # rendered only then.
         Rule(
@@ -365,10 +278,10 @@ def operator_rules() -> AccountRules:
         Rule("coordination.k8s.io", ("leases",), ("delete",), (OPERATOR_LEASE,)),
         # The chart creates the (empty) webhook Secret, so the operator needs no "create" on Secrets.
         Rule("", ("secrets",), ("get", "update", "patch"), (WEBHOOK_NAME,)),
-        *_EVENTS,
+        *access.EVENTS,
     ]
     events = [
-        *_EVENTS,
+        *access.EVENTS,
         Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), ("list", "watch", "create")),
         Rule(
             "rbac.authorization.k8s.io", ("roles", "rolebindings"), ("get", *WRITE), _component_role_names(Scope.EVENTS)
@@ -400,7 +313,7 @@ def doctor_rules() -> AccountRules:
         namespace=(
             Rule("", ("pods",), ("list",)),
             Rule("apps", ("daemonsets",), ("list",)),
-            Rule("", ("configmaps",), ("get",), (DRIVER_CONFIG_MAP,)),
+            Rule("", ("configmaps",), ("get",), (meta.DRIVER_CONFIG_MAP,)),
         ),
         events=(Rule("events.k8s.io", ("events",), ("list",)),),
     )

@@ -23,9 +23,8 @@ from typing import Any
 
 import attrs
 
-from metax_core import wording
-from metax_core.cluster import components
-from metax_core.cluster.components import Component
+from metax_core import components, wording
+from metax_core.components import Component
 from metax_core.errors import InvalidSpec
 from metax_core.rollout import status as rollout_status
 

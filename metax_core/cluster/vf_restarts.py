@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.errors import InvalidSpec
 from metax_core.node import driver_config
 from metax_core.wire import meta

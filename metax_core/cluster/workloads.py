@@ -13,10 +13,9 @@ from typing import Any
 
 import attrs
 
-from metax_core import release
+from metax_core import components
 from metax_core.cluster import (
-    agent_env,
-    components,
+    container_env,
     dra_objects,
     host_paths,
     image_refs,
@@ -25,16 +24,17 @@ from metax_core.cluster import (
     payloads,
     pod_security,
     rbac,
+    supporting,
 )
-from metax_core.cluster.components import Component, Workload, WorkloadKind
+from metax_core.cluster.render_settings import RenderSettings
+from metax_core.components import Component, Workload, WorkloadKind
 from metax_core.metrics import names as metric_names
 from metax_core.node import driver_config, vfio_config_map
 from metax_core.node import labels as node_labels
-from metax_core.runtime import handler
 from metax_core.spec import model as spec
 from metax_core.spec import quantity
-from metax_core.topology import cluster_view, extender
-from metax_core.wire import meta
+from metax_core.topology import extender
+from metax_core.wire import agent_env, host, meta
 
 # The names other processes read are defined by their owners (issue 20); these are the same objects.
 APP_LABEL = meta.APP_LABEL
@@ -46,11 +46,6 @@ PART_OF = meta.PART_OF
 GPU_NODE_LABEL = node_labels.GPU_INSTALLED
 """gpu-label writes it (`metax_core.node.labels`); the GPU components' DaemonSets select on it."""
 EXPORTER_PORT = metric_names.EXPORTER_PORT
-EXPORTER_NAME = "metax-data-exporter"
-"""The exporter's DaemonSet, Service and ServiceMonitor."""
-SERVICE_MONITOR_API = "monitoring.coreos.com/v1"
-SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
-"""The Prometheus Operator's CRD: the operator renders a ServiceMonitor only while the cluster has it."""
 DRIVER_CONFIG_MAP = driver_config.CONFIGMAP_NAME
 VFIO_CONFIG_MAP = vfio_config_map.NAME
 
@@ -58,24 +53,6 @@ _CONTROL_PLANE_TOLERATIONS = [
     {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
 ]
-
-
-@attrs.frozen
-class RenderSettings:
-    """What the render needs besides the spec: where it runs and which operator version it is."""
-
-    namespace: str = spec.NAMESPACE
-    version: str = attrs.field(factory=release.running)
-    """The component images' tag: this build's release unless the operator's environment names another."""
-    image_pull_policy: str = "IfNotPresent"
-    host_path_prefix: str = ""
-    """TEST ONLY (chart value ``operator.testOnly.hostPathPrefix``, docs/realnode.md): a directory put in front of
-    every hostPath the node agents mount, so that a test node's agents see a fake GPU host there instead of the
-    node's own ``/sys``, ``/dev``, ... The product's default is "" (the real paths)."""
-    service_monitor: bool = False
-    """Whether the cluster serves ServiceMonitors (the operator looks for `SERVICE_MONITOR_CRD`)."""
-    image_digests: Mapping[str, str] = attrs.field(factory=dict, hash=False)
-    """Image name -> manifest digest of the release (`image_refs`): each component image pinned by digest."""
 
 
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment"})
@@ -126,7 +103,7 @@ def _env(
     """The container's env (`agent_env`, the contract each agent's settings class reads)."""
     required = components.requirements(component, deployed)
     declared = declared_probe(component, workload)
-    return agent_env.render(
+    return container_env.render(
         s,
         component,
         log_level=components.component_spec(s, component).log.level.value,
@@ -173,12 +150,7 @@ def container_resources(s: spec.ClusterOperatorSpec, component: Component, workl
 
 
 def _labels(component: Component, workload: Workload) -> dict[str, str]:
-    return {
-        APP_LABEL: workload.name,
-        COMPONENT_LABEL: component.value,
-        MANAGED_BY_LABEL: MANAGED_BY,
-        PART_OF_LABEL: PART_OF,
-    }
+    return meta.object_labels(workload.name, component.value)
 
 
 def workload_manifest(
@@ -271,7 +243,7 @@ EDIT_SERVICE_CONTAINER = "container-edit"
 EDIT_SERVICE_COMMAND = "metax-container-edit"
 """The container-edit service (R-MACA): a second container of maca's pod, from the same image, because it reads
 what maca installs (the SDK versions) and writes what maca's GC reads (the in-use records)."""
-_EDIT_SERVICE_MOUNTS = {"/run/metax": False, "/var/lib/metax": True, "/dev": True, "/var/run/cdi": True}
+_EDIT_SERVICE_MOUNTS = {host.RUN_DIR: False, host.STATE_DIR: True, host.DEV: True, host.CDI_DIR: True}
 
 
 def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -297,79 +269,10 @@ def _sidecars(component: Component, agent: Mapping[str, Any]) -> list[dict[str, 
     return [sidecar]
 
 
-def exporter_service(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:
-    service = s.exporter.service
-    port: dict[str, Any] = {"name": "metrics", "port": EXPORTER_PORT, "targetPort": "metrics", "protocol": "TCP"}
-    if service.port is not None and service.type is spec.ServiceType.NODE_PORT:
-        port["nodePort"] = service.port
-    elif service.port is not None:
-        port["port"] = service.port
-    labels = _labels(Component.EXPORTER, components.BY_COMPONENT[Component.EXPORTER].workloads[0])
-    body: dict[str, Any] = {"type": service.type.value, "ports": [port]}
-    if service.type is spec.ServiceType.EXTERNAL_NAME:
-        body["externalName"] = service.external_name
-    else:
-        body["selector"] = {APP_LABEL: labels[APP_LABEL]}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "metax-data-exporter", "namespace": settings.namespace, "labels": labels},
-        "spec": body,
-    }
+_DEFAULT_SETTINGS = RenderSettings()
 
 
-def scheduler_service(settings: RenderSettings) -> dict[str, Any]:
-    """The Service kube-scheduler calls the extender through (docs/scheduler.md: its ``urlPrefix``)."""
-    workload = components.BY_COMPONENT[Component.GPU_SCHEDULER].workloads[0]
-    labels = _labels(Component.GPU_SCHEDULER, workload)
-    port = {"name": "extender", "port": extender.PORT, "targetPort": "extender", "protocol": "TCP"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": workload.name, "namespace": settings.namespace, "labels": labels},
-        "spec": {"type": "ClusterIP", "ports": [port], "selector": {APP_LABEL: labels[APP_LABEL]}},
-    }
-
-
-def topology_view(settings: RenderSettings) -> dict[str, Any]:
-    """The cluster view's ConfigMap without data: the operator owns the object (and deletes it on uninstall),
-    topo-master fills ``data`` under its own field manager (docs/topology.md)."""
-    workload = components.BY_COMPONENT[Component.TOPO].workloads[0]
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": cluster_view.NAME,
-            "namespace": settings.namespace,
-            "labels": _labels(Component.TOPO, workload),
-        },
-    }
-
-
-def exporter_service_monitor(s: spec.ClusterOperatorSpec, settings: RenderSettings) -> dict[str, Any]:
-    """The Prometheus Operator's scrape of the exporter Service. ``honorLabels``: the exporter's ``namespace``,
-    ``pod`` and ``container`` name the GPU's holder, not the exporter's pod, and must not become
-    ``exported_*`` (dcgm-exporter's users' complaint); scraped at the exporter's sampling pace at most."""
-    labels = _labels(Component.EXPORTER, components.BY_COMPONENT[Component.EXPORTER].workloads[0])
-    endpoint = {
-        "port": "metrics",
-        "path": "/metrics",
-        "honorLabels": True,
-        "interval": f"{s.exporter.sample_interval}s",
-    }
-    return {
-        "apiVersion": SERVICE_MONITOR_API,
-        "kind": "ServiceMonitor",
-        "metadata": {"name": EXPORTER_NAME, "namespace": settings.namespace, "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": {APP_LABEL: labels[APP_LABEL]}},
-            "namespaceSelector": {"matchNames": [settings.namespace]},
-            "endpoints": [endpoint],
-        },
-    }
-
-
-def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSettings()) -> Rendered:
+def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = _DEFAULT_SETTINGS) -> Rendered:
     """Every object of every deployable component, in deploy order; blocked ones are in ``plan``."""
     deploy_plan = components.plan(components.enabled(s))
     objects: list[Mapping[str, Any]] = []
@@ -381,14 +284,14 @@ def render(s: spec.ClusterOperatorSpec, settings: RenderSettings = RenderSetting
             labels = _labels(component, workload)
             objects.extend(network_policies.objects(s, component, workload.name, settings.namespace, labels))
         if component is Component.EXPORTER:
-            objects.append(exporter_service(s, settings))
+            objects.append(supporting.exporter_service(s, settings))
             if settings.service_monitor and s.exporter.service.type is not spec.ServiceType.EXTERNAL_NAME:
-                objects.append(exporter_service_monitor(s, settings))
-        objects.extend(cluster_objects(component))
+                objects.append(supporting.exporter_service_monitor(s, settings))
+        objects.extend(supporting.cluster_objects(component))
         if component is Component.GPU_SCHEDULER:
-            objects.append(scheduler_service(settings))
+            objects.append(supporting.scheduler_service(settings))
         if component is Component.TOPO:
-            objects.append(topology_view(settings))
+            objects.append(supporting.topology_view(settings))
     return Rendered(objects=tuple(objects), plan=deploy_plan)
 
 
@@ -402,37 +305,3 @@ def driver_daemonset_index(objects: Sequence[Mapping[str, Any]]) -> int | None:
         ),
         None,
     )
-
-
-RUNTIME_CLASS_API = "node.k8s.io/v1"
-
-
-def runtime_class() -> dict[str, Any]:
-    """The RuntimeClass ``metax``: pods that name it (``runtimeClassName: metax``) run through the node's
-    ``metax`` runtime handler (the wrapper that gives them the SDK their ``METAX_MACA_VERSION`` asks for,
-    docs/maca.md), and only on GPU nodes (its ``scheduling.nodeSelector`` is added to theirs). It goes with the
-    container-runtime component, which configures that handler on every GPU node."""
-    return {
-        "apiVersion": RUNTIME_CLASS_API,
-        "kind": "RuntimeClass",
-        "metadata": {
-            "name": handler.RUNTIME_HANDLER,
-            "labels": {
-                APP_LABEL: handler.RUNTIME_HANDLER,
-                COMPONENT_LABEL: Component.RUNTIME.value,
-                MANAGED_BY_LABEL: MANAGED_BY,
-                PART_OF_LABEL: PART_OF,
-            },
-        },
-        "handler": handler.RUNTIME_HANDLER,
-        "scheduling": {"nodeSelector": {GPU_NODE_LABEL: node_labels.TRUE}},
-    }
-
-
-def cluster_objects(component: Component) -> list[dict[str, Any]]:
-    """The cluster-scoped objects a component brings besides its RBAC (applied with it, pruned without it)."""
-    if component is Component.RUNTIME:
-        return [runtime_class()]
-    if component is Component.DRA_DRIVER:
-        return dra_objects.device_classes()
-    return []

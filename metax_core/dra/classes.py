@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from metax_core.dra import DRIVER, VFIO_DRIVER
-from metax_core.node.labels import PREFIX
+from metax_core.node import devices as plugin_devices
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "DeviceClass"
@@ -38,7 +38,7 @@ GPU_CLASS = DRIVER
 """Containers' GPUs and VFs: every device of the driver except vfio-bound ones."""
 VFIO_CLASS = VFIO_DRIVER
 """vfio-bound GPUs only."""
-EXTENDED_RESOURCE = PREFIX + "gpu"
+EXTENDED_RESOURCE = plugin_devices.Resource.GPU.value
 """The device plugin's resource name, which `GPU_CLASS` serves on DRA nodes."""
 
 

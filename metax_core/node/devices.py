@@ -2,8 +2,9 @@
 
 gpu-device gathers the node's PCI functions, their health, the node's labels and the readiness of the
 components it depends on; the functions here decide, from those facts alone, which devices each resource
-(`Resource`) advertises, which set of devices a multi-device container should preferably get, and what a
-container receives for the devices kubelet allocated. The gRPC server only translates the answers.
+(`Resource`) advertises and what a container receives for the devices kubelet allocated (which set of devices
+a multi-device container should preferably get: `metax_core.node.preferred_allocation`). The gRPC server only
+translates the answers.
 
 Rules, in one place:
 - ``metax-tech.com/gpu``: one device per function bound to the ``metax`` driver, except a PF that has VFs
@@ -32,18 +33,19 @@ from metax_core.inventory import (
     PciFunction,
 )
 from metax_core.node import cdi
+from metax_core.wire import host, workload_env
 
 MODE_LABEL = "metax-tech.com/gpu-device.mode"
 QOS_LABEL = "metax-tech.com/gpu-device.qos-policy"
 DEFAULT_SHARES = 16
 """sGPU devices per GPU: the seed's example shows 16 for one GPU (§3.2.10)."""
 
-VISIBLE_DEVICES_ENV = "METAX_VISIBLE_DEVICES"
-QOS_ENV = "METAX_SGPU_QOS_POLICY"
-SHARES_ENV = "METAX_SGPU_SHARES"
-SHARES_PER_GPU_ENV = "METAX_SGPU_SHARES_PER_GPU"
+VISIBLE_DEVICES_ENV = workload_env.VISIBLE_DEVICES
+QOS_ENV = workload_env.SGPU_QOS_POLICY
+SHARES_ENV = workload_env.SGPU_SHARES
+SHARES_PER_GPU_ENV = workload_env.SGPU_SHARES_PER_GPU
 KUBEVIRT_PCI_PREFIX = "PCI_RESOURCE"
-VFIO_CONTAINER_NODE = "/dev/vfio/vfio"
+VFIO_CONTAINER_NODE = host.VFIO_CONTAINER
 
 
 class Resource(enum.Enum):
@@ -155,7 +157,7 @@ def cdi_name(resource: Resource, device_id: str) -> str | None:
 
 def vfio_nodes(groups: Iterable[int]) -> tuple[str, ...]:
     """The device nodes a holder of these IOMMU groups needs: the VFIO container and each group's node."""
-    return (VFIO_CONTAINER_NODE, *(f"/dev/vfio/{g}" for g in sorted(set(groups))))
+    return (VFIO_CONTAINER_NODE, *(f"{host.VFIO_DIR}/{g}" for g in sorted(set(groups))))
 
 
 def is_native(function: PciFunction) -> bool:
@@ -241,87 +243,6 @@ def holders_by_function(
         if f is not None:
             per_gpu.setdefault(f.physfn or f.address, set()).update(pods)
     return {f.address: tuple(sorted(per_gpu[g])) for f in functions if (g := f.physfn or f.address) in per_gpu}
-
-
-# --- preferred allocation --------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Placement:
-    """Where a device sits: enough to judge which devices are close together."""
-
-    id: str
-    gpu: PciAddress | None = None
-    numa_node: int | None = None
-    pcie_path: tuple[PciAddress, ...] = ()
-
-    @classmethod
-    def of(cls, device: Device) -> Placement:
-        f = device.function
-        return cls(device.id, f.physfn or f.address, f.numa_node, f.pcie_path)
-
-
-def closeness(a: Placement, b: Placement) -> int:
-    """Higher is closer: shares of one GPU, then deeper common PCIe switches, then the same NUMA node."""
-    if a.gpu is not None and a.gpu == b.gpu:
-        return 100
-    common = 0
-    for x, y in zip(a.pcie_path, b.pcie_path, strict=False):
-        if x != y:
-            break
-        common += 1
-    same_numa = a.numa_node is not None and a.numa_node == b.numa_node
-    return 10 * common + (5 if same_numa else 0)
-
-
-def _grow(seed: list[Placement], pool: list[Placement], size: int) -> list[Placement]:
-    """Greedily add the device that covers a new physical GPU and is closest to the chosen ones."""
-    chosen = list(seed)
-    gpus = {p.gpu for p in chosen}
-    rest = [p for p in pool if p.id not in {c.id for c in chosen}]
-    gain = {p.id: sum(closeness(p, c) for c in chosen) for p in rest}
-    while len(chosen) < size and rest:
-        # ``rest`` is sorted by id and max() keeps the first of equal keys: ties go to the smallest id.
-        best = max(rest, key=lambda p: (p.gpu is None or p.gpu not in gpus, gain[p.id]))
-        rest.remove(best)
-        chosen.append(best)
-        gpus.add(best.gpu)
-        for p in rest:
-            gain[p.id] += closeness(p, best)
-    return chosen
-
-
-def _quality(chosen: Sequence[Placement]) -> tuple[int, int]:
-    distinct = len({p.gpu if p.gpu is not None else p.id for p in chosen})
-    total = sum(closeness(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1 :])
-    return distinct, total
-
-
-def preferred_allocation(available: Iterable[Placement], must_include: Collection[str], size: int) -> tuple[str, ...]:
-    """The best ``size`` devices among ``available``: every ``must_include`` one that is available, then as
-    many distinct physical GPUs as possible, as close together as possible (same switch, same NUMA node).
-
-    Never returns a device that is not available; returns ``min(size, len(available))`` devices (more only
-    when more than ``size`` devices must be included); the same inputs in any order give the same answer.
-    """
-    pool = sorted({p.id: p for p in available}.values(), key=lambda p: p.id)
-    wanted = set(must_include)
-    must = [p for p in pool if p.id in wanted]
-    if size >= len(pool):
-        return tuple(p.id for p in pool)
-    if len(must) >= size:
-        return tuple(p.id for p in must)
-    if must:
-        seeds = [must]
-    else:
-        # One seed per physical GPU (its smallest-id device): shares of one GPU would give equal results.
-        firsts: dict[object, Placement] = {}
-        for p in pool:
-            firsts.setdefault(p.gpu if p.gpu is not None else p.id, p)
-        seeds = [[p] for p in firsts.values()]
-    candidates = [_grow(seed, pool, size) for seed in seeds]
-    best = min(candidates, key=lambda c: (tuple(-q for q in _quality(c)), sorted(p.id for p in c)))
-    return tuple(sorted(p.id for p in best))
 
 
 # --- allocation ------------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ and refuses every doubtful value, naming the key path, all problems at once (`In
   JSON quotes) is re-read with the first line aligned to the rest, when it is not valid YAML as written;
 * ``node-vfnums`` may omit its ``nodes:`` wrapper, and ``node-module-params`` may have one: a mapping whose
   only key is ``nodes`` is the wrapper (so a node called "nodes" needs the wrapper);
-* YAML is read strictly (as YAML 1.2 would): a key given twice and tab indentation are errors, integers are
-  decimal digits only (``0x10`` and ``1_000`` are strings, so they are refused where a number is due), and
-  only true/false are booleans (a node called ``on`` stays a name).
+* YAML is read strictly (as YAML 1.2 would, `metax_core.spec.text.StrictLoader`): a key given twice and tab
+  indentation are errors, integers are decimal digits only (``0x10`` and ``1_000`` are strings, so they are
+  refused where a number is due), and only true/false are booleans (a node called ``on`` stays a name).
 
 docs/driver-config.md is the user-facing description. `for_node` applies the precedence (a node's entry in
 node-module-params replaces the cluster's module-params whole), `vf_count_plan` says what to write to each
@@ -32,8 +32,9 @@ import yaml
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
 from metax_core.spec import converter, text
+from metax_core.wire import meta
 
-CONFIGMAP_NAME = "driver-config"
+CONFIGMAP_NAME = meta.DRIVER_CONFIG_MAP
 NODE_VFNUMS = "node-vfnums"
 MODULE_PARAMS = "module-params"
 NODE_MODULE_PARAMS = "node-module-params"
@@ -55,41 +56,6 @@ class ModuleParam(enum.Enum):
 SUPPORTED_PARAMS = tuple(sorted(p.value for p in ModuleParam))
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
-
-
-class _StrictLoader(text.LimitedLoader):
-    """The core's limited loader (size, depth, no aliases, duplicate keys refused) minus YAML 1.1 guesses:
-    only true/false are booleans, only decimal digits are integers, and mapping keys stay the text they are
-    written as, so a node named ``08``, ``1e3``, ``0x1f``, ``true`` or ``null`` keeps its name."""
-
-    def mapping_key(self, key_node: Any) -> Any:
-        if not isinstance(key_node, yaml.ScalarNode):
-            return super().mapping_key(key_node)
-        return str(key_node.value)
-
-
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int")
-    ]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
-)
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+\Z"), list("-+0123456789"))
-
-
-def _construct_int(loader: text.LimitedLoader, node: yaml.ScalarNode) -> int:
-    value = str(loader.construct_scalar(node))
-    if not re.fullmatch(r"[-+]?[0-9]{1,30}", value):
-        raise yaml.constructor.ConstructorError(
-            None, None, f"{value[:40]!r} is not a decimal integer (at most 30 digits)", node.start_mark
-        )
-    return int(value)
-
-
-_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 @attrs.frozen
@@ -145,12 +111,12 @@ def _load(key: str, value: object, errors: list[FieldError]) -> object:
         errors.append(FieldError(key, f"line {tabbed[0]} is indented with a tab: YAML indentation must use spaces"))
         return None
     try:
-        return text.load_value(value, key, loader=_StrictLoader)
+        return text.load_value(value, key, loader=text.StrictLoader)
     except text.TextError as exc:
         retry = _realigned(value) if exc.line is not None else None
         if retry is not None:
             try:
-                return text.load_value(retry, key, loader=_StrictLoader)
+                return text.load_value(retry, key, loader=text.StrictLoader)
             except text.TextError:
                 pass
         errors.append(FieldError(key, f"is not valid YAML: {_yaml_problem(exc)}"))

@@ -251,3 +251,23 @@ def firmware_pending(flashed: Mapping[str, str], running: Mapping[PciAddress, st
             PciAddress(a) for a, v in flashed.items() if a in running and not same_version(running[PciAddress(a)], v)
         )
     )
+
+
+def needs_host_driver(deploy_policy: spec.DeployPolicy) -> bool:
+    """Whether the plan must know the host's installed driver version: only the policies that weigh it
+    (PreferHost takes it, PreferNewer compares it); the others never ask the host's module tools for it."""
+    return deploy_policy in (spec.DeployPolicy.PREFER_HOST, spec.DeployPolicy.PREFER_NEWER)
+
+
+def round_readiness(
+    found: DriverReadiness, *, blocked: str | None, vf_plan: driver_config.VfCountPlan | None
+) -> DriverReadiness:
+    """The ``driver`` signal of a round: what `driver_readiness` found, unless the round could not do what it
+    had to. A blocked load (the host's driver in use, a kernel the payload does not cover, a failed load) says
+    why, whatever is loaded; a refused VF count is not ready either (gpu-device must not offer a node whose
+    GPUs are not alike, R-VF). The version is published only with a ready signal, so either way none is."""
+    if blocked is not None:
+        return DriverReadiness(False, blocked, found.version)
+    if vf_plan is not None and vf_plan.outcome is driver_config.PlanOutcome.REFUSE:
+        return DriverReadiness(False, "VF count refused: " + "; ".join(vf_plan.problems))
+    return found

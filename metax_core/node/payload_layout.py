@@ -5,7 +5,7 @@ may run a kernel the image was never built for. The kernel refuses (or, with mat
 accept) a module built for another release, so driver-manager must choose by the module's own version magic
 (``modinfo -F vermagic``) before it touches the running driver, and say plainly which kernels the image covers
 when it covers none. One owner for the layout: the build tooling (`metax_dev.payload`) writes it, driver-manager
-(`services.driver_manager.payload`) reads it.
+(`metax_hw.driver_payload`) reads it.
 
 The layout inside the image (``METAX_PAYLOAD_DIR``, default ``/payload``)::
 

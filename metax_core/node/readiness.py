@@ -23,10 +23,11 @@ from typing import Any
 import attrs
 
 from metax_core.errors import FieldError, InvalidSpec
+from metax_core.wire import agent_env, host
 
-READY_DIR = "run/metax/ready"
+READY_DIR = host.relative(host.READINESS_DIR)
 """Where the signals live, relative to the host root."""
-REQUIRED_ENV = "METAX_REQUIRED_COMPONENTS"
+REQUIRED_ENV = agent_env.REQUIRED_COMPONENTS
 
 _COMPONENT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 

@@ -32,18 +32,20 @@ from typing import Any
 
 import attrs
 
-from metax_core import wording
+from metax_core import components, wording
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.inventory import FunctionKind, ModuleState, PciAddress, PciFunction
 from metax_core.node import vfio
+from metax_core.wire import event_reasons, meta
 
-PREFIX = "metax-tech.com/"
+PREFIX = meta.PREFIX
 REQUEST_ANNOTATION = PREFIX + "uninstall"
 DONE_PREFIX = PREFIX + "uninstalled."
-AGENTS = ("gpu-label", "container-runtime", "driver", "vfio-manager", "gpu-device", "maca")
-"""The node agents that undo something on their node (readiness names, `components.ComponentInfo.signal`)."""
+AGENTS = components.UNDOING_AGENTS
+"""The node agents that undo something on their node (readiness names): those whose declaration says so
+(`metax_core.components.ComponentInfo.undoes`)."""
 
-INCOMPLETE_REASON = "UninstallIncomplete"
+INCOMPLETE_REASON = event_reasons.UNINSTALL_INCOMPLETE
 """Event reason and condition reason when the bounded wait ended with nodes that did not answer."""
 DONE_REASON = "NodesUndone"
 

@@ -20,8 +20,9 @@ import yaml
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.spec import text, vfio_config
 from metax_core.spec.model import VfioConfigEntry
+from metax_core.wire import meta
 
-NAME = "metax-vfio-config"
+NAME = meta.VFIO_CONFIG_MAP
 """The ConfigMap's name, in the operator's namespace."""
 KEY = "vfioConfig"
 """Its one data key."""

@@ -98,6 +98,46 @@ class Objects(Protocol):
         """Server-side apply to the status subresource (only ``status`` of ``obj`` counts)."""
         ...
 
+    def set_finalizers(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        finalizers: Sequence[str],
+        *,
+        resource_version: str,
+        field_manager: str,
+        namespace: str | None = None,
+    ) -> RawObject:
+        """Replace ``metadata.finalizers`` by ``finalizers`` if the object is still at ``resource_version``.
+
+        A merge patch, not an apply: finalizers are a list every controller adds to and removes from, and an
+        apply would take ownership of the whole list. The version is a precondition (`Conflict` when the object
+        moved on meanwhile, `NotFound` when it is gone), so a finalizer added or removed by someone else at the
+        same moment is never undone: the caller reads again and decides again.
+        """
+        ...
+
+    def evict(self, name: str, namespace: str) -> None:
+        """Evict a pod through the Eviction API (``pods/eviction``): deleted gracefully unless a
+        PodDisruptionBudget allows no disruption now (a `ClusterError` with status 429, not retried); `NotFound`
+        when the pod is gone."""
+        ...
+
+
+class NodeCordons(Protocol):
+    """A driver rollout's cordons (``spec.unschedulable``, shared with administrators and ``kubectl drain``):
+    the rollout gives back only what it cordoned itself (`metax_k8s.cordon`)."""
+
+    def cordon(self, name: str, since: str) -> bool:
+        """Cordon ``name`` for the rollout; True when the rollout holds it (now or before), False when it was
+        cordoned by someone else (left as it is) or is gone."""
+        ...
+
+    def uncordon(self, name: str) -> bool:
+        """Give ``name`` back if the rollout cordoned it; False when it did not (or the node is gone)."""
+        ...
+
 
 class NodeMetadata(Protocol):
     """Node labels and annotations owned by us: patches touch only the given keys (None removes a key)."""

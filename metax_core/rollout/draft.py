@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -65,7 +67,13 @@ class Direction(enum.Enum):
 
 @attrs.frozen
 class Context:
-    """Everything one decision reads; ``nodes`` sorted by name."""
+    """Everything one decision reads; ``nodes`` in name order, the nodes being drained first.
+
+    A decision must cost little more than one pass over the fleet (P4: at most three times one filtering pass
+    over 10,000 nodes, docs/benchmarks.md), so the context reads the fleet's own index by name, makes one pass
+    for the nodes on the new revision, and gives the rest on demand: most decisions never look at every node
+    on the old revision (`old_in_order` stops at the loop's last node).
+    """
 
     policy: spec.UpgradePolicy
     prev: UpgradeStatus
@@ -76,25 +84,46 @@ class Context:
     plans: tuple[rollout_plan.StepPlan, ...]
     confirmation: str | None = None
     """The value of the confirmation annotation on cluster-operator, if any."""
+    drained: frozenset[str] = frozenset()
+    """The nodes being drained, first in ``nodes``."""
     by_name: Mapping[str, Node] = attrs.field(
-        init=False, default=attrs.Factory(lambda self: {n.name: n for n in self.nodes}, takes_self=True)
+        init=False, default=attrs.Factory(lambda self: self.fleet.by_name, takes_self=True)
     )
-    by_revision: Mapping[Revision, tuple[Node, ...]] = attrs.field(
-        init=False, default=attrs.Factory(lambda self: _by_revision(self.nodes), takes_self=True)
+    new: tuple[Node, ...] = attrs.field(
+        init=False, default=attrs.Factory(lambda self: _new(self.nodes), takes_self=True)
     )
-    """The nodes on each revision, by name. One pass: a decision reads them several times, and each pass over
-    10,000 nodes costs about a millisecond (P4, docs/benchmarks.md)."""
+    """The nodes on the new revision, in the order of ``nodes``."""
+
+    @functools.cached_property
+    def old(self) -> tuple[Node, ...]:
+        """The nodes on the old revision, in the order of ``nodes`` (one more pass, made only when asked)."""
+        old = Revision.OLD
+        return tuple([n for n in self.nodes if n.revision is old])
+
+    def old_in_order(self) -> Iterator[Node]:
+        """The nodes on the old revision one at a time, for a caller that may stop early (`pick`)."""
+        old = Revision.OLD
+        return (n for n in self.nodes if n.revision is old)
+
+    def place(self, node: Node) -> tuple[bool, str]:
+        """Where ``node`` stands in ``nodes``, as a sort key."""
+        return node.name not in self.drained, node.name
+
+    def on(self, revision: Revision) -> tuple[Node, ...]:
+        """The nodes on ``revision``, in the order of ``nodes``."""
+        return self.new if revision is Revision.NEW else self.old
 
     def names(self, *, revision: Revision, failed: bool | None = None, among: Iterable[str] | None = None) -> list[str]:
         if among is None:
-            return [n.name for n in self.by_revision[revision] if failed is None or n.failed is failed]
+            return [n.name for n in self.on(revision) if failed is None or n.failed is failed]
         pool = [self.by_name[n] for n in sorted(set(among)) if n in self.by_name]
         return [n.name for n in pool if n.revision is revision and (failed is None or n.failed is failed)]
 
 
-def _by_revision(nodes: Sequence[Node]) -> dict[Revision, tuple[Node, ...]]:
-    # identity against locals: an enum member's hash and class attribute lookup are Python calls per node
-    return {revision: tuple(n for n in nodes if n.revision is revision) for revision in Revision}
+def _new(nodes: Sequence[Node]) -> tuple[Node, ...]:
+    # identity against a local: an enum member's class attribute lookup is a Python call per node (P4)
+    new = Revision.NEW
+    return tuple([n for n in nodes if n.revision is new])
 
 
 @attrs.frozen
@@ -156,13 +185,20 @@ def amend(d: Draft, message: str, conds: Mapping[ConditionType, CondSpec], **cha
 
 
 def pick(candidates: Iterable[Node], want: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The first ``want`` idle nodes in name order, and the busy nodes passed over (or all busy ones)."""
+    """The first ``want`` (at least 0) idle nodes in name order, and the busy nodes passed over (or all busy ones).
+
+    Taken in batches of as many nodes as are still wanted: a batch cannot hold more idle nodes than that, so
+    every busy node in it comes before the last one chosen; a loop may want a thousand nodes (P4).
+    """
+    nodes = iter(candidates)
     chosen: list[str] = []
     waiting: list[str] = []
-    for node in candidates:
-        if len(chosen) == want:
+    while len(chosen) < want:
+        batch = list(itertools.islice(nodes, want - len(chosen)))
+        if not batch:
             break
-        (waiting if node.busy else chosen).append(node.name)
+        chosen += [n.name for n in batch if not n.busy]
+        waiting += [n.name for n in batch if n.busy]
     return tuple(chosen), tuple(waiting)
 
 
@@ -229,11 +265,20 @@ def settle(
 
     None when nothing is in flight or pending, so the caller goes on to judge the phase.
     """
-    own = set(mine)
-    new = Revision.NEW  # an enum member looked up once, not once per node (P4)
-    flying = [n.name for n in ctx.nodes if n.in_flight and (n.revision is new or n.name in own)]
+    # The nodes in flight on the new revision and this phase's own in flight on the old one, in the order of
+    # ``ctx.nodes``: a pass over the new nodes and a lookup per own node, not a pass over the fleet (P4).
+    # `Node.in_flight` is spelt out: a property is a Python call per node.
+    flying = [n for n in ctx.new if not n.ready and not n.failed]
+    old = Revision.OLD  # an enum member looked up once, not once per node (P4)
+    own_old = [
+        node
+        for name in set(mine)
+        if (node := ctx.by_name.get(name)) is not None and node.revision is old and not node.ready and not node.failed
+    ]
+    if own_old:
+        flying = sorted(flying + own_old, key=ctx.place)
     if flying:
-        return wait_flying(ctx, d, flying, label)
+        return wait_flying(ctx, d, [n.name for n in flying], label)
     pending = ctx.names(revision=retry_revision, failed=True, among=d.pending)
     if pending:
         return restart(ctx, d, pending, loop, label)

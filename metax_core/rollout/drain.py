@@ -51,15 +51,23 @@ def apply(
     nodes: Sequence[Node],
     decision: Decision,
     now: dt.datetime,
+    *,
+    by_name: Mapping[str, Node] | None = None,
 ) -> Decision:
     """``decision`` with the nodes to hold cordoned (and drain), the nodes to uncordon, and the status that
-    remembers them. ``previous`` is the stored status in UTC; ``nodes`` the fleet the machine decided on."""
+    remembers them. ``previous`` is the stored status in UTC; ``nodes`` the fleet the machine decided on, and
+    ``by_name`` the same nodes by name when the caller has them (the machine does: one pass fewer, P4)."""
     drain = policy.drain
     step = previous.status
     upgrading = decision.status.upgrading
     active = bool(drain and drain.enable) and upgrading and not policy.pause and not _waits_for_admin(decision)
+    if not (step.draining_nodes or step.released_nodes or decision.drain or decision.uncordon) and not (
+        active and decision.waiting
+    ):
+        return decision  # nothing held, released or to drain (the usual case): the machine's decision as it is
     target = Revision.OLD if decision.status.phase in _BACKWARD else Revision.NEW
-    by_name = {n.name: n for n in nodes}
+    if by_name is None:
+        by_name = {n.name: n for n in nodes}
     restarting = set(decision.upgrade) | set(decision.rollback)
     timeout = dt.timedelta(seconds=drain.timeout_seconds if drain else 0)
     released = {n.name: n for n in step.released_nodes} if upgrading else {}

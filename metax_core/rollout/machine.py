@@ -25,6 +25,7 @@ re-exported here, so the operator needs only ``from metax_core import rollout``.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -69,38 +70,50 @@ def decide(
         policy=policy,
         prev=prev,
         first=previous is None,
-        nodes=tuple(sorted(fleet.nodes, key=lambda n: (n.name not in drained, n.name))),
+        nodes=_drained_first(fleet, drained),
         fleet=fleet,
         now=as_utc(now),
         plans=rollout_plan.plan(policy, len(fleet.nodes)),
         confirmation=confirmation or None,
+        drained=drained,
     )
     decision = _assemble(ctx, rollout_steps.next_draft(ctx))
-    return rollout_drain.apply(policy, prev, ctx.nodes, decision, ctx.now)
+    return rollout_drain.apply(policy, prev, ctx.nodes, decision, ctx.now, by_name=ctx.by_name)
+
+
+def _drained_first(fleet: Fleet, drained: frozenset[str]) -> tuple[Node, ...]:
+    """The fleet's nodes in name order, the nodes being drained first (also in name order)."""
+    if not drained:
+        return fleet.nodes  # already in name order (`Fleet.nodes`): no pass at all
+    first = tuple(fleet.by_name[n] for n in sorted(drained) if n in fleet.by_name)
+    return first + tuple([n for n in fleet.nodes if n.name not in drained])
 
 
 def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
     prev = ctx.prev
     by_name = ctx.by_name
-    step_nodes = tuple(sorted({n for n in d.step_nodes if n in by_name}))
+    step_nodes, in_step = _in_fleet(d.step_nodes, by_name)
     conditions = _conditions(ctx, d)
     progressing = next(c for c in conditions if c.type is ConditionType.PROGRESSING)
     waits = d.state is StepState.STEP_PAUSED and progressing.reason in (
         Reason.WAITING_FOR_ADMIN,
         Reason.FALLBACK_PAUSED,
     )
-    new = ctx.by_revision[Revision.NEW]
+    new = ctx.new
     ignored = _ignored(ctx, prev, waits)
+    # counted with list comprehensions over the step's nodes and enum members held in locals: a generator and a
+    # class attribute lookup per node would cost more than the rest of the decision (P4)
+    on_new, on_old = Revision.NEW, Revision.OLD
     if d.direction is rollout_draft.Direction.FORWARD:
         target = rollout_plan.step_at(ctx.plans, d.index).target
         # started (the step's nodes, this decision's loop included) plus still to start; a started node still on
         # the old revision is not also "to start" (issue 41 item 5: it was counted twice as its loop began)
-        started_old = sum(1 for n in step_nodes if by_name[n].revision is not Revision.NEW)
+        started_old = len([n for n in in_step if n.revision is not on_new])
         replicas = len(step_nodes) + max(0, target - len(new) - started_old)
-        ready = sum(1 for n in step_nodes if by_name[n].revision is Revision.NEW and by_name[n].ready)
+        ready = len([n for n in in_step if n.revision is on_new and n.ready])
     elif d.direction is rollout_draft.Direction.BACKWARD:
         replicas = len(step_nodes)
-        ready = sum(1 for n in step_nodes if by_name[n].revision is Revision.OLD and by_name[n].ready)
+        ready = len([n for n in in_step if n.revision is on_old and n.ready])
     else:
         replicas = prev.status.current_upgrade_replicas
         ready = prev.status.current_upgrade_ready_replicas
@@ -113,12 +126,12 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         current_failure_retry=d.retry,
         current_step_state=d.state,
         total_upgrade_replicas=len(ctx.nodes),
-        total_upgrade_ready_replicas=sum(1 for n in new if n.ready),
+        total_upgrade_ready_replicas=len([n for n in new if n.ready]),
         last_update_time=prev.status.last_update_time,
         message=d.step_message,
         recheck_time=d.recheck,
         current_step_nodes=step_nodes,
-        pending_retry_nodes=tuple(sorted({n for n in d.pending if n in by_name})),
+        pending_retry_nodes=_in_fleet(d.pending, by_name)[0],
         waiting_since=d.waiting_since if waits else None,
         confirm_token=d.confirm_token if waits else "",
         last_confirmation=_acted_on(ctx, prev, ignored),
@@ -145,6 +158,18 @@ def _assemble(ctx: rollout_draft.Context, d: rollout_draft.Draft) -> Decision:
         waiting=tuple(sorted(d.waiting)),
         requeue_after=d.requeue,
     )
+
+
+def _in_fleet(names: Sequence[str], by_name: Mapping[str, Node]) -> tuple[tuple[str, ...], Sequence[Node]]:
+    """The ``names`` of nodes in the fleet, sorted, each once, and those nodes.
+
+    A loop may hold a thousand nodes (P4): each name is looked up once, and the sort is mostly a check (a step's
+    nodes are stored sorted and a loop adds its nodes in name order)."""
+    found = [node for name in names if (node := by_name.get(name)) is not None]
+    ordered = tuple(dict.fromkeys(sorted([node.name for node in found])))
+    if len(ordered) != len(found):  # a name given twice
+        found = [by_name[name] for name in ordered]
+    return ordered, found
 
 
 def _ignored(ctx: rollout_draft.Context, prev: UpgradeStatus, waits: bool) -> str:

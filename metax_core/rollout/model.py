@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -64,21 +65,31 @@ class Node:
 
 
 def _unique_names(instance: Fleet, attribute: attrs.Attribute[tuple[Node, ...]], value: tuple[Node, ...]) -> None:
-    names = [n.name for n in value]
-    if len(set(names)) != len(names):
+    if len(instance.by_name) != len(value):
+        names = [n.name for n in value]
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"node names must be unique in a fleet snapshot: {', '.join(twice)}")
 
 
-def _as_nodes(value: Iterable[Node]) -> tuple[Node, ...]:
-    return tuple(value)
+_NAME = operator.attrgetter("name")
+
+
+def _in_name_order(value: Iterable[Node]) -> tuple[Node, ...]:
+    return tuple(sorted(value, key=_NAME))
 
 
 @attrs.frozen
 class Fleet:
-    """A snapshot of every node in scope, and what a rollout starting now would record."""
+    """A snapshot of every node in scope, and what a rollout starting now would record.
 
-    nodes: tuple[Node, ...] = attrs.field(converter=_as_nodes, validator=_unique_names)
+    The snapshot is indexed once, where it is made: its nodes in name order (the order the machine takes them
+    in; the operator gathers them so, and sorting a sorted list is one pass) and by name. The machine reads
+    both on every decision, and a pass over 10,000 nodes costs about as much as the rest of a decision (P4,
+    docs/benchmarks.md).
+    """
+
+    nodes: tuple[Node, ...] = attrs.field(converter=_in_name_order, validator=_unique_names)
+    """In name order."""
     old_revision: str = ""
     """The revision the DaemonSet carries now (before any new template is applied)."""
     new_revision: str = ""
@@ -87,6 +98,12 @@ class Fleet:
     """The DaemonSet's current pod template, serialised: becomes lastAppliedSpec when a rollout starts."""
     old_driver_spec: str = ""
     """spec.driver as of the current template, serialised: becomes lastCoDriverSpec when a rollout starts."""
+    by_name: Mapping[str, Node] = attrs.field(init=False, eq=False, repr=False)
+    """The nodes by name (a name given twice is an error: `_unique_names`)."""
+
+    @by_name.default
+    def _index(self) -> Mapping[str, Node]:
+        return {n.name: n for n in self.nodes}
 
 
 @attrs.frozen

@@ -99,7 +99,7 @@ def run(ctx: Context) -> Draft:
     busy = rollout_draft.settle(ctx, d, roll, Revision.OLD, loop, label)
     if busy is not None:
         return busy
-    new = ctx.by_revision[Revision.NEW]
+    new = ctx.new
     if new:
         if ctx.policy.pause:
             return rollout_draft.held(ctx, d, label, f"{count(len(new), 'node')} still on the new driver")

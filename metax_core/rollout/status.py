@@ -335,6 +335,16 @@ def parse_time(text: str) -> dt.datetime:
 def in_utc(status: UpgradeStatus) -> UpgradeStatus:
     """``status`` with every time in UTC (naive times taken as UTC), as its document form would give it back."""
     step = status.status
+    moments = (
+        *(c.last_transition_time for c in status.conditions),
+        step.last_update_time,
+        step.recheck_time,
+        step.waiting_since,
+        *(n.since for n in step.draining_nodes),
+        *(n.since for n in step.released_nodes),
+    )
+    if all(m is None or m.tzinfo is dt.UTC for m in moments):
+        return status  # the usual case (a status read from its document is in UTC): six copies fewer (P4)
     return attrs.evolve(
         status,
         conditions=tuple(

@@ -96,7 +96,7 @@ def _idle(ctx: Context) -> Draft:
             phase=Phase.IDLING,
             template=Template.LAST_APPLIED,
         )
-    if ctx.names(revision=Revision.OLD):
+    if len(ctx.new) < len(ctx.nodes):  # some node is on the old revision
         return _start(ctx, retarget=False)
     message = f"no driver rollout is running: every node runs revision {ctx.fleet.new_revision}"
     if not ctx.first and prev.phase is Phase.IDLING and prev.message:
@@ -110,7 +110,7 @@ def _idle(ctx: Context) -> Draft:
 def _all_at_once(ctx: Context, d: Draft) -> Draft:
     """enableRollout is false: no canary; every idle node still on the old driver is upgraded now."""
     d = attrs.evolve(d, phase=Phase.DISABLED)
-    old = [n for n in ctx.by_revision[Revision.OLD] if not n.in_flight]
+    old = [n for n in ctx.old if not n.in_flight]
     label = "enableRollout is false"
     if not old:
         message = f"{label}: no canary steps; every node runs revision {ctx.fleet.new_revision}"
@@ -203,7 +203,7 @@ def _step(ctx: Context) -> Draft:
             f"more than its toleration of {plan.toleration}"
         )
         return _failure(ctx, d, plan, failed, Reason.STEP_FAILED, why)
-    upgraded = len(ctx.names(revision=Revision.NEW))
+    upgraded = len(ctx.new)
     if upgraded < plan.target:
         return _next_loop(ctx, d, plan, upgraded, label)
     if plan.index == len(ctx.plans) - 1:
@@ -226,8 +226,7 @@ def _next_loop(ctx: Context, d: Draft, plan: rollout_plan.StepPlan, upgraded: in
     todo = plan.target - upgraded
     if ctx.policy.pause:
         return rollout_draft.held(ctx, d, label, f"{count(todo, 'node')} still to upgrade")
-    old = ctx.by_revision[Revision.OLD]
-    chosen, waiting = rollout_draft.pick(old, min(plan.loop, todo))
+    chosen, waiting = rollout_draft.pick(ctx.old_in_order(), min(plan.loop, todo))
     if not chosen:
         message = f"{label}: {count(todo, 'node')} still to upgrade" + rollout_draft.busy_text(waiting)
         return amend(

@@ -20,8 +20,9 @@ import attrs
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.runtime import detect, handler
 from metax_core.runtime.record import RootEdit
+from metax_core.wire import host
 
-PATH = "/etc/docker/daemon.json"
+PATH = host.DOCKER_CONFIG
 RUNTIME_KEY = f"runtimes.{handler.RUNTIME_HANDLER}"
 CDI_KEY = "features.cdi"
 

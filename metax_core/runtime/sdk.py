@@ -30,6 +30,7 @@ import attrs
 
 from metax_core import versions
 from metax_core.errors import FieldError, InvalidSpec
+from metax_core.wire import agent_env
 
 HOST_DIR = "/var/lib/metax/maca"
 """Where the versions are installed on the host (one directory each)."""
@@ -175,7 +176,7 @@ def wanted(images: Sequence[str], payload_dirs: Sequence[str]) -> list[Wanted]:
     ``images`` are ``METAX_PAYLOAD_IMAGES`` in order, ``payload_dirs`` where each landed (``<dir>/<n>``).
     InvalidSpec naming the image when a tag carries no version, or two images bring the same version."""
     if len(images) != len(payload_dirs):
-        raise InvalidSpec([FieldError("METAX_PAYLOAD_IMAGES", "one payload directory per image is needed")])
+        raise InvalidSpec([FieldError(agent_env.PAYLOAD_IMAGES, "one payload directory per image is needed")])
     errors: list[FieldError] = []
     out: list[Wanted] = []
     seen: dict[versions.Version, str] = {}
@@ -183,10 +184,12 @@ def wanted(images: Sequence[str], payload_dirs: Sequence[str]) -> list[Wanted]:
         tag = image.rsplit("/", 1)[-1].partition(":")[2].partition("@")[0]
         version = versions.version_of_tag(tag)
         if version is None:
-            errors.append(FieldError(f"METAX_PAYLOAD_IMAGES[{i}]", f"tag of {image!r} does not start with a version"))
+            field = f"{agent_env.PAYLOAD_IMAGES}[{i}]"
+            errors.append(FieldError(field, f"tag of {image!r} does not start with a version"))
             continue
         if version in seen:
-            errors.append(FieldError(f"METAX_PAYLOAD_IMAGES[{i}]", f"{image!r} brings {version} as {seen[version]!r}"))
+            field = f"{agent_env.PAYLOAD_IMAGES}[{i}]"
+            errors.append(FieldError(field, f"{image!r} brings {version} as {seen[version]!r}"))
             continue
         seen[version] = image
         out.append(Wanted(image, version, payload))

@@ -1,6 +1,7 @@
 """The ClusterOperator spec (= the chart's values), as typed, frozen records.
 
-Every option of the chart reference (001 Tables 3.1–3.18, R-VALUES) is here with its documented default.
+Every option of the chart reference (001 Tables 3.1–3.18, R-VALUES) is here with its documented default (the
+value types in `fieldtypes`, the upgrade policies in `upgrade`; both re-exported here).
 The models hold no conversion rules: `metax_core.spec.converter` turns documents into these records (and back),
 and `metax_core.spec.validation` checks the rules that span fields. Keys in documents are camelCase; attribute
 names here are the same words in snake_case (``upgradePolicy.maxParallel`` → ``upgrade_policy.max_parallel``).
@@ -11,13 +12,12 @@ docs/configuration.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
-from metax_core.spec import fieldtypes, quantity
+from metax_core.spec import fieldtypes, quantity, section_fields, upgrade
 
-# The value types, re-exported: callers write ``spec.IntOrPercent`` whichever module defines it.
+# The value types and upgrade policies, re-exported: callers write ``spec.IntOrPercent`` or ``spec.UpgradePolicy``
+# whichever module defines it.
 DESCRIPTION = fieldtypes.DESCRIPTION
 DeployPolicy = fieldtypes.DeployPolicy
 FirmwarePolicy = fieldtypes.FirmwarePolicy
@@ -42,6 +42,9 @@ Quantity = quantity.Quantity
 NetworkPolicy = fieldtypes.NetworkPolicy
 ResourceList = quantity.ResourceList
 Resources = quantity.Resources
+UpgradeStep = upgrade.UpgradeStep
+UpgradePolicy = upgrade.UpgradePolicy
+AgentUpdate = upgrade.AgentUpdate
 
 API_GROUP = "gpu.metax-tech.com"
 API_VERSION = "v1alpha1"
@@ -53,36 +56,14 @@ OBJECT_NAME = "cluster-operator"
 NAMESPACE = "metax-operator"
 
 
-def _resources() -> Any:
-    """Every component's ``resources`` (issue 38 item 5): its containers' requests and limits over the measured
-    defaults (docs/configuration.md, "Resources")."""
-    return attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Extension: CPU and memory requests and limits of this component's containers, over its measured "
-                "defaults (a value set here wins; a request above the default limit raises that limit)."
-            )
-        },
-    )
-
-
 @attrs.frozen
 class GpuDevice:
     """Table 3.2: the device plugin."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     healthy_interval: int = attrs.field(
         default=5, metadata={DESCRIPTION: "Seconds between health checks; 0 disables them."}
     )
@@ -108,18 +89,10 @@ class GpuDevice:
 class GpuLabel:
     """Table 3.3: node labels."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
 
 
 @attrs.frozen
@@ -136,117 +109,13 @@ class DriverPayload:
 
 
 @attrs.frozen
-class UpgradeStep:
-    """One batch of the canary rollout (Table 3.11)."""
-
-    replicas: IntOrPercent = attrs.field(
-        metadata={
-            DESCRIPTION: (
-                "How many nodes run the new driver when this step is done (% of nodes in scope, rounded up, ≥ 1)."
-            )
-        }
-    )
-    pause: bool | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: "Extension: false = go straight on to the next step; null/true = pause (see pauseDuration)."
-        },
-    )
-    pause_duration: int | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Milliseconds to wait before the next step; unset = wait until an administrator sets pause: false."
-            )
-        },
-    )
-    toleration: IntOrPercent = attrs.field(
-        default=ZERO_PERCENT,
-        metadata={DESCRIPTION: "Failed nodes this step tolerates (% of the step's nodes, rounded down)."},
-    )
-
-
-@attrs.frozen
-class UpgradePolicy:
-    """Table 3.11: batched canary upgrade of the kernel driver (R-ROLLOUT)."""
-
-    enable_rollout: bool = attrs.field(
-        default=False,
-        metadata={
-            DESCRIPTION: (
-                "Upgrade the driver in batched canary steps (upgradeSteps) instead of on every idle node at once."
-            )
-        },
-    )
-    upgrade_steps: tuple[UpgradeStep, ...] = attrs.field(
-        default=(),
-        metadata={
-            DESCRIPTION: 'The batches of the rollout, in order; the last one must have replicas "100%" '
-            "(at most 100 steps)."
-        },
-    )
-    pause: bool = attrs.field(
-        default=False, metadata={DESCRIPTION: "Hold the rollout where it is; set false to resume a paused step."}
-    )
-    max_parallel: IntOrPercent = attrs.field(
-        default=HUNDRED_PERCENT,
-        metadata={
-            DESCRIPTION: (
-                "Nodes upgraded at the same time (integer or percentage, rounded up, at least 1; 0 = unlimited)."
-            )
-        },
-    )
-    max_unavailable: IntOrPercent = attrs.field(
-        default=ZERO_PERCENT,
-        metadata={
-            DESCRIPTION: "Nodes that may be unavailable at the same time during the rollout (integer or percentage)."
-        },
-    )
-    max_failure_threshold: int = attrs.field(
-        default=0,
-        metadata={DESCRIPTION: "Failed node upgrades a step tolerates before the fallback runs (0 to 100000)."},
-    )
-    fallback: Fallback = attrs.field(
-        default=Fallback.PAUSE,
-        metadata={DESCRIPTION: "What happens when too many nodes fail: pause (wait for an administrator) or rollback."},
-    )
-    on_canary_failure: OnCanaryFailure | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Extension: what a failed node in the first step (the canary) does. rollback: the canary goes back "
-                "to the previous driver at once, without retries, and the rollout ends rolled back; fallback or "
-                "unset: as in any step (maxFailureThreshold retries, then fallback)."
-            )
-        },
-    )
-    drain: Drain | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Extension: drain the nodes the rollout wants while GPU workloads run on them; unset: wait for the "
-                "workloads to end (the seed's rule)."
-            )
-        },
-    )
-
-
-@attrs.frozen
 class Driver:
     """Table 3.4: the driver-manager (kernel driver, VFs, module params, firmware)."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     deploy_policy: DeployPolicy = attrs.field(
         default=DeployPolicy.PREFER_CLOUD,
         metadata={
@@ -286,18 +155,10 @@ class VfioConfigEntry:
 class VfioManager:
     """Table 3.6 (chart key ``vfioManager``; Table 3.1's ``vfio-manager`` is a known mistake)."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     vfio_config: tuple[VfioConfigEntry, ...] = attrs.field(
         default=(),
         metadata={
@@ -323,18 +184,10 @@ class MacaPayload:
 class Maca:
     """Table 3.8: the MXMACA SDK manager."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     payload: MacaPayload = attrs.field(
         default=MacaPayload(),
         metadata={DESCRIPTION: "The MXMACA SDK images the maca agent installs on every GPU node."},
@@ -345,18 +198,10 @@ class Maca:
 class Runtime:
     """Table 3.9: container runtime configuration."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     restart_mode: RestartMode = attrs.field(
         default=RestartMode.SYSTEMD,
         metadata={
@@ -404,18 +249,10 @@ class ExporterService:
 class Exporter:
     """Table 3.13: Prometheus metrics (off by default)."""
 
-    deploy: bool = attrs.field(default=False, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy(default=False)
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     service: ExporterService = attrs.field(
         default=ExporterService(), metadata={DESCRIPTION: "The Service in front of the exporter."}
     )
@@ -446,18 +283,10 @@ class Exporter:
 class Topo:
     """Extension: topology discovery (topo-master Deployment + topo-worker DaemonSet, C7)."""
 
-    deploy: bool = attrs.field(default=True, metadata={DESCRIPTION: "Whether the operator deploys this component."})
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    deploy: bool = section_fields.deploy()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
 
 
 @attrs.frozen
@@ -473,17 +302,9 @@ class GpuScheduler:
             )
         },
     )
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     network_policy: NetworkPolicy = attrs.field(
         default=NetworkPolicy(), metadata={DESCRIPTION: "Extension: who may call the extender's port."}
     )
@@ -504,17 +325,9 @@ class DraDriver:
             )
         },
     )
-    log: Log = attrs.field(default=Log(), metadata={DESCRIPTION: "Log settings of this component."})
-    pod_template_spec: PodTemplateSpec | None = attrs.field(
-        default=None,
-        metadata={
-            DESCRIPTION: (
-                "Node selector, affinity and tolerations of this component's pods; when set, the global "
-                "podTemplateSpec is ignored for this component (R-MERGE)."
-            )
-        },
-    )
-    resources: Resources | None = _resources()
+    log: Log = section_fields.log()
+    pod_template_spec: PodTemplateSpec | None = section_fields.pod_template_spec()
+    resources: Resources | None = section_fields.resources()
     default_allocation: Allocation = attrs.field(
         default=Allocation.DEVICE_PLUGIN,
         metadata={
@@ -533,22 +346,6 @@ sets them: the previous release's webhook, still serving during ``helm upgrade``
 ``helm rollback`` the previous release's operator never reads back a default the newer CRD would have written
 (structural defaults apply on every read). The operator's own default applies when a field is absent. A field
 leaves this list one release after it was added."""
-
-
-@attrs.frozen
-class AgentUpdate:
-    """Extension (R-UPGRADE): how the node agents move to a new operator release (docs/upgrade.md)."""
-
-    max_unavailable: IntOrPercent = attrs.field(
-        default=IntOrPercent(1),
-        metadata={
-            DESCRIPTION: (
-                "Nodes whose agent pod of one component may be replaced at the same time when the operator is "
-                "upgraded (integer at least 1, or a percentage of the component's nodes from 1% to 100%, rounded "
-                "up): every agent DaemonSet's rollingUpdate.maxUnavailable, and the driver pods' own pace."
-            )
-        },
-    )
 
 
 @attrs.frozen

@@ -14,13 +14,16 @@ the limits Kubernetes' own YAML handling has, enforced while composing, before a
 * anchors/aliases are refused outright (no "billion laughs": nothing can expand beyond the input's size);
 * integers longer than `MAX_INT_DIGITS` digits are refused (Python's own 4,300-digit limit never trips);
 * a key given twice is an error (as ``kubectl --validate=strict``), and in documents (`load_document`) every
-  mapping key must be a string and only JSON's types exist (a date stays a string, ``!!binary`` is refused).
+  mapping key must be a string and only JSON's types exist (a date stays a string, ``!!binary`` is refused);
+* in text administrators write by hand (`StrictLoader`), only true/false are booleans, only decimal digits are
+  integers, and mapping keys stay the text they are written as.
 
 Every problem is a `TextError` whose ``str`` is one line: ``source:line:column: message``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -131,6 +134,42 @@ DocumentLoader.yaml_implicit_resolvers = {
 }
 for _tag in ("binary", "timestamp", "omap", "pairs", "set"):
     DocumentLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", DocumentLoader.construct_undefined)  # type: ignore[type-var]
+
+
+class StrictLoader(LimitedLoader):
+    """For text administrators write by hand (``driver-config``): the limited loader (size, depth, no aliases,
+    duplicate keys refused) minus YAML 1.1 guesses, as YAML 1.2 reads it: only true/false are booleans, only
+    decimal digits are integers, and mapping keys stay the text they are written as, so a node named ``08``,
+    ``1e3``, ``0x1f``, ``true`` or ``null`` keeps its name."""
+
+    def mapping_key(self, key_node: Any) -> Any:
+        if not isinstance(key_node, yaml.ScalarNode):
+            return super().mapping_key(key_node)
+        return str(key_node.value)
+
+
+StrictLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
+)
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+\Z"), list("-+0123456789"))
+
+
+def _construct_decimal_int(loader: LimitedLoader, node: yaml.ScalarNode) -> int:
+    value = str(loader.construct_scalar(node))
+    if not re.fullmatch(r"[-+]?[0-9]{1,30}", value):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{value[:40]!r} is not a decimal integer (at most 30 digits)", node.start_mark
+        )
+    return int(value)
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_decimal_int)
 
 
 def _short(value: object) -> str:

@@ -16,8 +16,9 @@ import attrs
 
 from metax_core.node import labels
 from metax_core.topology import document, extender
+from metax_core.wire import meta
 
-NAME = "metax-topology"
+NAME = meta.TOPOLOGY_VIEW_MAP
 KEY = "nodes.json"
 MAX_BYTES = 900 * 1024
 """Below the API server's 1 MiB per object: past it the per-count scores are left out (counts stay)."""

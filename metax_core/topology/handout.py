@@ -4,7 +4,7 @@ node's published topology document, the one the scheduler ranked the node by (do
 When no document is published yet (topo-worker off or not yet run), or it does not know every offered GPU
 (a GPU appeared since), the document is built from gpu-device's own inventory: the same PCIe paths and NUMA
 nodes, without MetaXLink peers. Devices that are not whole GPUs (VFs, sGPU shares) are not this module's:
-`metax_core.node.devices.preferred_allocation` places those.
+`metax_core.node.preferred_allocation` places those.
 """
 
 from __future__ import annotations

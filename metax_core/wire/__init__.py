@@ -17,8 +17,18 @@ this package holds the rest:
 | node annotations ``gpu.topology.scores`` / ``.losses`` (HAMi's) | `metax_core.topology.placement` |
 | the kube-scheduler extender protocol and its configuration entry | `metax_core.topology.extender` |
 | ConfigMap ``metax-topology`` (topo-master's cluster view) | `metax_core.topology.cluster_view` |
-| readiness signal names (agents → gpu-device, doctor) | `metax_core.cluster.components.signal` |
+| readiness signal names (agents → gpu-device, doctor) | `metax_core.components.signal` |
+| the readiness board (a file per signal under `host.READINESS_DIR`) | `metax_core.node.readiness` |
+| which component a workload is, its ServiceAccount, host paths, RBAC, environment, probe | `metax_core.components` |
+| the ConfigMaps' names (``driver-config``, ``metax-vfio-config``, ``metax-topology``) | `meta` |
+| the environment the operator renders into agents' pods, and the agents' other settings | `agent_env` |
+| the environment the chart renders into the operator's pod | `operator_env` |
+| the environment a GPU workload's container is given (device plugin, DRA driver) | `workload_env` |
+| the MXMACA version a workload asks for (``METAX_MACA_VERSION``) | `metax_core.versions` |
+| host directories and files two processes share (CDI, kubelet sockets, device nodes, state) | `host` |
+| the uninstall protocol (request annotation, per-agent done annotations) | `metax_core.node.uninstall` |
+| the resource names the device plugin serves | `metax_core.node.devices.Resource` |
 | labels, annotations and finalizer on the objects the operator owns and on cluster-operator | `meta` |
-| Event reasons | `event_reasons` |
+| Event reasons (``ALL`` built from the module) | `event_reasons` |
 | the message and commands of a rollout step waiting for an administrator | `metax_core.rollout.confirm` |
 """

@@ -33,6 +33,9 @@ ROLLOUT_UNCORDONED: Final = "RolloutUncordoned"
 """On a Node the driver rollout cordoned and gives back (its driver is done, the drain timed out, or a pause)."""
 VF_COUNT_CHANGED: Final = "VfCountChanged"
 """On a gpu-device pod recreated because its node's VF count changed (R-VF)."""
+UNINSTALL_INCOMPLETE: Final = "UninstallIncomplete"
+"""cluster-operator is being deleted and the bounded wait for the nodes' undo answers ended with nodes that did not
+answer (named in the message); also the Uninstalling condition's reason then (`metax_core.node.uninstall`)."""
 
 # -- the operator's applier, on the objects it owns -------------------------------------------------------------
 CREATED: Final = "Created"
@@ -120,48 +123,8 @@ def driver_rollout(step_state: str) -> str:
     return DRIVER_ROLLOUT_PREFIX + step_state
 
 
-ALL: Final = (
-    INVALID_SPEC,
-    CRD_UPGRADED,
-    CRD_OUTDATED,
-    CLEANED_UP,
-    CONFIRMATION_IGNORED,
-    DRIVER_POD_DELETED,
-    VF_COUNT_CHANGED,
-    ROLLOUT_DRAIN_EVICTED,
-    ROLLOUT_DRAIN_BLOCKED,
-    ROLLOUT_UNCORDONED,
-    CREATED,
-    APPLIED,
-    PRUNED,
-    REFUSED,
-    DRIVER_READY,
-    DRIVER_LOAD_FAILED,
-    PREVIOUS_DRIVER_RESTORED,
-    DRIVER_RESTORE_FAILED,
-    HOST_DRIVER_IN_USE,
-    KERNEL_NOT_COVERED,
-    INVALID_DRIVER_CONFIG,
-    VF_COUNT_SET,
-    VF_COUNT_REFUSED,
-    FIRMWARE_UPGRADE_REFUSED,
-    FIRMWARE_UPGRADE_FAILED,
-    NODE_NEED_REBOOT,
-    INVALID_VFIO_CONFIG,
-    VFIO_BIND_FAILED,
-    IOMMU_DISABLED,
-    RUNTIME_CONFIGURED,
-    RUNTIME_CONFIG_INVALID,
-    RUNTIME_RESTART_FAILED,
-    RUNTIME_CONFIG_REPAIRED,
-    RUNTIME_UNSUPPORTED,
-    TOPOLOGY_UNREADABLE,
-    TOPOLOGY_INCONSISTENT,
-    RESOURCE_SLICES_PUBLISHED,
-    GPU_UNUSABLE,
-    GPU_DEGRADED,
-    GPU_RECOVERED,
-    GPU_REMEDIATION_EVICTED,
-    GPU_REMEDIATION_BLOCKED,
+ALL: Final = tuple(
+    value for name, value in list(globals().items()) if name.isupper() and name != "DRIVER_ROLLOUT_PREFIX"
 )
-"""Every fixed reason (the rollout's ``DriverRollout<StepState>`` are built by `driver_rollout`)."""
+"""Every fixed reason, in the order above (the rollout's ``DriverRollout<StepState>`` are built by
+`driver_rollout`). Gathered from the module, not listed again: a reason added above is in it."""

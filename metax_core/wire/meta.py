@@ -53,3 +53,26 @@ ROLLOUT_CONFIRM = PREFIX + "rollout-confirm"
 """Its value, a waiting step's ``confirmToken``, confirms that step (R-ROLLOUT, docs/rollout.md)."""
 CLEANUP_FINALIZER = PREFIX + "cleanup"
 """The operator's finalizer: deleting cluster-operator removes what the operator created first."""
+
+# -- the ConfigMaps the operator creates in its namespace and others read ------------------------------------
+DRIVER_CONFIG_MAP = "driver-config"
+"""Read by driver-manager (`metax_core.node.driver_config` owns its data)."""
+VFIO_CONFIG_MAP = "metax-vfio-config"
+"""Read by vfio-manager (`metax_core.node.vfio_config_map` owns its data)."""
+TOPOLOGY_VIEW_MAP = "metax-topology"
+"""Filled by topo-master, read by gpu-scheduler (`metax_core.topology.cluster_view` owns its data)."""
+
+
+def object_labels(name: str, component: str | None = None) -> dict[str, str]:
+    """The labels of an object the operator owns: its name, who manages it, the product, and (when it belongs to
+    one) its component's key. The operator prunes by ``managed-by``; the pods and RBAC of a component are found by
+    `COMPONENT_LABEL`."""
+    labels = {APP_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY, PART_OF_LABEL: PART_OF}
+    if component is not None:
+        labels[COMPONENT_LABEL] = component
+    return labels
+
+
+def reporting_controller(component: str) -> str:
+    """The ``reportingController`` of the Events a component's agent writes: ``metax-tech.com/<component>``."""
+    return PREFIX + component

@@ -1,7 +1,7 @@
 """What ``metax-operator doctor`` answers: the cluster summary, the exit code, and the ``-o json`` document.
 
 Why a module of its own: the exit code and the JSON shape are an interface (scripts and alerts read them), so
-they are defined once, beside the chain (`metax_core.cluster.doctor`) and tested with it. Exit codes:
+they are defined once, beside the chain (`metax_core.cluster.doctor.chain`) and tested with it. Exit codes:
 
 - 0: every link of every node asked about holds (without NODE: every GPU node's chain, and cluster-operator
   Ready; nodes without a MetaX GPU are counted, not failed);
@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import doctor
-from metax_core.cluster.doctor_facts import CrFacts
+from metax_core.cluster.doctor import links
+from metax_core.cluster.doctor.facts import CrFacts
 from metax_core.rollout import status as rollout_status
 
 EXIT_HEALTHY = 0
@@ -30,12 +30,12 @@ READY = "ready"
 NO_GPU = "no MetaX GPU"
 
 
-def state(diagnosis: doctor.Diagnosis) -> str:
+def state(diagnosis: links.Diagnosis) -> str:
     """A node's state in the summary: ``ready``, ``no MetaX GPU``, or ``broken: <first broken link id>``."""
     first = diagnosis.first_broken
     if first is None:
         return READY
-    if first.id == doctor.GPU_FOUND:
+    if first.id == links.GPU_FOUND:
         return NO_GPU
     return f"broken: {first.id}"
 
@@ -49,7 +49,7 @@ class Summary:
 
 
 def summarize(
-    diagnoses: Sequence[doctor.Diagnosis], cr: CrFacts, rollout: rollout_status.UpgradeStatus | None
+    diagnoses: Sequence[links.Diagnosis], cr: CrFacts, rollout: rollout_status.UpgradeStatus | None
 ) -> Summary:
     by_state: dict[str, list[str]] = {}
     for d in diagnoses:
@@ -64,7 +64,7 @@ def summarize(
     return Summary(states, cr_ready, rollout)
 
 
-def exit_code(diagnoses: Sequence[doctor.Diagnosis], *, summary: Summary | None = None) -> int:
+def exit_code(diagnoses: Sequence[links.Diagnosis], *, summary: Summary | None = None) -> int:
     """0 only when every link holds: with ``summary`` (no NODE asked) nodes without a GPU do not count."""
     if summary is None:
         return EXIT_HEALTHY if all(d.healthy for d in diagnoses) else EXIT_BROKEN
@@ -72,7 +72,7 @@ def exit_code(diagnoses: Sequence[doctor.Diagnosis], *, summary: Summary | None 
     return EXIT_BROKEN if broken or not summary.cr_ready else EXIT_HEALTHY
 
 
-def link_document(link: doctor.Link) -> dict[str, Any]:
+def link_document(link: links.Link) -> dict[str, Any]:
     return {
         "id": link.id,
         "title": link.title,
@@ -83,7 +83,7 @@ def link_document(link: doctor.Link) -> dict[str, Any]:
     }
 
 
-def diagnosis_document(d: doctor.Diagnosis) -> dict[str, Any]:
+def diagnosis_document(d: links.Diagnosis) -> dict[str, Any]:
     """``{"node", "healthy", "firstBroken": link | null, "links": [link]}``; a link is
     ``{"id", "title", "state": "holds"|"broken", "evidence", "next", "component"}``."""
     first = d.first_broken

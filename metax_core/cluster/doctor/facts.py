@@ -1,6 +1,6 @@
 """What ``metax-operator doctor`` gathers from the cluster, in the core's words, and how raw objects become it.
 
-Why a module of its own: the chain of links (`metax_core.cluster.doctor`) is a pure function of these facts,
+Why a module of its own: the chain of links (`metax_core.cluster.doctor.chain`) is a pure function of these facts,
 so it is tested without a cluster; the CLI only lists objects and hands the raw dicts to the ``*_from_raw``
 functions here (pure too: no I/O, they only read the dicts). Every name read here comes from its one owner
 (labels from `metax_core.node.labels`, the component label from `metax_core.wire.meta`, Event reasons as the
