@@ -12,6 +12,7 @@ device-plugin protocol, where this module lived before (issue 20, item 8).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,10 +23,11 @@ from typing import Any
 
 from metax_core.errors import HardwareError, InvalidSpec
 from metax_core.node import cdi, readiness
+from metax_core.wire import host
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CDI_DIR = "/var/run/cdi"
+DEFAULT_CDI_DIR = host.CDI_DIR
 
 
 def atomic_write(
@@ -58,6 +60,17 @@ def atomic_write(
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def remove_file(path: pathlib.Path) -> None:
+    """Remove ``path`` if it is there (an agent's probe file); OSError when it cannot be removed."""
+    path.unlink(missing_ok=True)
+
+
+def remove_empty_dir(path: pathlib.Path) -> None:
+    """Remove the directory ``path`` if it is there and empty (one agents share: the last one out removes it)."""
+    with contextlib.suppress(OSError):  # absent, or another agent's file is still there
+        path.rmdir()
 
 
 class CdiSpecFile:

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 from metax_core import errors
 from metax_core.inventory import DriverVersion, ModuleState
 from metax_core.node import payload_layout
+from metax_core.wire import host
 from metax_hw import sysfs, tools
 
 logger = logging.getLogger(__name__)
@@ -165,12 +166,14 @@ class ModprobeKernelModules:
         op = "read the running kernel"
         release = self.tree.read(self.tree.path("/proc/sys/kernel/osrelease"), operation=op, device=None)
         release = release or os.uname().release
-        deps = self.tree.read(self.tree.path(f"/lib/modules/{release}/modules.dep"), operation=op, device=release)
+        deps = self.tree.read(
+            self.tree.path(f"{host.KERNEL_MODULES}/{release}/modules.dep"), operation=op, device=release
+        )
         in_tree = [line.split(":", 1)[0].strip() for line in (deps or "").splitlines() if line.startswith("kernel/")]
         magic = None
         if in_tree:
             try:
-                shown = self.modinfo(f"/lib/modules/{release}/{in_tree[0]}").get("vermagic") or [""]
+                shown = self.modinfo(f"{host.KERNEL_MODULES}/{release}/{in_tree[0]}").get("vermagic") or [""]
                 magic = payload_layout.Vermagic.parse(shown[0])
             except (errors.HardwareError, ValueError) as exc:
                 logger.info("running kernel %s: no vermagic of its own modules (%s)", release, exc)

@@ -23,6 +23,7 @@ import attrs
 
 from metax_core import errors
 from metax_core.inventory import NetworkInterface, PciAddress
+from metax_core.wire import host
 from metax_hw import pci, sysfs
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def pyroute2_links() -> list[LinkInfo]:
 
 def sysfs_links(tree: sysfs.HostTree) -> list[LinkInfo]:
     """``<root>/sys/class/net/*``: name, ``address`` and the IFF_UP bit of ``flags``."""
-    base = tree.path("/sys/class/net")
+    base = tree.path(host.NET_CLASS_DIR)
     links: list[LinkInfo] = []
     for name in tree.listdir(base):
         mac = tree.read(base / name / "address", operation=_OP, device=name)
@@ -112,7 +113,7 @@ class PyrouteNetworkInterfaces:
 
     def pci_path(self, name: str) -> tuple[PciAddress, ...]:
         """Every PCI address on the interface's resolved ``device`` path, root port first (empty: none)."""
-        device = self.tree.path("/sys/class/net") / name / "device"
+        device = self.tree.path(host.NET_CLASS_DIR) / name / "device"
         if not device.is_symlink() and not device.exists():
             return ()
         try:

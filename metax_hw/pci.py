@@ -17,6 +17,7 @@ from pathlib import Path
 from metax_core import errors, inventory
 from metax_core.health.faults import PcieLink
 from metax_core.inventory import FunctionKind, PciAddress, PciFunction
+from metax_core.wire import host
 from metax_hw import sysfs
 
 logger = logging.getLogger(__name__)
@@ -154,14 +155,14 @@ class SysfsDeviceInventory:
         candidates: list[str] = []
         if driver == inventory.VFIO_DRIVER:
             group = self.tree.link_name(dev / "iommu_group")
-            candidates += ["/dev/vfio/vfio"]
+            candidates += [host.VFIO_CONTAINER]
             if group is not None:
-                candidates += [f"/dev/vfio/{group}", f"/dev/vfio/noiommu-{group}"]
+                candidates += [f"{host.VFIO_DIR}/{group}", f"{host.VFIO_DIR}/noiommu-{group}"]
         elif driver is not None:
             for entry in self.tree.listdir(dev / "drm"):
                 if entry.startswith(("card", "renderD")):
-                    candidates.append(f"/dev/dri/{entry}")
-            candidates.append("/dev/mxcd")
+                    candidates.append(f"{host.DRI_DIR}/{entry}")
+            candidates.append(host.MXCD)
         return [c for c in candidates if self.tree.path(c).exists() or self.tree.path(c).is_symlink()]
 
     def _read(self, address: PciAddress) -> PciFunction | None:

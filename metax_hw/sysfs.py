@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from metax_core import errors
+from metax_core.wire import host
 
 logger = logging.getLogger(__name__)
 
@@ -161,10 +162,10 @@ def mounted_tree(root: Path | str, writer: SysfsWriter | None = None) -> HostTre
     """The host tree at ``root``, refusing one without ``/sys``: an agent whose pod lacks its host mounts says so
     once, at start, instead of reporting an empty host."""
     tree = HostTree(root, writer)
-    if not tree.path("/sys").is_dir():
+    if not tree.path(host.SYS).is_dir():
         raise errors.HardwareError(
             "open the host",
             None,
-            f"{tree.path('/sys')} does not exist: the host's /sys is not mounted under {tree.root}",
+            f"{tree.path(host.SYS)} does not exist: the host's /sys is not mounted under {tree.root}",
         )
     return tree

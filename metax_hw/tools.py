@@ -55,7 +55,7 @@ HOST_TOOLS: Mapping[str, str | None] = {
 }
 """Every program this adapter runs, and the Debian package the agent images take it from (docs/images.md).
 
-The one place that says so: the adapter calls tools only through these names (tests/hw/test_hw_tools_declared.py
+The one place that says so: the adapter calls tools only through these names (tests/hw/test_tools_declared.py
 checks every call), and the image tests check each packaged tool is in the image. ``None``: MetaX's own tool,
 not in Debian and not redistributable here; it reaches the agent from the driver/SDK payload, not the image."""
 

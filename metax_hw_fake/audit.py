@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metax_core.wire import host
 from metax_hw_fake import layout, pcidev, state
 
 
@@ -52,7 +53,7 @@ def audit(root: Path) -> list[str]:
                 problems.append(f"{driver_dir.name} lists {link.name}, which is not bound to it")
     nodes = {n.name for n in (layout.dev(root) / "dri").iterdir()}
     expected = {n.name for a in bound_native for n in (devices / a / "drm").iterdir()}
-    problems += [f"/dev/dri/{n} belongs to no bound function" for n in sorted(nodes - expected)]
+    problems += [f"{host.DRI_DIR}/{n} belongs to no bound function" for n in sorted(nodes - expected)]
     for mod, driver in st["module_drivers"].items():
         if not (layout.module_dir(root, mod) / "initstate").exists():
             problems.append(f"module {mod} recorded as loaded but /sys/module/{mod} is gone")

@@ -363,8 +363,8 @@ class FakeHostBuilder:
 def portable_tool(tool: str) -> str:
     """A fake tool as a TEST driver payload carries it (``bin/mx-smi``, `metax_core.node.payload_layout`): it
     runs wherever the host is mounted, inside an agent's pod too (the image's ``python3`` has this package), on
-    the fake host at the agent's host root (``METAX_HOST_ROOT``, `metax_core.cluster.agent_env.HOST_ROOT`)."""
-    from metax_core.cluster import agent_env
+    the fake host at the agent's host root (``METAX_HOST_ROOT``, `metax_core.wire.agent_env.HOST_ROOT`)."""
+    from metax_core.wire import agent_env
 
     code = (
         "import os, sys; from metax_hw_fake import tools; "

@@ -8,7 +8,8 @@ connection pool) and speak JSON to the API server ourselves, one method per verb
 
 `api.Api` is the seam between the port code (objects, nodes, events, lease) and a server. `HttpApi` is the real
 one; `metax_k8s.inmemory.InMemoryApiServer` implements the same Protocol in memory. `HttpApi` does not
-retry: wrap it in `retry.RetryingApi` (the port classes do).
+retry: wrap it in `retry.RetryingApi` (the port classes do). Error bodies and watch streams are decoded by
+`metax_k8s.responses`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import attrs
 import urllib3
 
 from metax_core.errors import ClusterError, NotFound, NotServed
-from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
-from metax_k8s import api, retry
+from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
+from metax_k8s import api, responses, retry
 
 if TYPE_CHECKING:
     import kubernetes
@@ -192,7 +193,7 @@ class HttpApi:
         except urllib3.exceptions.HTTPError as exc:
             raise retry.Unavailable(verb, what, f"no answer from {url}: {exc}") from exc
         if response.status >= 400:
-            raise self._error(response, verb, what)
+            raise responses.error(response, verb, what)
         if stream:
             return response
         try:
@@ -202,27 +203,6 @@ class HttpApi:
         finally:
             response.release_conn()
         return json.loads(data) if data else {}
-
-    @staticmethod
-    def _error(response: urllib3.BaseHTTPResponse, verb: str, what: str) -> ClusterError:
-        try:
-            raw = response.read()
-        except urllib3.exceptions.HTTPError:
-            raw = b""
-        finally:
-            response.release_conn()
-        detail = raw.decode(errors="replace").strip() or response.reason or "no message"
-        try:
-            status_body = json.loads(raw)
-            if isinstance(status_body, dict) and status_body.get("message"):
-                detail = str(status_body["message"])
-        except ValueError:
-            pass
-        retry_after: float | None = None
-        header = response.headers.get("Retry-After")
-        if header and header.strip().isdigit():
-            retry_after = float(header.strip())
-        return retry.error_for(verb, what, response.status, detail, retry_after)
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """Discovery, cached per group version and refreshed once when a kind is missing (a new CRD)."""
@@ -312,42 +292,7 @@ class HttpApi:
             timeout=(self.request_timeout[0], timeout_seconds + 5.0),
             stream=True,
         )
-        return self._events(response, what)
-
-    @staticmethod
-    def _events(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[WatchEvent]:
-        """One event per line of the stream, decoded straight from the bytes (no model objects).
-
-        The pieces of a line are joined once, when its newline arrives: appending chunks to one growing
-        buffer and splitting it would copy the rest of the buffer for every line (quadratic in the chunk),
-        and leave the allocator with many short-lived large blocks of every size.
-        """
-        pieces: list[bytes] = []
-        try:
-            for chunk in response.stream(64 * 1024, decode_content=True):
-                start = 0
-                while (end := chunk.find(b"\n", start)) != -1:
-                    pieces.append(chunk[start:end])
-                    line = b"".join(pieces)
-                    pieces.clear()
-                    start = end + 1
-                    if line.strip():
-                        yield HttpApi._event(line, what)
-                if start < len(chunk):
-                    pieces.append(chunk[start:])  # a line cut short by the end of the stream is dropped
-        except urllib3.exceptions.HTTPError as exc:
-            raise retry.Unavailable("watch", what, f"watch stream broken: {exc}") from exc
-        finally:
-            response.release_conn()
-
-    @staticmethod
-    def _event(line: bytes, what: str) -> WatchEvent:
-        event = json.loads(line)
-        obj = event.get("object") or {}
-        if event.get("type") == "ERROR":
-            code = int(obj.get("code") or 500)
-            raise retry.error_for("watch", what, code, str(obj.get("message", "watch error")))
-        return WatchEvent(type=WatchEventType(event["type"]), object=obj)
+        return responses.watch_events(response, what)
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         res, name, namespace = self._locate(obj)

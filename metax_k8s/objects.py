@@ -16,15 +16,17 @@ changes for ``timeout_seconds`` no matter what, so `K8sObjects.watch`:
   object it delivered, so a watch over thousands of pods does not hold a second copy of each (issue 11, P3);
 - yields BOOKMARK events (only ``metadata.resourceVersion`` is meaningful) so a caller can resume later.
 
-Writes are server-side apply only (``fieldManager``, ``force``); no read-modify-write of whole objects.
+Writes are server-side apply (``fieldManager``, ``force``), except a finalizer list (a merge patch with the
+resourceVersion it was decided on as a precondition) and evictions; no read-modify-write of whole objects.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from metax_core.errors import NotFound
@@ -38,8 +40,9 @@ _Key = tuple[str, str]
 
 
 def _key(obj: RawObject) -> _Key:
+    """(namespace, name); the namespace interned: a watch of thousands of pods keeps one copy of it (P3)."""
     metadata = obj.get("metadata") or {}
-    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+    return (sys.intern(str(metadata.get("namespace") or "")), str(metadata.get("name") or ""))
 
 
 def resource_version(obj: RawObject) -> str | None:
@@ -70,6 +73,23 @@ class K8sObjects:
 
     def apply_status(self, obj: RawObject, *, field_manager: str, force: bool = False) -> RawObject:
         return self.api.apply(obj, field_manager=field_manager, force=force, subresource="status")
+
+    def set_finalizers(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        finalizers: Sequence[str],
+        *,
+        resource_version: str,
+        field_manager: str,
+        namespace: str | None = None,
+    ) -> RawObject:
+        patch = {"metadata": {"finalizers": list(finalizers), "resourceVersion": resource_version}}
+        return self.api.merge_patch(api_version, kind, name, patch, namespace=namespace, field_manager=field_manager)
+
+    def evict(self, name: str, namespace: str) -> None:
+        self.api.evict(name, namespace)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> RawObject | None:
         try:

@@ -28,6 +28,7 @@ import grpc
 from metax_core.errors import PortError
 from metax_core.node import devices
 from metax_core.ports import node as node_ports
+from metax_core.wire import host
 from metax_k8s.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
-DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_PLUGIN_DIR = host.DEVICE_PLUGINS_DIR
 ENCODED_KEPT = 1024
 """Encoded Allocate answers a plugin server keeps (`PluginServer.encoded`)."""
 

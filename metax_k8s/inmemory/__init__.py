@@ -1,7 +1,8 @@
 """An in-memory Kubernetes API server and every cluster port wired to it, for fast tests and the demo.
 
-`server` (the `Api` without HTTP), `kinds`, `schema` (admission), `select` (selectors), `ssa` (field
-ownership), `watch` (history and streams), `cluster` (`InMemoryCluster`: the ports on one server).
+`server` (the `Api` without HTTP), `store` (objects, versions, history), `kinds`, `schema` (admission), `select`
+(selectors), `ssa` (field ownership), `watch` (history and streams), `cluster` (`InMemoryCluster`: the ports on
+one server).
 """
 
 from metax_k8s.inmemory.cluster import InMemoryCluster

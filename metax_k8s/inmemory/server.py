@@ -7,7 +7,7 @@ server's semantics, which is where a fake can lie. What it keeps honest:
 - one resourceVersion counter for everything; a no-op write does not bump it;
 - optimistic concurrency (a stale resourceVersion is 409), AlreadyExists (409), NotFound (404), namespaces
   that must exist, finalizers and deletionTimestamp, ``metadata.generation`` where the real server counts it;
-- server-side apply with field ownership per manager (`inmemory_ssa`) and the status subresource;
+- server-side apply with field ownership per manager (`ssa`) and the status subresource;
 - label and field selectors with the real grammar and the real "field label not supported" refusals;
 - watches that start with synthetic ADDED events (no resourceVersion), deliver changes after a version,
   turn label changes into ADDED/DELETED for selective watchers, end with a bookmark, and fail with 410 for a
@@ -33,33 +33,23 @@ import datetime as dt
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from metax_core.cluster import eviction
-from metax_core.errors import ClusterError, Conflict, NotFound, NotServed
+from metax_core.errors import ClusterError, Conflict, NotFound
 from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
 from metax_k8s.client import target
-from metax_k8s.inmemory import kinds, schema, select, ssa, watch
+from metax_k8s.inmemory import kinds, schema, select, ssa, store
 
 log = logging.getLogger(__name__)
-
-_Key = tuple[str, str, str, str]  # api_version, kind, namespace, name
 
 
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-@attrs.define
-class _Stored:
-    obj: dict[str, Any]
-    managers: ssa.Managers
-    times: dict[ssa.ManagerKey, str]
 
 
 @attrs.define
@@ -80,13 +70,10 @@ class InMemoryApiServer:
         start_resource_version: int = 1000,
         history_limit: int = 10_000,
     ) -> None:
-        self.clock = clock
-        self.history_limit = history_limit
         self._cond = threading.Condition()
-        self._kinds: dict[tuple[str, str], kinds.KindInfo] = {(k.api_version, k.kind): k for k in kinds.BUILTIN}
-        self._objects: dict[_Key, _Stored] = {}
-        self._version = start_resource_version
-        self._history = watch.History(self._cond, start_resource_version, history_limit)
+        self._store = store.Store(
+            self._cond, clock, start_resource_version=start_resource_version, history_limit=history_limit
+        )
         self._faults: list[_Fault] = []
         for name in kinds.SYSTEM_NAMESPACES:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, field_manager="system")
@@ -106,12 +93,12 @@ class InMemoryApiServer:
     def compact(self) -> None:
         """Forget the change history: every older resourceVersion now gets 410 Gone."""
         with self._cond:
-            self._history.forget(self._version, break_watches=False)
+            self._store.history.forget(self._store.version, break_watches=False)
 
     def restart(self) -> None:
         """What clients see when the API server restarts: open watches break, the watch history is gone."""
         with self._cond:
-            self._history.forget(self._version, break_watches=True)
+            self._store.history.forget(self._store.version, break_watches=True)
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -125,45 +112,10 @@ class InMemoryApiServer:
                 detail = f"injected failure (HTTP {fault.status})"
                 raise retry.error_for(verb, what, fault.status, detail, fault.retry_after)
 
-    def _info(self, api_version: str, kind: str) -> kinds.KindInfo:
-        info = self._kinds.get((api_version, kind))
-        if info is None:
-            raise NotServed("discover", f"{kind} {api_version}", "the API server does not serve this kind")
-        return info
-
-    def _key(self, info: kinds.KindInfo, name: str, namespace: str | None) -> _Key:
-        return (info.api_version, info.kind, (namespace or "") if info.namespaced else "", name)
-
-    def _existing(
-        self, verb: str, what: str, info: kinds.KindInfo, name: str, namespace: str | None
-    ) -> tuple[_Key, _Stored]:
-        """The stored object's key and record; NotFound (as the API server words it) when it does not exist."""
-        key = self._key(info, name, namespace)
-        stored = self._objects.get(key)
-        if stored is None:
-            raise NotFound(verb, what, f'{info.plural} "{name}" not found', 404)
-        return key, stored
-
-    def _stamp(self) -> str:
-        return self.clock().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def _render(self, info: kinds.KindInfo, stored: _Stored) -> dict[str, Any]:
-        obj = copy.deepcopy(stored.obj)
-        managed = ssa.managed_fields(stored.managers, info.api_version, lambda k: stored.times.get(k, ""))
-        if managed:
-            obj["metadata"]["managedFields"] = managed
-        return obj
-
-    def _record(
-        self, info: kinds.KindInfo, type: WatchEventType, old: Mapping[str, Any] | None, new: Mapping[str, Any]
-    ) -> None:
-        namespace = (new.get("metadata") or {}).get("namespace") or ""
-        self._history.record(watch.Change(self._version, info.api_version, info.kind, namespace, type, old, new))
-
     def _locate(self, obj: RawObject, verb: str) -> tuple[kinds.KindInfo, str, str | None]:
         metadata = obj.get("metadata") or {}
         name = metadata.get("name")
-        info = self._info(str(obj.get("apiVersion")), str(obj.get("kind")))
+        info = self._store.info(str(obj.get("apiVersion")), str(obj.get("kind")))
         if not isinstance(name, str) or not name:
             raise ClusterError(verb, info.kind, "the object has no metadata.name", 400)
         namespace = metadata.get("namespace") if info.namespaced else None
@@ -173,13 +125,13 @@ class InMemoryApiServer:
 
     def _require_namespace(self, info: kinds.KindInfo, namespace: str | None, verb: str, what: str) -> None:
         if info.namespaced:
-            ns = self._objects.get(("v1", "Namespace", "", namespace or ""))
+            ns = self._store.objects.get(("v1", "Namespace", "", namespace or ""))
             if ns is None:
                 raise NotFound(verb, what, f'namespaces "{namespace}" not found', 404)
             if ns.obj["metadata"].get("deletionTimestamp"):
                 raise ClusterError(verb, what, f"namespace {namespace} is being terminated", 403)
 
-    def _precondition(self, body: RawObject, stored: _Stored, verb: str, what: str) -> None:
+    def _precondition(self, body: RawObject, stored: store.Stored, verb: str, what: str) -> None:
         wanted = (body.get("metadata") or {}).get("resourceVersion")
         if wanted not in (None, "") and str(wanted) != stored.obj["metadata"]["resourceVersion"]:
             raise Conflict(
@@ -189,76 +141,15 @@ class InMemoryApiServer:
                 409,
             )
 
-    def _commit(
-        self,
-        info: kinds.KindInfo,
-        key: _Key,
-        before: _Stored | None,
-        after: dict[str, Any],
-        managers: ssa.Managers,
-        manager: str,
-        op: str,
-        sub: str,
-        *,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """Store ``after`` (already admitted) unless nothing changed; bump versions; record the change."""
-        metadata = after["metadata"]
-        if info.kind == "CustomResourceDefinition":
-            # The real API server's apiextensions controllers accept the names and establish a CRD within
-            # milliseconds of its write; readers (the operator's `crd_sync`) wait for exactly this condition.
-            after["status"] = {
-                **(after.get("status") or {}),
-                "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
-                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"},
-                ],
-            }
-        if before is not None:
-            for carried in ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion"):
-                if carried in before.obj["metadata"]:
-                    metadata[carried] = before.obj["metadata"][carried]
-                else:
-                    metadata.pop(carried, None)
-            if after == before.obj and managers == before.managers:
-                return self._render(info, before)
-            if info.generation and _spec_part(after) != _spec_part(before.obj):
-                metadata["generation"] = int(metadata.get("generation", 1)) + 1
-        else:
-            metadata["uid"] = str(uuid.uuid4())
-            metadata["creationTimestamp"] = self._stamp()
-            if info.generation:
-                metadata["generation"] = 1
-        times = dict(before.times) if before else {}
-        times[(manager, op, sub)] = self._stamp()
-        stored = _Stored(after, managers, {k: v for k, v in times.items() if k in managers})
-        if dry_run:
-            return self._render(info, stored)
-        self._version += 1
-        metadata["resourceVersion"] = str(self._version)
-        rendered = self._render(info, stored)
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
-            self._objects.pop(key, None)
-            self._record(info, WatchEventType.DELETED, before.obj if before else None, rendered)
-            return rendered
-        self._objects[key] = stored
-        self._record(
-            info, WatchEventType.MODIFIED if before else WatchEventType.ADDED, before.obj if before else None, rendered
-        )
-        if info.kind == "CustomResourceDefinition":
-            for served in kinds.from_crd(after):
-                self._kinds[(served.api_version, served.kind)] = served
-        return rendered
-
     # -- verbs ----------------------------------------------------------------------------------------
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
         what = target(kind, name, namespace)
         with self._cond:
             self._fault("get", what)
-            info = self._info(api_version, kind)
-            _, stored = self._existing("get", what, info, name, namespace)
-            return self._render(info, stored)
+            info = self._store.info(api_version, kind)
+            _, stored = self._store.existing("get", what, info, name, namespace)
+            return self._store.render(info, stored)
 
     def _matching(
         self, info: kinds.KindInfo, namespace: str | None, label_selector: str | None, field_selector: str | None
@@ -284,14 +175,14 @@ class InMemoryApiServer:
     ) -> ObjectList:
         with self._cond:
             self._fault("list", target(kind, None, namespace))
-            info = self._info(api_version, kind)
+            info = self._store.info(api_version, kind)
             matches = self._matching(info, namespace, label_selector, field_selector)
             items: list[RawObject] = [
-                self._render(info, stored)
-                for key, stored in sorted(self._objects.items())
+                self._store.render(info, stored)
+                for key, stored in sorted(self._store.objects.items())
                 if key[:2] == (info.api_version, info.kind) and matches(stored.obj)
             ]
-            version = str(self._version)
+            version = str(self._store.version)
         if transform is not None:  # outside the lock: a caller's function must not hold up the server
             items = [kept for kept in map(transform, items) if kept is not None]
         return ObjectList(items=items, resource_version=version)
@@ -310,30 +201,32 @@ class InMemoryApiServer:
         what = target(kind, None, namespace)
         with self._cond:
             self._fault("watch", what)
-            info = self._info(api_version, kind)
+            info = self._store.info(api_version, kind)
             matches = self._matching(info, namespace, label_selector, field_selector)
             initial: list[WatchEvent] = []
             if resource_version in (None, "", "0"):
                 initial = [
-                    WatchEvent(WatchEventType.ADDED, self._render(info, stored))
-                    for key, stored in sorted(self._objects.items())
+                    WatchEvent(WatchEventType.ADDED, self._store.render(info, stored))
+                    for key, stored in sorted(self._store.objects.items())
                     if key[:2] == (info.api_version, info.kind) and matches(stored.obj)
                 ]
-                position = self._version
+                position = self._store.version
             else:
                 position = int(str(resource_version))
-                self._history.check(position, what)
-            epoch = self._history.epoch
+                self._store.history.check(position, what)
+            epoch = self._store.history.epoch
         deadline = time.monotonic() + timeout_seconds
-        return self._history.stream(info, matches, what, initial, position, epoch, deadline, lambda: self._version)
+        return self._store.history.stream(
+            info, matches, what, initial, position, epoch, deadline, lambda: self._store.version
+        )
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         with self._cond:
             info, name, namespace = self._locate(obj, "create")
             what = target(info.kind, name, namespace)
             self._fault("create", what)
-            key = self._key(info, name, namespace)
-            if key in self._objects:
+            key = self._store.key(info, name, namespace)
+            if key in self._store.objects:
                 raise Conflict("create", what, f'{info.plural} "{name}" already exists', 409)
             self._require_namespace(info, namespace, "create", what)
             body = copy.deepcopy(dict(obj))
@@ -343,14 +236,14 @@ class InMemoryApiServer:
             admitted = schema.admit(info, body, what, strict=True)
             manager = field_manager or "unknown"
             managers = ssa.update(None, admitted, {}, manager, status_only=False, has_status=info.status)
-            return self._commit(info, key, None, admitted, managers, manager, "Update", "", dry_run=dry_run)
+            return self._store.commit(info, key, None, admitted, managers, manager, "Update", "", dry_run=dry_run)
 
     def replace(self, obj: RawObject, *, field_manager: str | None = None) -> dict[str, Any]:
         with self._cond:
             info, name, namespace = self._locate(obj, "replace")
             what = target(info.kind, name, namespace)
             self._fault("replace", what)
-            key, stored = self._existing("replace", what, info, name, namespace)
+            key, stored = self._store.existing("replace", what, info, name, namespace)
             if info.custom and not (obj.get("metadata") or {}).get("resourceVersion"):
                 raise ClusterError("replace", what, "metadata.resourceVersion: must be specified for an update", 422)
             self._precondition(obj, stored, "replace", what)
@@ -359,8 +252,8 @@ class InMemoryApiServer:
     def _write(
         self,
         info: kinds.KindInfo,
-        key: _Key,
-        stored: _Stored,
+        key: store.Key,
+        stored: store.Stored,
         body: dict[str, Any],
         field_manager: str | None,
         what: str,
@@ -374,7 +267,7 @@ class InMemoryApiServer:
         admitted = schema.admit(info, body, what, strict=True)
         manager = field_manager or "unknown"
         managers = ssa.update(stored.obj, admitted, stored.managers, manager, status_only=False, has_status=info.status)
-        return self._commit(info, key, stored, admitted, managers, manager, "Update", "")
+        return self._store.commit(info, key, stored, admitted, managers, manager, "Update", "")
 
     def merge_patch(
         self,
@@ -389,8 +282,8 @@ class InMemoryApiServer:
         what = target(kind, name, namespace)
         with self._cond:
             self._fault("patch", what)
-            info = self._info(api_version, kind)
-            key, stored = self._existing("patch", what, info, name, namespace)
+            info = self._store.info(api_version, kind)
+            key, stored = self._store.existing("patch", what, info, name, namespace)
             self._precondition(patch, stored, "patch", what)
             patched = _merge(copy.deepcopy(stored.obj), patch)
             return self._write(info, key, stored, patched, field_manager, what)
@@ -411,8 +304,8 @@ class InMemoryApiServer:
             status_only = subresource == "status"
             if subresource not in (None, "status") or (status_only and not info.status):
                 raise NotFound("apply", what, f"the server could not find the requested resource ({subresource})", 404)
-            key = self._key(info, name, namespace)
-            stored = self._objects.get(key)
+            key = self._store.key(info, name, namespace)
+            stored = self._store.objects.get(key)
             if stored is None and status_only:
                 raise NotFound("apply", what, f'{info.plural} "{name}" not found', 404)
             if stored is None:
@@ -434,7 +327,7 @@ class InMemoryApiServer:
                 result[identity] = body[identity]
             result.setdefault("metadata", {}).update({"name": name, **({"namespace": namespace} if namespace else {})})
             result = schema.admit(info, result, what, strict=False)
-            return self._commit(
+            return self._store.commit(
                 info, key, stored, result, managers, field_manager, "Apply", subresource or "", dry_run=dry_run
             )
 
@@ -442,26 +335,32 @@ class InMemoryApiServer:
         what = target(kind, name, namespace)
         with self._cond:
             self._fault("delete", what)
-            info = self._info(api_version, kind)
-            key, stored = self._existing("delete", what, info, name, namespace)
+            info = self._store.info(api_version, kind)
+            key, stored = self._store.existing("delete", what, info, name, namespace)
             if stored.obj["metadata"].get("finalizers"):
                 if not stored.obj["metadata"].get("deletionTimestamp"):
                     after = copy.deepcopy(stored.obj)
-                    after["metadata"]["deletionTimestamp"] = self._stamp()
-                    self._version += 1
-                    after["metadata"]["resourceVersion"] = str(self._version)
-                    self._objects[key] = _Stored(after, stored.managers, stored.times)
-                    self._record(info, WatchEventType.MODIFIED, stored.obj, self._render(info, self._objects[key]))
+                    after["metadata"]["deletionTimestamp"] = self._store.stamp()
+                    self._store.version += 1
+                    after["metadata"]["resourceVersion"] = str(self._store.version)
+                    self._store.objects[key] = store.Stored(after, stored.managers, stored.times)
+                    self._store.record(
+                        info, WatchEventType.MODIFIED, stored.obj, self._store.render(info, self._store.objects[key])
+                    )
                 return
-            self._remove(info, key, stored)
+            self._store.remove(info, key, stored)
             if info.kind == "Namespace":
-                for other_key in [k for k in self._objects if k[2] == name and self._info(k[0], k[1]).namespaced]:
-                    self._remove(self._info(other_key[0], other_key[1]), other_key, self._objects[other_key])
+                for other_key in [
+                    k for k in self._store.objects if k[2] == name and self._store.info(k[0], k[1]).namespaced
+                ]:
+                    self._store.remove(
+                        self._store.info(other_key[0], other_key[1]), other_key, self._store.objects[other_key]
+                    )
             if info.kind == "CustomResourceDefinition":
                 for served in kinds.from_crd(stored.obj):
-                    self._kinds.pop((served.api_version, served.kind), None)
-                    for other_key in [k for k in self._objects if k[:2] == (served.api_version, served.kind)]:
-                        self._remove(served, other_key, self._objects[other_key])
+                    self._store.kinds.pop((served.api_version, served.kind), None)
+                    for other_key in [k for k in self._store.objects if k[:2] == (served.api_version, served.kind)]:
+                        self._store.remove(served, other_key, self._store.objects[other_key])
 
     def evict(self, name: str, namespace: str) -> None:
         """As the real server: refused (429) while a PodDisruptionBudget of the pod's namespace that selects it
@@ -470,9 +369,9 @@ class InMemoryApiServer:
         what = target("Pod", name, namespace)
         with self._cond:
             self._fault("evict", what)
-            _, stored = self._existing("evict", what, self._info("v1", "Pod"), name, namespace)
+            _, stored = self._store.existing("evict", what, self._store.info("v1", "Pod"), name, namespace)
             labels = stored.obj["metadata"].get("labels") or {}
-            for key, budget in self._objects.items():
+            for key, budget in self._store.objects.items():
                 if key[:3] != ("policy/v1", "PodDisruptionBudget", namespace):
                     continue
                 selector = (budget.obj.get("spec") or {}).get("selector")
@@ -481,17 +380,6 @@ class InMemoryApiServer:
                     detail = f"Cannot evict pod as it would violate the pod's disruption budget {key[3]}."
                     raise ClusterError("evict", what, detail, 429)
         self.delete("v1", "Pod", name, namespace)
-
-    def _remove(self, info: kinds.KindInfo, key: _Key, stored: _Stored) -> None:
-        del self._objects[key]
-        self._version += 1
-        gone = self._render(info, stored)
-        gone["metadata"]["resourceVersion"] = str(self._version)
-        self._record(info, WatchEventType.DELETED, stored.obj, gone)
-
-
-def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
 def _merge(target_obj: Any, patch: Any) -> Any:
