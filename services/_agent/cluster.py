@@ -13,6 +13,7 @@ import attrs
 
 from metax_core.errors import ClusterError
 from metax_core.ports.cluster import Events, NodeMetadata, Objects
+from metax_core.wire import meta
 
 
 @attrs.frozen
@@ -37,7 +38,9 @@ def production(component: str, node_name: str, *, kubeconfig: str | None = None)
     return ClusterPorts(
         objects=objects.K8sObjects(api),
         nodes=nodes.K8sNodeMetadata(api, field_manager=manager),
-        events=events.K8sEvents(api, reporting_controller=f"metax-tech.com/{component}", reporting_instance=node_name),
+        events=events.K8sEvents(
+            api, reporting_controller=meta.reporting_controller(component), reporting_instance=node_name
+        ),
     )
 
 
@@ -66,7 +69,7 @@ def in_memory(cluster: Any, component: str, node_name: str) -> ClusterPorts:
     return ClusterPorts(
         objects=cluster.objects,
         nodes=cluster.node_metadata,
-        events=cluster.events(reporting_controller=f"metax-tech.com/{component}", reporting_instance=node_name),
+        events=cluster.events(reporting_controller=meta.reporting_controller(component), reporting_instance=node_name),
     )
 
 

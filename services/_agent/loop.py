@@ -3,24 +3,22 @@
 Why here: every agent is the same loop around a different step. `Chores` answers "has this chore come due?"
 on a clock the tests move by hand (no sleeps); `Say` logs a message only when it differs from the last one
 on its topic, so INFO lines say what changed, not what repeats; `serve` runs ticks until a stop event, woken
-early by a watch; `main` is the shared ``__main__``: ``--help``/``--version``, logging (with the chatty ``sh``
-logger turned down), settings errors → exit 2, SIGTERM/SIGINT → a clean shutdown.
+early by a watch; `main` is an agent's ``__main__`` on the shared process skeleton (`services._agent.service`:
+``--help``/``--version``, logging, settings errors → exit 2, SIGTERM/SIGINT → a clean shutdown).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import FrameType
 from typing import Protocol
 
-from metax_core import release
 from metax_core.errors import MetaxError
+from services._agent import service
+from services._agent.service import run_until_signalled as run_until_signalled
+from services._agent.service import setup_logging as setup_logging
 
 
 class Agent(Protocol):
@@ -103,59 +101,10 @@ def serve(agent: Agent, stop: threading.Event, *, tick: float, wake: threading.E
         agent.shutdown()
 
 
-def run_until_signalled(run: Callable[[threading.Event], None]) -> None:
-    """Call ``run(stop)`` in this (main) thread; SIGTERM or SIGINT sets ``stop``; handlers are restored after."""
-    stop = threading.Event()
-    log = logging.getLogger(__name__)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        run(stop)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def setup_logging(environ: Mapping[str, str]) -> None:
-    """METAX_LOG_LEVEL for our loggers; ``sh`` stays at WARNING (it logs every process start at INFO)."""
-    logging.basicConfig(
-        level=environ.get("METAX_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("sh").setLevel(logging.WARNING)
-
-
-def parse_args(
-    name: str, argv: Sequence[str] | None, *, description: str | None = None, doc: str = "docs/agents.md"
-) -> None:
-    """``metax-<name> --help`` and ``--version``; a component takes no other argument (it reads its environment)."""
-    parser = argparse.ArgumentParser(
-        prog=f"metax-{name}",
-        description=description or f"The MetaX GPU operator's {name} node agent, as the operator's DaemonSet runs it.",
-        epilog=f"Configured by the environment variables of the pod the operator renders ({doc}).",
-    )
-    parser.add_argument("--version", action="version", version=release.running())
-    parser.parse_args(argv)
-
-
 def main(
     name: str,
     build: Callable[[Mapping[str, str]], tuple[Agent, Callable[[threading.Event], None]]],
     argv: Sequence[str] | None = None,
 ) -> int:
-    """The ``__main__`` of an agent: build it from the environment, run it until signalled."""
-    parse_args(name, argv)
-    environ = dict(os.environ)
-    setup_logging(environ)
-    log = logging.getLogger(name)
-    try:
-        _, run = build(environ)
-    except MetaxError as exc:
-        log.error("cannot start %s: %s", name, exc)
-        return 2
-    run_until_signalled(run)
-    return 0
+    """The ``__main__`` of an agent: build it from the environment, run it until signalled (`service.Service`)."""
+    return service.Service(name, lambda environ, args: build(environ)[1]).main(argv)

@@ -1,6 +1,6 @@
 """The readiness probe file of a node agent's pod: present exactly while the agent does its job on the node.
 
-The kubelet asks it with ``exec: [test, -f, <file>]``, rendered from `metax_core.cluster.components`
+The kubelet asks it with ``exec: [test, -f, <file>]``, rendered from `metax_core.components`
 (`ComponentInfo.probe`, R-READY). Its presence means *works*, not *alive*: driver-manager keeps it only
 while the wanted driver version is loaded with its parameters read back, gpu-device while every resource
 it offers is registered with the kubelet, vfio-manager while the selection is applied, gpu-label while the
@@ -54,7 +54,7 @@ class ProbeFile:
         if self.path is None or not self._maybe_present:
             return
         try:
-            self.path.unlink(missing_ok=True)
+            hostfiles.remove_file(self.path)
         except OSError as exc:
             log.warning("cannot remove the readiness probe file %s: %s", self.path, exc)
             return

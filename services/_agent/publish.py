@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from metax_core.errors import ClusterError, HardwareError
 from metax_core.node import publish, readiness
-from metax_core.ports import node as node_ports
 from metax_core.ports.cluster import Events, EventType, NodeMetadata, ObjectRef
+
+if TYPE_CHECKING:  # the exporter's import path stays without the DRA model (its RSS, docs/exporter.md)
+    from metax_core.ports import node as node_ports
 
 log = logging.getLogger(__name__)
 

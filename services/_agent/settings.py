@@ -21,9 +21,9 @@ from typing import Any, NewType, TypeVar
 import attrs
 import cattrs
 
-from metax_core.cluster import agent_env
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.node import readiness
+from metax_core.wire import agent_env
 
 T = TypeVar("T")
 
@@ -252,9 +252,9 @@ class NodeAgentSettings:
     namespace: str = attrs.field(default="metax-operator", metadata=env(agent_env.NAMESPACE))
     """Where the operator's ConfigMaps live (downward API: the pod's namespace)."""
     probe_file: str | None = attrs.field(default=None, metadata=env(agent_env.PROBE_FILE))
-    resync: Seconds = attrs.field(default=Seconds(300.0), metadata=env("METAX_RESYNC"))
+    resync: Seconds = attrs.field(default=Seconds(300.0), metadata=env(agent_env.RESYNC))
     """Seconds between full re-reads of the Node and ConfigMaps when no watch event came."""
-    tick: Seconds = attrs.field(default=Seconds(1.0), metadata=env("METAX_TICK"))
+    tick: Seconds = attrs.field(default=Seconds(1.0), metadata=env(agent_env.TICK))
     required_components: Components = attrs.field(default=Components(()), metadata=env(readiness.REQUIRED_ENV))
     log_level: str = attrs.field(default="INFO", metadata=env(agent_env.LOG_LEVEL))
 

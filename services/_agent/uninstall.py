@@ -11,7 +11,6 @@ looks at the host first) and answers then.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import pathlib
 from collections.abc import Iterable, Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 from metax_core.errors import ClusterError
 from metax_core.node import publish, readiness, uninstall
+from metax_hw import hostfiles
 from services._agent import publish as publisher
 
 log = logging.getLogger(__name__)
@@ -75,5 +75,4 @@ def answer(
 
 def remove_ready_dir(host_root: pathlib.Path) -> None:
     """The readiness directory is ours (``/run/metax/ready``): removed once the last signal is withdrawn."""
-    with contextlib.suppress(OSError):  # absent, or another agent's signal is still there: it removes it after
-        (host_root / readiness.READY_DIR).rmdir()
+    hostfiles.remove_empty_dir(host_root / readiness.READY_DIR)  # another agent's signal still there: it removes it

@@ -15,7 +15,8 @@ from typing import Any
 
 from metax_core import release
 from metax_core.wire import meta
-from metax_k8s import crd_sync, objects
+from metax_k8s import objects
+from metax_k8s.crd import sync as crd_sync
 from services.cli import connection
 
 

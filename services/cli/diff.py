@@ -25,11 +25,11 @@ from typing import Any, Protocol
 import attrs
 from rich.console import Console
 
-from metax_core.cluster import diff, workloads
+from metax_core.cluster import diff, render_settings
 from metax_core.errors import ClusterError, FieldError, InvalidSpec, NotFound
 from metax_core.rollout import status as rollout_status
+from metax_core.spec import envelope, validation
 from metax_core.spec import model as spec
-from metax_core.spec import validation
 from metax_core.wire import meta
 from metax_k8s.api import Api
 from services.cli import connection, documents
@@ -73,7 +73,9 @@ def add_parser(subparsers: Any, compare_driver_config: DriverConfigCompare) -> N
         "counts and module parameters per node, the gpu-device pods recreated, what driver-manager does",
     )
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("-n", "--namespace", default=workloads.RenderSettings().namespace, help="the operator's namespace")
+    p.add_argument(
+        "-n", "--namespace", default=render_settings.RenderSettings().namespace, help="the operator's namespace"
+    )
     p.add_argument("--version", default=documents.package_version(), help="the operator's component image tag")
     connection.add_options(p, json_output=True)
     p.set_defaults(func=run, compare_driver_config=compare_driver_config)
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             api,
             file=args.file,
             sets=args.set or (),
-            settings=workloads.RenderSettings(namespace=args.namespace, version=args.version),
+            settings=render_settings.RenderSettings(namespace=args.namespace, version=args.version),
             output=args.output,
         )
     except documents.UsageError as exc:
@@ -122,7 +124,7 @@ def _live(api: Api) -> dict[str, Any] | None:
 
 def _new_document(live: Mapping[str, Any] | None, file: str | None, sets: Sequence[str]) -> dict[str, Any]:
     if file is not None:
-        return dict(validation.spec_document(documents.load_document(file)))
+        return dict(envelope.spec_document(documents.load_document(file)))
     if live is None:
         raise documents.UsageError(f"--set edits the live {spec.OBJECT_NAME}, and there is none: use -f")
     document: dict[str, Any] = json.loads(json.dumps(live.get("spec") or {}))
@@ -180,7 +182,7 @@ def cleaned(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def server_side(
-    api: Api, prediction: diff.Prediction, new: spec.ClusterOperatorSpec, settings: workloads.RenderSettings
+    api: Api, prediction: diff.Prediction, new: spec.ClusterOperatorSpec, settings: render_settings.RenderSettings
 ) -> tuple[diff.Prediction, dict[tuple[str, str], dict[str, Any] | None]]:
     """Each changed object through a server-side apply dry run (``dryRun=All``) as the operator's field manager:
     the diffs become live object → what the API server would store (its defaults, and the fields the operator
@@ -221,7 +223,7 @@ def _api_version(kind: str) -> str:
 
 
 def compare(
-    api: Api, *, file: str | None, sets: Sequence[str], settings: workloads.RenderSettings, output: str = "table"
+    api: Api, *, file: str | None, sets: Sequence[str], settings: render_settings.RenderSettings, output: str = "table"
 ) -> int:
     try:
         document = _new_document(None, file, sets) if file is not None else None  # bad input before the cluster

@@ -3,9 +3,9 @@
 Why it exists: the answer to "the node shows 0 allocatable GPUs" is spread over the node's labels and
 annotations, the component pods on it, the agents' Events and cluster-operator's status. This command only
 gathers them (reads only: GETs and paged lists, filtered by selectors) and prints what the core's chain
-(`metax_core.cluster.doctor`) says: per node every link, the first broken one with its evidence and the next
+(`metax_core.cluster.doctor.chain`) says: per node every link, the first broken one with its evidence and the next
 command to look closer. Without NODE it walks every node and prints the cluster's summary (nodes per state),
-the driver rollout's state and cluster-operator's conditions. Exit codes: `metax_core.cluster.doctor_report`, and
+the driver rollout's state and cluster-operator's conditions. Exit codes: `metax_core.cluster.doctor.report`, and
 `services.cli.connection.EXIT_NO_CLUSTER` when the cluster cannot be used (as every command that needs one).
 """
 
@@ -21,7 +21,10 @@ from rich.console import Console
 from rich.table import Table
 
 from metax_core import release
-from metax_core.cluster import doctor, doctor_facts, doctor_report, workloads
+from metax_core.cluster import render_settings
+from metax_core.cluster.doctor import chain, links
+from metax_core.cluster.doctor import facts as doctor_facts
+from metax_core.cluster.doctor import report as doctor_report
 from metax_core.errors import InvalidSpec, NotFound
 from metax_core.node import driver_config
 from metax_core.rollout import status as rollout_status
@@ -50,7 +53,9 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("nodes", nargs="*", metavar="NODE", help="node names (default: every node)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("-n", "--namespace", default=workloads.RenderSettings().namespace, help="the operator's namespace")
+    p.add_argument(
+        "-n", "--namespace", default=render_settings.RenderSettings().namespace, help="the operator's namespace"
+    )
     connection.add_options(p, json_output=True)
     p.set_defaults(func=run)
 
@@ -155,7 +160,7 @@ def examine(api: Api, names: Sequence[str], *, namespace: str, output: str = "ta
     nodes = [doctor_facts.node_from_raw(n) for n in raw_nodes]
     only = nodes[0].name if len(nodes) == 1 else None
     pods, events = node_inputs(api, namespace, only)
-    diagnoses = [doctor.diagnose(n, facts, pods, [e for e in events if e.node == n.name]) for n in nodes]
+    diagnoses = [chain.diagnose(n, facts, pods, [e for e in events if e.node == n.name]) for n in nodes]
     summary = None if names else doctor_report.summarize(diagnoses, facts.cr, rollout)
     if output == "json":
         document: dict[str, Any] = {"nodes": [doctor_report.diagnosis_document(d) for d in diagnoses]}
@@ -174,10 +179,10 @@ def examine(api: Api, names: Sequence[str], *, namespace: str, output: str = "ta
 
 # --- printing -------------------------------------------------------------------------------------------------
 
-MARK = {doctor.LinkState.HOLDS: "[green]ok[/green]", doctor.LinkState.BROKEN: "[red]BROKEN[/red]"}
+MARK = {links.LinkState.HOLDS: "[green]ok[/green]", links.LinkState.BROKEN: "[red]BROKEN[/red]"}
 
 
-def print_diagnosis(console: Console, d: doctor.Diagnosis) -> None:
+def print_diagnosis(console: Console, d: links.Diagnosis) -> None:
     table = Table(title=f"node {d.node}", title_justify="left")
     for column in ("", "Link", "Evidence"):
         table.add_column(column)
@@ -194,7 +199,7 @@ def print_diagnosis(console: Console, d: doctor.Diagnosis) -> None:
 
 
 def print_summary(
-    console: Console, summary: doctor_report.Summary, cr: doctor_facts.CrFacts, diagnoses: Sequence[doctor.Diagnosis]
+    console: Console, summary: doctor_report.Summary, cr: doctor_facts.CrFacts, diagnoses: Sequence[links.Diagnosis]
 ) -> None:
     table = Table(title="nodes", title_justify="left")
     for column in ("State", "Nodes", "Count"):

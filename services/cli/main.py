@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from metax_core import versions
-from metax_core.cluster import components, configmaps, workloads
+from metax_core import components, versions
+from metax_core.cluster import configmaps, render_settings, workloads
 from metax_core.errors import ClusterError, InvalidSpec, MetaxError
 from metax_core.rollout import fleet
 from metax_core.spec import names as k8s_names
@@ -39,7 +39,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if problem := k8s_names.dns_subdomain_problem(args.namespace):
         raise documents.UsageError(f"--namespace {problem}")
     parsed = validation.parse(documents.load_document(args.file))
-    rendered = workloads.render(parsed, workloads.RenderSettings(namespace=args.namespace, version=args.version))
+    rendered = workloads.render(parsed, render_settings.RenderSettings(namespace=args.namespace, version=args.version))
     for blocked in rendered.plan.blocked:
         print(f"skipped: {blocked.reason}", file=sys.stderr)
     for component in rendered.plan.disabled:
@@ -124,7 +124,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     completion.offer(component, [c.value for c in components.Component])
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    p.add_argument("--namespace", default=workloads.RenderSettings().namespace)
+    p.add_argument("--namespace", default=render_settings.RenderSettings().namespace)
     p.add_argument("--version", default=documents.package_version(), help="component image tag")
     p.set_defaults(func=cmd_render)
 

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-import logging
-import os
+import argparse
 import sys
+from collections.abc import Mapping
 
-from metax_core.errors import MetaxError
-from services._agent import loop
+from services._agent import service
 from services.container_edit import config, server
 
 
-def main(argv: list[str] | None = None) -> int:
-    loop.parse_args(
-        "container-edit",
-        argv,
-        description="Edits MetaX containers' OCI specs at their start (SDK by METAX_MACA_VERSION, devices, sGPU).",
-        doc="docs/maca.md",
-    )
-    environ = dict(os.environ)
-    loop.setup_logging(environ)
-    try:
-        settings = config.from_env(environ)
-    except MetaxError as exc:
-        logging.getLogger("container-edit").error("cannot start container-edit: %s", exc)
-        return 2
-    loop.run_until_signalled(lambda stop: server.serve(settings, stop))
-    return 0
+def start(environ: Mapping[str, str], args: argparse.Namespace) -> service.Run:
+    """The socket server on its settings; InvalidSpec names every bad variable."""
+    settings = config.from_env(environ)
+    return lambda stop: server.serve(settings, stop)
+
+
+main = service.Service(
+    "container-edit",
+    start,
+    description="Edits MetaX containers' OCI specs at their start (SDK by METAX_MACA_VERSION, devices, sGPU).",
+    doc="docs/maca.md",
+).main
 
 
 if __name__ == "__main__":

@@ -13,19 +13,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import pathlib
 import socket
 import socketserver
-import stat
-import tempfile
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from metax_core import versions
 from metax_core.errors import InvalidSpec
 from metax_core.node import cdi
+from metax_core.ports import node as node_ports
 from metax_core.runtime import container_edit, edit_wire, sdk
+from metax_hw import edit_host, unix_sockets
 from services._agent import probe
 from services.container_edit.config import Settings
 
@@ -38,47 +38,23 @@ READ_TIMEOUT = 10.0
 class Editor:
     """The request → response step, without sockets (tests and the benchmark call it directly too)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, host: node_ports.ContainerEditHost | None = None) -> None:
         self.settings = settings
-        self.sdk_dir = settings.host_path(settings.sdk_dir)
-        self.in_use_dir = settings.host_path(settings.in_use_dir)
-        self.cdi_file = settings.host_path(settings.cdi_dir) / cdi.spec_file_name()
+        self.host: node_ports.ContainerEditHost = host or edit_host.HostContainerEdit(
+            settings.host_root,
+            settings.host_path(settings.sdk_dir),
+            settings.host_path(settings.in_use_dir),
+            settings.host_path(settings.cdi_dir) / cdi.spec_file_name(),
+        )
         self.served = 0
 
-    def installed(self) -> tuple[versions.Version, ...]:
-        try:
-            return tuple(sdk.installed(os.listdir(self.sdk_dir)))
-        except FileNotFoundError:
-            return ()
-
-    def cdi_spec(self) -> dict[str, Any] | None:
-        try:
-            doc = json.loads(self.cdi_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return doc if isinstance(doc, dict) else None
-
-    def device_info(self, spec: dict[str, Any] | None) -> dict[str, container_edit.DeviceInfo]:
-        found: dict[str, container_edit.DeviceInfo] = {}
-        for device in (spec or {}).get("devices", ()):
-            for node in (device.get("containerEdits") or {}).get("deviceNodes") or ():
-                path = str(node.get("hostPath") or node.get("path", ""))
-                try:
-                    st = os.stat(self.settings.host_path(path))
-                except OSError:
-                    continue
-                kind = "c" if stat.S_ISCHR(st.st_mode) else "b" if stat.S_ISBLK(st.st_mode) else None
-                if kind is not None:
-                    found[path] = container_edit.DeviceInfo(kind, os.major(st.st_rdev), os.minor(st.st_rdev))
-        return found
-
     def inputs(self, config: Any) -> container_edit.Inputs:
-        spec = self.cdi_spec() if container_edit.cdi_requests(config) else None
+        spec = self.host.cdi_spec() if container_edit.cdi_requests(config) else None
         return container_edit.Inputs(
-            installed=self.installed(),
+            installed=self.host.installed(),
             sdk_host_dir=str(self.settings.sdk_dir),
             cdi_spec=spec,
-            device_info=self.device_info(spec),
+            device_info=self.host.device_info(_device_paths(spec)),
             node_qos=self.settings.node_qos,
         )
 
@@ -107,28 +83,21 @@ class Editor:
     def record(self, request: edit_wire.Request, version: versions.Version) -> bool:
         """Write the in-use record, then say whether the version is still installed (see the module docstring)."""
         name = sdk.version_dir(version)
-        use = sdk.Use(request.container_id, name, sdk.state_dir(request.root, request.container_id))
-        _publish(self.in_use_dir / sdk.use_file_name(request.container_id), sdk.render_use(use))
-        return (self.sdk_dir / name).is_dir()
+        self.host.record_use(sdk.Use(request.container_id, name, sdk.state_dir(request.root, request.container_id)))
+        return self.host.has_version(name)
 
     def refuse(self, request: edit_wire.Request, message: str) -> edit_wire.Response:
         log.warning("container %s refused: %s", request.container_id, message)
         return edit_wire.Response(edit_wire.Status.REFUSED, message.encode())
 
 
-def _publish(path: pathlib.Path, text: str) -> None:
-    """Write ``path`` through a temporary file and a rename: readers see a whole record or none. No fsync: the
-    records live under /run (a tmpfs), which a crash or reboot empties together with every container; an fsync
-    would only cost each GPU container's start a disk flush on hosts whose /run is on disk."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+def _device_paths(spec: Mapping[str, Any] | None) -> list[str]:
+    """The host paths of the spec's device nodes (whose numbers the edit copies into the container)."""
+    return [
+        str(node.get("hostPath") or node.get("path", ""))
+        for device in (spec or {}).get("devices", ())
+        for node in (device.get("containerEdits") or {}).get("deviceNodes") or ()
+    ]
 
 
 def read_request(conn: socket.socket) -> edit_wire.Request:
@@ -177,31 +146,17 @@ class Server(socketserver.ThreadingUnixStreamServer):
     def __init__(self, path: pathlib.Path, editor: Editor) -> None:
         self.editor = editor
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # a socket left by a killed run: nobody listens on it
+        unix_sockets.clear_stale(path)
         super().__init__(str(path), _Handler)
 
     def server_bind(self) -> None:
-        """Bind under a staging name, make the socket root-only (the runtime's), then rename it into place: it
-        appears at its path already 0600. Never through the umask: that is the whole process's, and another
-        thread creating files meanwhile would get 0600 directories too (CI hit it: the runtime tests and
-        metax_dev.productnode run the service in a thread next to code that makes directories)."""
-        staging = self.path.with_name(f".{self.path.name}~")
-        staging.unlink(missing_ok=True)  # left by a run killed between bind and rename
-        self.socket.bind(str(staging))
-        try:
-            os.chmod(staging, 0o600)
-            os.replace(staging, self.path)
-        except BaseException:
-            staging.unlink(missing_ok=True)
-            raise
+        """The socket appears at its path already root-only (the runtime's): `unix_sockets.bind_private`."""
+        unix_sockets.bind_private(self.socket, self.path)
         self.server_address = str(self.path)
 
     def close(self) -> None:
         self.server_close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        unix_sockets.remove(self.path)
 
 
 def serve(settings: Settings, stop: threading.Event, editor: Editor | None = None) -> None:

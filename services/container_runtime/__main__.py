@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from services._agent import loop
 from services.container_runtime import bootstrap
 
-
-def main(argv: list[str] | None = None) -> int:
-    return loop.main("container-runtime", bootstrap.build, argv)
+main = bootstrap.RECIPE.main
 
 
 if __name__ == "__main__":

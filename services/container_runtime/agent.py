@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import logging
 import os
-import pathlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.node import labels
 from metax_core.ports import node as node_ports
 from metax_core.runtime import crio, detect, handler, record, wrapper_conf
 from metax_core.spec.fieldtypes import RestartMode
 from metax_core.wire import event_reasons
-from metax_hw import container_runtime
+from metax_hw import container_runtime, runtime_files
 from services._agent import base, cluster
 from services._agent import uninstall as agent_uninstall
-from services.container_runtime import containerd_round, crio_round, docker_round, files, rounds
+from services.container_runtime import containerd_round, crio_round, docker_round, rounds
 from services.container_runtime.config import RuntimeChoice, Settings
 
 log = logging.getLogger(__name__)
@@ -62,8 +61,8 @@ class ContainerRuntime(base.NodeAgentBase):
         super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.files = files.HostFiles(settings.host_root)
-        self.ledger = files.Ledger(self.files, f"{settings.state_dir.rstrip('/')}/{record.FILE_NAME}")
+        self.files: node_ports.RuntimeFiles = runtime_files.HostFiles(settings.host_root)
+        self.ledger = runtime_files.Ledger(self.files, f"{settings.state_dir.rstrip('/')}/{record.FILE_NAME}")
         common: dict[str, Any] = {
             "files_": self.files,
             "ledger": self.ledger,
@@ -168,15 +167,9 @@ class ContainerRuntime(base.NodeAgentBase):
                 log.warning("cannot send Event %s: %s", reason, exc)
 
     def _files_stamp(self) -> tuple[Any, ...]:
-        out: list[Any] = []
-        for path in dict.fromkeys(p for r in self.rounds.values() for p in r.watched):
-            try:
-                st = self.files.at(path).stat()
-            except OSError:
-                out.append(None)
-                continue
-            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        return tuple(out)
+        return tuple(
+            self.files.stamp(path) for path in dict.fromkeys(p for r in self.rounds.values() for p in r.watched)
+        )
 
     # -- the round -------------------------------------------------------------------------------------------
 
@@ -220,7 +213,7 @@ class ContainerRuntime(base.NodeAgentBase):
     def _install_wrapper(self) -> None:
         s = self.settings
         self.files.clean_partials(s.toolkit_dir)
-        if self.files.install_wrapper(pathlib.Path(s.wrapper_source), s.wrapper_host_path):
+        if self.files.install_wrapper(s.wrapper_source, s.wrapper_host_path):
             log.info("installed the runtime wrapper at %s", s.wrapper_host_path)
         settings = wrapper_conf.WrapperConf(socket=s.edit_socket, runc=s.wrapper_runc)
         self.files.put(wrapper_conf.path_of(s.wrapper_host_path), wrapper_conf.render(settings, "the agent's settings"))

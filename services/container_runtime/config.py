@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core.cluster import agent_env
 from metax_core.runtime import crio, handler
 from metax_core.spec.fieldtypes import RestartMode
+from metax_core.wire import agent_env, host
 from services._agent import settings as agent_settings
 from services._agent.settings import HostPath, Seconds, env
 
@@ -27,14 +27,12 @@ class Settings(agent_settings.NodeAgentSettings):
     runtime: RuntimeChoice = attrs.field(default=RuntimeChoice.AUTO, metadata=env("METAX_CONTAINER_RUNTIME"))
     """Which runtime to configure; ``auto`` detects it from the sockets on the host."""
     containerd_config: HostPath = attrs.field(
-        default=HostPath("/etc/containerd/config.toml"), metadata=env("METAX_CONTAINERD_CONFIG")
+        default=HostPath(host.CONTAINERD_CONFIG), metadata=env("METAX_CONTAINERD_CONFIG")
     )
     containerd_binary: str | None = attrs.field(default=None, metadata=env("METAX_CONTAINERD_BINARY"))
     """The host's containerd program (a name on the host's PATH, or a host path); unset: the running daemon's own
     binary, run in the daemon's own mount namespace (else ``containerd`` on the host's PATH)."""
-    docker_config: HostPath = attrs.field(
-        default=HostPath("/etc/docker/daemon.json"), metadata=env("METAX_DOCKER_CONFIG")
-    )
+    docker_config: HostPath = attrs.field(default=HostPath(host.DOCKER_CONFIG), metadata=env("METAX_DOCKER_CONFIG"))
     docker_binary: str = attrs.field(default="dockerd", metadata=env("METAX_DOCKER_BINARY"))
     crio_config: HostPath = attrs.field(default=HostPath(crio.CONFIG), metadata=env("METAX_CRIO_CONFIG"))
     """CRI-O's main file (read by ``crio config``; never written)."""
@@ -57,7 +55,7 @@ class Settings(agent_settings.NodeAgentSettings):
     wrapper_runc: HostPath | None = attrs.field(default=None, metadata=env("METAX_WRAPPER_RUNC"))
     """The runc the wrapper execs (its ``.conf``); default: the first ``runc`` on the runtime's PATH."""
     edit_socket: HostPath = attrs.field(
-        default=HostPath(handler.EDIT_SOCKET_HOST_PATH), metadata=env("METAX_EDIT_SOCKET")
+        default=HostPath(handler.EDIT_SOCKET_HOST_PATH), metadata=env(agent_env.EDIT_SOCKET)
     )
     """The container-edit service's socket the wrapper calls (its ``.conf``)."""
     state_dir: HostPath = attrs.field(

@@ -6,7 +6,7 @@ The steps, each safe to be killed after (`RuntimeRound.run`; the runtime's own p
 1. **plan** — the pure core (`metax_core.runtime`) on the files as they are now: the wanted text of each file
    (our drop-in, the root file's smallest edit). Configuring its own output changes nothing: a steady node
    writes nothing.
-2. **backup** — the record (`files.Ledger`) is written first, holding each file's text before us.
+2. **backup** — the record (`runtime_files.Ledger`) is written first, holding each file's text before us.
 3. **write** — owned files first, the root file last, each through a rename.
 4. **validate** — the runtime's own dry run with the host's binary (``containerd config dump``, ``crio config``); if it
    refuses, or the effective configuration lost anything but what we add (containerd: a dump taken before the
@@ -37,7 +37,7 @@ from metax_core.errors import HardwareError, InvalidSpec
 from metax_core.ports import node as node_ports
 from metax_core.runtime import handler, record
 from metax_core.wire import event_reasons
-from services.container_runtime import files
+from metax_hw import runtime_files
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,8 @@ class RuntimeRound:
         self,
         *,
         service: node_ports.ServiceManager | None,
-        files_: files.HostFiles,
-        ledger: files.Ledger,
+        files_: node_ports.RuntimeFiles,
+        ledger: runtime_files.Ledger,
         wrapper: str,
         restart_wait: float,
         event: Callable[[str, str, bool], None],

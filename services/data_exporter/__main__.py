@@ -9,7 +9,6 @@ import sys
 # no use there (the child execs at once) and can abort a child forked mid-call. Set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from services._agent import loop
 from services.data_exporter import bootstrap
 
 M_MMAP_THRESHOLD = -3
@@ -33,7 +32,7 @@ def pin_mmap_threshold() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     pin_mmap_threshold()
-    return loop.main("data-exporter", bootstrap.build, argv)
+    return bootstrap.RECIPE.main(argv)
 
 
 if __name__ == "__main__":

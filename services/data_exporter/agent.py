@@ -23,7 +23,7 @@ from metax_core import release
 from metax_core.errors import HardwareError, PortError
 from metax_core.metrics import attribution, exposition, names, telemetry
 from metax_core.ports import hardware
-from services._agent import cluster, endpoints, loop, probe
+from services._agent import base, cluster, endpoints
 from services.data_exporter import collector
 from services.data_exporter.config import Settings
 
@@ -42,8 +42,9 @@ class Sources:
     """None: no attribution (no kubelet socket configured)."""
 
 
-class DataExporter:
+class DataExporter(base.NodeAgentBase):
     name = "data-exporter"
+    round_chore = "sample"
 
     def __init__(
         self,
@@ -54,13 +55,12 @@ class DataExporter:
         board: Any = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # no API access (`cluster.no_api`): the exporter's ServiceAccount is the default one, without a token;
+        # no readiness signal either (nothing waits for the exporter): its publisher is never used
+        super().__init__(settings, self.name, ports=ports, board=None, log=log, clock=clock)
         self.settings = settings
         self.hw = hw
-        self.ports = ports  # no API access: the exporter's ServiceAccount is the default one, without a token
         self.clock = clock
-        self.chores = loop.Chores(clock)
-        self.say = loop.Say(log)
-        self.probe = probe.ProbeFile(settings.probe_file)
         self.view = collector.View()
         self.options = exposition.Options(
             hostname=settings.node_name, exported_pod_labels=settings.exported_pod_labels, version=release.running()
@@ -75,9 +75,6 @@ class DataExporter:
         prometheus_client.ProcessCollector(registry=self.registry)
         self.served = self._render()
         self.server: endpoints.Endpoints | None = None
-
-    def wake(self, chore: str = "sample") -> None:
-        self.chores.soon(chore)
 
     def ready(self) -> tuple[bool, str]:
         if self.view.sample.sampled_at is None:

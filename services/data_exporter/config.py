@@ -1,4 +1,4 @@
-"""data-exporter's settings, from the environment the operator renders (`metax_core.cluster.agent_env`)."""
+"""data-exporter's settings, from the environment the operator renders (`metax_core.wire.agent_env`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core.cluster import agent_env
 from metax_core.health import verdict
 from metax_core.metrics import names, sources
+from metax_core.wire import agent_env, host
 from services._agent import settings as agent_settings
 from services._agent.settings import Interval, Names, Port, Seconds, env
 
@@ -25,13 +25,13 @@ class Settings(agent_settings.NodeAgentSettings):
     """Where ``/metrics`` listens (the pod's network; the Service's target)."""
     port: Port = attrs.field(default=Port(names.EXPORTER_PORT), metadata=env("METAX_EXPORTER_PORT"))
     """The port of ``/metrics`` (0: any free one, for tests)."""
-    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
+    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env(agent_env.POD_RESOURCES_SOCKET))
     """The kubelet's PodResources socket as this process sees it; default ``<host root>/var/lib/kubelet/
     pod-resources/kubelet.sock`` (mounted read-only, 000 §1.3.2)."""
     mxsml_library: Names = attrs.field(default=Names(sources.DEFAULT_LIBRARIES), metadata=env(sources.SETTING))
     """libmxsml paths to try, as this container sees them (`metax_core.metrics.sources`); empty: mx-smi."""
-    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
-    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_HEALTH_UNKNOWN_GRACE"))
+    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env(agent_env.TICK))
+    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env(agent_env.HEALTH_UNKNOWN_GRACE))
     """Seconds the GPUs' verdicts stand while sampling fails, before every GPU is HealthUnknown (degraded;
     `metax_core.health.verdict`); the same setting as gpu-device's and the DRA driver's."""
 
@@ -42,7 +42,7 @@ class Settings(agent_settings.NodeAgentSettings):
     def pod_resources(self) -> pathlib.Path:
         if self.pod_resources_socket is not None:
             return self.pod_resources_socket
-        return self.host_path("/var/lib/kubelet/pod-resources/kubelet.sock")
+        return self.host_path(host.POD_RESOURCES_SOCKET)
 
 
 def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:

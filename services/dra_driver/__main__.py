@@ -9,12 +9,9 @@ import sys
 # mx-smi runs as a child process while gRPC threads serve the kubelet (see services.gpu_device.__main__).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from services._agent import loop
 from services.dra_driver import bootstrap
 
-
-def main(argv: list[str] | None = None) -> int:
-    return loop.main("dra-driver", bootstrap.build, argv)
+main = bootstrap.RECIPE.main
 
 
 if __name__ == "__main__":

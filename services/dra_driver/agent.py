@@ -11,11 +11,8 @@ such devices instead from then on. The health reports of every device ever publi
 health stream, and the node's health report names the pods holding a GPU that is not fine (read from the
 prepared claims only then).
 
-The kubelet's calls come on gRPC threads (`metax_k8s.dra.server`): `prepare` reads each claim, writes its
-CDI spec (durably) and then the checkpoint, in that order, so a prepared claim always has its spec; a claim
-already in the checkpoint is answered from it (the kubelet retries, and a restarted driver must answer the
-same). `unprepare` removes the spec, then the checkpoint entry; a claim it does not know is already undone.
-One lock serialises the two, so concurrent calls never interleave their checkpoint writes.
+The kubelet's calls come on gRPC threads (`metax_k8s.dra.server`) and are answered by the prepared claims
+(`services.dra_driver.claims`: spec, then checkpoint, under one lock).
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ import attrs
 
 from metax_core.dra import health, model, slices
 from metax_core.dra import prepare as preparing
-from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError, PortError
+from metax_core.errors import ClusterError, HardwareError, PortError
 from metax_core.health import verdict
 from metax_core.inventory import VFIO_DRIVER, PciAddress, PciFunction
 from metax_core.node import devices, readiness
@@ -39,6 +36,7 @@ from metax_core.ports import node as node_ports
 from metax_core.wire import event_reasons
 from services._agent import base, cluster
 from services._agent import health as health_watch
+from services.dra_driver import claims
 from services.dra_driver.config import Settings
 
 log = logging.getLogger(__name__)
@@ -99,10 +97,7 @@ class DraDriver(base.NodeAgentBase):
         self.server_factory = server_factory
         self.wall = wall
         self.server: Server | None = None
-        self._lock = threading.Lock()
-        self._checkpoint = preparing.Checkpoint()
-        self._published: dict[str, slices.PublishedDevice] = {}
-        self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
+        self.claims = claims.PreparedClaims(settings, files=files, objects=ports.objects)
         self._known: dict[str, PciAddress] = {}
         self._present: frozenset[PciAddress] = frozenset()
         self._verdicts: dict[PciAddress, verdict.Verdict] = {}
@@ -125,24 +120,13 @@ class DraDriver(base.NodeAgentBase):
 
     def tick(self) -> None:
         if self.server is None:
-            self._load_checkpoint()
+            self.claims.load(self.say)
         if self.chores.due("sync", self.settings.healthy_interval):
             if self.uninstall():
                 return
             self.sync()
         if self.server is None:
             self._start_server()
-
-    def _load_checkpoint(self) -> None:
-        try:
-            loaded = self.files.load_checkpoint()
-        except (HardwareError, InvalidSpec) as exc:
-            # Refuse to serve rather than forget prepared claims: the kubelet keeps retrying, an admin can act.
-            self.say("checkpoint", f"cannot read the checkpoint, not serving the kubelet: {exc}", logging.ERROR)
-            raise HardwareError("read the checkpoint", str(self.settings.checkpoint), str(exc)) from exc
-        with self._lock:
-            self._checkpoint = loaded
-        self.say("checkpoint", f"{len(loaded.claims)} prepared claim(s) in the checkpoint")
 
     def _start_server(self) -> None:
         server = self.server_factory(self)
@@ -245,7 +229,7 @@ class DraDriver(base.NodeAgentBase):
                 "held", f"kubelet's PodResources does not answer, keeping what is published: {exc}", logging.WARNING
             )
             return None
-        self._device_nodes = nodes
+        self.claims.device_nodes = nodes
         self._present = frozenset(f.address for f in functions)
         facts = slices.NodeFacts(
             self.settings.node_name,
@@ -294,8 +278,8 @@ class DraDriver(base.NodeAgentBase):
         except ClusterError as exc:
             self.say("slices", f"cannot publish the ResourceSlices: {exc}", logging.WARNING)
             return False
-        with self._lock:
-            self._published = {d.name: d for d in wanted}
+        with self.claims.lock:
+            self.claims.published = {d.name: d for d in wanted}
         self._known.update({d.name: d.address for d in wanted})
         if not plan.quiet:
             message = (
@@ -316,8 +300,7 @@ class DraDriver(base.NodeAgentBase):
     def _holders(self, functions: Sequence[PciFunction]) -> dict[PciAddress, tuple[str, ...]]:
         """Who holds each GPU that is not fine (for the health report): the prepared claims on such a GPU, read
         from the API server for their ``reservedFor``. Nothing is read while every GPU is fine."""
-        with self._lock:
-            checkpoint = self._checkpoint
+        checkpoint = self.claims.checkpoint()
         to_read = health.claims_to_read(checkpoint, self._known, self._verdicts)
         if not to_read:
             return {}
@@ -349,58 +332,14 @@ class DraDriver(base.NodeAgentBase):
         with self._changed:
             return self._changed.wait_for(lambda: self._version > version, timeout)
 
-    # --- ClaimPreparer ---------------------------------------------------------------------------------------
+    # --- ClaimPreparer (`services.dra_driver.claims`) ------------------------------------------------------
 
     def prepare(self, claims: Sequence[model.ClaimRef]) -> Mapping[str, model.ClaimOutcome]:
-        return {ref.uid: self._prepare_one(ref) for ref in claims}
-
-    def _prepare_one(self, ref: model.ClaimRef) -> model.ClaimOutcome:
-        where = f"ResourceClaim {ref.namespace}/{ref.name}"
-        with self._lock:
-            done = self._checkpoint.claims.get(ref.uid)
-            if done is not None and self.files.has_spec(ref.uid):
-                return model.ClaimOutcome(devices=done.devices)
-            try:
-                claim = self.ports.objects.get("resource.k8s.io/v1", "ResourceClaim", ref.name, ref.namespace)
-                if claim is None:
-                    return model.ClaimOutcome.failed(f"{where} not found")
-                inputs = preparing.Inputs(
-                    dict(self._published),
-                    dict(self._device_nodes),
-                    installed_sdks=self.files.installed_sdks(),
-                    sdk_host_dir=self.settings.sdk_mount_source,
-                )
-                prepared = preparing.prepare(ref, claim, self.settings.node_name, inputs)
-                self.files.write_spec(ref.uid, prepared.spec)
-                checkpoint = self._checkpoint.with_claim(preparing.PreparedClaim(ref, prepared.outcome.devices))
-                self.files.save_checkpoint(checkpoint)
-                self._checkpoint = checkpoint
-            except preparing.PrepareRefused as exc:
-                log.warning("%s not prepared: %s", where, exc)
-                return model.ClaimOutcome.failed(f"{where}: {exc}")
-            except MetaxError as exc:
-                log.warning("%s not prepared: %s", where, exc)
-                return model.ClaimOutcome.failed(f"{where}: {exc}")
-        log.info("prepared %s: %s", where, ", ".join(d.device for d in prepared.outcome.devices))
-        return prepared.outcome
+        return self.claims.prepare(claims)
 
     def unprepare(self, claims: Sequence[model.ClaimRef]) -> Mapping[str, str]:
-        out = {}
-        for ref in claims:
-            with self._lock:
-                try:
-                    self.files.remove_spec(ref.uid)
-                    if ref.uid in self._checkpoint.claims:
-                        checkpoint = self._checkpoint.without(ref.uid)
-                        self.files.save_checkpoint(checkpoint)
-                        self._checkpoint = checkpoint
-                        log.info("unprepared ResourceClaim %s/%s", ref.namespace, ref.name)
-                    out[ref.uid] = ""
-                except MetaxError as exc:
-                    out[ref.uid] = f"ResourceClaim {ref.namespace}/{ref.name}: {exc}"
-        return out
+        return self.claims.unprepare(claims)
 
     @property
     def prepared_claims(self) -> preparing.Checkpoint:
-        with self._lock:
-            return self._checkpoint
+        return self.claims.checkpoint()

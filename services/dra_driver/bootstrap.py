@@ -1,15 +1,13 @@
-"""The composition root of dra-driver: the host (sysfs, mx-smi, kmod), the kubelet (PodResources, the DRA gRPC
-server), the cluster ports and the claim store, wired into a `DraDriver`. Tests pass fakes for the hardware
-and the cluster and keep the real server and store, which work on a temporary host root."""
+"""The composition root of dra-driver: its `Recipe` for the shared builder (services._agent.builder) — the host
+(sysfs, mx-smi, kmod), the kubelet (PodResources, the DRA gRPC server), the cluster ports and the claim store,
+wired into a `DraDriver`. Tests pass fakes for the hardware and the cluster and keep the real server and store,
+which work on a temporary host root."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
-
 from metax_core.dra import DRIVER
 from metax_core.ports import node as node_ports
-from services._agent import builder, cluster
+from services._agent import builder
 from services.dra_driver import agent, config
 
 
@@ -45,38 +43,14 @@ def claim_store(settings: config.Settings) -> node_ports.ClaimStore:
     )
 
 
-def bootstrap(
-    settings: config.Settings,
-    *,
-    hw: agent.Hardware | None = None,
-    ports: cluster.ClusterPorts | None = None,
-    board: node_ports.ReadinessBoard | None = None,
-    files: node_ports.ClaimStore | None = None,
-    server_factory: agent.ServerFactory | None = None,
-    clock: Callable[[], float] | None = None,
-) -> agent.DraDriver:
-    from metax_hw import hostfiles
-
-    extra = {} if clock is None else {"clock": clock}
-    return agent.DraDriver(
-        settings,
-        hw=hw if hw is not None else production_hardware(settings),
-        ports=ports or cluster.production(agent.COMPONENT, settings.node_name),
-        board=board or hostfiles.FileReadinessBoard(settings.host_root),
-        files=files or claim_store(settings),
-        server_factory=server_factory or kubelet_server,
-        **extra,
-    )
-
-
-def runner(built: agent.DraDriver) -> Callable[[threading.Event], None]:
-    """Its Node's changes (labels, the uninstall request) make a round due at once."""
-    from services._agent import watch
-
-    s = built.settings
-    return watch.runner(built, built.ports.objects, (builder.own_node(s),), resync=s.resync, tick=s.tick)
-
-
-def build(environ: Mapping[str, str]) -> tuple[agent.DraDriver, Callable[[threading.Event], None]]:
-    built = bootstrap(config.from_env(environ))
-    return built, runner(built)
+RECIPE = builder.Recipe(
+    component=agent.COMPONENT,
+    settings=config.from_env,
+    hardware=production_hardware,
+    agent=agent.DraDriver,
+    watches=lambda s: (builder.own_node(s),),  # its Node's changes (labels, the uninstall request): a round now
+    parts={"files": claim_store, "server_factory": lambda s: kubelet_server},
+)
+bootstrap = RECIPE.bootstrap
+runner = RECIPE.runner
+build = RECIPE.build

@@ -13,11 +13,12 @@ from collections.abc import Mapping
 
 import attrs
 
-from metax_core.cluster import agent_env, components
+from metax_core import components
 from metax_core.dra import DRIVER
 from metax_core.health import verdict
 from metax_core.node import readiness
 from metax_core.runtime import sdk
+from metax_core.wire import agent_env, host
 from services._agent import settings as agent_settings
 from services._agent.settings import Components, HostPath, Seconds, env
 
@@ -33,19 +34,19 @@ class Settings(agent_settings.NodeAgentSettings):
     """The kubelet's root directory as this process sees it (plugins_registry/ and plugins/<driver>/ are under
     it); default ``<host root>/var/lib/kubelet``. The kubelet dials the socket path the driver gives, so the
     two must see the directory at the same path (a hostPath mounted at the same path in the pod)."""
-    cdi_dir: HostPath = attrs.field(default=HostPath("/var/run/cdi"), metadata=env("METAX_CDI_DIR"))
-    sdk_dir: HostPath = attrs.field(default=HostPath(sdk.HOST_DIR), metadata=env("METAX_MACA_DIR"))
+    cdi_dir: HostPath = attrs.field(default=HostPath(host.CDI_DIR), metadata=env(agent_env.CDI_DIR))
+    sdk_dir: HostPath = attrs.field(default=HostPath(sdk.HOST_DIR), metadata=env(agent_env.MACA_DIR))
     """Where the maca agent installs the MXMACA versions, on the host (read under the host root)."""
     sdk_runtime_dir: str | None = attrs.field(default=None, metadata=env("METAX_MACA_RUNTIME_DIR"))
     """The same directory as the container runtime sees it, for the CDI mounts; default ``sdk_dir``."""
     healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env(agent_env.HEALTHY_INTERVAL.name))
     """Seconds between health checks and inventory reads (chart gpuDevice.healthyInterval)."""
-    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
+    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env(agent_env.POD_RESOURCES_SOCKET))
     """The kubelet's PodResources socket; default ``<host root>/var/lib/kubelet/pod-resources/kubelet.sock``.
     Tells which GPUs device-plugin pods still hold (not published until they are released)."""
     required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
-    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
-    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_HEALTH_UNKNOWN_GRACE"))
+    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env(agent_env.TICK))
+    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env(agent_env.HEALTH_UNKNOWN_GRACE))
     """Seconds the GPUs' verdicts stand while the health tool does not answer, before every GPU is HealthUnknown
     (degraded; `metax_core.health.verdict`)."""
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec, MetaxError
 from metax_core.inventory import METAX_MODULE, GpuHealth, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, driver_plan, payload_layout, publish
@@ -36,11 +36,11 @@ from metax_core.node import labels as node_labels
 from metax_core.node import uninstall as node_uninstall
 from metax_core.ports import hardware
 from metax_core.ports import node as node_ports
-from metax_core.spec import model as spec
 from metax_core.wire import driver_verdict, event_reasons
-from services._agent import base, cluster, loop
+from metax_hw import driver_files, driver_payload
+from services._agent import base, cluster
 from services._agent import uninstall as agent_uninstall
-from services.driver_manager import firmware, payload, state, undo
+from services.driver_manager import firmware, loading, undo
 from services.driver_manager.config import Settings
 
 log = logging.getLogger(__name__)
@@ -92,24 +92,33 @@ class DriverManager(base.NodeAgentBase):
         pod_name: str | None = None,
     ) -> None:
         super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
-        self.wall_clock = wall_clock
-        self.pod_name = os.environ.get("HOSTNAME", "") if pod_name is None else pod_name
-        """Its pod's name (the runtime sets HOSTNAME to it): a verdict names the pod that reached it."""
-        self.verdict: driver_verdict.Verdict | None = None
-        """The wanted driver cannot load (`driver_verdict`): published on the Node for the operator's rollout."""
         self.settings = settings
         self.hw = hw
-        self.state = state.StateFile(settings.host_root)
-        self.baseline = undo.BaselineFile(settings.host_root)
+        self.state = driver_files.StateFile(settings.host_root)
+        self.baseline = driver_files.BaselineFile(settings.host_root)
         self.payload_dir = pathlib.Path(settings.payload_dir)
+        self.payload = driver_payload.HostDriverPayload(self.payload_dir, settings.host_root)
         self.config = driver_config.DriverConfig()
-        self.failures = 0
+        self.loader = loading.Loader(
+            settings,
+            hw=hw,
+            state_file=self.state,
+            payload=self.payload,
+            payload_dir=self.payload_dir,
+            publisher=self.publisher,
+            say=self.say,
+            chores=self.chores,
+            wall_clock=wall_clock,
+            pod_name=os.environ.get("HOSTNAME", "") if pod_name is None else pod_name,
+            # its pod's name (the runtime sets HOSTNAME to it): a verdict names the pod that reached it
+        )
         self.outcome: Outcome | None = None
         self.firmware = firmware.FirmwareStep(
             settings,
             firmware=hw.firmware,
             processes=hw.processes,
             state_file=self.state,
+            payload=self.payload,
             publisher=self.publisher,
             say=self.say,
         )
@@ -162,7 +171,7 @@ class DriverManager(base.NodeAgentBase):
         node = self._node()
         wanted = driver_config.for_node(self._read_config(), s.node_name)
         loaded = self.hw.modules.state(METAX_MODULE)
-        needs_host = s.deploy_policy in (spec.DeployPolicy.PREFER_HOST, spec.DeployPolicy.PREFER_NEWER)
+        needs_host = driver_plan.needs_host_driver(s.deploy_policy)
         host_installed = self.hw.modules.installed_version(METAX_MODULE) if needs_host else None
         remembered = self.state.read()
         plan = driver_plan.plan_driver(
@@ -171,22 +180,20 @@ class DriverManager(base.NodeAgentBase):
         self.say("plan", f"{plan.step.value}: {plan.reason}")
         blocked = None
         if plan.step in (driver_plan.Step.LOAD, driver_plan.Step.RELOAD):
-            module = self._payload_module() if plan.from_payload else None
+            module = self.loader.payload_module() if plan.from_payload else None
             if isinstance(module, payload_layout.KernelNotCovered):
-                blocked = self._not_covered(module, plan)  # the running driver (if any) is kept: never a wrong module
+                # the running driver (if any) is kept: never a wrong module
+                blocked = self.loader.not_covered(module, plan)
             else:
-                blocked = self._load(plan, loaded, remembered, module)
+                blocked = self.loader.load(plan, loaded, remembered, module)
                 loaded = self.hw.modules.state(METAX_MODULE)
         self._tools(loaded)
         vf_plan = None
         if plan.step is not driver_plan.Step.LEAVE and loaded is not None:
             vf_plan = self._set_vfs(wanted.vfnum)
         functions = self.hw.devices.functions()
-        ready = driver_plan.driver_readiness(plan, loaded, functions, self._health())
-        if blocked is not None:
-            ready = driver_plan.DriverReadiness(False, blocked, ready.version)
-        elif vf_plan is not None and vf_plan.outcome is driver_config.PlanOutcome.REFUSE:
-            ready = driver_plan.DriverReadiness(False, "VF count refused: " + "; ".join(vf_plan.problems))
+        found = driver_plan.driver_readiness(plan, loaded, functions, self._health())
+        ready = driver_plan.round_readiness(found, blocked=blocked, vf_plan=vf_plan)
         self.firmware.run(functions, node)
         self._publish(node, ready)
         return Outcome(plan, ready, vf_plan, blocked)
@@ -210,149 +217,6 @@ class DriverManager(base.NodeAgentBase):
             return self.config
         self.say("config", f"driver-config for {s.node_name}: {driver_config.for_node(self.config, s.node_name)}")
         return self.config
-
-    def _payload_module(self) -> payload_layout.ModuleChoice | payload_layout.KernelNotCovered:
-        """The payload's module for the running kernel (`payload_layout.choose_module`), or why there is none."""
-        running = self.hw.modules.running_kernel()
-        found = payload.payload_modules(self.payload_dir, self.hw.modules)
-        return payload_layout.choose_module(found, running)
-
-    def _not_covered(self, refusal: payload_layout.KernelNotCovered, plan: driver_plan.DriverPlan) -> str:
-        """One Event per refusal (not one per round); the round goes on, the driver is not ready."""
-        message, reason = refusal.message, event_reasons.KERNEL_NOT_COVERED
-        cause = driver_verdict.Cause.KERNEL_NOT_COVERED
-        if not refusal.covered and not refusal.detail:
-            where = self.payload_dir / payload_layout.DRIVER_SUBDIR
-            message = f"the payload has no {payload_layout.MODULE_FILE} under {where} (wrong driver image?)"
-            reason, cause = event_reasons.DRIVER_LOAD_FAILED, driver_verdict.Cause.LOAD_REFUSED
-        self._reached(cause, str(plan.choice.version), message)
-        if self.say("kernel", message, logging.WARNING):
-            self.publisher.event(reason, message, warning=True)
-        return message
-
-    def _load(
-        self,
-        plan: driver_plan.DriverPlan,
-        loaded: ModuleState | None,
-        remembered: state.HostState,
-        module: payload_layout.ModuleChoice | None,
-    ) -> str | None:
-        """Carry out LOAD/RELOAD; returns why it could not (the node keeps or gets back a driver), else None."""
-        if self.failures and not self.chores.due("load", 0):
-            return self.say_blocked  # backing off: the node keeps its current driver meanwhile
-        self.say.forget("kernel")  # covered (again): a later refusal is news
-        modules = self.hw.modules
-        try:
-            path = None
-            if module is not None:
-                version = str(plan.choice.version)
-                path = payload.install_driver(self.payload_dir, self.settings.host_root, version, module)
-                self.say("module", f"payload module {module.module.relpath} ({module.module.vermagic}) for {version}")
-            if plan.step is driver_plan.Step.RELOAD and loaded is not None:
-                remembered.previous = self._running(loaded, remembered, module)
-                self.state.write(remembered)  # before the unload: a restart in between still knows it
-                try:
-                    modules.unload(METAX_MODULE)
-                except HardwareError as exc:
-                    remembered.previous = None
-                    self.state.write(remembered)
-                    return self._blocked(
-                        driver_plan.HOST_DRIVER_IN_USE,
-                        f"cannot unload metax {loaded.version or ''} to load {plan.choice.version} "
-                        f"({exc.detail}); keeping the running driver and retrying with back-off",
-                    )
-            remembered.params = None
-            self.state.write(remembered)  # an interrupted load must not be taken for ours
-            if path is None:
-                modules.load(METAX_MODULE, plan.params)
-            else:
-                modules.load_file(path, plan.params)
-            remembered.params = dict(plan.params)
-            remembered.version, remembered.module_file = str(plan.choice.version), path
-            remembered.previous = None
-            self.state.write(remembered)
-        except (HardwareError, OSError) as exc:
-            return self._failed_load(plan, exc, remembered)
-        self.failures = 0
-        self.verdict = None
-        self.say("blocked", f"loaded metax {plan.choice.version} ({plan.choice.source.value})")
-        self.publisher.event(
-            driver_plan.DRIVER_READY, f"loaded metax {plan.choice.version} with {dict(plan.params) or 'no parameters'}"
-        )
-        return None
-
-    def _running(
-        self, loaded: ModuleState, remembered: state.HostState, module: payload_layout.ModuleChoice | None
-    ) -> driver_plan.RunningDriver:
-        release = module.release if module is not None else self.hw.modules.running_kernel().release
-        staged = driver_plan.payload_module_path(str(loaded.version), release) if loaded.version else None
-        if staged is not None and not (self.settings.host_root / staged.lstrip("/")).is_file():
-            staged = None
-        return driver_plan.running_driver(
-            loaded,
-            self.hw.devices.functions(),
-            our_params=remembered.params,
-            our_file=remembered.module_file,
-            our_version=remembered.version,
-            staged_file=staged,
-        )
-
-    def _failed_load(self, plan: driver_plan.DriverPlan, exc: Exception, remembered: state.HostState) -> str:
-        """The chosen driver did not load: never leave the node driverless (load the previous one again)."""
-        failure = exc.detail if isinstance(exc, HardwareError) else str(exc)
-        message = f"cannot load metax {plan.choice.version}: {failure}"
-        self._reached(driver_verdict.Cause.LOAD_REFUSED, str(plan.choice.version), failure)
-        try:
-            now = self.hw.modules.state(METAX_MODULE)
-        except HardwareError:
-            now = None
-        previous = remembered.previous
-        action = driver_plan.after_failed_load(now, previous)
-        if action is not driver_plan.AfterFailedLoad.RESTORE or previous is None:
-            return self._blocked(driver_plan.DRIVER_LOAD_FAILED, message)
-        try:
-            if previous.module_file is None:
-                self.hw.modules.load(METAX_MODULE, previous.params)
-            else:
-                self.hw.modules.load_file(previous.module_file, previous.params)
-            for pf, count in sorted(previous.vf_counts.items()):
-                self.hw.binder.set_vf_count(PciAddress(pf), count)
-        except (HardwareError, OSError) as again:
-            self.publisher.event(
-                driver_plan.DRIVER_RESTORE_FAILED,
-                f"{message}; the previous {previous.describe()} did not load again either: {again}",
-                warning=True,
-            )
-            return self._blocked(
-                driver_plan.DRIVER_LOAD_FAILED,
-                f"{message}; restoring the previous {previous.describe()} failed: {again}",
-            )
-        remembered.params, remembered.version = dict(previous.params), previous.version
-        remembered.module_file, remembered.previous = previous.module_file, None
-        self.state.write(remembered)
-        restored = driver_plan.restored_readiness(str(plan.choice.version), failure, previous)
-        self.say("restored", restored, logging.WARNING)
-        self.publisher.event(driver_plan.PREVIOUS_DRIVER_RESTORED, restored, warning=True)
-        return self._blocked(
-            driver_plan.DRIVER_LOAD_FAILED, f"{restored}; retrying {plan.choice.version} with back-off"
-        )
-
-    def _reached(self, cause: driver_verdict.Cause, version: str, message: str) -> None:
-        """The verdict that ``version`` cannot load; one already reached for the same cause and version keeps its
-        moment and text (the Node is written once per verdict, not once per round)."""
-        if self.verdict is None or (self.verdict.cause, self.verdict.version) != (cause, version):
-            self.verdict = driver_verdict.Verdict(cause, version, message, self.wall_clock(), self.pod_name)
-
-    def _blocked(self, reason: str, message: str) -> str:
-        self.failures += 1
-        delay = loop.backoff(self.failures)
-        self.chores.later("load", delay)
-        self.say_blocked = f"{message} (next attempt in {delay:.0f}s)"
-        if self.say("blocked", self.say_blocked, logging.WARNING):
-            self.publisher.event(reason, message, warning=True)
-        return self.say_blocked
-
-    say_blocked = ""
 
     def _set_vfs(self, vfnum: int) -> driver_config.VfCountPlan:
         plan = driver_config.vf_count_plan(self.hw.devices.functions(), vfnum)
@@ -382,9 +246,9 @@ class DriverManager(base.NodeAgentBase):
         the health check runs mx-smi)."""
         s = self.settings
         try:
-            if s.payload_version and payload.install_user_space(self.payload_dir, s.host_root, s.payload_version):
+            if s.payload_version and self.payload.install_user_space(s.payload_version):
                 self.say("tools", f"driver {s.payload_version}'s tools staged")
-            payload.point_current(s.host_root, loaded.version if loaded is not None else None)
+            self.payload.point_current(loaded.version if loaded is not None else None)
         except (HardwareError, OSError) as exc:
             self.say("tools", f"cannot provide the driver's tools: {exc}", logging.WARNING)
 
@@ -402,8 +266,9 @@ class DriverManager(base.NodeAgentBase):
             DRIVER_VERSION_LABEL: ready.version if ready.ready and ready.version else None,
         }
         if ready.ready:
-            self.verdict = None
-        verdict = {driver_verdict.ANNOTATION: None if self.verdict is None else driver_verdict.encode(self.verdict)}
+            self.loader.verdict = None
+        reached = self.loader.verdict
+        verdict = {driver_verdict.ANNOTATION: None if reached is None else driver_verdict.encode(reached)}
         if node is None:
             return
         try:

@@ -1,15 +1,15 @@
 """driver-manager's firmware step (R-FW, §3.2.9): flash the payload's VBIOS when the policy and every rule allow.
 
 The decision is `metax_core.node.policy.firmware_decision`; this step gathers its facts (VBIOS per PF, the
-payload's image version), refuses while GPU processes run on the node, copies the image to the host, flashes
-through the Firmware port, and emits ``NodeNeedReboot`` with the seed's message. What was flashed is
-recorded on the host (`state`), so the node is not flashed again before the reboot that activates it.
+payload's image version), refuses while GPU processes run on the node, copies the image to the host
+(`ports.node.DriverPayload`), flashes through the Firmware port, and emits ``NodeNeedReboot`` with the seed's
+message. What was flashed is recorded on the host (`ports.node.DriverStateStore`), so the node is not flashed
+again before the reboot that activates it.
 """
 
 from __future__ import annotations
 
 import logging
-import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,9 +17,9 @@ from metax_core.errors import ClusterError, HardwareError
 from metax_core.inventory import PciFunction
 from metax_core.node import driver_plan, labels, policy
 from metax_core.ports import hardware
+from metax_core.ports import node as node_ports
 from metax_core.spec import model as spec
 from services._agent import loop, publish
-from services.driver_manager import payload, state
 from services.driver_manager.config import Settings
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,8 @@ class FirmwareStep:
         *,
         firmware: hardware.Firmware,
         processes: hardware.GpuProcesses,
-        state_file: state.StateFile,
+        state_file: node_ports.DriverStateStore,
+        payload: node_ports.DriverPayload,
         publisher: publish.Publisher,
         say: loop.Say,
     ) -> None:
@@ -42,7 +43,7 @@ class FirmwareStep:
         self.state = state_file
         self.publisher = publisher
         self.say = say
-        self.payload_dir = pathlib.Path(settings.payload_dir)
+        self.payload = payload
         self.last: policy.FirmwareDecision | None = None
 
     def run(self, functions: Sequence[PciFunction], node: Mapping[str, Any] | None) -> None:
@@ -71,7 +72,7 @@ class FirmwareStep:
             s.physical_machine,
             info,
             functions,
-            payload.payload_vbios(a.payload_dir, s.fw_enable_virt),
+            a.payload.vbios(s.fw_enable_virt),
             multi_host_interconnect=_node_label(node, labels.MULTI_HOST_INTERCONNECT) == labels.TRUE,
         )
         self.last = decision
@@ -94,8 +95,8 @@ class FirmwareStep:
         if not self._flashing(node, True):
             return  # the webhook's lock must be visible before the first byte is flashed
         try:
-            image = payload.install_firmware(a.payload_dir, s.host_root, decision.image)
-            version = payload.payload_vbios(a.payload_dir, s.fw_enable_virt) or ""
+            image = a.payload.install_firmware(decision.image)
+            version = a.payload.vbios(s.fw_enable_virt) or ""
             for target in decision.targets:
                 a.firmware.flash(target, image)
                 remembered.flashed[target] = version

@@ -14,66 +14,29 @@ new firmware upgrade an administrator decides (docs/operator.md, "Uninstall").
 from __future__ import annotations
 
 import logging
-import os
-import pathlib
-import shutil
 
-from metax_core.errors import HardwareError, InvalidSpec
+from metax_core.errors import HardwareError
 from metax_core.inventory import METAX_MODULE
 from metax_core.node import uninstall
 from metax_core.ports import hardware
-from metax_hw import hostfiles
+from metax_core.ports import node as node_ports
 
 log = logging.getLogger(__name__)
 
-BASELINE_FILE = "/var/lib/metax/driver-manager/baseline.json"
-
-
-class BaselineFile:
-    def __init__(self, host_root: pathlib.Path) -> None:
-        self.root = host_root
-        self.path = host_root / BASELINE_FILE.lstrip("/")
-
-    def read(self) -> uninstall.Baseline | None:
-        """The record, None when there is none; an unreadable one is None too (logged: nothing to restore)."""
-        try:
-            return uninstall.parse_baseline(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, InvalidSpec) as exc:
-            log.error("ignoring unreadable %s: %s", self.path, exc)
-            return None
-
-    def write(self, baseline: uninstall.Baseline) -> None:
-        hostfiles.atomic_write(self.path, uninstall.render_baseline(baseline))
-
-    def owned_paths(self) -> list[str]:
-        """Every path under `uninstall.OWNED_DIRS`, the directories themselves included, host-root relative."""
-        found: list[str] = []
-        for top in uninstall.OWNED_DIRS:
-            base = self.root / top
-            if not base.exists():
-                continue
-            found.append(top)
-            for directory, dirs, files in os.walk(base):
-                for name in [*dirs, *files]:
-                    found.append(str((pathlib.Path(directory) / name).relative_to(self.root)))
-        return found
-
 
 def record_first_touch(
-    baseline_file: BaselineFile, modules: hardware.KernelModules, devices: hardware.DeviceInventory
+    baseline_file: node_ports.DriverBaselineStore, modules: hardware.KernelModules, devices: hardware.DeviceInventory
 ) -> None:
     """Write the baseline unless it exists (the first round, before any host change)."""
-    if baseline_file.path.exists():
+    if baseline_file.exists():
         return
     paths = baseline_file.owned_paths()
     baseline_file.write(uninstall.baseline_of(modules.state(METAX_MODULE), devices.functions(), paths))
-    log.info("recorded the host before install at %s", baseline_file.path)
+    log.info("recorded the host before install")
 
 
 def undo(
-    baseline_file: BaselineFile,
+    baseline_file: node_ports.DriverBaselineStore,
     modules: hardware.KernelModules,
     binder: hardware.DriverBinder,
     devices: hardware.DeviceInventory,
@@ -103,25 +66,11 @@ def undo(
     before = baseline.files if baseline is not None else tuple(baseline_file.owned_paths())
     added = uninstall.leftovers(before, baseline_file.owned_paths())
     state_dir = uninstall.OWNED_DIRS[-1]
-    _remove(baseline_file.root, [p for p in added if not _under(p, state_dir)], kept)
+    kept += baseline_file.remove([p for p in added if not _under(p, state_dir)])
     if not kept:  # the state and the record go last: an undo that failed is tried again from the record
-        _remove(baseline_file.root, [p for p in added if _under(p, state_dir)], kept)
+        kept += baseline_file.remove([p for p in added if _under(p, state_dir)])
     return kept
 
 
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory + "/")
-
-
-def _remove(root: pathlib.Path, paths: list[str], kept: list[str]) -> None:
-    for rel in paths:
-        path = root / rel
-        try:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            kept.append(f"{'/' + rel}: {exc}")

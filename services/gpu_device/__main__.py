@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 # mx-smi runs as a child process while gRPC threads serve kubelet; gRPC's fork handlers are of no use
 # there (the child execs at once) and log a line per fork. Must be set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from collections.abc import Callable, Mapping
-
 from services._agent import loop
 from services.gpu_device import bootstrap
 from services.gpu_device.agent import Agent
 
-
-def build(environ: Mapping[str, str]) -> tuple[Agent, Callable[[threading.Event], None]]:
-    agent = bootstrap.bootstrap(env=environ)
-    return agent, agent.run
-
-
-def main(argv: list[str] | None = None) -> int:
-    return loop.main("gpu-device", build, argv)
+main = bootstrap.RECIPE.main
 
 
 def run_until_signalled(agent: Agent) -> None:

@@ -9,7 +9,8 @@ or after its own server failed, and keep the CDI spec in step.
 
 The agent also answers the plugin servers' Allocate and GetPreferredAllocation calls
 (`ports.node.AllocationBackend`) from the last plan, which it swaps atomically, so gRPC threads never see a
-half-applied state.
+half-applied state (`services.gpu_device.allocation`); its plugin servers and their registration with the
+kubelet are kept by `services.gpu_device.registration`.
 
 CDI spec and device list stay in step (`metax_core.node.cdi_sync`, docs/device-plugin.md "Orderings"):
 each round writes the spec first (durably), then offers only the devices whose entry is on disk; entries
@@ -24,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -31,98 +33,69 @@ from metax_core.errors import ClusterError, HardwareError, InvalidSpec, PortErro
 from metax_core.inventory import PciAddress, PciFunction
 from metax_core.node import cdi_sync, devices, readiness, uninstall
 from metax_core.ports import node as node_ports
-from metax_core.ports.cluster import Events, NodeMetadata
 from metax_core.ports.hardware import DeviceInventory, GpuMonitor
-from metax_core.topology import document, handout
+from metax_core.topology import document
+from services._agent import base, cluster, loop
 from services._agent import health as health_watch
-from services._agent import loop, probe
-from services.gpu_device import cdi_keeper, undo
+from services.gpu_device import allocation, cdi_keeper, registration, undo
 from services.gpu_device.config import Settings
 
 log = logging.getLogger(__name__)
 
+COMPONENT = "gpu-device"
 
 PluginFactory = Callable[[devices.Resource, "Agent"], node_ports.ResourcePlugin]
 HeldDevices = cdi_keeper.HeldDevices
 DeviceHolders = Callable[[], Mapping[str, Sequence[str]]]
 """Device ID → the pods holding it (the kubelet's PodResources, `podresources.device_holders`)."""
-KubeletWatch = Callable[[], object]
-"""Returns something that changes when kubelet restarts (its socket's inode and ctime), None when absent."""
+KubeletWatch = registration.KubeletWatch
+Snapshot = allocation.Snapshot
 
 
 @attrs.frozen
-class Snapshot:
-    """What Allocate and GetPreferredAllocation answer from: the last applied plan and its inputs, and the
-    allocations answered from them so far (Allocate's answer is then a dictionary look-up: P5)."""
+class Hardware:
+    """The parts of the hardware port gpu-device reads (`metax_hw.host.Host` or a fake host's)."""
 
-    plan: devices.Plan = devices.Plan(devices={})
-    device_nodes: Mapping[PciAddress, tuple[str, ...]] = attrs.field(factory=dict)
-    node: devices.NodeSettings = devices.NodeSettings()
-    resolvable: frozenset[str] | None = None
-    """CDI device names in the spec on disk (None: CDI off)."""
-    topology: document.NodeTopology | None = None
-    """The node's published topology document (topo-worker's), None when absent or unreadable."""
-    allocations: dict[devices.AllocationKey, devices.ContainerAllocation] = attrs.field(
-        factory=dict, eq=False, repr=False
-    )
-    """`devices.plan_allocation`'s answers per `devices.allocation_key` (refusals are not kept), at most
-    `KEPT_ALLOCATIONS`; they live and die with this snapshot, so a changed plan answers afresh."""
+    devices: DeviceInventory
+    monitor: GpuMonitor
 
-    def renewed(
-        self,
-        plan: devices.Plan,
-        device_nodes: Mapping[PciAddress, tuple[str, ...]],
-        node: devices.NodeSettings,
-        resolvable: frozenset[str] | None,
-        topology: document.NodeTopology | None,
-    ) -> Snapshot:
-        """The snapshot of this round: this one, with the allocations it answered, when the plan and its
-        inputs are the same (most rounds); else a new one, so no allocation outlives the plan it came from
-        (a device turned unhealthy, a CDI entry no longer on disk, another QoS policy)."""
-        new = Snapshot(plan, device_nodes, node, resolvable, topology)
-        return self if new == self else new
+    @classmethod
+    def of(cls, host: Any) -> Hardware:
+        return cls(host.devices, host.monitor)
 
 
-KEPT_ALLOCATIONS = 1024
-"""At most this many allocations per snapshot (sGPU share sets are many): the rest are answered each time."""
-
-
-class Agent:
+class Agent(base.NodeAgentBase):
     """The gpu-device node agent. `run` loops until its stop event is set, then shuts down cleanly."""
 
-    name = "gpu-device"
+    name = COMPONENT
 
     def __init__(
         self,
         settings: Settings,
         *,
-        inventory: DeviceInventory,
-        monitor: GpuMonitor,
-        nodes: NodeMetadata,
+        hw: Hardware,
+        ports: cluster.ClusterPorts,
         board: node_ports.ReadinessBoard,
         cdi_file: node_ports.CdiSink | None,
         plugin_factory: PluginFactory,
         kubelet: KubeletWatch,
         held: HeldDevices | None = None,
         holders: DeviceHolders | None = None,
-        events: Events | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
+        # It publishes no readiness signal (it reads the others'); its Events are the health watch's.
+        super().__init__(settings, COMPONENT, ports=ports, board=None, log=log, clock=clock)
         self.settings = settings
-        self._inventory = inventory
-        self._nodes = nodes
+        self._inventory = hw.devices
+        self._nodes = ports.nodes
         self._board = board
         self._clock = clock
         self._wall = wall
-        self._factory = plugin_factory
-        self._kubelet_watch = kubelet
         self.snapshot = Snapshot()
-        self.plugins: dict[devices.Resource, node_ports.ResourcePlugin] = {}
-        self._registered: dict[devices.Resource, object] = {}
-        """Each registered resource → the kubelet socket generation (fingerprint) it registered with."""
-        self._kubelet: object = None
-        self._chores = loop.Chores(clock)
+        self.registrations = registration.Registrations(
+            lambda resource: plugin_factory(resource, self), kubelet, self.say
+        )
         self._functions: Sequence[PciFunction] = ()
         self._device_nodes: dict[PciAddress, tuple[str, ...]] = {}
         self._iommu = False
@@ -130,9 +103,9 @@ class Agent:
         self.health = health_watch.HealthWatch(
             self.name,
             settings.node_name,
-            monitor=monitor,
-            nodes=nodes,
-            events=events,
+            monitor=hw.monitor,
+            nodes=ports.nodes,
+            events=ports.events,
             rules=settings.health_rules,
             wall=lambda: wall().timestamp(),
         )
@@ -143,8 +116,6 @@ class Agent:
         self._inventory_signals: Mapping[str, readiness.ComponentReadiness] | None = None
         """The readiness signals the kept inventory was read under."""
         self._advertising = False
-        self._said = loop.Say(log)
-        self._probe = probe.ProbeFile(settings.probe_file)
         self._cdi = (
             cdi_keeper.CdiKeeper(
                 cdi_file,
@@ -152,13 +123,18 @@ class Agent:
                 grace=settings.cdi_grace,
                 held_interval=settings.readiness_interval,
                 clock=clock,
-                say=self._said,
+                say=self.say,
             )
             if cdi_file is not None and settings.cdi_enabled
             else None
         )
         self._uninstall: tuple[str, Mapping[str, object] | None] | None = None
         """The uid of the uninstall the Node asks for, and the Node as read (None: none asked)."""
+
+    @property
+    def plugins(self) -> dict[devices.Resource, node_ports.ResourcePlugin]:
+        """The plugin server of each resource offered (`registration.Registrations`)."""
+        return self.registrations.plugins
 
     @property
     def decision(self) -> readiness.AdvertiseDecision:
@@ -168,40 +144,18 @@ class Agent:
     # --- AllocationBackend for the plugin servers --------------------------------------------------------------------
 
     def allocate(self, resource: devices.Resource, ids: Sequence[str]) -> devices.ContainerAllocation:
-        """The allocation the current snapshot answered for these IDs before, else `devices.plan_allocation`'s
-        (kept in the snapshot); a refusal is decided afresh every time. The same object for the same answer:
-        the plugin server keeps its encoding per object."""
-        snap = self.snapshot
-        key = devices.allocation_key(resource, ids)
-        allocation = snap.allocations.get(key)
-        if allocation is None:
-            allocation = devices.plan_allocation(
-                resource,
-                ids,
-                plan=snap.plan,
-                device_nodes=snap.device_nodes,
-                qos=snap.node.qos,
-                shares=self.settings.sgpu_shares,
-                with_cdi=self.settings.cdi_enabled,
-                resolvable=snap.resolvable,
-            )
-            if len(snap.allocations) < KEPT_ALLOCATIONS:
-                snap.allocations[key] = allocation
+        """The allocation the current snapshot answers (`allocation.allocate`); noted for the CDI spec's keeper."""
+        answer = allocation.allocate(
+            self.snapshot, resource, ids, shares=self.settings.sgpu_shares, with_cdi=self.settings.cdi_enabled
+        )
         if self._cdi is not None:
             self._cdi.allocated(resource, ids)
-        return allocation
+        return answer
 
     def preferred(
         self, resource: devices.Resource, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> Sequence[str]:
-        known = self.snapshot.plan.by_id(resource)
-        if resource is devices.Resource.GPU:
-            functions = [d.function for d in known.values()]
-            whole = handout.preferred(self.snapshot.topology, functions, available, must_include, size)
-            if whole is not None:
-                return whole
-        placements = [devices.Placement.of(known[i]) if i in known else devices.Placement(i) for i in available]
-        return devices.preferred_allocation(placements, must_include, size)
+        return allocation.preferred(self.snapshot, resource, available, must_include, size)
 
     # --- loop ----------------------------------------------------------------------------------------------
 
@@ -215,9 +169,9 @@ class Agent:
         self._gather(now)
         if self._uninstall is not None:
             uid, node = self._uninstall
-            self._registered.clear()
+            self.registrations.registered.clear()
             kept = undo.undo(self.plugins, self._cdi.sink if self._cdi is not None else None)
-            self._probe.not_ready()
+            self.probe.not_ready()
             self._uninstall = (uid, undo.answer(self._nodes, self.settings.node_name, node, uid, kept))
             return
         plan = devices.plan_devices(
@@ -230,23 +184,14 @@ class Agent:
             not_ready_reason=self._decision.reason,
         )
         self._apply(plan, now)
-        self._probe.report(*self._registration(plan))
-
-    def _registration(self, plan: devices.Plan) -> tuple[bool, str]:
-        """Ready (the pod's readinessProbe, R-READY): every resource offered is registered with the kubelet."""
-        active = plan.active()
-        missing = sorted(r.value for r in active if r not in self._registered)
-        if not self._advertising or not active or missing:
-            return False, ""
-        return True, "registered with the kubelet: " + ", ".join(sorted(r.value for r in active))
+        # ready (the pod's readinessProbe, R-READY): advertising, and every resource offered registered
+        self.probe.report(*(self.registrations.ready(plan) if self._advertising else (False, "")))
 
     def shutdown(self) -> None:
         """Stop every plugin server (kubelet sees the streams end), then remove the CDI spec, except the
         entries pods still hold (their containers may be created again: a restart, a crash-looping one)."""
-        for resource in list(self.plugins):
-            self.plugins.pop(resource).stop()
-        self._registered.clear()
-        self._probe.not_ready()
+        self.registrations.stop()
+        self.probe.not_ready()
         if self._cdi is not None and self._uninstall is None:  # uninstalled: the spec is gone for good
             self._cdi.retire()
         log.info("gpu-device stopped")
@@ -254,7 +199,7 @@ class Agent:
     # --- gather --------------------------------------------------------------------------------------------
 
     def _due(self, chore: str, interval: float, now: float) -> bool:
-        return self._chores.due(chore, interval, now)
+        return self.chores.due(chore, interval, now)
 
     def _gather(self, now: float) -> None:
         s = self.settings
@@ -283,17 +228,17 @@ class Agent:
             iommu = self._inventory.iommu_enabled()
             after = self._board.read_all() if self.settings.required_components else None
         except HardwareError as exc:
-            self._say("inventory", f"cannot read the GPU inventory, keeping the last one: {exc}", logging.WARNING)
+            self.say("inventory", f"cannot read the GPU inventory, keeping the last one: {exc}", logging.WARNING)
             return
         if before != after:
-            self._say("inventory", "readiness changed while reading the GPU inventory: reading it again")
-            self._chores.soon("inventory")
-            self._chores.soon("readiness")
+            self.say("inventory", "readiness changed while reading the GPU inventory: reading it again")
+            self.chores.soon("inventory")
+            self.chores.soon("readiness")
             return
         if after is not None:
             self._decide(after)  # the inventory goes with the readiness it was read under
         self._inventory_signals = after
-        self._say("inventory", f"{len(functions)} MetaX PCI function(s)")
+        self.say("inventory", f"{len(functions)} MetaX PCI function(s)")
         self._functions, self._device_nodes, self._iommu = functions, nodes, iommu
 
     def _read_health(self) -> None:
@@ -301,7 +246,7 @@ class Agent:
         the report on the Node names who holds each GPU that is not fine (the operator's remediation reads it)."""
         self.health.read(self._functions)
         if self.health.recheck:
-            self._chores.later("health", self.health.rules.recheck_after(self.settings.healthy_interval))
+            self.chores.later("health", self.health.rules.recheck_after(self.settings.healthy_interval))
         self._health = self.health.health(self._functions)
         if self._uninstall is None:  # once uninstall is asked, the Node's keys are the operator's to remove
             self.health.publish(self._functions, self._holders_of_sick())
@@ -313,19 +258,19 @@ class Agent:
         try:
             return devices.holders_by_function(self._holders(), self._functions)
         except PortError as exc:
-            self._say("holders", f"cannot ask the kubelet who holds the GPUs: {exc}", logging.WARNING)
+            self.say("holders", f"cannot ask the kubelet who holds the GPUs: {exc}", logging.WARNING)
             return {}
 
     def _read_labels(self) -> None:
         try:
             node = self._nodes.get_node(self.settings.node_name)
         except ClusterError as exc:
-            self._say(
+            self.say(
                 "labels", f"cannot read node {self.settings.node_name}, keeping its labels: {exc}", logging.WARNING
             )
             return
         if node is None:
-            self._say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)
+            self.say("labels", f"node {self.settings.node_name} not found, keeping its labels", logging.WARNING)
             return
         labels = (node.get("metadata") or {}).get("labels") or {}
         self.health.seen_on_node(node)
@@ -336,21 +281,21 @@ class Agent:
             self._uninstall = (self._uninstall[0], node)
         self._node = devices.settings_from_labels(labels)
         self._topology = self._read_topology((node.get("metadata") or {}).get("annotations") or {})
-        self._say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
+        self.say("mode", f"mode {self._node.mode.value}, sGPU QoS policy {self._node.qos.value}")
 
     def _read_topology(self, annotations: Mapping[str, str]) -> document.NodeTopology | None:
         text = annotations.get(document.TOPOLOGY)
         try:
             return None if text is None else document.decode(text)
         except InvalidSpec as exc:
-            self._say("topology", f"ignoring the node's topology document: {exc}", logging.WARNING)
+            self.say("topology", f"ignoring the node's topology document: {exc}", logging.WARNING)
             return None
 
     def _read_readiness(self) -> None:
         try:
             signals = self._board.read_all()
         except HardwareError as exc:
-            self._say("readiness", f"cannot read readiness signals, keeping the last decision: {exc}", logging.WARNING)
+            self.say("readiness", f"cannot read readiness signals, keeping the last decision: {exc}", logging.WARNING)
             return
         if self.settings.required_components and signals != self._inventory_signals:
             # The inventory was read under other signals: one read while driver-manager changed VF counts holds a
@@ -369,95 +314,33 @@ class Agent:
             max_age=datetime.timedelta(seconds=max_age) if max_age is not None else None,
         )
         level = logging.INFO if self._decision.may_advertise else logging.WARNING
-        self._say("readiness", f"advertising allowed: {self._decision.may_advertise} ({self._decision.reason})", level)
-
-    def _say(self, topic: str, message: str, level: int = logging.INFO) -> None:
-        """Log ``message`` only when it differs from the last one on ``topic`` (no spam every tick)."""
-        self._said(topic, message, level)
+        self.say("readiness", f"advertising allowed: {self._decision.may_advertise} ({self._decision.reason})", level)
 
     # --- apply ---------------------------------------------------------------------------------------------
 
     def _apply(self, plan: devices.Plan, now: float) -> None:
         if plan.problems:
-            self._say("problems", "; ".join(plan.problems), logging.WARNING)
+            self.say("problems", "; ".join(plan.problems), logging.WARNING)
         else:
-            self._said.forget("problems")
+            self.say.forget("problems")
         resolvable: frozenset[str] | None = None
         if self._cdi is not None:
             resolvable = self._cdi.sync(plan, self._device_nodes, now)
             offer = cdi_sync.advertisable(plan, resolvable)
             if offer.withheld:
-                self._say(
+                self.say(
                     "withheld",
                     f"not advertising {', '.join(offer.withheld)}: no CDI entry on disk for them",
                     logging.WARNING,
                 )
             else:
-                self._said.forget("withheld")
+                self.say.forget("withheld")
             plan = offer.plan
         self.snapshot = self.snapshot.renewed(plan, dict(self._device_nodes), self._node, resolvable, self._topology)
         if not self._advertising:
             if not self._decision.may_advertise:
-                self._say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)
+                self.say("waiting", f"advertising nothing yet: {self._decision.reason}", logging.WARNING)
                 return
             self._advertising = True
             log.info("required components ready: advertising")
-        self._watch_kubelet()
-        probe = self._due("probe", self.settings.probe_interval, now)
-        for resource in set(self.plugins) - plan.active():
-            plugin = self.plugins.pop(resource)
-            plugin.update(())
-            plugin.stop()
-            self._registered.pop(resource, None)
-            log.info("%s is no longer offered on this node", resource.value)
-        for resource in sorted(plan.active(), key=lambda r: r.value):
-            self._apply_resource(resource, plan.devices[resource], probe)
-
-    def _watch_kubelet(self) -> None:
-        """Notice a new kubelet; re-register only what registered with an older one.
-
-        Registration is once per kubelet socket generation: each resource remembers the fingerprint of
-        kubelet.sock it registered under (read right after its Register call). A kubelet restart that lands
-        inside a tick, after this check, makes the plugin register with the new kubelet in that same tick
-        (kubelet wipes our socket first, so the own-socket check restarts the server); the next tick then
-        sees the new fingerprint but finds the resource already registered under it, and leaves the working
-        stream alone instead of registering a second time.
-        """
-        fingerprint = self._kubelet_watch()
-        if fingerprint != self._kubelet:
-            if fingerprint is None:
-                log.warning("kubelet's registration socket is gone: waiting for kubelet")
-            self._kubelet = fingerprint
-        stale = [r for r, generation in self._registered.items() if generation != fingerprint]
-        if stale and fingerprint is not None:
-            log.info(
-                "kubelet restarted: restarting %s and registering again", ", ".join(sorted(r.value for r in stale))
-            )
-        for resource in stale:
-            del self._registered[resource]
-            plugin = self.plugins.get(resource)
-            if plugin is not None and fingerprint is not None:
-                plugin.stop()
-
-    def _apply_resource(self, resource: devices.Resource, advertised: Sequence[devices.Device], probe: bool) -> None:
-        plugin = self.plugins.get(resource)
-        if plugin is None:
-            plugin = self.plugins[resource] = self._factory(resource, self)
-        plugin.update(advertised)
-        if not plugin.serving() or (probe and not plugin.probe()):
-            if resource in self._registered:
-                log.warning("%s plugin server is not serving: restarting it", resource.value)
-            try:
-                plugin.start()
-            except PortError as exc:
-                self._say(f"serve:{resource.value}", str(exc), logging.ERROR)
-                return
-            self._registered.pop(resource, None)
-        if resource not in self._registered and self._kubelet is not None:
-            try:
-                plugin.register()
-            except PortError as exc:
-                self._say(f"register:{resource.value}", str(exc), logging.WARNING)
-                return
-            self._said.forget(f"register:{resource.value}")
-            self._registered[resource] = self._kubelet_watch()
+        self.registrations.offer(plan, probe=self._due("probe", self.settings.probe_interval, now))

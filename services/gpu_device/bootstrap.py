@@ -1,17 +1,21 @@
-"""The composition root of gpu-device: builds the adapters from `Settings` and wires them into an `Agent`.
+"""The composition root of gpu-device: its `Recipe` for the shared builder (services._agent.builder).
 
 Tests pass fakes for the hardware and the cluster (and keep the real plugin servers, CDI file and readiness
 board, which work on a temporary host root); production builds the sysfs / mx-smi hardware adapters and the
-Kubernetes node adapter. Nothing is built at import time.
+Kubernetes node adapter (the agents' shared cluster ports, `services._agent.cluster`: in-cluster config or
+$KUBECONFIG; RBAC: get and patch on nodes, for the uninstall answer and the GPU health report, and Events about
+its Node). Its own parts beyond those — the plugin servers, the CDI spec file, the kubelet's socket and
+PodResources — are the recipe's `parts`. Nothing is built at import time.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from metax_core.errors import MetaxError
 from metax_core.node import devices
@@ -21,7 +25,7 @@ from metax_core.ports.hardware import DeviceInventory, GpuMonitor
 from metax_hw import hostfiles
 from metax_k8s.deviceplugin import server
 from metax_k8s.podresources import client as podresources
-from services._agent import cluster
+from services._agent import builder, cluster
 from services.gpu_device import agent, config
 
 log = logging.getLogger(__name__)
@@ -31,21 +35,13 @@ class AdapterMissing(MetaxError):
     """A production adapter this agent needs is not installed in the image."""
 
 
-def production_hardware(settings: config.Settings) -> tuple[DeviceInventory, GpuMonitor]:
+def production_hardware(settings: config.Settings) -> agent.Hardware:
     """The sysfs inventory and the mx-smi monitor on the host root."""
     try:
         from metax_hw import host
     except ImportError as exc:
         raise AdapterMissing(f"gpu-device needs the hardware adapter (metax_hw): {exc}") from exc
-    hw = host.open_host(settings.host_root)
-    return hw.devices, hw.monitor
-
-
-def production_cluster(settings: config.Settings) -> cluster.ClusterPorts:
-    """Its Node and Events on it through the Kubernetes API: the agents' shared cluster ports
-    (`services._agent.cluster`, in-cluster config or $KUBECONFIG; RBAC: get and patch on nodes, for the uninstall
-    answer and the GPU health report, and Events about its Node)."""
-    return cluster.production("gpu-device", settings.node_name)
+    return agent.Hardware.of(host.open_host(settings.host_root))
 
 
 def pod_resources_holders(settings: config.Settings) -> agent.HeldDevices:
@@ -60,6 +56,45 @@ def pod_resources_device_holders(settings: config.Settings) -> agent.DeviceHolde
     return lambda: podresources.device_holders(socket)
 
 
+def cdi_file(settings: config.Settings) -> node_ports.CdiSink | None:
+    """The CDI spec file under the host's CDI directory, None when CDI is off."""
+    return hostfiles.CdiSpecFile(settings.host_path(settings.cdi_dir)) if settings.cdi_enabled else None
+
+
+def plugin_servers(settings: config.Settings) -> agent.PluginFactory:
+    """One device plugin gRPC server per resource, in the kubelet's device-plugin directory."""
+    plugin_dir = settings.host_path(settings.plugin_dir)
+
+    def plugin(resource: devices.Resource, backend: agent.Agent) -> node_ports.ResourcePlugin:
+        return server.PluginServer(resource, plugin_dir, backend)
+
+    return plugin
+
+
+def kubelet_socket(settings: config.Settings) -> agent.KubeletWatch:
+    """The kubelet's registration socket's fingerprint (a new one: the kubelet restarted)."""
+    socket = settings.host_path(settings.plugin_dir) / server.KUBELET_SOCKET
+    return lambda: server.socket_fingerprint(socket)
+
+
+RECIPE = builder.Recipe(
+    component=agent.COMPONENT,
+    settings=config.from_env,
+    hardware=production_hardware,
+    agent=agent.Agent,
+    watches=lambda s: (),  # its Node's labels are read every label_interval (its RBAC has no watch on nodes)
+    parts={
+        "cdi_file": cdi_file,
+        "plugin_factory": plugin_servers,
+        "kubelet": kubelet_socket,
+        "held": pod_resources_holders,
+        "holders": pod_resources_device_holders,
+    },
+)
+runner = RECIPE.runner
+build = RECIPE.build
+
+
 def bootstrap(
     settings: config.Settings | None = None,
     *,
@@ -67,44 +102,22 @@ def bootstrap(
     inventory: DeviceInventory | None = None,
     monitor: GpuMonitor | None = None,
     nodes: NodeMetadata | None = None,
-    board: node_ports.ReadinessBoard | None = None,
-    clock: Callable[[], float] | None = None,
-    wall: Callable[[], datetime.datetime] | None = None,
-    plugin_factory: agent.PluginFactory | None = None,
-    held: agent.HeldDevices | None = None,
-    holders: agent.DeviceHolders | None = None,
     events: Events | None = None,
+    **given: Any,
 ) -> agent.Agent:
-    """An Agent for ``settings`` (read from ``env``, by default the process environment)."""
+    """`RECIPE.bootstrap` for ``settings`` (read from ``env``, by default the process environment), taking the
+    hardware and cluster ports also as gpu-device's callers pass them: its inventory and monitor (the host's
+    for one not given), its Node port and Events (the API server's when no Node port is given)."""
     settings = settings or config.from_env(os.environ if env is None else env)
-    plugin_dir = settings.host_path(settings.plugin_dir)
-    kubelet_socket = plugin_dir / server.KUBELET_SOCKET
-    extra: dict[str, Any] = {}
-    if clock is not None:
-        extra["clock"] = clock
-    if wall is not None:
-        extra["wall"] = wall
-
-    def plugin(resource: devices.Resource, backend: agent.Agent) -> node_ports.ResourcePlugin:
-        return server.PluginServer(resource, plugin_dir, backend)
-
-    if inventory is None or monitor is None:
-        real_inventory, real_monitor = production_hardware(settings)
-        inventory, monitor = inventory or real_inventory, monitor or real_monitor
-    if nodes is None:
-        ports = production_cluster(settings)
-        nodes, events = ports.nodes, events or ports.events
-    return agent.Agent(
-        settings,
-        inventory=inventory,
-        monitor=monitor,
-        nodes=nodes,
-        events=events,
-        board=board or hostfiles.FileReadinessBoard(settings.host_root),
-        cdi_file=hostfiles.CdiSpecFile(settings.host_path(settings.cdi_dir)) if settings.cdi_enabled else None,
-        plugin_factory=plugin_factory or plugin,
-        kubelet=lambda: server.socket_fingerprint(kubelet_socket),
-        held=held or pod_resources_holders(settings),
-        holders=holders or pod_resources_device_holders(settings),
-        **extra,
-    )
+    hw = given.pop("hw", None)
+    if hw is None and (inventory is not None or monitor is not None):
+        if inventory is None or monitor is None:
+            real = production_hardware(settings)
+            inventory, monitor = inventory or real.devices, monitor or real.monitor
+        hw = agent.Hardware(inventory, monitor)
+    ports = given.pop("ports", None)
+    if ports is None and nodes is not None:
+        ports = cluster.ClusterPorts(objects=cluster.no_api(agent.COMPONENT, "").objects, nodes=nodes, events=events)
+    elif ports is None and events is not None:
+        ports = attrs.evolve(cluster.production(agent.COMPONENT, settings.node_name), events=events)
+    return RECIPE.bootstrap(settings, hw=hw, ports=ports, **given)

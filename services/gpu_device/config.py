@@ -4,7 +4,7 @@ Every variable has a production default, so the DaemonSet only sets what differs
 the downward API). Values go through the agents' one converter (`services._agent.settings`): a bad value
 stops the agent at start with a message naming the variable, because a device plugin running on a misread
 interval is worse than one that does not start. The default list of required components is the R-DEP
-graph's answer for gpu-device (`metax_core.cluster.components.requirements`), not a copy of it.
+graph's answer for gpu-device (`metax_core.components.requirements`), not a copy of it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import NewType
 
 import attrs
 
-from metax_core.cluster import agent_env, components
+from metax_core import components
 from metax_core.health import verdict
 from metax_core.node import devices, readiness
+from metax_core.wire import agent_env, host
 from services._agent import settings as agent_settings
 from services._agent.settings import Components, HostPath, Seconds, env
 
@@ -54,9 +55,9 @@ class Settings(agent_settings.NodeAgentSettings):
     """The agents' common settings (node, host root, namespace, probe file, loop pace) plus gpu-device's own."""
 
     plugin_dir: HostPath = attrs.field(
-        default=HostPath("/var/lib/kubelet/device-plugins"), metadata=env("METAX_DEVICE_PLUGIN_DIR")
+        default=HostPath(host.DEVICE_PLUGINS_DIR), metadata=env("METAX_DEVICE_PLUGIN_DIR")
     )
-    cdi_dir: HostPath = attrs.field(default=HostPath("/var/run/cdi"), metadata=env("METAX_CDI_DIR"))
+    cdi_dir: HostPath = attrs.field(default=HostPath(host.CDI_DIR), metadata=env(agent_env.CDI_DIR))
     healthy_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env(agent_env.HEALTHY_INTERVAL.name))
     """Seconds between health checks (chart gpuDevice.healthyInterval); 0 disables them."""
     sgpu_shares: Shares = attrs.field(default=Shares(devices.DEFAULT_SHARES), metadata=env(agent_env.SGPU_SHARES.name))
@@ -64,22 +65,22 @@ class Settings(agent_settings.NodeAgentSettings):
     cdi_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_CDI_GRACE"))
     """Seconds a withdrawn device's CDI entry stays after it was last advertised or allocated, when no pod
     holds it (`metax_core.node.cdi_sync`)."""
-    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env("METAX_POD_RESOURCES_SOCKET"))
+    pod_resources_socket: pathlib.Path | None = attrs.field(default=None, metadata=env(agent_env.POD_RESOURCES_SOCKET))
     """The kubelet's PodResources socket as this process sees it; default ``<host root>/var/lib/kubelet/
     pod-resources/kubelet.sock``. Tells which withdrawn devices pods still hold."""
     required_components: Components = attrs.field(factory=_required, metadata=env(readiness.REQUIRED_ENV))
     """Default: what R-DEP makes gpu-device wait for (the agents' default is none)."""
-    label_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env("METAX_LABEL_INTERVAL"))
-    readiness_interval: Seconds = attrs.field(default=Seconds(2.0), metadata=env("METAX_READINESS_INTERVAL"))
-    inventory_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_INVENTORY_INTERVAL"))
+    label_interval: Seconds = attrs.field(default=Seconds(5.0), metadata=env(agent_env.LABEL_INTERVAL))
+    readiness_interval: Seconds = attrs.field(default=Seconds(2.0), metadata=env(agent_env.READINESS_INTERVAL))
+    inventory_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env(agent_env.INVENTORY_INTERVAL))
     readiness_max_age: Seconds | None = attrs.field(
         default=None, converter=_zero_is_never, metadata=env("METAX_READINESS_MAX_AGE")
     )
     """Seconds after which a "ready" signal counts as stale; unset or 0: never."""
     probe_interval: Seconds = attrs.field(default=Seconds(10.0), metadata=env("METAX_PROBE_INTERVAL"))
     """Seconds between checks that each plugin server still answers (not the pod's readinessProbe)."""
-    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env("METAX_TICK"))
-    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_HEALTH_UNKNOWN_GRACE"))
+    tick: Seconds = attrs.field(default=Seconds(0.5), metadata=env(agent_env.TICK))
+    health_unknown_grace: Seconds = attrs.field(default=Seconds(30.0), metadata=env(agent_env.HEALTH_UNKNOWN_GRACE))
     """Seconds the GPUs' verdicts stand while the health tool does not answer, before every GPU is HealthUnknown
     (degraded; `metax_core.health.verdict`)."""
 
@@ -92,7 +93,7 @@ class Settings(agent_settings.NodeAgentSettings):
     def pod_resources(self) -> pathlib.Path:
         if self.pod_resources_socket is not None:
             return self.pod_resources_socket
-        return self.host_path("/var/lib/kubelet/pod-resources/kubelet.sock")
+        return self.host_path(host.POD_RESOURCES_SOCKET)
 
 
 def from_env(environ: Mapping[str, str] | None = None, **fixed: object) -> Settings:

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from services._agent import loop
 from services.gpu_label import bootstrap, discovery
 
-
-def main(argv: list[str] | None = None) -> int:
-    return loop.main("gpu-label", bootstrap.build, argv)
-
-
-def discover(argv: list[str] | None = None) -> int:
-    """gpu-label's unprivileged half on every node (`services.gpu_label.discovery`)."""
-    return loop.main(discovery.COMPONENT, discovery.RECIPE.build, argv)
+main = bootstrap.RECIPE.main
+discover = discovery.RECIPE.main
+"""gpu-label's unprivileged half on every node (`services.gpu_label.discovery`)."""
 
 
 if __name__ == "__main__":

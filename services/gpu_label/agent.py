@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.errors import ClusterError, HardwareError
 from metax_core.inventory import METAX_MODULE, GpuHealth, GpuLink, GpuMetrics, PciAddress
 from metax_core.node import devices, labels, publish

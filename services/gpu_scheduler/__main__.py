@@ -6,36 +6,26 @@ the cluster from the in-cluster service account or ``$KUBECONFIG``.
 
 from __future__ import annotations
 
+import argparse
 import logging
-import os
 import sys
 import threading
+from collections.abc import Mapping
 
 from metax_core.errors import MetaxError
 from metax_core.topology import extender
-from services._agent import cluster, loop
+from services._agent import cluster, service
 from services.gpu_scheduler import cache, server
 
 log = logging.getLogger("gpu-scheduler")
 
 
-def main(argv: list[str] | None = None) -> int:
-    loop.parse_args(
-        "gpu-scheduler",
-        argv,
-        description="The MetaX GPU operator's kube-scheduler extender (filter and prioritize by GPU topology).",
-        doc="docs/scheduler.md",
-    )
-    environ = dict(os.environ)
-    loop.setup_logging(environ)
-    try:
-        objects = cluster.production("gpu-scheduler", environ.get("POD_NAME", "gpu-scheduler")).objects
-        port = int(environ.get("METAX_SCHEDULER_PORT", str(extender.PORT)))
-        state = cache.Cache(objects)
-        served = server.Server(state, port=port)
-    except (MetaxError, ValueError, OSError) as exc:
-        log.error("cannot start gpu-scheduler: %s", exc)
-        return 2
+def start(environ: Mapping[str, str], args: argparse.Namespace) -> service.Run:
+    """The extender's cache and its HTTP server (bound here: a port in use refuses the start)."""
+    objects = cluster.production("gpu-scheduler", environ.get("POD_NAME", "gpu-scheduler")).objects
+    port = int(environ.get("METAX_SCHEDULER_PORT", str(extender.PORT)))
+    state = cache.Cache(objects)
+    served = server.Server(state, port=port)
 
     def run(stop: threading.Event) -> None:
         state.start(stop)
@@ -44,8 +34,16 @@ def main(argv: list[str] | None = None) -> int:
         stop.wait()
         served.stop()
 
-    loop.run_until_signalled(run)
-    return 0
+    return run
+
+
+main = service.Service(
+    "gpu-scheduler",
+    start,
+    description="The MetaX GPU operator's kube-scheduler extender (filter and prioritize by GPU topology).",
+    doc="docs/scheduler.md",
+    refused=(MetaxError, ValueError, OSError),
+).main
 
 
 if __name__ == "__main__":

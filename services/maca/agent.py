@@ -1,7 +1,7 @@
 """maca's round: payload images → `sdk.plan` → install / remove on the host → labels, Events, readiness.
 
 Each round (every ``METAX_MACA_INTERVAL``, and at once when its Node changes): clean what an interrupted round
-left (`store.Store.clean`), read which versions the payload images bring (`sdk.wanted`, from their tags),
+left (`SdkStore.clean`), read which versions the payload images bring (`sdk.wanted`, from their tags),
 which are installed, and which live containers use which (the edit service's records, a record whose
 container is gone is removed); install what is missing (hidden copy + rename), remove what is no longer listed
 and not in use (the removal protocol of `metax_core.runtime.sdk`), and publish: the label
@@ -17,15 +17,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.node import labels
 from metax_core.ports import node as node_ports
 from metax_core.runtime import sdk
 from metax_core.wire import event_reasons
+from metax_hw import sdk_store
 from services._agent import base, cluster, loop
 from services._agent import uninstall as agent_uninstall
-from services.maca import store, undo
+from services.maca import undo
 from services.maca.config import Settings
 
 log = logging.getLogger(__name__)
@@ -40,14 +41,14 @@ class Maca(base.NodeAgentBase):
         self,
         settings: Settings,
         *,
-        hw: store.Store | None = None,
+        hw: node_ports.SdkStore | None = None,
         ports: cluster.ClusterPorts,
         board: node_ports.ReadinessBoard | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(settings, COMPONENT, ports=ports, board=board, log=log, clock=clock)
         self.settings = settings
-        self.store = hw or production_store(settings)
+        self.store: node_ports.SdkStore = hw or production_store(settings)
         self.failures = 0
         self._warned: dict[str, str] = {}
 
@@ -137,7 +138,7 @@ class Maca(base.NodeAgentBase):
         log.info("maca stopped")
 
 
-def production_store(settings: Settings) -> store.Store:
-    return store.Store(
+def production_store(settings: Settings) -> sdk_store.HostSdkStore:
+    return sdk_store.HostSdkStore(
         settings.host_path(settings.sdk_dir), settings.host_path(settings.in_use_dir), settings.state_root
     )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from metax_hw import sdk_store
 from services._agent import builder
-from services.maca import agent, config, store
+from services.maca import agent, config
 
 
-def production_hardware(settings: config.Settings) -> store.Store:
+def production_hardware(settings: config.Settings) -> sdk_store.HostSdkStore:
     return agent.production_store(settings)
 
 

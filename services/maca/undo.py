@@ -3,14 +3,11 @@ still uses it (its bind mount would lose its files), then the records and the di
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-
+from metax_core.ports import node as node_ports
 from metax_core.runtime import sdk
-from services.maca import store
 
 
-def undo(s: store.Store) -> list[str]:
+def undo(s: node_ports.SdkStore) -> list[str]:
     """Remove the versions and records; returns what stays and why (the uninstall's ``kept``)."""
     s.clean()
     live, gone = s.uses()
@@ -21,7 +18,5 @@ def undo(s: store.Store) -> list[str]:
         if users or not s.remove(version):
             kept.append(f"MXMACA {version}: used by container(s) {', '.join(users) or 'started meanwhile'}")
     if not kept:
-        shutil.rmtree(s.in_use_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            s.sdk_dir.rmdir()
+        s.tidy()
     return kept

@@ -87,7 +87,6 @@ class Applier:
         self._gone: set[tuple[str, str, str]] = set()
         """Objects `prune_absent` made sure are gone (or found not ours) since they were last applied."""
         self._lock = threading.Lock()
-        self.writes = 0
 
     def forget(self) -> None:
         """Drop what we remember (a new leader term re-applies and re-checks everything once)."""
@@ -140,7 +139,6 @@ class Applier:
         body = dict(manifest)
         body["metadata"] = {**metadata, "annotations": {**(metadata.get("annotations") or {}), HASH_ANNOTATION: digest}}
         result = self.objects.apply(body, field_manager=self.field_manager, force=True)
-        self.writes += 1
         with self._lock:
             self._applied[key] = _stamp(result)
         changed = live is None or (live.get("metadata") or {}).get("resourceVersion") != (
@@ -164,7 +162,6 @@ class Applier:
         if live is not None:
             return False
         self.objects.apply(manifest, field_manager=self.field_manager)
-        self.writes += 1
         log.info("%s %s/%s created with defaults", manifest["kind"], metadata.get("namespace"), metadata["name"])
         self.events.emit(
             ref_of(manifest), reason=event_reasons.CREATED, message=f"{manifest['kind']} {metadata['name']} created"
@@ -178,7 +175,6 @@ class Applier:
         metadata = live.get("metadata") or {}
         api_version, kind = str(live.get("apiVersion") or ""), str(live.get("kind") or "")
         if self.objects.delete(api_version, kind, str(metadata.get("name")), metadata.get("namespace")):
-            self.writes += 1
             log.info("%s %s/%s deleted: %s", kind, metadata.get("namespace"), metadata.get("name"), why)
             self.events.emit(
                 ref_of(live),

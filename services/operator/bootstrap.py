@@ -9,13 +9,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from metax_core.cluster import network_policies, rbac, wakes, workloads
+from metax_core.cluster import network_policies, rbac, render_settings, supporting, wakes
 from metax_core.dra import classes as dra_classes
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
-from metax_k8s import client, connect, events, lease, nodes, objects
+from metax_k8s import client, connect, cordon, events, lease, nodes, objects
 from metax_k8s.api import Api
 from services.operator import informers, leader, reconciler, run, settings
+from services.operator.caches import Caches, component_of, health_of
 from services.operator.workqueue import WorkQueue
 
 
@@ -75,11 +76,10 @@ def bootstrap(
 
     # The components' RBAC (metax_core.cluster.rbac): in the operator's namespace, in the events namespace, and
     # cluster-wide; watched so that one deleted or edited by hand is put back at once, not at the next resync.
-    rbac_informers = {
-        f"rbac:{kind}:{namespace or ''}": owned_informer(api_version, kind, namespace)
-        for api_version, kind, namespace in rbac.locations(ns)
-    }
-    caches = reconciler.Caches(
+    rbac_informers = tuple(
+        owned_informer(api_version, kind, namespace) for api_version, kind, namespace in rbac.locations(ns)
+    )
+    caches = Caches(
         cluster_operator=informers.Informer(
             objs, reconciler.CR_API, "ClusterOperator", on_change=wake, watch_seconds=watch_seconds
         ),
@@ -87,13 +87,19 @@ def bootstrap(
             objs, "v1", "ConfigMap", namespace=ns, on_change=wake, watch_seconds=watch_seconds
         ),
         nodes=informers.Informer(
-            objs, "v1", "Node", slim=informers.slim_node, on_change=node_changed, watch_seconds=watch_seconds
+            objs,
+            "v1",
+            "Node",
+            slim=informers.slim_node,
+            on_change=node_changed,
+            watch_seconds=watch_seconds,
+            index_by=health_of,
         ),
         daemonsets=owned_informer("apps/v1", "DaemonSet", ns),
         deployments=owned_informer("apps/v1", "Deployment", ns),
         services=owned_informer("v1", "Service", ns),
         network_policies=owned_informer(network_policies.API_VERSION, network_policies.KIND, ns),
-        runtime_classes=owned_informer(workloads.RUNTIME_CLASS_API, "RuntimeClass", None),
+        runtime_classes=owned_informer(supporting.RUNTIME_CLASS_API, "RuntimeClass", None),
         # R-DRA's DeviceClasses; on a cluster without resource.k8s.io/v1 the informer stays empty and quiet.
         device_classes=owned_informer(dra_classes.API_VERSION, dra_classes.KIND, None),
         pods=informers.Informer(
@@ -105,18 +111,19 @@ def bootstrap(
             slim=informers.slim_pod,
             on_change=pod_changed,
             watch_seconds=watch_seconds,
+            index_by=component_of,
         ),
         # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.
         service_monitor_crd=informers.Informer(
             objs,
             "apiextensions.k8s.io/v1",
             "CustomResourceDefinition",
-            field_selector=f"metadata.name={workloads.SERVICE_MONITOR_CRD}",
+            field_selector=f"metadata.name={render_settings.SERVICE_MONITOR_CRD}",
             slim=lambda o: {"metadata": o.get("metadata") or {}, "status": o.get("status") or {}},
             on_change=wake,
             watch_seconds=watch_seconds,
         ),
-        **rbac_informers,
+        rbac=rbac_informers,
     )
     # Recorded by a thread of their own: a reconcile hands each Event over and goes on (issue 26, P1).
     ev = events.BackgroundEvents(
@@ -124,8 +131,8 @@ def bootstrap(
     )
     rec = reconciler.Reconciler(
         s,
-        api=objs.api,
         objects=objs,
+        cordons=cordon.Cordons(objs.api, field_manager=s.field_manager),
         events=ev,
         nodes=nodes.K8sNodeMetadata(api, field_manager=s.field_manager),
         caches=caches,

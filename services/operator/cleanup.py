@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from metax_core.cluster import network_policies, rbac, workloads
+from metax_core.cluster import network_policies, rbac, render_settings, supporting
 from metax_core.dra import DRIVER
 from metax_core.dra import classes as dra_classes
 from metax_core.dra import slices as dra_slices
@@ -54,10 +54,10 @@ def serves_service_monitors(objects: Objects) -> bool:
     """Whether the cluster has the Prometheus Operator's ServiceMonitor CRD, asked of the API server (the uninstall
     asks it once; the reconciler reads its watch of the CRD instead)."""
     try:
-        crd = objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", workloads.SERVICE_MONITOR_CRD)
+        crd = objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", render_settings.SERVICE_MONITOR_CRD)
     except ClusterError as exc:
         log.warning(
-            "cannot tell whether %s exists, rendering no ServiceMonitor: %s", workloads.SERVICE_MONITOR_CRD, exc
+            "cannot tell whether %s exists, rendering no ServiceMonitor: %s", render_settings.SERVICE_MONITOR_CRD, exc
         )
         return False
     return crd is not None
@@ -66,37 +66,33 @@ def serves_service_monitors(objects: Objects) -> bool:
 def service_monitor(objects: Objects, namespace: str) -> RawObject | None:
     """The exporter's live ServiceMonitor (with apiVersion and kind), None when absent. Only asked where the
     cluster serves ServiceMonitors (`serves_service_monitors`, or the reconciler's watch of their CRD)."""
-    found = objects.get(workloads.SERVICE_MONITOR_API, "ServiceMonitor", workloads.EXPORTER_NAME, namespace)
-    return None if found is None else {"apiVersion": workloads.SERVICE_MONITOR_API, "kind": "ServiceMonitor", **found}
+    found = objects.get(supporting.SERVICE_MONITOR_API, "ServiceMonitor", supporting.EXPORTER_NAME, namespace)
+    return None if found is None else {"apiVersion": supporting.SERVICE_MONITOR_API, "kind": "ServiceMonitor", **found}
 
 
-def withdraw_slices(objects: Objects) -> int:
+def withdraw_slices(objects: Objects) -> None:
     """Delete the DRA driver's ResourceSlices on every node (R-DRA): once its pods are gone nobody prepares
     those devices, so the scheduler must not allocate them. They carry no managed-by label (the driver writes
-    them, the Node owns them), so they are found by driver. Returns how many were deleted."""
+    them, the Node owns them), so they are found by driver."""
     try:
         found = objects.list(dra_slices.API_VERSION, dra_slices.KIND, field_selector=f"spec.driver={DRIVER}").items
     except NotServed:
-        return 0  # resource.k8s.io/v1 is not served before Kubernetes 1.34: no slices
-    deleted = 0
+        return  # resource.k8s.io/v1 is not served before Kubernetes 1.34: no slices
     for item in found:
         name = str((item.get("metadata") or {}).get("name", ""))
         if objects.delete(dra_slices.API_VERSION, dra_slices.KIND, name):
             log.info("deleted ResourceSlice %s: the DRA driver no longer runs", name)
-            deleted += 1
-    return deleted
 
 
 def remove_everything(
     objects: Objects, nodes: NodeMetadata, apply: applier.Applier, namespace: str, node_list: Iterable[RawObject]
-) -> int:
-    """Delete our objects and node keys; returns how many writes it made."""
-    writes = 0
+) -> None:
+    """Delete our objects and node keys."""
     selector = meta.MANAGED_SELECTOR
     # The workloads first, then the RBAC that they use.
     where: list[tuple[str, str, str | None]] = [(v, k, namespace) for v, k in OWNED_KINDS]
     where += rbac.locations(namespace)
-    where.append((workloads.RUNTIME_CLASS_API, "RuntimeClass", None))
+    where.append((supporting.RUNTIME_CLASS_API, "RuntimeClass", None))
     where.append((dra_classes.API_VERSION, dra_classes.KIND, None))
     for api_version, kind, scope in where:
         try:
@@ -105,12 +101,10 @@ def remove_everything(
             continue  # DeviceClasses on a cluster older than Kubernetes 1.34: none to delete
         for obj in found:
             apply.prune({"apiVersion": api_version, "kind": kind, **obj}, "cluster-operator is being deleted")
-            writes += 1
-    writes += withdraw_slices(objects)
+    withdraw_slices(objects)
     monitor = service_monitor(objects, namespace) if serves_service_monitors(objects) else None
     if monitor is not None:
         apply.prune(monitor, "cluster-operator is being deleted")
-        writes += 1
     for node in node_list:
         metadata = node.get("metadata") or {}
         labels = product_keys((metadata.get("labels") or {}).keys())
@@ -122,5 +116,3 @@ def remove_everything(
                 annotations=dict.fromkeys(annotations),
             )
             log.info("node %s: removed %s", metadata["name"], ", ".join(labels + annotations))
-            writes += 1
-    return writes

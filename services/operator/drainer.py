@@ -22,12 +22,10 @@ import attrs
 from metax_core.cluster import eviction, gpu_workloads
 from metax_core.dra import slices as dra_slices
 from metax_core.errors import ClusterError, NotFound, NotServed
-from metax_core.ports.cluster import Events, Objects, RawObject
+from metax_core.ports.cluster import Events, NodeCordons, Objects, RawObject
 from metax_core.rollout.status import format_time
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
-from metax_k8s import cordon
-from metax_k8s.api import Api
 from services.operator import applier
 
 log = logging.getLogger(__name__)
@@ -50,11 +48,10 @@ class Look:
 
 
 class Drainer:
-    def __init__(self, api: Api, objects: Objects, events: Events, *, field_manager: str) -> None:
-        self.api = api
+    def __init__(self, objects: Objects, cordons: NodeCordons, events: Events) -> None:
         self.objects = objects
         self.events = events
-        self.cordons = cordon.Cordons(api, field_manager=field_manager)
+        self.cordons = cordons
         self._said: dict[str, str] = {}
         """The blockers last reported per node: a DrainBlocked Event only when they change, not every decision."""
 
@@ -134,7 +131,7 @@ class Drainer:
         evicted: list[str] = []
         for namespace, name in plan.evict:
             try:
-                self.api.evict(name, namespace)
+                self.objects.evict(name, namespace)
             except NotFound:
                 continue
             except ClusterError as exc:

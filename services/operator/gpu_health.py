@@ -23,8 +23,7 @@ from metax_core.ports.cluster import Events, NodeMetadata, Objects, RawObject
 from metax_core.rollout.status import format_time
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons
-from metax_k8s.api import Api
-from services.operator import applier
+from services.operator import applier, writes
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +35,24 @@ RETRY_SECONDS = 30.0
 
 
 class GpuHealth:
-    def __init__(self, api: Api, objects: Objects, nodes: NodeMetadata, events: Events) -> None:
-        self.api = api
-        self.objects = objects
+    def __init__(self, objects: Objects, nodes: NodeMetadata, events: Events) -> None:
+        self.objects = writes.counted(objects)
         self.nodes = nodes
         self.events = events
-        self.condition_writes = 0
         self._refused: dict[str, str] = {}
         """Per node, the refusal last told (an Event only when it changes)."""
         self._read: dict[str, tuple[str, report.Report | InvalidSpec]] = {}
         """Per node, the report text last decoded and what it decoded to: a reconcile decodes only what changed."""
 
+    @property
+    def condition_writes(self) -> int:
+        """Writes of the Node condition so far (set or removed): none while every verdict stays the same."""
+        return self.objects.tally.count(writes.STATUS, "Node")
+
     def apply(self, nodes: Iterable[RawObject], mode: spec.Remediation | None, now: dt.datetime) -> float | None:
-        """Conditions and remediation for every cached node; the seconds until a refused eviction is tried
-        again (None: nothing to retry)."""
+        """Conditions and remediation for ``nodes`` (the reconciler hands the cached nodes with a report or a
+        condition: a node with neither has nothing to set or remove); the seconds until a refused eviction is
+        tried again (None: nothing to retry)."""
         retry = False
         for node in nodes:
             metadata = node.get("metadata") or {}
@@ -88,11 +91,10 @@ class GpuHealth:
             return
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"conditions": [wanted]}}
         try:
-            self.api.apply(body, field_manager=FIELD_MANAGER, force=True, subresource="status")
+            self.objects.apply_status(body, field_manager=FIELD_MANAGER, force=True)
         except ClusterError as exc:
             log.warning("node %s: cannot set its %s condition: %s", name, report.CONDITION_TYPE, exc)
             return
-        self.condition_writes += 1
         log.info("node %s: %s=%s (%s)", name, report.CONDITION_TYPE, wanted["status"], wanted["message"])
 
     def clear(self, nodes: Iterable[RawObject]) -> None:
@@ -105,13 +107,11 @@ class GpuHealth:
         """Apply the Node's status without the condition: its field manager's only field goes."""
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}
         try:
-            self.api.apply(body, field_manager=FIELD_MANAGER, force=True, subresource="status")
+            self.objects.apply_status(body, field_manager=FIELD_MANAGER, force=True)
         except NotFound:
             return
         except ClusterError as exc:
             log.warning("node %s: cannot remove its %s condition: %s", name, report.CONDITION_TYPE, exc)
-            return
-        self.condition_writes += 1
 
     # -- remediation --------------------------------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ class GpuHealth:
             evicted: list[str] = []
             for namespace, pod in remedy.pods:
                 try:
-                    self.api.evict(pod, namespace)
+                    self.objects.evict(pod, namespace)
                     evicted.append(f"{namespace}/{pod}")
                 except NotFound:
                     continue

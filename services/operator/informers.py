@@ -30,11 +30,14 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 Slim = Callable[[RawObject], RawObject]
 OnChange = Callable[[RawObject | None, RawObject | None], None]
+IndexBy = Callable[[RawObject], str | None]
+"""What an informer files each cached object under (`Informer.indexed`); None: not filed."""
 
 
 def key_of(obj: RawObject) -> Key:
+    """(namespace, name); the namespace interned: thousands of cached keys hold one copy of it, not one each."""
     metadata = obj.get("metadata") or {}
-    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+    return (sys.intern(str(metadata.get("namespace") or "")), str(metadata.get("name") or ""))
 
 
 NOT_SERVED_RETRY_SECONDS = 300.0
@@ -54,7 +57,11 @@ class Informer:
         slim: Slim | None = None,
         on_change: OnChange | None = None,
         watch_seconds: int = 300,
+        index_by: IndexBy | None = None,
     ) -> None:
+        """``index_by``: what each object is filed under as well, so `indexed` hands out the objects of one value
+        without a scan of the whole cache (the pods by component: a reconcile at 5,000 nodes reads the driver's
+        5,000 pods, not all 35,000)."""
         self.objects = objects
         self.api_version, self.kind = api_version, kind
         self.namespace, self.label_selector = namespace, label_selector
@@ -63,6 +70,8 @@ class Informer:
         self._on_change = on_change or (lambda old, new: None)
         self._watch_seconds = watch_seconds
         self._items: dict[Key, RawObject] = {}
+        self._index_by = index_by
+        self._index: dict[str, dict[Key, RawObject]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.synced = threading.Event()
@@ -76,6 +85,25 @@ class Informer:
         with self._lock:
             return self._items.get((namespace or "", name))
 
+    def indexed(self, value: str) -> list[RawObject]:
+        """The cached objects filed under ``value`` by ``index_by`` (none without an index)."""
+        with self._lock:
+            return list(self._index.get(value, {}).values())
+
+    def _file(self, key: Key, old: RawObject | None, new: RawObject | None) -> None:
+        """Keep the index in step with one change (under the lock)."""
+        if self._index_by is None:
+            return
+        value = None if new is None else self._index_by(new)
+        if old is not None and (before := self._index_by(old)) is not None and before != value:
+            filed = self._index.get(before)
+            if filed is not None:
+                filed.pop(key, None)
+                if not filed:
+                    del self._index[before]
+        if new is not None and value is not None:  # an object that stays filed keeps its place (as in `items`)
+            self._index.setdefault(value, {})[key] = new
+
     def _apply(self, kind: WatchEventType, obj: RawObject, *, slimmed: bool = False) -> None:
         key = key_of(obj)
         with self._lock:
@@ -86,6 +114,7 @@ class Informer:
             else:
                 new = obj if slimmed else self._slim(obj)
                 self._items[key] = new
+            self._file(key, old, new)
         if old is not new:
             self._on_change(old, new)
 
@@ -143,6 +172,7 @@ class Informer:
                     log.info("%s %s is not served by this cluster: none cached", self.kind, self.api_version)
                 with self._lock:
                     self._items.clear()
+                    self._index.clear()
                 self.synced.set()
                 version = None
                 self._stop.wait(NOT_SERVED_RETRY_SECONDS)

@@ -16,6 +16,7 @@ from types import FrameType
 
 from metax_core import release
 from metax_core.errors import MetaxError
+from metax_core.wire import operator_env
 from metax_k8s import client, connect
 from services.operator import bootstrap
 from services.webhook import server
@@ -60,7 +61,7 @@ def _start_webhook(env: Mapping[str, str]) -> server.WebhookServer | None:
     The chart sets ``METAX_WEBHOOK_PORT``; a developer's operator run without it serves no webhook. Every replica
     serves it (admission must not wait for an election); only the certificates are shared, through the Secret.
     """
-    if "METAX_WEBHOOK_PORT" not in env:
+    if operator_env.WEBHOOK_PORT not in env:
         return None
     running = server.serve(server.settings_from_env(env), client.HttpApi(connect.connect(env.get("KUBECONFIG"))))
     log.info("validating webhook serving on port %d", running.port)

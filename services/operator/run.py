@@ -20,6 +20,7 @@ from metax_core.errors import MetaxError
 from metax_core.spec import model as spec
 from metax_k8s.events import BackgroundEvents
 from services.operator import leader, reconciler, settings
+from services.operator.caches import Caches
 from services.operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Operator:
         s: settings.Settings,
         *,
         reconciler: reconciler.Reconciler,
-        caches: reconciler.Caches,
+        caches: Caches,
         queue: WorkQueue,
         leadership: leader.Leadership,
         events: BackgroundEvents,

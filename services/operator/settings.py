@@ -18,31 +18,31 @@ from metax_core import release
 from metax_core.cluster import image_refs, rbac
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.spec import model as spec
-from metax_core.wire import meta
+from metax_core.wire import agent_env, meta, operator_env
 from services._agent import settings as env_settings
 from services._agent.settings import env
 
 #: The smallest values that make sense, by variable: a resync more often than every 10 minutes would be
 #: polling (issue 11), and a driver pod gets at least a second to become Ready.
-MINIMUMS = {"METAX_RESYNC_SECONDS": 600.0, "METAX_DRIVER_READY_TIMEOUT": 1.0}
+MINIMUMS = {operator_env.RESYNC_SECONDS: 600.0, operator_env.DRIVER_READY_TIMEOUT: 1.0}
 
 
 @attrs.frozen
 class Settings:
-    namespace: str = attrs.field(default=spec.NAMESPACE, metadata=env("METAX_NAMESPACE"))
+    namespace: str = attrs.field(default=spec.NAMESPACE, metadata=env(agent_env.NAMESPACE))
     """METAX_NAMESPACE: where the components, ConfigMaps and the Lease live."""
     kubeconfig: str | None = attrs.field(default=None, metadata=env("KUBECONFIG"))
     """KUBECONFIG: a kubeconfig file; unset inside a pod (in-cluster configuration)."""
     identity: str = attrs.field(factory=socket.gethostname)
     """METAX_IDENTITY (else POD_NAME, else the host name): this replica's name in the Lease and in Events."""
-    leader_election: bool = attrs.field(default=True, metadata=env("METAX_LEADER_ELECTION"))
+    leader_election: bool = attrs.field(default=True, metadata=env(operator_env.LEADER_ELECTION))
     """METAX_LEADER_ELECTION: false only for a single replica in development."""
     lease_name: str = rbac.OPERATOR_LEASE
-    resync_seconds: float = attrs.field(default=600.0, metadata=env("METAX_RESYNC_SECONDS"))
+    resync_seconds: float = attrs.field(default=600.0, metadata=env(operator_env.RESYNC_SECONDS))
     """METAX_RESYNC_SECONDS: a full reconcile at least this often even if no watch fires (>= 600)."""
     version: str = attrs.field(factory=release.running, metadata=env("METAX_COMPONENT_VERSION"))
     """METAX_COMPONENT_VERSION: the component images' tag (default: this operator's own release)."""
-    driver_ready_timeout: float = attrs.field(default=600.0, metadata=env("METAX_DRIVER_READY_TIMEOUT"))
+    driver_ready_timeout: float = attrs.field(default=600.0, metadata=env(operator_env.DRIVER_READY_TIMEOUT))
     """METAX_DRIVER_READY_TIMEOUT: seconds a new driver pod may take to become Ready before it counts as failed."""
     uninstall_timeout: float = attrs.field(default=180.0, metadata=env("METAX_UNINSTALL_TIMEOUT"))
     """METAX_UNINSTALL_TIMEOUT: seconds the finalizer waits for the nodes' agents to undo their host changes."""
@@ -69,7 +69,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings the environment gives; InvalidSpec names every bad variable at once."""
     e = os.environ if environ is None else environ
     given = {k: v for k, v in e.items() if v != ""}  # an empty variable means "the default", as the chart may render
-    identity = given.get("METAX_IDENTITY") or given.get("POD_NAME") or socket.gethostname()
+    identity = given.get(operator_env.IDENTITY) or given.get(operator_env.POD_NAME) or socket.gethostname()
     errors: list[FieldError] = []
     try:
         loaded = env_settings.load(Settings, given, identity=identity)
@@ -78,7 +78,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
         loaded = None
     for name, minimum in MINIMUMS.items():
         if name in given and loaded is not None:
-            value = loaded.resync_seconds if name == "METAX_RESYNC_SECONDS" else loaded.driver_ready_timeout
+            value = loaded.resync_seconds if name == operator_env.RESYNC_SECONDS else loaded.driver_ready_timeout
             if value < minimum:
                 errors.append(FieldError(name, f"must be at least {minimum:g} seconds, got {given[name]!r}"))
     if loaded is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from metax_core.cluster import status, workloads
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.errors import MetaxError
 from metax_core.ports.cluster import RawObject
 from services.operator import applier

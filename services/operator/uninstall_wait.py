@@ -39,8 +39,6 @@ class Wait:
     decision: uninstall.FinalizeDecision
     again_in: float
     """Seconds until the wait is over (the reconciler looks again then, or sooner when a node changes)."""
-    writes: int = 0
-    status_writes: int = 0
 
 
 def over(cr: RawObject) -> bool:
@@ -74,23 +72,20 @@ def await_agents(
     undos = node_undos.node_undos(node_list, pods)
     spent = waited(cr, now)
     decision = uninstall.finalize(undos, uid, waited=spent, timeout=timeout)
-    writes = 0
     for name in decision.to_request:
         try:
             nodes.patch_node_metadata(name, annotations=dict(uninstall.render_request(uid)))
         except NotFound:
             continue
-        writes += 1
         log.info("node %s: asked its agents to undo their host changes", name)
     if decision.timed_out:
         log.warning("%s", decision.message)
         events.emit(
             ref, reason=uninstall.INCOMPLETE_REASON, message=decision.message, type=EventType.WARNING, action="Delete"
         )
-    status_writes = 0
-    if (undos or decision.proceed) and _write_condition(cr, decision, objects, now, field_manager):
-        status_writes = 1
-    return Wait(decision, max(1.0, timeout - spent), writes, status_writes)
+    if undos or decision.proceed:
+        _write_condition(cr, decision, objects, now, field_manager)
+    return Wait(decision, max(1.0, timeout - spent))
 
 
 def _write_condition(

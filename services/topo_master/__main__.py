@@ -7,38 +7,33 @@ account or ``$KUBECONFIG``.
 
 from __future__ import annotations
 
-import logging
-import os
+import argparse
 import pathlib
 import sys
+from collections.abc import Mapping
 
-from metax_core.errors import MetaxError
-from services._agent import cluster, loop
+from metax_core.wire import agent_env
+from services._agent import cluster, service
 from services.topo_master import master
 
-log = logging.getLogger("topo-master")
 SA_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-def main(argv: list[str] | None = None) -> int:
-    loop.parse_args(
-        "topo-master",
-        argv,
-        description="The MetaX GPU operator's topology view: one ConfigMap rebuilt from every node's topology.",
-        doc="docs/topology.md",
-    )
-    environ = dict(os.environ)
-    loop.setup_logging(environ)
-    namespace = environ.get("METAX_NAMESPACE") or (
+def start(environ: Mapping[str, str], args: argparse.Namespace) -> service.Run:
+    """The topology view's keeper on the cluster; MetaxError when the cluster cannot be reached."""
+    namespace = environ.get(agent_env.NAMESPACE) or (
         SA_NAMESPACE.read_text().strip() if SA_NAMESPACE.is_file() else "metax-operator"
     )
-    try:
-        ports = cluster.production("topo-master", environ.get("POD_NAME", "topo-master"))
-    except MetaxError as exc:
-        log.error("cannot start topo-master: %s", exc)
-        return 2
-    loop.run_until_signalled(master.TopoMaster(ports.objects, ports.events, namespace).run)
-    return 0
+    ports = cluster.production("topo-master", environ.get("POD_NAME", "topo-master"))
+    return master.TopoMaster(ports.objects, ports.events, namespace).run
+
+
+main = service.Service(
+    "topo-master",
+    start,
+    description="The MetaX GPU operator's topology view: one ConfigMap rebuilt from every node's topology.",
+    doc="docs/topology.md",
+).main
 
 
 if __name__ == "__main__":

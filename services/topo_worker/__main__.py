@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from services._agent import loop
 from services.topo_worker import bootstrap
 
-
-def main(argv: list[str] | None = None) -> int:
-    return loop.main("topo-worker", bootstrap.build, argv)
+main = bootstrap.RECIPE.main
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from metax_core.wire import host
 from services._agent import builder
 from services.topo_worker import agent, config
 
@@ -16,7 +17,7 @@ def pod_resources(settings: config.Settings) -> agent.HeldDevices:
     """Which devices pods hold, from kubelet's PodResources API (read-only socket, 000 §1.3.2)."""
     from metax_k8s.podresources import client as podresources
 
-    socket = settings.host_path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    socket = settings.host_path(host.POD_RESOURCES_SOCKET)
     return lambda: podresources.held_devices(socket)
 
 

@@ -7,13 +7,14 @@ from collections.abc import Mapping
 
 import attrs
 
+from metax_core.wire import agent_env
 from services._agent import settings as agent_settings
 from services._agent.settings import Seconds, env
 
 
 @attrs.frozen(kw_only=True)
 class Settings(agent_settings.NodeAgentSettings):
-    interval: Seconds = attrs.field(default=Seconds(30.0), metadata=env("METAX_TOPO_INTERVAL"))
+    interval: Seconds = attrs.field(default=Seconds(30.0), metadata=env(agent_env.TOPO_INTERVAL))
     """Seconds between topology reads (hot-plug, a GPU turning unhealthy)."""
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.errors import ClusterError, HardwareError, InvalidSpec
 from metax_core.inventory import METAX_MODULE, VFIO_DRIVER, PciAddress
 from metax_core.node import vfio, vfio_config_map
@@ -27,6 +27,7 @@ from metax_core.ports import node as node_ports
 from metax_core.spec import vfio_config
 from metax_core.spec.model import VfioConfigEntry
 from metax_core.wire import event_reasons
+from metax_hw import vfio_marker
 from services._agent import base, cluster, loop
 from services._agent import uninstall as agent_uninstall
 from services.vfio_manager import undo
@@ -66,7 +67,7 @@ class VfioManager(base.NodeAgentBase):
         self.entries: tuple[VfioConfigEntry, ...] = ()
         self.failures: dict[PciAddress, int] = {}
         self.problems: dict[PciAddress, str] = {}
-        self.marker = undo.Marker(settings.host_root)
+        self.marker: node_ports.VfioLoadMarker = vfio_marker.HostVfioMarker(settings.host_root)
 
     def tick(self) -> None:
         if not self.chores.due("sync", self.settings.interval):

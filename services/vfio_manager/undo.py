@@ -2,52 +2,27 @@
 
 Why a module of its own: the normal round binds what ``metax-vfio-config`` selects; the undo gives every
 MetaX function held for vfio-pci back (`vfio.plan` with nothing selected) and unloads ``vfio-pci`` when this
-agent loaded it. That fact is recorded on the host (``/var/lib/metax/vfio-manager/loaded-vfio-pci``, an
-empty marker written before the load), so a restarted agent still knows; the marker and its directory go
+agent loaded it. That fact is recorded on the host (`metax_hw.vfio_marker`, an empty marker written before
+the load), so a restarted agent still knows; the marker and its directory go
 last, once nothing stays bound. Each step looks at the host first: an undo killed midway completes on restart.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import pathlib
 
 from metax_core.errors import HardwareError
 from metax_core.inventory import METAX_MODULE, VFIO_DRIVER
 from metax_core.node import vfio
 from metax_core.ports import hardware
+from metax_core.ports import node as node_ports
 from metax_core.spec import vfio_config
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = "/var/lib/metax/vfio-manager"
-MARKER = STATE_DIR + "/loaded-vfio-pci"
-
-
-class Marker:
-    """ "vfio-manager loaded vfio-pci": written before the load, removed by the undo."""
-
-    def __init__(self, host_root: pathlib.Path) -> None:
-        self.path = host_root / MARKER.lstrip("/")
-
-    def mark(self) -> None:
-        if self.path.exists():
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.touch()
-        except OSError as exc:
-            raise HardwareError("record the vfio-pci load", str(self.path), str(exc)) from exc
-
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # absent, or not empty (not ours to empty)
-            self.path.parent.rmdir()
-
 
 def undo(
-    marker: Marker,
+    marker: node_ports.VfioLoadMarker,
     devices: hardware.DeviceInventory,
     binder: hardware.DriverBinder,
     modules: hardware.KernelModules,
@@ -64,7 +39,7 @@ def undo(
             kept.append(f"{address} on vfio-pci: {exc.detail}")
     if kept:
         return kept
-    if marker.path.exists():
+    if marker.present():
         still = [f.address for f in devices.functions() if f.driver == VFIO_DRIVER]
         try:
             if modules.state(VFIO_DRIVER) is not None and not still:
@@ -73,6 +48,6 @@ def undo(
             return [f"{VFIO_DRIVER} module: {exc.detail}"]
         try:
             marker.clear()
-        except OSError as exc:
-            return [f"{marker.path}: {exc}"]
+        except HardwareError as exc:
+            return [f"{exc.device}: {exc.detail}"]
     return kept

@@ -14,36 +14,38 @@ running the webhook on its own (a second Deployment, or a developer's machine wh
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
 import sys
 import threading
+from collections.abc import Mapping
 
 from metax_core.errors import ClusterError, InvalidSpec
 from metax_k8s import client, connect
+from services._agent import service
 from services.webhook import server
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="metax-operator-webhook", description=__doc__.split("\n")[0])
-    parser.add_argument("--kubeconfig", help="default: in-cluster, then $KUBECONFIG")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        settings = server.settings_from_env(os.environ)
-        api = client.HttpApi(connect.connect(args.kubeconfig))
-        running = server.serve(settings, api)
-    except (InvalidSpec, ClusterError) as exc:
-        print(f"metax-operator-webhook: {exc}", file=sys.stderr)
-        return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+def start(environ: Mapping[str, str], args: argparse.Namespace) -> service.Run:
+    """The webhook's HTTPS server, serving from here on (its certificate in place); it stops with the run."""
+    settings = server.settings_from_env(environ)
+    api = client.HttpApi(connect.connect(args.kubeconfig))
+    running = server.serve(settings, api)
     print(f"metax-operator-webhook: serving on port {running.port}", file=sys.stderr, flush=True)
-    stop.wait()
-    running.shutdown()
-    return 0
+
+    def run(stop: threading.Event) -> None:
+        stop.wait()
+        running.shutdown()
+
+    return run
+
+
+main = service.Service(
+    "operator-webhook",
+    start,
+    description=__doc__.split("\n")[0],
+    doc="docs/webhook.md",
+    refused=(InvalidSpec, ClusterError),
+    options=lambda parser: parser.add_argument("--kubeconfig", help="default: in-cluster, then $KUBECONFIG"),
+).main
 
 
 if __name__ == "__main__":

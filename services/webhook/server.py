@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from metax_core.node import labels
+from metax_core.wire import agent_env, operator_env
 from metax_k8s import admission
 from metax_k8s.api import Api
 from services._agent import settings as env_settings
@@ -44,12 +45,12 @@ MAX_BODY = 3 * 1024 * 1024
 class Settings:
     """Where the webhook listens and what it is called in the cluster."""
 
-    namespace: str = attrs.field(default="metax-operator", metadata=env("METAX_NAMESPACE"))
+    namespace: str = attrs.field(default="metax-operator", metadata=env(agent_env.NAMESPACE))
     name: str = attrs.field(default="metax-operator-webhook", metadata=env("METAX_WEBHOOK_NAME"))
     """The Service, the Secret and the ValidatingWebhookConfiguration share this name."""
     host: str = attrs.field(default="0.0.0.0", metadata=env("METAX_WEBHOOK_HOST"))
     port: env_settings.PositiveInt = attrs.field(
-        default=env_settings.PositiveInt(9443), metadata=env("METAX_WEBHOOK_PORT")
+        default=env_settings.PositiveInt(9443), metadata=env(operator_env.WEBHOOK_PORT)
     )
     """0: any free port (tests; the environment allows >= 1 only)."""
     cert_days: env_settings.PositiveInt = attrs.field(
