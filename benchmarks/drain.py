@@ -2,7 +2,7 @@
 
 Why this module exists: with ``upgradePolicy.drain`` the rollout's wall time is set by how fast GPU workloads
 leave their nodes under their PodDisruptionBudgets, and an administrator plans a maintenance window by it. Nothing
-is asserted here (tests/integration/operator/test_operator_drain.py asserts the invariants on a smaller fleet);
+is asserted here (tests/integration/operator/test_rollout_drain.py asserts the invariants on a smaller fleet);
 the run reports the invariants it saw next to the time.
 
 ``python -m benchmarks.drain [--nodes 100] [--max-parallel 10]``: on the loopback control plane, N kwok GPU nodes

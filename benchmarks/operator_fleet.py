@@ -25,7 +25,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from metax_core.cluster import components, workloads
+from metax_core import components
+from metax_core.cluster import workloads
 from metax_core.spec import model as spec
 from metax_core.wire import meta
 from metax_dev.controlplane import cluster

@@ -9,10 +9,12 @@ Run from the repository root::
     python -m benchmarks.rollout [--sizes 100 1000 10000] [--repeat 20]
 
 Rows, per fleet size: one decision in the middle of a rollout (a loop of the third step about to start;
-median of ``--repeat`` runs); a whole rollout where every upgrade succeeds; the same with maxParallel 1%
-(many more, smaller loops); and a whole rollout where one node of the second step always fails and the
-fallback rolls every upgraded node back. The policy: steps 1% (manual pause), 10% and 50% (10 s pauses),
-100% (manual), maxParallel 25%, maxFailureThreshold 2.
+median of ``--repeat`` runs, each beside one filtering pass over the fleet, P4's reference); at 10,000 nodes
+also the fleet snapshot the decision reads, built from its nodes (`metax_core.rollout.model.Fleet` puts them in
+name order and indexes them by name once, so that no decision has to); a whole rollout where every upgrade
+succeeds; the same with maxParallel 1% (many more, smaller loops); and a whole rollout where one node of the
+second step always fails and the fallback rolls every upgraded node back. The policy: steps 1% (manual
+pause), 10% and 50% (10 s pauses), 100% (manual), maxParallel 25%, maxFailureThreshold 2.
 """
 
 from __future__ import annotations
@@ -75,13 +77,19 @@ def mid_rollout(size: int) -> Moment:
     return found[0]
 
 
-def time_decision(moment: Moment, repeat: int) -> float:
-    runs = []
+def time_decision(moment: Moment, repeat: int) -> tuple[float, float]:
+    """The median of ``repeat`` decisions, and of as many filtering passes (`filter_pass`), taken in turns.
+
+    In turns, so that both see the same machine: on a shared host the load moves within a run, and P4 compares
+    the two.
+    """
+    decisions, passes = [], []
     for _ in range(repeat):
         start = time.perf_counter()
         rollout.decide(moment.policy, moment.status, moment.fleet, moment.now)
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
+        decisions.append(time.perf_counter() - start)
+        passes.append(filter_pass(moment))
+    return statistics.median(decisions), statistics.median(passes)
 
 
 def time_rollout(policy: spec.UpgradePolicy, size: int, failing: Sequence[str]) -> tuple[float, rollout_sim.Simulation]:
@@ -90,39 +98,69 @@ def time_rollout(policy: spec.UpgradePolicy, size: int, failing: Sequence[str]) 
     return time.perf_counter() - start, result
 
 
-def time_filter(moment: Moment, repeat: int) -> float:
+def filter_pass(moment: Moment) -> float:
     """The reference of P4: one filtering pass over the fleet (the nodes already on the new revision)."""
-    runs = []
     new = moment.fleet.new_revision
+    start = time.perf_counter()
+    [n for n in moment.fleet.nodes if n.revision == new and n.ready]
+    return time.perf_counter() - start
+
+
+def time_fleet(moment: Moment, repeat: int) -> float:
+    """The median of ``repeat`` builds of the decision's fleet snapshot from its nodes (name order, index)."""
+    fleet, runs = moment.fleet, []
     for _ in range(repeat):
         start = time.perf_counter()
-        [n for n in moment.fleet.nodes if n.revision == new and n.ready]
+        rollout.Fleet(fleet.nodes, fleet.old_revision, fleet.new_revision, fleet.old_spec, fleet.old_driver_spec)
         runs.append(time.perf_counter() - start)
     return statistics.median(runs)
 
 
 def decision_figures(sizes: Sequence[int], repeat: int) -> list[fig.Figure]:
-    """P4 per fleet size: one decision mid-rollout (median of ``repeat``) beside one filtering pass."""
-    found = []
+    """P4 per fleet size: one decision mid-rollout (median of ``repeat``) beside one filtering pass; at the goal's
+    size the two goals (time, and ratio to the pass), and the fleet snapshot's build, reported beside them."""
+    found: list[fig.Figure] = []
     for size in sizes:
         moment = mid_rollout(size)
-        one, floor = time_decision(moment, repeat), time_filter(moment, repeat)
-        goal = fig.at_most(5.0, "ms", "at 10,000 nodes") if size == GOAL_SIZE else fig.reported()
-        found.append(
+        one, floor = time_decision(moment, repeat)
+        what = f"one rollout decision, mid-rollout, {size:,} nodes (median of {repeat})"
+        reference = f"one filtering pass over the fleet: {floor * 1000:.3f} ms"
+        goals = (
+            [fig.at_most(GOAL_MS, "ms", "at 10,000 nodes"), fig.ratio_at_most(GOAL_RATIO, "at 10,000 nodes")]
+            if size == GOAL_SIZE
+            else [fig.reported()]
+        )
+        found.extend(
             fig.Figure(
                 id="P4",
-                what=f"one rollout decision, mid-rollout, {size:,} nodes (median of {repeat})",
+                what=what,
                 goal=goal,
                 value=one * 1000,
                 unit="ms",
-                reference=f"one filtering pass over the fleet: {floor * 1000:.3f} ms",
+                reference=reference,
                 reference_value=floor * 1000,
             )
+            for goal in goals
         )
+        if size == GOAL_SIZE:
+            found.append(
+                fig.Figure(
+                    id="P4",
+                    what=f"the fleet snapshot a decision reads, built from {size:,} nodes (median of {repeat})",
+                    goal=fig.reported("paid once per reconcile, where the operator gathers the fleet"),
+                    value=time_fleet(moment, repeat) * 1000,
+                    unit="ms",
+                    reference=reference,
+                    reference_value=floor * 1000,
+                )
+            )
     return found
 
 
 GOAL_SIZE = 10_000
+GOAL_MS = 2.0
+GOAL_RATIO = 3.0
+"""P4 at 10,000 nodes (issue 43 item 7): at most 2 ms, and at most 3 times one filtering pass over the fleet."""
 
 
 def figures(quick: bool = False, nodes: Sequence[int] = ()) -> list[fig.Figure]:
@@ -139,9 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for column in ("nodes", "what", "decisions", "time", "per decision", "outcome"):
         table.add_column(column, justify="right" if column != "what" else "left")
     found = decision_figures(args.sizes, args.repeat)
-    for size, figure in zip(args.sizes, found, strict=True):
+    for size in args.sizes:
+        figure = next(f for f in found if f.what.startswith(f"one rollout decision, mid-rollout, {size:,} nodes"))
         one = figure.value / 1000
         table.add_row(str(size), "one decision (mid-rollout)", "1", f"{one * 1000:.2f} ms", f"{one * 1000:.2f} ms", "")
+        for built in (
+            f for f in found if f.what.startswith(f"the fleet snapshot a decision reads, built from {size:,}")
+        ):
+            table.add_row(str(size), "the fleet snapshot, built", "", f"{built.value:.2f} ms", "", "")
         names = rollout_sim.node_names(size)
         second_step = names[max(1, size // 100)]  # the first node the 10% step upgrades
         runs = (

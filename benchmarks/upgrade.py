@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
 from benchmarks import figures as fig
 from benchmarks import operator_fleet as fleet
 from benchmarks import operator_scale
-from metax_core import release
-from metax_core.cluster import components, workloads
+from metax_core import components, release
+from metax_core.cluster import render_settings, workloads
 from metax_core.spec import validation
 from metax_dev.controlplane import cluster
 from metax_dev.release import previous
@@ -56,7 +56,7 @@ DRIVER = components.DRIVER_DAEMONSET
 
 def rendered(version: str) -> dict[str, Mapping[str, Any]]:
     """DaemonSet name → the DaemonSet the operator of ``version`` renders for `operator_fleet.SPEC`."""
-    objects = workloads.render(validation.parse(fleet.SPEC), workloads.RenderSettings(version=version)).objects
+    objects = workloads.render(validation.parse(fleet.SPEC), render_settings.RenderSettings(version=version)).objects
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == "DaemonSet"}
 
 

@@ -16,6 +16,8 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 
+from metax_core.wire import agent_env
+
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from metax_core.node import payload_layout
@@ -28,7 +30,7 @@ Built = tuple[loop.Agent, Callable[[threading.Event], None]]
 
 
 def _fake(environ: Mapping[str, str]) -> fake_host.FakeHost:
-    return fake_host.FakeHost.open(environ["METAX_HOST_ROOT"])
+    return fake_host.FakeHost.open(environ[agent_env.HOST_ROOT])
 
 
 def gpu_label(environ: Mapping[str, str]) -> Built:
@@ -92,17 +94,17 @@ PAYLOAD_VERSION = "2.20.0"
 
 #: Each agent's intervals for tests: rounds every few seconds instead of the production 10-30 s.
 FAST: Mapping[str, Mapping[str, str]] = {
-    "gpu-label": {"METAX_LABEL_INTERVAL": "3"},
-    "gpu-discovery": {"METAX_LABEL_INTERVAL": "3"},
-    "driver-manager": {"METAX_DEPLOY_POLICY": "PreferCloud", "METAX_DRIVER_INTERVAL": "5"},
-    "vfio-manager": {"METAX_VFIO_INTERVAL": "10"},
+    "gpu-label": {agent_env.LABEL_INTERVAL: "3"},
+    "gpu-discovery": {agent_env.LABEL_INTERVAL: "3"},
+    "driver-manager": {agent_env.DEPLOY_POLICY.name: "PreferCloud", agent_env.DRIVER_INTERVAL: "5"},
+    "vfio-manager": {agent_env.VFIO_INTERVAL: "10"},
     # maca's payload directory is not the driver's (each has its own pod): no SDK images unless a test gives some.
-    "maca": {"METAX_MACA_INTERVAL": "3", "METAX_PAYLOAD_DIR": "/nonexistent-maca-payload"},
+    "maca": {agent_env.MACA_INTERVAL: "3", agent_env.PAYLOAD_DIR: "/nonexistent-maca-payload"},
     "gpu-device": {
-        "METAX_HEALTHY_INTERVAL": "3",
-        "METAX_INVENTORY_INTERVAL": "1",
-        "METAX_READINESS_INTERVAL": "0.5",
-        "METAX_LABEL_INTERVAL": "2",
+        agent_env.HEALTHY_INTERVAL.name: "3",
+        agent_env.INVENTORY_INTERVAL: "1",
+        agent_env.READINESS_INTERVAL: "0.5",
+        agent_env.LABEL_INTERVAL: "2",
     },
 }
 
@@ -145,13 +147,13 @@ def environment(
         **fake.env(),
         "KUBECONFIG": str(kubeconfig),
         "NODE_NAME": node_name,
-        "METAX_HOST_ROOT": str(fake.root),
-        "METAX_NAMESPACE": namespace,
-        "METAX_DRIVER_VERSION": PAYLOAD_VERSION,
-        "METAX_PAYLOAD_DIR": str(payload),
-        "METAX_TICK": "0.2",
-        "METAX_RESYNC": "60",
-        "METAX_LOG_LEVEL": "INFO",
+        agent_env.HOST_ROOT: str(fake.root),
+        agent_env.NAMESPACE: namespace,
+        agent_env.DRIVER_VERSION.name: PAYLOAD_VERSION,
+        agent_env.PAYLOAD_DIR: str(payload),
+        agent_env.TICK: "0.2",
+        agent_env.RESYNC: "60",
+        agent_env.LOG_LEVEL: "INFO",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1]),
     }

@@ -30,7 +30,8 @@ import attrs
 
 from metax_core.errors import HardwareError
 from metax_core.node import cdi
-from metax_hw import container_runtime, hostfiles
+from metax_core.wire import host
+from metax_hw import container_runtime, cri_calls, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
 from services.container_runtime import agent, bootstrap, config
@@ -238,10 +239,10 @@ def gpu_cdi_spec(device_root: pathlib.Path, cdi_dir: pathlib.Path) -> pathlib.Pa
     """gpu-device's CDI spec for one GPU (`GPU_DEVICE`) in ``cdi_dir``; its device nodes real character devices (the
     numbers of /dev/null) under ``device_root``. Returns the spec's path."""
     null = os.stat("/dev/null").st_rdev
-    nodes = {"/dev/dri/card7": device_root / "dev/dri/card7", "/dev/mxcd": device_root / "dev/mxcd"}
-    for host in nodes.values():
-        host.parent.mkdir(parents=True, exist_ok=True)
-        os.mknod(host, stat.S_IFCHR | 0o666, null)
+    nodes = {f"{host.DRI_DIR}/card7": device_root / "dev/dri/card7", host.MXCD: device_root / "dev/mxcd"}
+    for made in nodes.values():
+        made.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(made, stat.S_IFCHR | 0o666, null)
     spec = {
         "cdiVersion": "0.5.0",
         "kind": cdi.KIND,
@@ -274,7 +275,7 @@ def wait_serving(socket: pathlib.Path, log: pathlib.Path, what: str, timeout: fl
     deadline = time.monotonic() + timeout
     while True:
         try:
-            container_runtime.cri_status_config(str(socket), timeout=2)
+            cri_calls.cri_status_config(str(socket), timeout=2)
             return
         except HardwareError as exc:
             if time.monotonic() > deadline:
@@ -415,7 +416,7 @@ class RuntimeNode(AgentHost):
         wait_serving(self.socket, self.supervisor.log, "containerd", timeout)
 
     def handlers(self) -> dict[str, Any]:
-        loaded = container_runtime.cri_status_config(str(self.socket))
+        loaded = cri_calls.cri_status_config(str(self.socket))
         return dict(loaded["containerd"]["runtimes"])
 
     def without_wrapper(self) -> dict[str, bytes]:
@@ -437,12 +438,14 @@ def docker_supervisor(base: pathlib.Path, dockerd: pathlib.Path = DEBIAN_DOCKERD
     etc = base / "etc" / "docker"
     etc.mkdir(parents=True, exist_ok=True)
     args = [
-        "--config-file", "/etc/docker/daemon.json", "--data-root", str(base / "data"), "--exec-root",
+        "--config-file", host.DOCKER_CONFIG, "--data-root", str(base / "data"), "--exec-root",
         str(base / "exec"), "--pidfile", str(base / "docker.pid"), "-H", f"unix://{base / 'docker.sock'}",
         "--iptables=false", "--ip-masq=false", "--bridge=none", "--storage-driver=vfs",
     ]  # fmt: skip
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    return Supervisor(dockerd, etc / "daemon.json", base / "dockerd.log", env, args=args, binds=((etc, "/etc/docker"),))
+    return Supervisor(
+        dockerd, etc / "daemon.json", base / "dockerd.log", env, args=args, binds=((etc, host.DOCKER_CONFIG_DIR),)
+    )
 
 
 def make(base: pathlib.Path, binary: pathlib.Path, runc: pathlib.Path, bin_path: str) -> RuntimeNode:

@@ -44,16 +44,17 @@ import attrs
 
 from metax_core.errors import HardwareError, InvalidSpec
 from metax_core.runtime import crio, handler
+from metax_core.wire import host
 from metax_dev import containerd_host
 from metax_dev.realnode import images
-from metax_hw import container_runtime
+from metax_hw import cri_calls
 from metax_k8s.inmemory import cluster as inmemory
 
 NODE = "crio-node"
 CONMON = pathlib.Path("/usr/bin/conmon")
 POLICY = '{"default": [{"type": "insecureAcceptAnything"}]}\n'
 """containers/image's signature policy for the node's local images (CRI-O verifies a policy even for them)."""
-CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
+CGROUP_ROOT = pathlib.Path(host.CGROUP_DIR)
 _serial = itertools.count()
 
 
@@ -123,7 +124,7 @@ class CrioFiles(containerd_host.AgentHost):
         deadline = time.monotonic() + (self.SERVE_TIMEOUT if timeout is None else timeout)
         while True:
             try:
-                text = container_runtime.unix_http_get(str(self.socket), "/config", timeout=5).decode()
+                text = cri_calls.unix_http_get(str(self.socket), "/config", timeout=5).decode()
                 return dict(crio.parse(text, "GET /config"))
             except (HardwareError, InvalidSpec) as exc:
                 if time.monotonic() > deadline:
@@ -277,10 +278,10 @@ enable_nri = false
             return answer
 
         with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(f"unix://{self.socket}") as channel:
-            for sandbox, _ in container_runtime.listed_sandboxes(call(channel, "ListPodSandbox", b"")):
+            for sandbox, _ in cri_calls.listed_sandboxes(call(channel, "ListPodSandbox", b"")):
                 with contextlib.suppress(grpc.RpcError):  # one that cannot stop is killed below
-                    call(channel, "StopPodSandbox", container_runtime.text_field(1, sandbox))
-                    call(channel, "RemovePodSandbox", container_runtime.text_field(1, sandbox))
+                    call(channel, "StopPodSandbox", cri_calls.text_field(1, sandbox))
+                    call(channel, "RemovePodSandbox", cri_calls.text_field(1, sandbox))
 
     def close(self) -> None:
         """Everything the node started goes: its pods, CRI-O, conmons, containers, mounts, cgroups, files."""

@@ -1,5 +1,5 @@
 """A GPU fleet that is never idle, on kwok nodes, for the driver rollout's drain (issue 41 item 3; docs/rollout.md
-"Draining"): shared by tests/integration/operator/test_operator_drain.py and ``python -m benchmarks.drain``.
+"Draining"): shared by tests/integration/operator/test_rollout_drain.py and ``python -m benchmarks.drain``.
 
 What it builds on the test control plane: GPU capacity on kwok nodes (``metax-tech.com/gpu`` in the node status, as
 gpu-device's registration makes the kubelet report it), Deployments whose pods each hold one GPU with a

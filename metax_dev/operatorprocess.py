@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from metax_core.wire import agent_env, operator_env
+
 
 class OperatorProcess:
     def __init__(
@@ -25,8 +27,8 @@ class OperatorProcess:
         environment = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
-            "METAX_IDENTITY": identity,
-            "METAX_NAMESPACE": namespace,
+            operator_env.IDENTITY: identity,
+            agent_env.NAMESPACE: namespace,
             **(env or {}),
         }
         self._log = self.log_path.open("ab")

@@ -4,7 +4,7 @@ write them, `metax_core.spec.chart_values`).
 
 Why generated: the spec model (`metax_core.spec.model`) is the one definition of every chart option, its type,
 default and meaning, and `metax_core.cluster.rbac` the one definition of what the operator may do. Hand-written
-copies would drift; tests/unit/test_chart_generated.py fails when a checked-in file differs from what this
+copies would drift; tests/dev/test_chart_generated.py fails when a checked-in file differs from what this
 package produces. Regenerate with::
 
     python -m metax_dev.chart --write

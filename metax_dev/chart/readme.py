@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from metax_core.cluster import node_policy, rbac
+from metax_core.cluster import node_bound, node_policy, rbac
 from metax_core.spec import model as spec
 from metax_dev.chart import security
 from metax_dev.chart.options import GENERATED, OPERATOR_OPTIONS, Schema
-from metax_k8s import crd
+from metax_k8s.crd import schema as crd_schema
 
 # --- option tables ----------------------------------------------------------------------------------------
 
@@ -52,7 +52,7 @@ def _cell(text: str) -> str:
 def option_rows() -> list[tuple[str, str, str, str]]:
     """(option, type, default, meaning) for every spec option, from the CRD schema (= the spec model)."""
     rows = []
-    for path, node in _options(crd.record_schema(spec.ClusterOperatorSpec)):
+    for path, node in _options(crd_schema.record_schema(spec.ClusterOperatorSpec)):
         kind = _type_name(node)
         if "enum" in node:
             kind = "enum: " + ", ".join(f"`{v}`" for v in node["enum"])
@@ -231,7 +231,7 @@ def _accounts(names: tuple[str, ...]) -> str:
 
 def node_policy_text() -> str:
     """What `metax_core.cluster.node_policy` adds to the table's rules, and from which Kubernetes minor."""
-    bound = node_policy.node_bound()
+    bound = node_bound.node_bound()
     major, minor = node_policy.MINIMUM_KUBERNETES
     prefix = node_policy.KEY_PREFIX
     text = (

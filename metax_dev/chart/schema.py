@@ -9,7 +9,7 @@ from typing import Any
 from metax_core.spec import chart_values
 from metax_core.spec import model as spec
 from metax_dev.chart.options import OPERATOR_OPTIONS, Schema
-from metax_k8s import crd
+from metax_k8s.crd import schema as crd_schema
 
 
 def _json_schema(node: Any) -> Any:
@@ -74,7 +74,7 @@ def _as_helm_writes_it(node: Schema, kind: chart_values.Kind) -> Schema:
 
 
 def values_schema() -> Schema:
-    schema = _json_schema(crd.record_schema(spec.ClusterOperatorSpec))
+    schema = _json_schema(crd_schema.record_schema(spec.ClusterOperatorSpec))
     for path, kind in chart_values.paths():
         *parents, last = path.split(".")
         parent = schema_at(schema, parents) if parents else schema

@@ -1,6 +1,6 @@
 """What runs where with which privilege: the workload table of the chart README and of docs/security.md.
 
-Why generated: a security review reads this table, and it must be the model's (`metax_core.cluster.components`,
+Why generated: a security review reads this table, and it must be the model's (`metax_core.components`,
 `host_paths`, `pod_security`), not a copy that drifts. docs/security.md is written by hand around it; only the part
 between its markers is replaced (`render_security_doc`), and the generated-files test fails when it is stale.
 """
@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 from typing import Final
 
-from metax_core.cluster import components, host_paths, pod_security
-from metax_core.cluster.components import Workload, WorkloadKind
+from metax_core import components
+from metax_core.cluster import pod_security
+from metax_core.components import Workload, WorkloadKind
 
 BEGIN: Final = "<!-- BEGIN GENERATED: workloads (python -m metax_dev.chart --write) -->"
 END: Final = "<!-- END GENERATED: workloads -->"
@@ -27,7 +28,7 @@ def _where(workload: Workload) -> str:
 
 
 def _paths(workload: Workload) -> str:
-    paths = host_paths.HOST_PATHS.get(workload.name, ())
+    paths = workload.host_paths
     return ", ".join(f"`{p}`{' ro' if ro else ''}" for p, ro in paths) or "none"
 
 

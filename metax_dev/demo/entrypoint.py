@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from metax_core.wire import agent_env
 from metax_dev.demo import intervals
 
 RUNTIME = "container-runtime"
@@ -44,8 +45,8 @@ def _runtime() -> int:
 
     env = os.environ
     api = client.HttpApi(connect.connect(), user_agent="metax-demo-container-runtime")
-    probe = Path(env.get("METAX_PROBE_FILE") or Path(env.get("TMPDIR", "/tmp")) / "metax-agent-ready")
-    standins.RuntimeStandIn(api, env["NODE_NAME"], Path(env["METAX_HOST_ROOT"]), probe).run(_until_signalled())
+    probe = Path(env.get(agent_env.PROBE_FILE) or Path(env.get("TMPDIR", "/tmp")) / "metax-agent-ready")
+    standins.RuntimeStandIn(api, env["NODE_NAME"], Path(env[agent_env.HOST_ROOT]), probe).run(_until_signalled())
     return 0
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from metax_core.wire import agent_env
+
 FAST: Mapping[str, str] = {
-    "METAX_LABEL_INTERVAL": "2",  # gpu-label's rounds, and gpu-device's label reads
-    "METAX_DRIVER_INTERVAL": "2",
-    "METAX_VFIO_INTERVAL": "2",
-    "METAX_MACA_INTERVAL": "3",
-    "METAX_TOPO_INTERVAL": "10",
-    "METAX_INVENTORY_INTERVAL": "1",
-    "METAX_READINESS_INTERVAL": "0.5",
-    "METAX_TICK": "0.1",
+    agent_env.LABEL_INTERVAL: "2",  # gpu-label's rounds, and gpu-device's label reads
+    agent_env.DRIVER_INTERVAL: "2",
+    agent_env.VFIO_INTERVAL: "2",
+    agent_env.MACA_INTERVAL: "3",
+    agent_env.TOPO_INTERVAL: "10",
+    agent_env.INVENTORY_INTERVAL: "1",
+    agent_env.READINESS_INTERVAL: "0.5",
+    agent_env.TICK: "0.1",
 }
 """A watched object's change starts a round at once anyway; nothing else differs from the pod's environment."""

@@ -19,8 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components, workloads
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster import workloads
+from metax_core.components import Component
+from metax_core.wire import agent_env
 from metax_dev.demo import intervals, standins, workload
 from metax_dev.processnode import podspec
 from metax_dev.processnode import standins as process_standins
@@ -255,7 +257,7 @@ class Kubelet:
             self.node.k8s.api.apply(body, field_manager="kubelet", force=True, subresource="status")
 
 
-PROBE = "METAX_PROBE_FILE"
+PROBE = agent_env.PROBE_FILE
 _TARGET = re.compile(r'mkdir -p "([^"]+)"')
 
 

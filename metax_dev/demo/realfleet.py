@@ -34,10 +34,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components, workloads
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster import workloads
+from metax_core.components import Component
 from metax_core.errors import ClusterError, Conflict
 from metax_core.spec import model as spec
+from metax_core.wire import operator_env
 from metax_dev import agents, devicekubelet
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import devices, entrypoint, intervals, scenario, workload
@@ -249,7 +251,7 @@ class RealFleet(demo_fleet.Fleet):
             self.plane.kubeconfig_path,
             "metax-operator-demo",
             self.workdir,
-            {"METAX_DRIVER_READY_TIMEOUT": DRIVER_READY_TIMEOUT, "METAX_LEADER_ELECTION": "false"},
+            {operator_env.DRIVER_READY_TIMEOUT: DRIVER_READY_TIMEOUT, operator_env.LEADER_ELECTION: "false"},
             namespace=NAMESPACE,
         )
         self._loop.start()

@@ -32,13 +32,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from metax_core import release
+from metax_core import release, versions
 from metax_core.cluster import workloads as rendered
 from metax_core.dra import slices
 from metax_core.metrics import names as metric_names
 from metax_core.node import allocation, labels
 from metax_core.runtime import handler
 from metax_core.topology import extender
+from metax_core.wire import host
+from metax_core.wire import meta as wire_meta
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import player, realcli, scenario
 from metax_dev.images import build as images_build
@@ -198,7 +200,7 @@ def workload(d: RealNodeDemo) -> list[str]:
     script = pods.PRINT_SDK + pods.LIST_DEVICES + f"echo {pods.DONE}; sleep 3600"
     pod = pods.scheduled_pod(WORKLOAD, d.node, script, {GPU: "2"})
     pod["spec"]["runtimeClassName"] = handler.RUNTIME_HANDLER
-    pod["spec"]["containers"][0]["env"] = [{"name": "METAX_MACA_VERSION", "value": MACA_REQUEST}]
+    pod["spec"]["containers"][0]["env"] = [{"name": versions.ENV_VAR, "value": MACA_REQUEST}]
     d.core.create_namespaced_pod(WORKLOAD_NS, pod)
     text = _wait_logs(d, WORKLOAD)
     placed = d.core.read_namespaced_pod(WORKLOAD, WORKLOAD_NS).spec.node_name
@@ -285,7 +287,7 @@ def dra(d: RealNodeDemo) -> list[str]:
     script = pods.LIST_DEVICES + f"echo {pods.DONE}; sleep 3600"
     d.core.create_namespaced_pod(WORKLOAD_NS, pods.claimed_pod(CLAIMED, d.node, script, TEMPLATE))
     seen = sorted(pods.device_lines(_wait_logs(d, CLAIMED)))
-    if not [p for p in seen if p.startswith("/dev/dri/")]:
+    if not [p for p in seen if p.startswith(host.DRI_DIR + "/")]:
         raise scenario.StepFailed(f"pod {CLAIMED} sees no GPU device node: {seen}")
     claim = next(iter(set(cdi.iterdir()) - specs), None)
     d.core.delete_namespaced_pod(CLAIMED, WORKLOAD_NS, grace_period_seconds=0)
@@ -316,7 +318,7 @@ def uninstall(d: RealNodeDemo) -> list[str]:
     d.release.helm("uninstall", helm_release.RELEASE, "-n", NAMESPACE, "--wait", timeout=d.deadline + 60)
     _wait(d, "every pod of ours gone", lambda: not helm_release.pods(d.release))
     meta = _node_meta(d)
-    left = [k for k in {**(meta.labels or {}), **(meta.annotations or {})} if k.startswith("metax-tech.com/")]
+    left = [k for k in {**(meta.labels or {}), **(meta.annotations or {})} if k.startswith(wire_meta.PREFIX)]
     files = helm_release.host_files(d.release.fake.root)
     if left or files != d.release.host_before:
         raise scenario.StepFailed(

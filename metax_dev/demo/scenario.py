@@ -17,14 +17,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from metax_core import versions
-from metax_core.cluster import components, workloads
-from metax_core.cluster.components import Component
+from metax_core import components, versions
+from metax_core.cluster import workloads
+from metax_core.components import Component
 from metax_core.node import devices, driver_config, labels, vfio
 from metax_core.rollout import status as rollout_status
 from metax_core.runtime import sdk
 from metax_core.spec import converter, validation
 from metax_core.spec import model as spec
+from metax_core.wire import meta as wire_meta
 from metax_dev import fake_sdk
 from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import standins
@@ -228,7 +229,7 @@ def train_pod(node: str) -> dict[str, Any]:
     container = {
         "name": "train",
         "image": WORKLOAD_IMAGE,
-        "env": [{"name": "METAX_MACA_VERSION", "value": MACA_REQUEST}],
+        "env": [{"name": versions.ENV_VAR, "value": MACA_REQUEST}],
         "resources": {"limits": {GPU: "2"}},
     }
     spec_ = {"nodeName": node, "containers": [container]}
@@ -332,8 +333,8 @@ def uninstall(f: demo_fleet.Fleet) -> list[str]:
     said = [cli_uninstall.delete_and_wait(f.api, f.deadline, interval=0.2)]
     wait_until(f, "every operator pod gone", lambda: not f.pods())
     for n in [*f.nodes, *f.cpu_nodes]:
-        left = [k for k in _labels(f, n.name) if k.startswith("metax-tech.com/")]
-        left += [k for k in _annotations(f, n.name) if k.startswith("metax-tech.com/")]
+        left = [k for k in _labels(f, n.name) if k.startswith(wire_meta.PREFIX)]
+        left += [k for k in _annotations(f, n.name) if k.startswith(wire_meta.PREFIX)]
         if left:
             raise StepFailed(f"{n.name}: keys left on the Node: {left}")
         changes = n.changes(allowed=STAYS if n.gpus else None)  # gpu-device (CDI) runs on GPU nodes only

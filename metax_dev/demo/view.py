@@ -14,8 +14,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from metax_core.cluster import components, workloads
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster import workloads
+from metax_core.components import Component
 from metax_core.node import devices, labels
 from metax_dev.demo import fleet as demo_fleet
 from metax_dev.demo import standins

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components
+from metax_core import components
 
 REPO = Path(__file__).resolve().parents[2]
 DEFINITIONS = REPO / "images" / "images.toml"

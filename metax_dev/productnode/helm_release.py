@@ -55,7 +55,7 @@ from metax_dev.controlplane import cluster as controlplane
 from metax_dev.images import build as images_build
 from metax_dev.realnode import devnodes, images, launcher, node
 from metax_dev.release.target import Target
-from metax_hw import container_runtime
+from metax_hw import cri_calls
 from metax_hw_fake import builder, host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -276,7 +276,7 @@ class Release:
         ``helm uninstall``, as an administrator removes the GPU workloads first: the kubelet removes a deleted pod's
         sandbox at its next garbage collection (within a minute), and while one is left container-runtime keeps the
         wrapper its shim calls to delete it (docs/container-runtime.md, "Uninstall")."""
-        return container_runtime.sandboxes_with_handler(str(self.member.containerd_socket), handler.RUNTIME_HANDLER)
+        return cri_calls.sandboxes_with_handler(str(self.member.containerd_socket), handler.RUNTIME_HANDLER)
 
     def runtime_config(self) -> tuple[bytes, int]:
         """The node's containerd root file now: its bytes and permission bits."""

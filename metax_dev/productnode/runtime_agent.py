@@ -133,8 +133,8 @@ def sdk_side(
     edit_settings = edit_config.Settings(
         host_root=pathlib.Path("/"),
         socket=str(socket),  # type: ignore[arg-type]
-        sdk_dir=str(maca.store.sdk_dir),  # type: ignore[arg-type]
-        in_use_dir=str(maca.store.in_use_dir),  # type: ignore[arg-type]
+        sdk_dir=str(settings.host_path(settings.sdk_dir)),  # type: ignore[arg-type]
+        in_use_dir=str(settings.host_path(settings.in_use_dir)),  # type: ignore[arg-type]
     )
     stop = threading.Event()
     service = threading.Thread(target=edit_server.serve, args=(edit_settings, stop), daemon=True)

@@ -28,12 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from metax_core.wire import host
 from metax_dev.realnode import images
 
 SUPERVISE = "supervise"
 SVC = "svc"
 """Debian's daemontools (``./run`` installs the package): the supervisor and its control command."""
-NAMESPACE_CONFIG = "/etc/containerd/config.toml"
+NAMESPACE_CONFIG = host.CONTAINERD_CONFIG
 """Where a ``runtime_host`` node's containerd reads its root file, in the node's mount namespace."""
 NAMESPACE_SOCKET = "/run/containerd/containerd.sock"
 """Where every node's containerd serves, in the node's own ``/run`` (the usual path: the agents' pods reach it as

@@ -36,17 +36,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from metax_core.wire import host
 from metax_dev.controlplane import processes
 from metax_dev.realnode import errors
 
 #: Where the kubelet looks for device plugins (not configurable, not under --root-dir).
-DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
+DEVICE_PLUGIN_DIR: Final = host.DEVICE_PLUGINS_DIR
 #: Where agents read the kubelet's PodResources socket (the product's host path; the kubelet's is under --root-dir).
-POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
+POD_RESOURCES_DIR: Final = host.POD_RESOURCES_DIR
 #: Where a DRA driver registers (the product's host path; the kubelet watches the one under --root-dir).
-PLUGINS_REGISTRY_DIR: Final = "/var/lib/kubelet/plugins_registry"
+PLUGINS_REGISTRY_DIR: Final = host.PLUGINS_REGISTRY_DIR
 #: Where a DRA driver serves its socket, at the path it gives the kubelet (`services.dra_driver.config`).
-PLUGINS_DIR: Final = "/var/lib/kubelet/plugins"
+PLUGINS_DIR: Final = host.PLUGINS_DIR
 _OVERLAID: Final = ("/var/lib", "/var/log")
 _DEV_SUBMOUNTS: Final = ("pts", "shm", "mqueue", "hugepages")
 

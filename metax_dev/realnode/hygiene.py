@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from metax_core.wire import host
 from metax_dev.controlplane import processes
 
-CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
+CGROUP_ROOT: Final = Path(host.CGROUP_DIR)
 #: Sysctls the kubelet changes (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
 KUBELET_SYSCTLS: Final = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 #: The containerd namespaces whose containers get ``/<namespace>/<id>`` cgroups.
@@ -197,11 +198,11 @@ WATCHED_PATHS: Final = (
     "/var/log/containers",
     "/run/containerd",
     "/run/runc",
-    "/var/run/cdi",
+    host.CDI_DIR,
     "/etc/cni",
     "/opt/cni",
-    "/dev/dri",
-    "/dev/mxcd",
+    host.DRI_DIR,
+    host.MXCD,
     "/var/lib/containerd",
     str(SHARED_STATE),
 )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from metax_core.wire import host
 from metax_dev.controlplane import network, processes
 from metax_dev.realnode import airgap, cloud, cni, containerd, errors, hostns, hygiene, images, kubelet, podnet
 
@@ -158,9 +159,9 @@ class RealNode:
         if not self.runtime_host or self.device_root is None:
             return []
         return [
-            (self.device_root / "etc" / "containerd", "/etc/containerd"),
-            (self.device_root / "var" / "lib" / "metax", "/var/lib/metax"),
-            (self.device_root / "run" / "metax", "/run/metax"),
+            (self.device_root / "etc" / "containerd", host.CONTAINERD_CONFIG_DIR),
+            (self.device_root / "var" / "lib" / "metax", host.STATE_DIR),
+            (self.device_root / "run" / "metax", host.RUN_DIR),
         ]
 
     @property
