@@ -1,4 +1,4 @@
-"""A benchmark module that reports the ``full_rows_to`` its ``figures`` was given (test_benchmarks_command's
+"""A benchmark module that reports the ``full_rows_to`` its ``figures`` was given (test_command's
 ``--full-rows-to`` tests): the figure's value is that node count."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A benchmark module that never finishes unless interrupted (test_benchmarks_command's timeout test):
+"""A benchmark module that never finishes unless interrupted (test_command's timeout test):
 ``figures`` says when it starts and, on the way out, that it cleaned up."""
 
 from __future__ import annotations

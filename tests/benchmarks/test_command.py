@@ -217,14 +217,14 @@ def test_a_timed_out_module_started_with_sigint_ignored_still_stops_what_it_star
 ) -> None:
     """A run in the background (``nohup python -m benchmarks … &``) starts with SIGINT ignored, and its children
     inherit that: the timeout's SIGINT must still reach the module's context managers (the control planes)."""
-    sleeper = runner.Module("tests.unit.benchmark_sleeper", ("P0",), "sleeps")
+    sleeper = runner.Module("tests.benchmarks.benchmark_sleeper", ("P0",), "sleeps")
     monkeypatch.setattr(runner, "INTERRUPT_GRACE", 20.0)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         found = runner.run_module(sleeper, quick=True, nodes=(), timeout=10.0, logs=tmp_path)
     finally:
         signal.signal(signal.SIGINT, previous)
-    log = (tmp_path / "tests.unit.benchmark_sleeper.log").read_text()
+    log = (tmp_path / "tests.benchmarks.benchmark_sleeper.log").read_text()
     assert "started" in log, log  # the timeout came while it ran, not before it began
     assert found.error == "timed out after 10 s"
     assert "cleaned up" in log and "KeyboardInterrupt" in log, log
@@ -233,7 +233,7 @@ def test_a_timed_out_module_started_with_sigint_ignored_still_stops_what_it_star
 def test_a_run_someone_stops_writes_nothing(store: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT to a module's child (how one stops a run started with ``nohup … &``) is not a timeout: the run
     ends without --write merging an error row over the figure stored for that module."""
-    sleeper = runner.Module("tests.unit.benchmark_sleeper", ("P0",), "sleeps")
+    sleeper = runner.Module("tests.benchmarks.benchmark_sleeper", ("P0",), "sleeps")
     monkeypatch.setattr(runner, "MODULES", (sleeper,))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child runs in the store's directory
     logs = store / "logs"
@@ -260,7 +260,7 @@ def test_full_rows_to_reaches_only_a_module_that_takes_it(
 ) -> None:
     """``--full-rows-to`` reaches the child of a `Module.full_rows` module; any other module's ``figures`` is
     called as before (it has no such parameter), so a run of every module with the flag does not fail them."""
-    module = runner.Module("tests.unit.benchmark_rows", ("P0",), "rows", full_rows=full_rows)
+    module = runner.Module("tests.benchmarks.benchmark_rows", ("P0",), "rows", full_rows=full_rows)
     found = runner.run_module(module, quick=False, nodes=(5000,), timeout=60.0, logs=tmp_path, full_rows_to=5000)
     assert not found.error, found.error
     assert [f.value for f in found.figures] == [given]

@@ -32,7 +32,7 @@ import tomlkit
 
 from metax_dev import containerd_host
 from metax_dev.containerd_host import Supervisor
-from metax_hw import container_runtime, hostfiles
+from metax_hw import container_runtime, cri_calls, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
 from services.container_runtime import agent, bootstrap, config
@@ -161,7 +161,7 @@ class CorpusNode:
         return hostfiles.FileReadinessBoard(self.base / "board").read_all().get("container-runtime")
 
     def handlers(self) -> set[str]:
-        return set(container_runtime.cri_status_config(str(self.socket))["containerd"]["runtimes"])
+        return set(cri_calls.cri_status_config(str(self.socket))["containerd"]["runtimes"])
 
     # -- what the test compares ------------------------------------------------------------------------------
 

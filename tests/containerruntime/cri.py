@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import grpc
 
-from metax_hw import container_runtime
+from metax_hw import cri_calls
 
 SERVICE = "/runtime.v1.RuntimeService/"
 CONTAINER = 1
@@ -69,7 +69,7 @@ def _call(socket: str, method: str, request: bytes) -> bytes:
 
 
 def _first_text(response: bytes, number: int = 1) -> str:
-    fields = dict(container_runtime._fields(response))
+    fields = dict(cri_calls.message_fields(response))
     value = fields.get(number)
     assert isinstance(value, bytes), f"field {number} missing in {response!r}"
     return value.decode()
@@ -145,9 +145,9 @@ class Status:
 
 def container_status(socket: str, container: str) -> Status:
     response = _call(socket, "ContainerStatus", _text(1, container))
-    status = dict(container_runtime._fields(response)).get(1)
+    status = dict(cri_calls.message_fields(response)).get(1)
     assert isinstance(status, bytes)
-    fields = dict(container_runtime._fields(status))
+    fields = dict(cri_calls.message_fields(status))
 
     def text(number: int) -> str:
         value = fields.get(number, b"")

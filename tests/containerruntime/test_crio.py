@@ -41,7 +41,8 @@ from metax_dev import containerd_host, crio_host, wrapper
 from metax_dev.controlplane import build, targets
 from metax_dev.productnode import runtime_agent
 from metax_dev.realnode import images
-from services.container_runtime import crio_round, files
+from metax_hw import runtime_files
+from services.container_runtime import crio_round
 
 from . import cri
 from .conftest import CrioNode, harness_bin
@@ -228,8 +229,8 @@ def test_killed_after_a_step_converges_on_restart(
     node = started
     before = node.tree()
     owner, name = {
-        "backup": (files.Ledger, "save"),
-        "write drop-in": (files.HostFiles, "write"),
+        "backup": (runtime_files.Ledger, "save"),
+        "write drop-in": (runtime_files.HostFiles, "write"),
         "validate": (crio_round.CrioRound, "validate"),
         "restart": (containerd_host.Supervisor, "restart"),
     }[step]
@@ -411,7 +412,7 @@ def test_a_write_killed_midway_leaves_nothing_crio_reads(started: CrioNode, tmp_
     node = started
     script = (
         "import os, pathlib, signal\n"
-        "from services.container_runtime import files\n"
+        "from metax_hw import runtime_files as files\n"
         "hf = files.HostFiles(pathlib.Path('/'))\n"
         f"hf.stage_outside({str(node.config_dir)!r})\n"
         "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"

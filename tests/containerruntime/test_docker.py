@@ -16,7 +16,7 @@ import pytest
 from metax_core.errors import HardwareError
 from metax_core.runtime import handler
 from metax_dev import containerd_host
-from metax_hw import container_runtime, hostfiles
+from metax_hw import container_runtime, cri_calls, hostfiles
 from metax_k8s.inmemory import cluster as inmemory
 from services._agent import cluster
 from services.container_runtime import agent, bootstrap, config
@@ -45,7 +45,7 @@ def _wait_serving(socket: pathlib.Path, timeout: float = 60.0) -> dict[str, obje
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return dict(json.loads(container_runtime.unix_http_get(str(socket), "/info")))
+            return dict(json.loads(cri_calls.unix_http_get(str(socket), "/info")))
         except HardwareError:
             if time.monotonic() > deadline:
                 raise

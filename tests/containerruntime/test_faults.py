@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from metax_core.runtime import containerd, detect, record
-from services.container_runtime import containerd_round, files
+from metax_hw import runtime_files
+from services.container_runtime import containerd_round
 
 from .conftest import RuntimeNode
 from .test_containerd16 import DEBIAN_STYLE
@@ -36,11 +37,11 @@ def _kill_after(monkeypatch: pytest.MonkeyPatch, step: str, node: RuntimeNode) -
 
     dropin = containerd.dropin_path(str(node.root_config), 2)
     if step == "backup":
-        after(files.Ledger, "save")
+        after(runtime_files.Ledger, "save")
     elif step == "write drop-in":
-        after(files.HostFiles, "write", lambda path, *_: path == dropin)
+        after(runtime_files.HostFiles, "write", lambda path, *_: path == dropin)
     elif step == "write root":
-        after(files.HostFiles, "write", lambda path, *_: path == str(node.root_config))
+        after(runtime_files.HostFiles, "write", lambda path, *_: path == str(node.root_config))
     elif step == "validate":
         after(containerd_round.ContainerdRound, "validate")
     else:

@@ -6,7 +6,7 @@ lists; the strings Helm itself keeps as strings (leading zeros, signs, spaces, e
 are refused with the field's path; the ClusterOperator object stays strict (its CRD types these fields);
 ``gpus`` takes one index as an integer everywhere; the list of fields is exactly the spec's boolean and
 integer fields, and the generated values schema and chart template cover each of them. The real helm
-(``--set`` against ``--set-string``) is tests/integration/chart/test_chart_install.py.
+(``--set`` against ``--set-string``) is tests/integration/chart/test_helm_install.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import pytest
 
 from metax_core.errors import InvalidSpec
 from metax_core.spec import chart_values, quantity, validation
+from metax_core.spec import model as spec
 from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev import chart
-from metax_k8s import crd
+from metax_k8s.crd import schema as crd_schema
 
 BASE: dict[str, Any] = {"registry": REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.32.0"}}}
 OBJECT = {
@@ -191,7 +192,7 @@ def _leaves(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str,
 def test_the_fields_are_exactly_the_spec_s_booleans_and_integers() -> None:
     """Every boolean, integer and int-or-percent field of the CRD, except the two that read strings themselves."""
     expected = {}
-    for path, node in _leaves(crd.record_schema(crd.spec.ClusterOperatorSpec)):
+    for path, node in _leaves(crd_schema.record_schema(spec.ClusterOperatorSpec)):
         if node.get("type") == "boolean":
             expected[path] = chart_values.Kind.BOOLEAN
         elif node.get("pattern") == f"^{quantity.PATTERN}$":

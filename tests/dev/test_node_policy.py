@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metax_core.cluster import node_policy, rbac
+from metax_core.cluster import node_bound, node_policy, rbac
 from metax_dev import chart
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "metax-operator"
@@ -75,7 +75,7 @@ def test_every_node_writing_agent_is_matched_and_no_other_account() -> None:
     others = {rbac.OPERATOR_ACCOUNT, rbac.DOCTOR_ACCOUNT, *(set(rbac.COMPONENT_RULES) - set(writers))}
     assert {"metax-topo-master", "metax-gpu-scheduler"} <= others
     assert not any(u.endswith(f":{a}") for u in users for a in others)
-    bound = node_policy.node_bound()
+    bound = node_bound.node_bound()
     assert bound.accounts == tuple(writers) and set(AGENTS) <= set(bound.nodes)
     assert bound.resource_slices == ("metax-dra-driver",) and set(AGENTS) <= set(bound.events)
 
@@ -139,7 +139,7 @@ def test_a_new_node_writing_account_is_matched_without_touching_the_policy() -> 
     before = _matched_users(node_policy.policy(NAMESPACE))
     after = _matched_users(node_policy.policy(NAMESPACE, rules=rules))
     assert after == [*before, f"system:serviceaccount:{NAMESPACE}:metax-new-agent"]
-    assert node_policy.node_bound(rules).events[-1] == "metax-new-agent"
+    assert node_bound.node_bound(rules).events[-1] == "metax-new-agent"
 
     # A node agent that may also create nodes: the operation is matched, and the policy refuses it.
     creator = rbac.AccountRules("metax-new-agent", cluster=(rbac.Rule("", ("nodes",), ("create", "patch")),))
@@ -152,7 +152,7 @@ def test_a_new_node_writing_account_is_matched_without_touching_the_policy() -> 
         rbac.Rule("", ("configmaps",), ("patch",)),
     ):
         widened = _with_cluster_rule(rbac.COMPONENT_RULES["metax-driver"], unbound)
-        with pytest.raises(node_policy.UnboundWrite, match=r"metax-driver may .* cannot bind"):
+        with pytest.raises(node_bound.UnboundWrite, match=r"metax-driver may .* cannot bind"):
             node_policy.policy(NAMESPACE, rules={**rbac.COMPONENT_RULES, "metax-driver": widened})
 
 

@@ -32,7 +32,7 @@ def test_every_variable_is_read() -> None:
             "METAX_DEVICE_PLUGIN_DIR": "/var/lib/k/dp",
             "METAX_CDI_DIR": "/etc/cdi",
             "METAX_HEALTHY_INTERVAL": "0",
-            "METAX_SGPU_SHARES": "8",
+            "METAX_SGPU_SHARES_PER_GPU": "8",
             "METAX_REQUIRED_COMPONENTS": "gpu-label, container-runtime",
             "METAX_LABEL_INTERVAL": "2.5",
             "METAX_READINESS_INTERVAL": "1",
@@ -55,7 +55,7 @@ def test_bad_values_are_refused_naming_each_variable() -> None:
         config.from_env(
             {
                 "METAX_HEALTHY_INTERVAL": "-1",
-                "METAX_SGPU_SHARES": "0",
+                "METAX_SGPU_SHARES_PER_GPU": "0",
                 "METAX_CDI": "maybe",
                 "METAX_CDI_DIR": "relative/cdi",
                 "METAX_REQUIRED_COMPONENTS": "driver,Maca",
@@ -65,7 +65,7 @@ def test_bad_values_are_refused_naming_each_variable() -> None:
         "NODE_NAME",
         "METAX_CDI_DIR",
         "METAX_HEALTHY_INTERVAL",
-        "METAX_SGPU_SHARES",
+        "METAX_SGPU_SHARES_PER_GPU",
         "METAX_CDI",
         "METAX_REQUIRED_COMPONENTS",
     ]

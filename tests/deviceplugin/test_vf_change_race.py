@@ -12,7 +12,7 @@ real unix sockets and records every list it receives.
 
 from __future__ import annotations
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.inventory import PciFunction
 from services.gpu_device import bootstrap
 

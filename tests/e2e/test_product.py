@@ -88,7 +88,7 @@ from metax_dev.realnode import airgap, node
 from metax_dev.realnode import containerd as containerd_layout
 from metax_dev.release import bundle, publish
 from metax_dev.release.target import Target
-from metax_hw import container_runtime
+from metax_hw import cri_calls
 from tests.realnode import gpus, pods
 from tests.services.exporter.prometheus import Prometheus
 
@@ -460,7 +460,7 @@ def test_container_runtime_and_maca_configure_the_node_from_their_pods(
         )
     after = r.member.containerd_pid()
     assert after is not None and after != r.extras["containerd before"]  # restarted once, by its supervisor
-    loaded = container_runtime.cri_status_config(str(r.member.containerd_socket))
+    loaded = cri_calls.cri_status_config(str(r.member.containerd_socket))
     metax = loaded["containerd"]["runtimes"][handler.RUNTIME_HANDLER]
     assert metax["options"]["BinaryName"] == handler.WRAPPER_HOST_PATH
     imports = tomlkit.parse(r.member.containerd_layout.config.read_text())["imports"]
@@ -706,7 +706,7 @@ def test_uninstall_runs_the_pre_delete_job_as_a_real_pod_and_leaves_nothing(
     # restarted it without the handler; nobody else's container restarted
     assert r.runtime_config() == r.runtime_before
     assert not (r.fake.root / "etc/containerd/conf.d").exists()
-    loaded = container_runtime.cri_status_config(str(r.member.containerd_socket))
+    loaded = cri_calls.cri_status_config(str(r.member.containerd_socket))
     assert handler.RUNTIME_HANDLER not in loaded["containerd"]["runtimes"]
     assert _container(kube.read_namespaced_pod(BYSTANDER, "default")) == r.extras["bystander"]
 

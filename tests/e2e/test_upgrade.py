@@ -41,7 +41,7 @@ import pytest
 from kubernetes import client
 
 from metax_core import release as this_release
-from metax_core.node import driver_plan
+from metax_core.node import driver_plan, driver_state
 from metax_core.wire import event_reasons, meta
 from metax_dev import registry as test_registry
 from metax_dev.controlplane import cluster as controlplane
@@ -51,7 +51,6 @@ from metax_dev.release import bundle, previous, publish
 from metax_dev.release.target import Target
 from metax_k8s import crd
 from metax_k8s.podresources import client as podresources
-from services.driver_manager import state as driver_state
 from tests.realnode import gpus
 
 pytestmark = pytest.mark.realnode

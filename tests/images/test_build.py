@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from metax_core.cluster import components, workloads
+from metax_core import components
+from metax_core.cluster import render_settings, workloads
 from metax_core.spec import model as spec
 from metax_dev.images import build, definitions
 from tests.images.conftest import read_archive
@@ -73,7 +74,7 @@ def test_the_chart_and_the_operator_reference_exactly_the_built_images(
     registry = values["registry"]
     s = spec.ClusterOperatorSpec(registry=registry)
     rendered = {
-        w.name: workloads.image(s, w, workloads.RenderSettings())
+        w.name: workloads.image(s, w, render_settings.RenderSettings())
         for info in components.CATALOGUE
         for w in info.workloads
     }

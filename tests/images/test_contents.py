@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components, workloads
+from metax_core import components
+from metax_core.cluster import workloads
 from metax_core.spec import model as spec
 from metax_dev.images import build, definitions
 from metax_hw import tools

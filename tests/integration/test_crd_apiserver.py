@@ -1,12 +1,12 @@
 """The generated ClusterOperator CRD as the real kube-apiserver enforces it (integration only).
 
 The schema parts the in-memory server also enforces (defaults, enums, int-or-string, unknown fields) are
-in test_cluster_contract_objects.py for both adapters; here is what only the real server does: it accepts the CRD
+in test_objects.py for both adapters; here is what only the real server does: it accepts the CRD
 as structural and its CEL rules as well-typed, evaluates the rules (the object's name, the exporter port,
 the last rollout step), stores status through the subresource with the Table 3.16 schema, and prints the
 columns ``kubectl get mxco`` shows. Objects are written with ``dryRun=All`` where possible, so the
 session's real ``cluster-operator`` (if another test made one) is left alone.
-(The file is not named test_crd.py: tests/unit/test_crd.py has that module name.)
+(The file is not named test_crd.py: tests/k8s/test_crd.py has that module name.)
 """
 
 from __future__ import annotations

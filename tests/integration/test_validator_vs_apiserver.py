@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import workloads
+from metax_core.cluster import render_settings, workloads
 from metax_core.errors import ClusterError, InvalidSpec
 from metax_core.spec import converter, validation
 from metax_core.spec import model as spec
@@ -242,7 +242,7 @@ def test_whatever_the_validator_accepts_the_api_server_stores_and_creates(
         refusal = _server_refusal(api, obj)
         if refusal is not None:
             disagreements.append(f"CR {json.dumps(obj['spec'])[:300]}: {refusal}")
-        settings = workloads.RenderSettings(namespace=kube_namespace)
+        settings = render_settings.RenderSettings(namespace=kube_namespace)
         for manifest in workloads.render(parsed, settings).objects:
             rendered.setdefault(json.dumps(manifest, sort_keys=True), dict(manifest))
     for manifest in rendered.values():
@@ -265,7 +265,7 @@ def test_whatever_the_validator_accepts_the_api_server_stores_and_creates(
 def _daemonsets(body: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
     """The DaemonSets rendered from ``body`` without validation (what the operator would apply if it let it by)."""
     parsed = converter.structure(body, spec.ClusterOperatorSpec)
-    settings = workloads.RenderSettings(namespace=namespace)
+    settings = render_settings.RenderSettings(namespace=namespace)
     return [dict(o) for o in workloads.render(parsed, settings).objects if o["kind"] == "DaemonSet"]
 
 
@@ -331,7 +331,7 @@ def test_a_node_port_outside_the_server_s_range_is_left_to_the_server(
     obj = {"apiVersion": API, "kind": spec.KIND, "metadata": {"name": spec.OBJECT_NAME}, "spec": body}
     parsed = validation.parse(obj)
     assert _server_refusal(api, obj) is None
-    settings = workloads.RenderSettings(namespace=kube_namespace)
+    settings = render_settings.RenderSettings(namespace=kube_namespace)
     (service,) = [dict(o) for o in workloads.render(parsed, settings).objects if o["kind"] == "Service"]
     assert _outside_the_node_port_range(service) is not in_range
     if in_range:

@@ -2,7 +2,7 @@
 
 The recorder under it is a stand-in that blocks until the test lets it go, so each test can see what the
 caller waits for and what it does not. That it records the same Events as the in-line recorder on a real
-kube-apiserver is tests/contract/cluster/test_cluster_contract_metadata.py.
+kube-apiserver is tests/contract/cluster/test_metadata.py.
 """
 
 from __future__ import annotations

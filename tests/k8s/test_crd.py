@@ -26,6 +26,8 @@ import yaml
 from metax_core.spec import converter, quantity
 from metax_core.spec import model as spec
 from metax_k8s import crd
+from metax_k8s.crd import schema as crd_schema
+from metax_k8s.crd import status as crd_status
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -133,7 +135,7 @@ def test_int_or_string_fields_carry_a_percent_pattern() -> None:
     policy = _spec_schema()["properties"]["driver"]["properties"]["upgradePolicy"]["properties"]
     for key in ("maxParallel", "maxUnavailable"):
         assert policy[key]["x-kubernetes-int-or-string"] is True
-        assert policy[key]["pattern"] == crd.PERCENT_PATTERN and policy[key]["minimum"] == 0
+        assert policy[key]["pattern"] == crd_schema.PERCENT_PATTERN and policy[key]["minimum"] == 0
         assert "type" not in policy[key] and "anyOf" not in policy[key]
     step = policy["upgradeSteps"]["items"]["properties"]
     assert step["replicas"]["x-kubernetes-int-or-string"] is True
@@ -145,7 +147,7 @@ def test_int_or_string_fields_carry_a_percent_pattern() -> None:
     [("0%", True), ("50%", True), ("100%", True), ("101%", False), ("50", False), ("5 %", False), ("%", False)],
 )
 def test_percent_pattern(text: str, matches: bool) -> None:
-    assert bool(re.match(crd.PERCENT_PATTERN, text)) is matches
+    assert bool(re.match(crd_schema.PERCENT_PATTERN, text)) is matches
 
 
 def _check_structural(schema: Mapping[str, Any], path: str) -> None:
@@ -188,11 +190,11 @@ def test_descriptions_come_from_the_field_metadata() -> None:
 
 def test_unsupported_types_are_refused() -> None:
     with pytest.raises(TypeError, match="no schema for type"):
-        crd.type_schema(float)
+        crd_schema.type_schema(float)
     with pytest.raises(TypeError, match="mapping keys must be strings"):
-        crd.type_schema(Mapping[int, str])
+        crd_schema.type_schema(Mapping[int, str])
     with pytest.raises(TypeError, match="homogeneous tuples"):
-        crd.type_schema(tuple[int, str])
+        crd_schema.type_schema(tuple[int, str])
 
 
 def test_a_full_upgrade_status_fits_the_status_schema() -> None:
@@ -220,7 +222,7 @@ def test_a_full_upgrade_status_fits_the_status_schema() -> None:
     )
     document = {"upgradeStatus": rs.to_document(status), "phase": "Progressing", "readyNodes": 3}
     errors: list[str] = []
-    checked = inmemory_schema.walk(document, crd.status_schema(), "status", errors, strict=True)
+    checked = inmemory_schema.walk(document, crd_status.status_schema(), "status", errors, strict=True)
     assert errors == []
     assert checked == document  # nothing pruned, nothing defaulted
     assert rs.from_document(checked["upgradeStatus"]) == status

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_core.node import labels
 from metax_core.runtime import containerd
 from metax_dev import agents, fake_sdk, wrapper

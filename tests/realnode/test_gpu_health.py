@@ -86,7 +86,6 @@ def operator_side(realnode_plane: controlplane.ControlPlane) -> gpu_health.GpuHe
     """The operator's GPU health with its ports on the real API server (as the operator builds them)."""
     api = k8s_client.HttpApi(connect.connect(str(realnode_plane.kubeconfig_path)))
     return gpu_health.GpuHealth(
-        api,
         objects.K8sObjects(api),
         nodes.K8sNodeMetadata(api, field_manager="metax-operator"),
         events.K8sEvents(api, reporting_controller="metax-tech.com/operator", reporting_instance="test"),

@@ -4,7 +4,7 @@ gets the SDK its prefix chose; a bad prefix fails that pod's start visibly, in i
 The node is set up as the product does it: the real container-runtime agent configures the node's containerd
 (its drop-in in ``conf.d``, the real static wrapper built by `metax_dev.wrapper` installed with its ``.conf``:
 the node's runc and the edit socket; one restart through the launcher, `runtime_agent`), the RuntimeClass is
-the operator's (`metax_core.cluster.workloads.runtime_class`, whose scheduling adds the GPU node label, so the
+the operator's (`metax_core.cluster.supporting.runtime_class`, whose scheduling adds the GPU node label, so the
 test puts that label on the node), the SDK versions are installed by the real maca agent from fake payload
 images, and the real container-edit service listens on a socket the node's namespace sees; gpu-device (the
 session's agent) hands out the GPUs, whose devices containerd injects through CDI.
@@ -25,7 +25,7 @@ import attrs
 import pytest
 from kubernetes import client
 
-from metax_core.cluster import workloads
+from metax_core.cluster import supporting
 from metax_core.runtime import containerd, handler
 from metax_dev import wrapper
 from metax_dev.controlplane import cluster as controlplane
@@ -73,7 +73,7 @@ def metax_handler(
     # the RuntimeClass the operator renders (only on GPU nodes: its scheduling adds the GPU node label)
     api = realnode_plane.api_client()
     core, runtime_classes = client.CoreV1Api(api), client.NodeV1Api(api)
-    body = workloads.runtime_class()
+    body = supporting.runtime_class()
     for key, value in body["scheduling"]["nodeSelector"].items():
         core.patch_node(gpu_node.name, {"metadata": {"labels": {key: value}}})
     runtime_classes.create_runtime_class(body)

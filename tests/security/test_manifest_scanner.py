@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metax_core.cluster import components
+from metax_core import components
 from metax_dev.scanner import allowlist, checkov, inputs, scan
 from metax_dev.scanner.__main__ import scanner_name
 

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from metax_core.cluster import components
+from metax_core import components
 from services.cli import completion, main
 
 COMPONENTS = [c.value for c in components.Component]

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import components, doctor_report, workloads
+from metax_core import components
+from metax_core.cluster import render_settings
+from metax_core.cluster.doctor import report as doctor_report
 from metax_core.node import labels as node_labels
 from metax_core.spec import model as spec
 from metax_core.wire import event_reasons, meta
@@ -25,7 +27,7 @@ from metax_k8s import events as k8s_events
 from metax_k8s.inmemory import InMemoryApiServer
 from services.cli import connection, doctor, documents, main
 
-NS = workloads.RenderSettings().namespace
+NS = render_settings.RenderSettings().namespace
 CR_API = f"{spec.API_GROUP}/{spec.API_VERSION}"
 GPU_NODE, CPU_NODE = "gpu-a", "cpu-a"
 RUNTIME_HAS_AGENT = components.BY_COMPONENT[components.Component.RUNTIME].probe is not None

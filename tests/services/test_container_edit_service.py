@@ -20,10 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from metax_core import versions
 from metax_core.runtime import edit_wire
+from metax_hw import sdk_store
+from metax_hw_fake import agent_files
 from services.container_edit import config, server
-from services.maca import store
 
 GPU_CONFIG = json.dumps(
     {"process": {"env": ["PATH=/bin", "METAX_VISIBLE_DEVICES=0000:09:00.0", "METAX_MACA_VERSION=maca-2"]}}
@@ -81,7 +81,7 @@ def test_unchanged_and_edited_with_the_record_first(running: pathlib.Path) -> No
     assert json.loads(got.body)["mounts"][0]["source"] == str(running / "maca" / "2.18.0.3")
     (running / "state/run/containerd/runc/k8s.io/c1").mkdir(parents=True)
     (running / "state/run/containerd/runc/k8s.io/c1/state.json").write_text("{}")
-    live, gone = store.Store(running / "maca", running / "in-use", running / "state").uses()
+    live, gone = sdk_store.HostSdkStore(running / "maca", running / "in-use", running / "state").uses()
     assert [(u.container_id, u.version) for u in live] == [("c1", "2.18.0.3")] and gone == []
 
 
@@ -90,18 +90,20 @@ def test_bad_json_is_refused(running: pathlib.Path) -> None:
     assert got.status is edit_wire.Status.REFUSED and "config.json of container c2 is not JSON" in got.message
 
 
-class _Vanishing(server.Editor):
+class _Vanishing(agent_files.FakeContainerEditHost):
     """The version is listed, but its directory is gone by the check (the GC hid it in between)."""
 
-    def installed(self) -> tuple[versions.Version, ...]:
-        return (versions.parse("2.20.0"),)
+    def has_version(self, name: str) -> bool:
+        return False
 
 
 def test_a_version_removed_during_the_start_is_refused(tmp_path: pathlib.Path) -> None:
-    editor = _Vanishing(settings(tmp_path))
+    host = _Vanishing(installed=["2.20.0"])
+    editor = server.Editor(settings(tmp_path), host)
     got = editor.answer(edit_wire.Request("c3", "/b", None, GPU_CONFIG))
     assert got.status is edit_wire.Status.REFUSED
     assert "removed while the container started" in got.message
+    assert list(host.records) == ["c3.json"]  # the record came first, as the removal protocol needs
 
 
 def test_the_socket_is_root_only_even_under_a_permissive_umask(tmp_path: pathlib.Path) -> None:

@@ -1,5 +1,5 @@
 """`metax-dev demo --cluster real`'s command line, without a cluster (the scenario itself:
-tests/integration/demo/test_demo_real_cluster.py).
+tests/integration/demo/test_real_cluster.py).
 
 Covers: ``--cluster memory`` stays the default and ``--keep`` is refused without ``--cluster real``;
 ``metax-dev demo`` passes ``--cluster`` and ``--keep`` on; the printed kubeconfig is the admin's with the

@@ -6,7 +6,7 @@ change; an unreadable request is a 400, not a crash; driver-config with an unkno
 other ConfigMaps untouched; the server over real TLS (trusting only the CA it published in caBundle),
 /healthz and /readyz; the Secret reused across restarts; forced, due and expired certificates renewed and
 still trusted; two replicas end with one certificate. The real API server calls it in
-tests/integration/chart/test_chart_webhook.py.
+tests/integration/chart/test_webhook_tls.py.
 """
 
 from __future__ import annotations

@@ -18,11 +18,14 @@ test_cli_rollout_confirm.py, test_cli.py.)
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 
-from metax_core.cluster import components, configmaps, workloads
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster import configmaps, host_paths, workloads
+from metax_core.components import Component
 from metax_core.inventory import DriverVersion, ModuleState, PciAddress, PciFunction
 from metax_core.node import driver_config, labels, vfio, vfio_config_map
 from metax_core.rollout import fleet as rollout_fleet
@@ -38,8 +41,21 @@ PRODUCT = ("metax_core", "services", "metax_k8s", "metax_hw", "metax_hw_fake", "
 SPEC = validation.parse({"registry": names.REGISTRY_EXAMPLE, "driver": {"payload": {"version": "2.14.6"}}})
 
 
-def _strings(path: pathlib.Path) -> Iterator[tuple[str, int]]:
-    """Every string constant of a module that is not a docstring, with its line."""
+def _is_prefix(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "PREFIX") or (
+        isinstance(node, ast.Attribute) and node.attr == "PREFIX"
+    )
+
+
+@functools.cache
+def _strings(path: pathlib.Path) -> tuple[tuple[str, int], ...]:
+    return tuple(_each_string(path))
+
+
+def _each_string(path: pathlib.Path) -> Iterator[tuple[str, int]]:
+    """Every string a module spells that is not a docstring, with its line: its constants, ``PREFIX + "x"`` folded
+    to ``metax-tech.com/x``, and an f-string's text up to its first placeholder other than ``{PREFIX}`` (so
+    ``f"/dev/vfio/{group}"`` spells ``/dev/vfio/``)."""
     tree = ast.parse(path.read_text(), str(path))
     docstrings = {
         id(node.body[0].value)
@@ -56,30 +72,61 @@ def _strings(path: pathlib.Path) -> Iterator[tuple[str, int]]:
         for a, b in zip(node.body[:-1], node.body[1:], strict=False)  # type: ignore[attr-defined]
         if isinstance(a, (ast.Assign, ast.AnnAssign)) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
     }
+    folded: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Add)
+            and _is_prefix(node.left)
+            and isinstance(node.right, ast.Constant)
+            and isinstance(node.right.value, str)
+        ):
+            folded.add(id(node.right))
+            yield meta.PREFIX + node.right.value, node.lineno
+        elif isinstance(node, ast.JoinedStr):
+            text = []
+            for part in node.values:
+                if isinstance(part, ast.Constant):
+                    text.append(str(part.value))
+                elif isinstance(part, ast.FormattedValue) and _is_prefix(part.value):
+                    text.append(meta.PREFIX)
+                else:
+                    break
+            folded |= {id(part) for part in node.values}
+            if text:
+                yield "".join(text), node.lineno
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
-            and id(node) not in docstrings | attribute_docs
+            and id(node) not in docstrings | attribute_docs | folded
         ):
             yield node.value, node.lineno
 
 
-def _spellings(wanted: set[str]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {w: [] for w in wanted}
+def _product_modules() -> Iterator[pathlib.Path]:
     for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
-            for value, line in _strings(path):
-                if value in found:
-                    found[value].append(f"{path.relative_to(ROOT)}:{line}")
+            if "_pb2" not in path.name:  # generated from the kubelet's protos
+                yield path
+
+
+def _spelled_where(matches: Callable[[str], object]) -> dict[str, list[str]]:
+    """Every string the product spells that ``matches``, with where."""
+    found: dict[str, list[str]] = {}
+    for path in _product_modules():
+        for value, line in _strings(path):
+            if matches(value):
+                found.setdefault(value, []).append(f"{path.relative_to(ROOT)}:{line}")
     return found
 
 
+def _spellings(wanted: set[str]) -> dict[str, list[str]]:
+    return {w: _spelled_where(wanted.__contains__).get(w, []) for w in wanted}
+
+
 def test_every_product_name_is_spelled_once_in_the_core() -> None:
-    names: set[str] = set()
-    for package in PRODUCT:
-        for path in (ROOT / package).rglob("*.py"):
-            names |= {v for v, _ in _strings(path) if v.startswith(meta.PREFIX) and len(v) > len(meta.PREFIX)}
+    names = set(_spelled_where(lambda v: v.startswith(meta.PREFIX)))  # the prefix itself included
     names.add(meta.PRODUCT)  # Event reasons: see test_no_service_writes_an_event_reason_in_place
     names |= {meta.APP_LABEL, meta.MANAGED_BY_LABEL, meta.PART_OF_LABEL}  # the CRD's part-of was spelled apart
     names |= {driver_config.CONFIGMAP_NAME, *driver_config.DATA_KEYS, vfio_config_map.NAME, vfio_config_map.KEY}
@@ -95,6 +142,56 @@ def test_every_product_name_is_spelled_once_in_the_core() -> None:
     assert twice == {}
     outside = {name: where for name, where in _spellings(names).items() if not where[0].startswith("metax_core/")}
     assert outside == {}
+
+
+ENV_NAME = re.compile(r"METAX_[A-Z0-9_]+")
+EVERY_COMPONENT = validation.parse(
+    {"registry": names.REGISTRY_EXAMPLE, **{c.value: {"deploy": True} for c in Component}}
+    | {"driver": {"deploy": True, "payload": {"version": "2.14.6"}}}
+)
+
+
+def test_every_environment_variable_is_spelled_once() -> None:
+    """Issue 43 item 1: a variable one process sets and another reads (the operator's render, the chart, the dev
+    tooling's stand-ins and an agent's settings) is named in one place, which both import; those the operator
+    renders into the agents' pods are the wire's (`metax_core.wire.agent_env`)."""
+    found = _spelled_where(ENV_NAME.fullmatch)
+    assert {name: where for name, where in found.items() if len(where) > 1} == {}
+    rendered = {
+        e["name"]
+        for o in workloads.render(EVERY_COMPONENT).objects
+        if o["kind"] in workloads.WORKLOAD_KINDS
+        for c in (
+            *o["spec"]["template"]["spec"]["containers"],
+            *o["spec"]["template"]["spec"].get("initContainers", ()),
+        )
+        for e in c.get("env", ())
+        if ENV_NAME.fullmatch(e["name"])
+    }
+    assert len(rendered) >= 15  # the scan sees the render
+    assert {n: found[n][0] for n in rendered if not found[n][0].startswith("metax_core/wire/")} == {}
+
+
+UNIVERSAL_PATHS = {"/dev/null"}
+"""Paths no process of ours names for another: every Linux has them."""
+
+
+def _host_path(value: str) -> bool:
+    return value not in UNIVERSAL_PATHS and any(
+        value == root or value.startswith(root + "/") for root in host_paths.ALLOWED_HOST_PATHS
+    )
+
+
+def test_every_host_path_is_spelled_once() -> None:
+    """Issue 43 item 1: a host path is a name two processes agree on (the operator mounts it, an agent looks there,
+    the kubelet or a runtime reads it); the mounted directories are the wire's (`metax_core.wire.host`), a file
+    under one is spelled by its owner, once."""
+    found = _spelled_where(_host_path)
+    assert "/var/run/cdi" in found  # the scan sees them
+    assert {path: where for path, where in found.items() if len(where) > 1} == {}
+    assert {
+        p: found[p][0] for p in host_paths.ALLOWED_HOST_PATHS if not found[p][0].startswith("metax_core/wire/host.py")
+    } == {}
 
 
 def _event_calls() -> Iterator[tuple[str, ast.Call]]:

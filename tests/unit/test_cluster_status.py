@@ -12,9 +12,9 @@ import datetime as dt
 
 import yaml
 
-from metax_core import wording
-from metax_core.cluster import components, configmaps, status
-from metax_core.cluster.components import Component
+from metax_core import components, wording
+from metax_core.cluster import configmaps, status
+from metax_core.components import Component
 from metax_core.errors import FieldError, InvalidSpec
 from metax_core.node import driver_config
 from metax_core.spec import model as spec

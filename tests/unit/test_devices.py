@@ -27,7 +27,7 @@ from metax_core.inventory import (
     PciAddress,
     PciFunction,
 )
-from metax_core.node import devices
+from metax_core.node import devices, preferred_allocation
 
 R = devices.Resource
 
@@ -160,35 +160,37 @@ def test_unhealthy_function_makes_its_shares_unhealthy() -> None:
 # --- preferred allocation -------------------------------------------------------------------------------
 
 
-def place(i: str, gpu: str | None = None, numa: int | None = None, path: tuple[str, ...] = ()) -> devices.Placement:
-    return devices.Placement(i, PciAddress(gpu or i), numa, tuple(PciAddress(p) for p in path))
+def place(
+    i: str, gpu: str | None = None, numa: int | None = None, path: tuple[str, ...] = ()
+) -> preferred_allocation.Placement:
+    return preferred_allocation.Placement(i, PciAddress(gpu or i), numa, tuple(PciAddress(p) for p in path))
 
 
 EIGHT = [place(f"g{i}", numa=i // 4, path=(f"root{i // 4}", f"switch{i // 2}")) for i in range(8)]
 
 
 def test_prefers_a_shared_switch_then_a_shared_numa_node() -> None:
-    assert devices.preferred_allocation(EIGHT, [], 2) == ("g0", "g1")
-    assert devices.preferred_allocation(EIGHT, [], 4) == ("g0", "g1", "g2", "g3")
-    assert devices.preferred_allocation(EIGHT, ["g5"], 2) == ("g4", "g5")
-    assert devices.preferred_allocation(EIGHT, ["g5"], 3) == ("g4", "g5", "g6")
-    assert devices.preferred_allocation([EIGHT[0], EIGHT[2], EIGHT[4], EIGHT[5]], [], 2) == ("g4", "g5")
+    assert preferred_allocation.preferred_allocation(EIGHT, [], 2) == ("g0", "g1")
+    assert preferred_allocation.preferred_allocation(EIGHT, [], 4) == ("g0", "g1", "g2", "g3")
+    assert preferred_allocation.preferred_allocation(EIGHT, ["g5"], 2) == ("g4", "g5")
+    assert preferred_allocation.preferred_allocation(EIGHT, ["g5"], 3) == ("g4", "g5", "g6")
+    assert preferred_allocation.preferred_allocation([EIGHT[0], EIGHT[2], EIGHT[4], EIGHT[5]], [], 2) == ("g4", "g5")
 
 
 def test_numa_decides_when_there_are_no_switches() -> None:
     flat = [place("a", numa=0), place("b", numa=1), place("c", numa=0)]
-    assert devices.preferred_allocation(flat, [], 2) == ("a", "c")
+    assert preferred_allocation.preferred_allocation(flat, [], 2) == ("a", "c")
 
 
 def test_prefers_distinct_gpus_for_shares() -> None:
     shares = [place(f"{g}-{s}", gpu=g, numa=0, path=("r", "sw")) for g in ("x", "y") for s in range(3)]
-    assert devices.preferred_allocation(shares, [], 2) == ("x-0", "y-0")
-    three = devices.preferred_allocation(shares, ["y-2"], 3)
+    assert preferred_allocation.preferred_allocation(shares, [], 2) == ("x-0", "y-0")
+    three = preferred_allocation.preferred_allocation(shares, ["y-2"], 3)
     assert "y-2" in three and {i[0] for i in three} == {"x", "y"}
 
 
 def test_must_include_beyond_size_returns_them_all() -> None:
-    assert devices.preferred_allocation(EIGHT, ["g7", "g0", "g3"], 2) == ("g0", "g3", "g7")
+    assert preferred_allocation.preferred_allocation(EIGHT, ["g7", "g0", "g3"], 2) == ("g0", "g3", "g7")
 
 
 placements = st.lists(
@@ -205,12 +207,14 @@ placements = st.lists(
 
 
 @given(placements, st.data())
-def test_properties_of_preferred_allocation(available: list[devices.Placement], data: st.DataObject) -> None:
+def test_properties_of_preferred_allocation(
+    available: list[preferred_allocation.Placement], data: st.DataObject
+) -> None:
     ids = [p.id for p in available]
     must = data.draw(st.lists(st.sampled_from(ids), unique=True) if ids else st.just([]))
     size = data.draw(st.integers(0, len(ids) + 2))
 
-    chosen = devices.preferred_allocation(available, must, size)
+    chosen = preferred_allocation.preferred_allocation(available, must, size)
 
     assert set(chosen) <= set(ids), "never a device that is not available"
     assert set(must) <= set(chosen), "must-include devices always included"
@@ -218,7 +222,7 @@ def test_properties_of_preferred_allocation(available: list[devices.Placement], 
     assert len(set(chosen)) == len(chosen)
     shuffled = list(available)
     random.Random(size).shuffle(shuffled)
-    assert devices.preferred_allocation(shuffled, list(reversed(must)), size) == chosen, "deterministic"
+    assert preferred_allocation.preferred_allocation(shuffled, list(reversed(must)), size) == chosen, "deterministic"
 
 
 # --- allocation -----------------------------------------------------------------------------------------

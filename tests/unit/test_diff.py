@@ -14,12 +14,12 @@ from typing import Any
 
 import attrs
 
-from metax_core.cluster import diff, workloads
+from metax_core.cluster import diff, render_settings
 from metax_core.rollout import sim
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import validation
 
-SETTINGS = workloads.RenderSettings(version="0.1.0")
+SETTINGS = render_settings.RenderSettings(version="0.1.0")
 BASE: dict[str, Any] = {"registry": "r.example.com", "driver": {"payload": {"version": "2.20.0"}}}
 NODES = ("gpu-a", "gpu-b", "gpu-c")
 PODS = {

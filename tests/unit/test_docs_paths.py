@@ -1,7 +1,7 @@
 """The docs name today's paths: every repository path a doc names exists (issue 20, item 8).
 
 Aspects: a path in backticks (``metax_core/node/cdi.py``, ``services/_agent/``), a file path in the text
-(tests/integration/chart/test_chart_e2e.py), or a dotted module
+(tests/integration/chart/test_helm_lifecycle.py), or a dotted module
 (``metax_core.node.devices.settings_from_labels``) in the README, docs/ or the chart README names a file,
 a directory or a module of this checkout. Seven docs still named modules from before the restructure
 (``metax_core/spec.py``, ``metax_core/labels.py``, ...) when this test was written.

@@ -24,9 +24,10 @@ from typing import Any
 import attrs
 import pytest
 
-from metax_core.cluster import components, doctor, doctor_report
-from metax_core.cluster import doctor_facts as facts
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster.doctor import chain, checks, facts, links
+from metax_core.cluster.doctor import report as doctor_report
+from metax_core.components import Component
 from metax_core.health import report, verdict
 from metax_core.health.faults import Fault, FaultKind
 from metax_core.inventory import PciAddress
@@ -127,8 +128,8 @@ def diagnose(
     pod_list: list[facts.PodFacts] | None = None,
     events: list[facts.EventFacts] | None = None,
     table: Mapping[Component, components.ComponentInfo] = TABLE,
-) -> doctor.Diagnosis:
-    return doctor.diagnose(
+) -> links.Diagnosis:
+    return chain.diagnose(
         node or healthy_node(),
         cluster_facts or cluster(),
         pods() if pod_list is None else pod_list,
@@ -137,7 +138,7 @@ def diagnose(
     )
 
 
-def first(d: doctor.Diagnosis) -> doctor.Link:
+def first(d: links.Diagnosis) -> links.Link:
     link = d.first_broken
     assert link is not None, [(x.id, x.evidence) for x in d.links]
     return link
@@ -194,7 +195,7 @@ def first_without_probe(table: Mapping[Component, components.ComponentInfo]) -> 
     """The first component of the chain (for SPEC_DOC) whose DaemonSet declares no probe: its agent is missing."""
     plan = components.plan(components.enabled(validation.parse(SPEC_DOC)))
     return next(
-        (table[c].signal for c in doctor.chain_order(plan) if c in NODE_COMPONENTS and table[c].probe is None), None
+        (table[c].signal for c in chain.chain_order(plan) if c in NODE_COMPONENTS and table[c].probe is None), None
     )
 
 
@@ -249,9 +250,9 @@ def test_a_missing_pod_says_why_taint_and_tolerations_match_as_kubernetes_does()
     }
     link = first(diagnose(tainted, cluster(daemonsets=tolerating), pods(driver=None)))
     assert "has no pod on the node yet" in link.evidence
-    assert doctor.tolerated([{"operator": "Exists"}], facts.Taint("any", "x", "NoExecute"))
-    assert not doctor.tolerated([{"key": "a", "value": "1"}], facts.Taint("a", "2", "NoSchedule"))
-    assert not doctor.tolerated([{"key": "a", "effect": "NoExecute"}], facts.Taint("a", "", "NoSchedule"))
+    assert checks.tolerated([{"operator": "Exists"}], facts.Taint("any", "x", "NoExecute"))
+    assert not checks.tolerated([{"key": "a", "value": "1"}], facts.Taint("a", "2", "NoSchedule"))
+    assert not checks.tolerated([{"key": "a", "effect": "NoExecute"}], facts.Taint("a", "", "NoSchedule"))
 
 
 def test_a_missing_daemonset() -> None:

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import agent_env, components, dra_objects, host_paths, pod_security, rbac, workloads
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster import dra_objects, host_paths, pod_security, rbac, render_settings, supporting, workloads
+from metax_core.components import Component
 from metax_core.dra import DRIVER, VFIO_DRIVER, classes
 from metax_core.node import allocation
 from metax_core.spec import validation
+from metax_core.wire import agent_env
 from tests.support.placement import lands_on
 
 BASE: dict[str, Any] = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14.6"}}}
@@ -23,7 +25,7 @@ DAEMONSETS = ("metax-gpu-device", "metax-dra-driver")
 
 
 def _objects(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    rendered = workloads.render(validation.parse(dict(values)), workloads.RenderSettings(version="9.9.9"))
+    rendered = workloads.render(validation.parse(dict(values)), render_settings.RenderSettings(version="9.9.9"))
     return {f"{o['kind']}/{o['metadata']['name']}": dict(o) for o in rendered.objects}
 
 
@@ -155,7 +157,7 @@ def test_the_device_classes_select_disjoint_devices_of_the_driver() -> None:
     for obj in (gpu, vfio):
         assert obj["metadata"]["labels"][workloads.COMPONENT_LABEL] == "draDriver"
         assert obj["metadata"]["labels"][workloads.MANAGED_BY_LABEL] == workloads.MANAGED_BY
-    assert workloads.cluster_objects(Component.DRA_DRIVER) == dra_objects.device_classes() == [gpu, vfio]
+    assert supporting.cluster_objects(Component.DRA_DRIVER) == dra_objects.device_classes() == [gpu, vfio]
     assert (classes.ATTRIBUTE_DOMAIN, classes.TYPE_ATTRIBUTE, classes.TYPES) == (
         "gpu.metax-tech.com",
         "type",

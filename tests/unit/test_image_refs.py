@@ -14,7 +14,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from metax_core.cluster import image_refs, workloads
+from metax_core.cluster import image_refs, render_settings, workloads
 from metax_core.errors import InvalidSpec
 from metax_core.spec import names, validation
 
@@ -61,7 +61,7 @@ def test_a_registry_that_is_no_registry_host_is_refused_with_the_field_and_an_ex
 def test_the_rendered_workloads_pin_every_image_the_release_pinned() -> None:
     s = validation.parse({"registry": "127.0.0.1:5000/metax", "driver": {"payload": {"version": "2.32.0"}}})
     label = "metax-gpu-label"
-    settings = workloads.RenderSettings(image_digests={label: DIGEST})
+    settings = render_settings.RenderSettings(image_digests={label: DIGEST})
     images = {
         c["image"]
         for o in workloads.render(s, settings).objects

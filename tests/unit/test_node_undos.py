@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from metax_core.cluster import components, node_undos, workloads
+from metax_core import components
+from metax_core.cluster import node_undos, workloads
 from metax_core.node import uninstall
 
 

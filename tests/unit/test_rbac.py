@@ -4,15 +4,16 @@ Covers: every ServiceAccount of Table 1.3.1 and only those (the data-exporter ha
 in deploy order before the workloads; no ``*`` anywhere; nothing dangerous for anyone (Secrets cluster-wide,
 pods/exec, nodes delete, escalate); the operator holds whatever it grants, in the same scope (so it never
 needs ``escalate``). The real API server checks the same with SubjectAccessReviews in
-tests/integration/chart/test_chart_rbac.py.
+tests/integration/chart/test_least_privilege.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from metax_core.cluster import components, rbac, workloads
-from metax_core.cluster.components import Component
+from metax_core import components
+from metax_core.cluster import rbac, workloads
+from metax_core.components import Component
 from metax_core.spec import validation
 from metax_core.spec.names import REGISTRY_EXAMPLE
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import components, workloads
+from metax_core import components
+from metax_core.cluster import workloads
 from metax_core.errors import InvalidSpec
 from metax_core.spec import model as spec
 from metax_core.spec import quantity, validation

@@ -3,7 +3,7 @@
 Covered: every documented default of Tables 3.1–3.18; every error of a document at once, with field paths
 in the document's own camelCase keys; unknown keys with a did-you-mean (including the seed's
 ``vfio-manager`` mistake); strict bool / int / str in objects (no "false" strings, no numbers for strings; how
-chart values' strings are read is tests/unit/test_chart_values.py); lists are
+chart values' strings are read is tests/dev/test_chart_values.py); lists are
 lists (a string is not a list of characters); int-or-percent; pauseDuration in milliseconds or "10s"; the
 §3.2.8 upgradePolicy example; a ClusterOperator object versus bare values; cross-field rules; and, with
 hypothesis over generated specs, unstructure → structure round trips.

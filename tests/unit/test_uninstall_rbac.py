@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from metax_core.cluster import components, rbac
+from metax_core import components
+from metax_core.cluster import rbac
 from metax_core.node import uninstall
 
 BY_SIGNAL = {info.signal: info.component for info in components.CATALOGUE}

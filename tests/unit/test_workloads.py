@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from metax_core.cluster import agent_env, components, host_paths, payloads, pod_security, workloads
+from metax_core import components
+from metax_core.cluster import container_env, host_paths, payloads, pod_security, render_settings, supporting, workloads
 from metax_core.errors import InvalidSpec
 from metax_core.spec import validation
 
@@ -14,7 +15,7 @@ BASE = {"registry": "reg.example/metax", "driver": {"payload": {"version": "2.14
 
 
 def _render(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    rendered = workloads.render(validation.parse(values), workloads.RenderSettings(version="9.9.9"))
+    rendered = workloads.render(validation.parse(values), render_settings.RenderSettings(version="9.9.9"))
     workload_kinds = ("DaemonSet", "Deployment", "Service")  # RBAC objects: tests/unit/test_rbac.py
     return {f"{o['kind']}/{o['metadata']['name']}": dict(o) for o in rendered.objects if o["kind"] in workload_kinds}
 
@@ -75,7 +76,9 @@ def test_the_apply_order_puts_every_workload_last_and_keeps_deploy_order_within_
     """Issue 26, P1: accounts, roles, services and config go through the API server before the first DaemonSet
     makes it busy; each workload still comes after its own ServiceAccount."""
     values = {**BASE, "exporter": {"deploy": True}, "gpuScheduler": {"deploy": True}}
-    rendered = list(workloads.render(validation.parse(values), workloads.RenderSettings(service_monitor=True)).objects)
+    rendered = list(
+        workloads.render(validation.parse(values), render_settings.RenderSettings(service_monitor=True)).objects
+    )
     ordered = workloads.in_apply_order(rendered)
     kinds = [o["kind"] in workloads.WORKLOAD_KINDS for o in ordered]
     assert sorted(map(id, ordered)) == sorted(map(id, rendered))  # the same objects, none lost or repeated
@@ -98,8 +101,8 @@ def test_the_test_only_host_path_prefix_moves_the_host_side_only() -> None:
     the container, and the default render, stay the real ones. The one addition under a prefix: the privileged
     agents mount the fake host's own directory too (`TEST_FAKE_HOST_DIR`), so its tools work in their pods."""
     spec = validation.parse(BASE)
-    plain = workloads.render(spec, workloads.RenderSettings(version="9.9.9"))
-    moved = workloads.render(spec, workloads.RenderSettings(version="9.9.9", host_path_prefix="/tmp/fake-host/"))
+    plain = workloads.render(spec, render_settings.RenderSettings(version="9.9.9"))
+    moved = workloads.render(spec, render_settings.RenderSettings(version="9.9.9", host_path_prefix="/tmp/fake-host/"))
     fake = {"name": "host--metax-fake", "mountPath": "/host/.metax-fake", "readOnly": False}
     for before, after in zip(plain.objects, moved.objects, strict=True):
         if before["kind"] != "DaemonSet":
@@ -376,10 +379,10 @@ def test_a_component_gets_its_probe_by_declaring_it() -> None:
     }
     s = validation.parse(BASE)
     common = {"log_level": "INFO", "host_root": "/host", "required": ""}
-    probed = agent_env.render(s, components.Component.EXPORTER, probe_file=declared.file, **common)
+    probed = container_env.render(s, components.Component.EXPORTER, probe_file=declared.file, **common)
     assert {"name": "METAX_PROBE_FILE", "value": "/tmp/maca-ready"} in probed
     assert "METAX_PROBE_FILE" not in {
-        e["name"] for e in agent_env.render(s, components.Component.EXPORTER, probe_file=None, **common)
+        e["name"] for e in container_env.render(s, components.Component.EXPORTER, probe_file=None, **common)
     }
 
 
@@ -391,10 +394,10 @@ def test_the_exporter_service_monitor_is_rendered_only_where_the_cluster_serves_
     s = validation.parse(values)
     without = workloads.render(s).objects
     assert not [o for o in without if o["kind"] == "ServiceMonitor"]
-    rendered = workloads.render(s, workloads.RenderSettings(service_monitor=True)).objects
+    rendered = workloads.render(s, render_settings.RenderSettings(service_monitor=True)).objects
     [monitor] = [o for o in rendered if o["kind"] == "ServiceMonitor"]
     [service] = [o for o in rendered if o["kind"] == "Service"]
-    assert monitor["apiVersion"] == workloads.SERVICE_MONITOR_API
+    assert monitor["apiVersion"] == supporting.SERVICE_MONITOR_API
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items()
     assert monitor["spec"]["endpoints"] == [
         {"port": service["spec"]["ports"][0]["name"], "path": "/metrics", "honorLabels": True, "interval": "7s"}
@@ -405,6 +408,6 @@ def test_the_exporter_service_monitor_is_rendered_only_where_the_cluster_serves_
     )
     assert not [
         o
-        for o in workloads.render(external, workloads.RenderSettings(service_monitor=True)).objects
+        for o in workloads.render(external, render_settings.RenderSettings(service_monitor=True)).objects
         if o["kind"] == "ServiceMonitor"
     ]

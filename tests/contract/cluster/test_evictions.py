@@ -1,6 +1,6 @@
 """What a driver rollout's drain needs of the API, on both adapters (issue 41 item 3; `metax_k8s.cordon`,
-`Api.evict`): the Eviction API deletes a pod unless a PodDisruptionBudget allows no disruption now (429, pod
-kept), and the rollout's cordon takes and gives back only what it cordoned itself.
+`Api.evict` and `Objects.evict`): the Eviction API deletes a pod unless a PodDisruptionBudget allows no
+disruption now (429, pod kept), and the rollout's cordon takes and gives back only what it cordoned itself.
 
 On the real server the budget's status is the disruption controller's (kube-controller-manager runs in the test
 control plane); the in-memory server has none, so the test writes the status that controller writes.
@@ -69,6 +69,21 @@ def test_an_eviction_deletes_the_pod_unless_a_budget_allows_no_disruption(cluste
     assert not cluster.api.get("v1", "Pod", "held", cluster.namespace)["metadata"].get("deletionTimestamp")
     with pytest.raises(NotFound):
         cluster.api.evict("never-was", cluster.namespace)
+
+
+def test_the_objects_port_evicts_as_the_eviction_api_does(cluster: Cluster) -> None:
+    objects = cluster.objects()
+    _pod(cluster, "free")
+    objects.evict("free", cluster.namespace)
+    assert _gone_or_going(cluster, "free")
+    _pod(cluster, "held")
+    _budget_allowing_nothing(cluster)
+    with pytest.raises(ClusterError) as refused:
+        objects.evict("held", cluster.namespace)
+    assert refused.value.status == 429  # not retried: the next decision asks again
+    assert not cluster.api.get("v1", "Pod", "held", cluster.namespace)["metadata"].get("deletionTimestamp")
+    with pytest.raises(NotFound):
+        objects.evict("never-was", cluster.namespace)
 
 
 def test_the_rollout_uncordons_only_what_it_cordoned(cluster: Cluster) -> None:

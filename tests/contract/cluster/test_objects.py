@@ -7,6 +7,8 @@ the two differ, the in-memory server is wrong. Aspects covered:
 - server-side apply: ownership per field manager, conflicts without force, force, removal of fields a
   manager stops applying, no-op applies, dry runs, finalizers, the status subresource and
   metadata.generation;
+- a finalizer list set by `Objects.set_finalizers` only on the resourceVersion it was decided on (Conflict
+  otherwise), releasing a deleted object, NotFound once it is gone;
 - errors: NotFound, AlreadyExists, stale resourceVersion, unknown kinds, missing namespaces, and (once,
   without a cluster) an unloadable kubeconfig;
 - schema admission of a custom kind: enum, int-or-string, unknown fields (strict), defaults;
@@ -117,6 +119,37 @@ def test_finalizers_hold_a_deleted_object_until_removed(cluster: Cluster) -> Non
     objects.apply(cluster.configmap("cm", {"a": "1"}), field_manager="operator")
     watch.wait_for(named("DELETED", "cm"))
     assert objects.get("v1", "ConfigMap", "cm", cluster.namespace) is None
+
+
+def test_a_finalizer_list_is_set_only_on_the_version_it_was_decided_on(cluster: Cluster) -> None:
+    objects = cluster.objects()
+    first = objects.apply(cluster.configmap("cm", {"a": "1"}), field_manager="helm")
+    decided_on = first["metadata"]["resourceVersion"]
+
+    def set_to(finalizers: list[str], version: str) -> dict[str, Any]:
+        return dict(
+            objects.set_finalizers(
+                "v1",
+                "ConfigMap",
+                "cm",
+                finalizers,
+                resource_version=version,
+                field_manager="operator",
+                namespace=cluster.namespace,
+            )
+        )
+
+    held = set_to(["metax-tech.com/cleanup"], decided_on)
+    assert held["metadata"]["finalizers"] == ["metax-tech.com/cleanup"] and held["data"] == {"a": "1"}
+    with pytest.raises(Conflict):
+        set_to([], decided_on)  # the object moved on since: decided again, never undone blindly
+    assert objects.delete("v1", "ConfigMap", "cm", cluster.namespace) is True
+    going = objects.get("v1", "ConfigMap", "cm", cluster.namespace)
+    assert going is not None and going["metadata"]["finalizers"] == ["metax-tech.com/cleanup"]
+    set_to([], going["metadata"]["resourceVersion"])
+    assert objects.get("v1", "ConfigMap", "cm", cluster.namespace) is None
+    with pytest.raises(NotFound):
+        set_to([], going["metadata"]["resourceVersion"])
 
 
 def test_dry_run_apply_admits_without_storing(cluster: Cluster) -> None:

@@ -13,7 +13,7 @@ pre-delete cleanup Job before it deletes the operator, then leaves nothing of ou
 convention, as the README says).
 
 Here kwok "runs" the operator's pod and the cleanup Job (nothing executes): nothing in this module depends on
-the operator running. tests/integration/chart/test_chart_e2e.py runs the same chart with the operator's pod and the
+the operator running. tests/integration/chart/test_helm_lifecycle.py runs the same chart with the operator's pod and the
 cleanup Job really running on a process node (docs/processnode.md).
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from metax_core import release
-from metax_core.cluster import components, workloads
+from metax_core import components, release
+from metax_core.cluster import workloads
 from metax_core.errors import InvalidSpec, NotFound
 from metax_core.ports.cluster import WatchEventType
 from metax_core.spec import model as spec_model

@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 
 from metax_core.cluster import rbac
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_core.errors import ClusterError, NotFound
 from metax_dev.controlplane import cluster
 from metax_k8s import client

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from kubernetes import client as kube
 
-from metax_core.cluster import node_policy, rbac
-from metax_core.cluster.components import Component
+from metax_core.cluster import node_bound, node_policy, rbac
+from metax_core.components import Component
 from metax_core.errors import ClusterError, NotFound
 from metax_core.spec.names import REGISTRY_EXAMPLE
 from metax_dev.controlplane import cluster
@@ -39,7 +39,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-AGENTS = node_policy.node_bound().accounts
+AGENTS = node_bound.node_bound().accounts
 OURS = "metax-tech.com/node-bound-test"
 THEIRS = "example.com/other"
 SLICE_API = "resource.k8s.io/v1"
@@ -283,7 +283,7 @@ def _cells(account: str, api: client.HttpApi, a: str, b: str, events: dict[str, 
             "allowed",
         ),
     }
-    if account in node_policy.node_bound().resource_slices:
+    if account in node_bound.node_bound().resource_slices:
         mine, theirs = _slice(f"{slices[0]}", a), _slice(f"{slices[1]}", b)
         cells["a ResourceSlice of A"] = (lambda: api.create(mine), "allowed")
         cells["a ResourceSlice of B"] = (
@@ -348,7 +348,7 @@ def test_agent_tokens_change_only_their_own_node_and_our_keys(
         ):
             events[about] = installed.event(_event(f"nb-{ns}-{account.removeprefix('metax-')}-{about}", regarding))
         slices = [f"nb-{ns}-{account}-a", f"nb-{ns}-{account}-b"]
-        installed.slices += slices if account in node_policy.node_bound().resource_slices else []
+        installed.slices += slices if account in node_bound.node_bound().resource_slices else []
         for cell, (call, outcome) in _cells(account, tokens[account], a, b, events, slices).items():
             found[(account, cell)] = _outcome(call)
             expected[(account, cell)] = outcome if outcome == "allowed" else denied + outcome

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from metax_core.cluster import workloads
-from metax_core.cluster.components import Component
+from metax_core.components import Component
 from metax_dev import demo
 from metax_dev.controlplane import cluster as controlplane
 from metax_dev.demo import fleet as demo_fleet

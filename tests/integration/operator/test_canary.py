@@ -35,7 +35,8 @@ import pytest
 from operator_helpers import CR_API, NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
-from metax_core.cluster import components, payloads, workloads
+from metax_core import components
+from metax_core.cluster import payloads, workloads
 from metax_core.errors import ClusterError
 from metax_core.node import driver_config
 from metax_core.wire import driver_verdict, event_reasons

@@ -36,7 +36,7 @@ from operator_helpers import NS, Env, cluster_operator, wait_for
 from rollout_helpers import DeletionRecorder
 
 from metax_core import release
-from metax_core.cluster import diff, workloads
+from metax_core.cluster import diff, render_settings
 from metax_core.errors import ClusterError, NotFound
 from metax_core.spec import validation
 from metax_dev.controlplane import build
@@ -99,7 +99,7 @@ def not_replaced(env: Env, before: dict[tuple[str, str], str], predicted: set[tu
 
 def dry_run(env: Env, live: dict[str, Any], new: dict[str, Any]) -> dict[tuple[str, str], Any]:
     """What `metax-operator diff` dry-runs: each changed object as the API server would store it."""
-    settings = workloads.RenderSettings(namespace=NS, version=release.running())
+    settings = render_settings.RenderSettings(namespace=NS, version=release.running())
     parsed = validation.parse(new)
     prediction = diff.predict(validation.parse(live), parsed, settings=settings, pods_on=cli_diff._pods_on(env.api, NS))
     return cli_diff.server_side(env.api, prediction, parsed, settings)[1]

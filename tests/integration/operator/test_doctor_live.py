@@ -41,8 +41,10 @@ import pytest
 import yaml
 from operator_helpers import NS, Env, cluster_operator, wait_for
 
-from metax_core.cluster import components, doctor_report, rbac
-from metax_core.cluster import doctor as doctor_core
+from metax_core import components
+from metax_core.cluster import rbac
+from metax_core.cluster.doctor import chain
+from metax_core.cluster.doctor import report as doctor_report
 from metax_core.errors import ClusterError
 from metax_core.node import labels as node_labels
 from metax_core.spec import validation
@@ -280,7 +282,7 @@ def first_without_agent(spec_document: dict[str, Any]) -> str | None:
     """The first node component of the chain whose DaemonSet declares no readiness probe (its agent is not
     built yet): on a node where everything else works, doctor names its missing signal first."""
     plan = components.plan(components.enabled(validation.parse(spec_document)))
-    for component in doctor_core.chain_order(plan):
+    for component in chain.chain_order(plan):
         info = components.BY_COMPONENT[component]
         if info.probe is None and any(w.kind is components.WorkloadKind.DAEMON_SET for w in info.workloads):
             return info.signal

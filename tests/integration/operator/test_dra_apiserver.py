@@ -7,7 +7,7 @@ DaemonSet controller then splits three GPU kwok nodes — labelled ``dra``, ``de
 between gpu-device and dra-driver as the setting says (``desiredNumberScheduled`` and the nodes the pods are
 bound to), for either default; switching DRA off prunes the DaemonSet and the classes and gives gpu-device
 every GPU node again; deleting ``cluster-operator`` removes the classes (R-INSTALL). The permissions
-themselves, granted as the operator's own account, are checked in tests/integration/chart/test_chart_rbac.py.
+themselves, granted as the operator's own account, are checked in tests/integration/chart/test_least_privilege.py.
 Also: the examples (examples/dra-gpus.yaml) are accepted by the server (dry run), and a bad
 ``defaultAllocation`` is refused by the CRD schema naming the field.
 """

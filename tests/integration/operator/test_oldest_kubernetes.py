@@ -12,7 +12,7 @@ not node-bound, R-NODEBOUND); what degrades, for real (the server keeps no CEL r
 they refuse is stored) while the structural schema still refuses a bad enum with its path; ``helm uninstall
 --wait`` leaves nothing of ours; a hand upgrade of the CRD with ``kubectl apply`` is refused for the field this
 server lacks (``fieldPath``) and goes through with ``--validate=false``.
-The operator (a local process, as in test_operator_install.py) on it: it converges Ready on the GPU nodes only;
+The operator (a local process, as in test_install.py) on it: it converges Ready on the GPU nodes only;
 an edit reaches the live DaemonSets; the spec the missing CEL rule would refuse ends Degraded with the field path
 and nothing applied; deleting the CR leaves nothing behind.
 """

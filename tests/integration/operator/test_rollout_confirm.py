@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from operator_helpers import Env, cluster_operator, wait_for
 from rollout_helpers import StatusRecorder, confirm, extra_gpu_nodes
-from test_operator_rollout import install, new_driver, seen_latest, upgrade, waiting_step
+from test_rollout import install, new_driver, seen_latest, upgrade, waiting_step
 
 from metax_core.cluster import rbac
 from metax_core.wire import event_reasons

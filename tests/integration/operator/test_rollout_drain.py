@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from operator_helpers import Env, wait_for
 from rollout_helpers import DeletionRecorder, extra_gpu_nodes
-from test_operator_rollout import install, new_driver, upgrade
+from test_rollout import install, new_driver, upgrade
 
 from metax_core.errors import NotFound
 from metax_core.wire import meta

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from operator_helpers import NS, Env, cluster_operator, wait_for
 
-from metax_core.cluster import workloads
+from metax_core.cluster import render_settings, supporting
 from metax_core.errors import ClusterError
 from tests.support.cluster import wait_served
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
-    "metadata": {"name": workloads.SERVICE_MONITOR_CRD},
+    "metadata": {"name": render_settings.SERVICE_MONITOR_CRD},
     "spec": {
         "group": "monitoring.coreos.com",
         "scope": "Namespaced",
@@ -49,21 +49,21 @@ CRD: dict[str, Any] = {
 
 def service_monitor(env: Env) -> dict[str, Any] | None:
     try:
-        return env.api.get(workloads.SERVICE_MONITOR_API, "ServiceMonitor", workloads.EXPORTER_NAME, NS)
+        return env.api.get(supporting.SERVICE_MONITOR_API, "ServiceMonitor", supporting.EXPORTER_NAME, NS)
     except ClusterError:
         return None
 
 
 def service(env: Env) -> dict[str, Any] | None:
     try:
-        return env.api.get("v1", "Service", workloads.EXPORTER_NAME, NS)
+        return env.api.get("v1", "Service", supporting.EXPORTER_NAME, NS)
     except ClusterError:
         return None
 
 
 def crd_present(env: Env) -> bool:
     try:
-        env.api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", workloads.SERVICE_MONITOR_CRD)
+        env.api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", render_settings.SERVICE_MONITOR_CRD)
         return True
     except ClusterError:
         return False
@@ -72,7 +72,7 @@ def crd_present(env: Env) -> bool:
 def test_the_service_monitor_follows_the_prometheus_operators_crd(operator_env: Env) -> None:
     env = operator_env
     with contextlib.suppress(ClusterError):
-        env.api.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", workloads.SERVICE_MONITOR_CRD)
+        env.api.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", render_settings.SERVICE_MONITOR_CRD)
     wait_for("no ServiceMonitor CRD", lambda: not crd_present(env), timeout=60)
     spec = cluster_operator()["spec"]
     spec["exporter"] = {"deploy": True, "service": {"type": "NodePort", "port": 30940}}
@@ -85,7 +85,7 @@ def test_the_service_monitor_follows_the_prometheus_operators_crd(operator_env: 
         wait_for("the exporter DaemonSet", lambda: "metax-data-exporter" in env.daemonsets(), timeout=60)
 
         env.api.create(CRD)  # no CR edit: the operator watches the CRD by name and reconciles at once
-        wait_served(env.api, workloads.SERVICE_MONITOR_API, "ServiceMonitor", timeout=60)
+        wait_served(env.api, supporting.SERVICE_MONITOR_API, "ServiceMonitor", timeout=60)
         monitor = wait_for("the ServiceMonitor", lambda: service_monitor(env), timeout=120)
         [endpoint] = monitor["spec"]["endpoints"]
         assert endpoint["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
@@ -100,4 +100,4 @@ def test_the_service_monitor_follows_the_prometheus_operators_crd(operator_env: 
         wait_for("the Service pruned", lambda: service(env) is None, timeout=120)
     finally:
         with contextlib.suppress(ClusterError):
-            env.api.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", workloads.SERVICE_MONITOR_CRD)
+            env.api.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", render_settings.SERVICE_MONITOR_CRD)

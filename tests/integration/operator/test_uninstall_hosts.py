@@ -2,7 +2,7 @@
 included").
 
 The operator runs as a process (its finalizer for real); two kwok GPU nodes each get a fake host and the node
-agents as local processes, as in tests/integration/agents/test_agents_e2e.py (the kwok pods of the operator's
+agents as local processes, as in tests/integration/agents/test_nodes_on_cluster.py (the kwok pods of the operator's
 DaemonSets stand for them in the API, so the finalizer waits for them by those pods). Node 0 had its own driver
 2.18.0 loaded with parameters before install; node 1 had no driver loaded; the third kwok node is a CPU node where
 only gpu-discovery runs (its DaemonSet runs on every node, and answers no uninstall request: the finalizer does

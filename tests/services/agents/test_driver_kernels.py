@@ -15,6 +15,7 @@ import shutil
 from metax_core.node import payload_layout, readiness
 from metax_core.wire import event_reasons
 from metax_dev import kpayload as payload_build
+from metax_hw import driver_payload
 from metax_hw_fake import builder
 from services.driver_manager import agent, bootstrap, config
 
@@ -112,7 +113,7 @@ def test_the_build_toolings_layout_is_what_driver_manager_reads(tmp_path: pathli
         write_payload(built / release, kernels=[release])
     shutil.rmtree(n.payload)
     payload_build.assemble(n.payload, {r: built / r / payload_layout.module_relpath(r) for r in (OLDER, RUNNING)})
-    found = {m.location: m.vermagic for m in agent.payload.payload_modules(n.payload, n.fake.modules)}
+    found = {m.location: m.vermagic for m in driver_payload.payload_modules(n.payload, n.fake.modules.file_vermagic)}
     assert {k: v.release if v else None for k, v in found.items()} == {OLDER: OLDER, RUNNING: RUNNING}
     manager(n, tmp_path).tick()
     assert n.fake.module_version("metax") == PAYLOAD_VERSION and signal(n).ready

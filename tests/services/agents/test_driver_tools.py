@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
-from metax_core.cluster import agent_env
 from metax_core.node import payload_layout, uninstall
 from metax_core.spec import model as spec
+from metax_core.wire import agent_env
 from metax_dev import agents as dev_agents
 from metax_hw import host as hw_host
 from metax_hw_fake import builder, snapshot

@@ -11,9 +11,11 @@ from typing import Any
 import attrs
 import pytest
 
-from metax_core.cluster import agent_env, components, host_paths, payloads, workloads
+from metax_core import components
+from metax_core.cluster import host_paths, payloads, workloads
 from metax_core.runtime import handler
 from metax_core.spec import validation
+from metax_core.wire import agent_env
 from services._agent import settings as agent_settings
 from services.container_edit import config as edit_config
 from services.container_runtime import config as runtime_config
@@ -146,10 +148,10 @@ COMPONENT_OF = {
 
 @pytest.mark.parametrize("name", sorted(LOADERS))
 def test_every_declared_variable_is_a_setting_of_the_agent(name: str) -> None:
-    """`agent_env.SPEC_FED` is the render's only table: each variable it declares for a component is a field of
+    """A component's declared `env` is the render's only table: each variable it declares for a component is a field of
     that agent's settings class (issue 20 item 8: no if-chain per component in workloads)."""
     _, cls = LOADERS[name]
-    declared = {v.name for v in agent_env.SPEC_FED[COMPONENT_OF[name]]}
+    declared = {v.name for v in components.BY_COMPONENT[COMPONENT_OF[name]].env}
     assert declared <= variables(cls), f"declared but not read: {declared - variables(cls)}"
     assert set(agent_env.DOWNWARD) <= variables(cls)
 

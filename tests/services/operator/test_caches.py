@@ -8,6 +8,8 @@ Aspects covered:
 - equal parts of cached objects are one dict (a fleet's pods share labels and status, a node's pods their
   spec), each object still reads its own values, and the table of shared parts stays bounded;
 - the informer's initial list is slimmed item by item (the transform), and so are watched changes;
+- the pod cache is filed by component (its label) and the index follows every add, relabel and delete;
+- the node cache files only the nodes with a GPU health report or condition, as they gain and lose them;
 - a watch remembers only the resourceVersion of what it delivered: a DELETED event made up after a 410
   relist carries apiVersion, kind, name, namespace and the last resourceVersion delivered, not the object;
 - the busy-node list keeps one small record per GPU workload pod and drops every other pod (R-ROLLOUT);
@@ -25,10 +27,11 @@ import pytest
 from harness import NS, wait_for
 
 from metax_core.cluster import wakes, workloads
+from metax_core.health import report as health_report
 from metax_core.ports.cluster import WatchEvent, WatchEventType
-from metax_k8s import client, objects, retry
+from metax_k8s import objects, responses, retry
 from metax_k8s.inmemory import InMemoryCluster
-from services.operator import informers, rollout_driver
+from services.operator import caches, informers, rollout_driver
 
 BIG = "x" * 4096
 
@@ -163,6 +166,70 @@ def test_the_informer_keeps_slim_copies_from_its_list_and_from_its_watch() -> No
         informer.stop()
 
 
+def test_the_pod_cache_files_each_pod_under_its_component_as_it_changes() -> None:
+    """`caches.Caches.pods_of` reads the index, not every cached pod: it must follow every change."""
+    cluster = InMemoryCluster()
+    cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    informer = informers.Informer(
+        cluster.objects, "v1", "Pod", namespace=NS, slim=informers.slim_pod, index_by=caches.component_of
+    )
+    for name, node in [("d1", "g1"), ("d2", "g2")]:
+        cluster.api.create(_pod(name, node))
+
+    def filed() -> dict[str, list[str]]:
+        return {c: sorted(p["metadata"]["name"] for p in informer.indexed(c)) for c in ("driver", "gpu-device", "")}
+
+    informer.start()
+    try:
+        assert informer.synced.wait(10)
+        assert filed() == {"driver": ["d1", "d2"], "gpu-device": [], "": []}
+        moved = _pod("d2", "g2")
+        moved["metadata"]["labels"][workloads.COMPONENT_LABEL] = "gpu-device"
+        cluster.api.replace({**moved, "metadata": {**moved["metadata"], "resourceVersion": None}})
+        wait_for("d2 refiled", lambda: filed()["gpu-device"] == ["d2"])
+        assert filed() == {"driver": ["d1"], "gpu-device": ["d2"], "": []}
+        cluster.api.delete("v1", "Pod", "d1", NS)
+        wait_for("d1 gone", lambda: filed()["driver"] == [])
+        unlabelled = _pod("u", "g1")
+        del unlabelled["metadata"]["labels"][workloads.COMPONENT_LABEL]
+        cluster.api.create(unlabelled)
+        wait_for("u filed", lambda: filed()[""] == ["u"])
+        everything = sorted(p["metadata"]["name"] for p in informer.items())
+        assert everything == sorted(n for names in filed().values() for n in names) == ["d2", "u"]
+    finally:
+        informer.stop()
+
+
+def test_the_node_cache_files_only_the_nodes_that_say_something_about_gpu_health() -> None:
+    """GPU health reads `caches.Caches.health_nodes`: a node with a report or the condition, until it has neither."""
+    informer = informers.Informer(
+        InMemoryCluster().objects, "v1", "Node", slim=informers.slim_node, index_by=caches.health_of
+    )
+
+    def node(report_text: str | None, condition: bool) -> dict[str, Any]:
+        body = _node("gpu-1")
+        if report_text is not None:
+            body["metadata"]["annotations"][health_report.ANNOTATION] = report_text
+        if condition:
+            body["status"]["conditions"].append({"type": health_report.CONDITION_TYPE, "status": "True"})
+        return body
+
+    def filed() -> list[str]:
+        return [n["metadata"]["name"] for n in informer.indexed(caches.HEALTH)]
+
+    informer._apply(WatchEventType.ADDED, node(None, condition=False))
+    assert filed() == [] and informer.get("gpu-1") is not None
+    informer._apply(WatchEventType.MODIFIED, node("{}", condition=False))
+    assert filed() == ["gpu-1"]
+    informer._apply(WatchEventType.MODIFIED, node(None, condition=True))  # a stale condition, to be removed
+    assert filed() == ["gpu-1"]
+    informer._apply(WatchEventType.MODIFIED, node(None, condition=False))
+    assert filed() == []
+    informer._apply(WatchEventType.MODIFIED, node("{}", condition=True))
+    informer._apply(WatchEventType.DELETED, node("{}", condition=True))
+    assert filed() == [] and informer.items() == []
+
+
 class GatedSleep:
     """A retry sleep that holds the watch away from the server until the test lets it go."""
 
@@ -210,7 +277,7 @@ def test_a_deletion_found_by_a_relist_is_reported_with_the_identity_the_watch_ke
 
 
 class ChunkedResponse:
-    """What `HttpApi._events` reads: a urllib3 response streaming fixed chunks."""
+    """What `responses.watch_events` reads: a urllib3 response streaming fixed chunks."""
 
     def __init__(self, data: bytes, size: int) -> None:
         self.chunks = [data[i : i + size] for i in range(0, len(data), size)]
@@ -231,7 +298,7 @@ def test_watch_lines_are_decoded_whatever_the_chunk_boundaries() -> None:
     data = b"".join(json.dumps(line).encode() + b"\n" for line in lines) + b"\n" + b'{"type": "ADDED", "obj'
     for size in (1, 7, 4096, 64 * 1024):
         response = ChunkedResponse(data, size)
-        events = list(client.HttpApi._events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
+        events = list(responses.watch_events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
         assert [e.object["metadata"]["name"] for e in events] == [f"cm-{i}" for i in range(5)], size
         assert all(e.type is WatchEventType.ADDED for e in events)
         assert response.released
@@ -241,7 +308,7 @@ def test_an_error_line_in_a_watch_is_the_port_error_for_its_code() -> None:
     data = b'{"type": "ERROR", "object": {"code": 410, "message": "too old resource version: 1 (5)"}}\n'
     response = ChunkedResponse(data, 10)
     with pytest.raises(retry.Gone, match="too old resource version: 1"):
-        list(client.HttpApi._events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
+        list(responses.watch_events(response, "ConfigMap (all)"))  # type: ignore[arg-type]
     assert response.released
 
 

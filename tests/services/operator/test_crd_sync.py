@@ -1,4 +1,4 @@
-"""The operator brings its CRD to its own release before it reconciles (metax_k8s.crd_sync, R-UPGRADE).
+"""The operator brings its CRD to its own release before it reconciles (metax_k8s.crd.sync, R-UPGRADE).
 
 On the in-memory cluster, whose API server serves a CRD's schema as the real one does (pruning, defaults,
 Established at once). Aspects: an older release's CRD (as Helm leaves it after ``helm upgrade``) is applied over

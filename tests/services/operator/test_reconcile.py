@@ -14,8 +14,8 @@ from typing import Any
 
 from harness import NS, ApiWrapper, Harness, cluster_operator, iter_events, wait_for
 
-from metax_core.cluster import workloads
-from metax_core.cluster.components import Component
+from metax_core.cluster import supporting, workloads
+from metax_core.components import Component
 from metax_core.node import vfio_config_map
 from metax_core.spec.model import VfioConfigEntry
 from metax_core.wire import meta
@@ -121,16 +121,16 @@ def test_disabled_prerequisite_prunes_dependents_and_enabling_brings_them_back(h
     )
     assert "disabled prerequisite runtime" in degraded["message"]
     assert list(iter_events(harness, "Pruned"))
-    assert harness.objects.get(workloads.RUNTIME_CLASS_API, "RuntimeClass", "metax") is None  # goes with runtime
+    assert harness.objects.get(supporting.RUNTIME_CLASS_API, "RuntimeClass", "metax") is None  # goes with runtime
     harness.objects.apply(cluster_operator(), field_manager="helm")
     wait_for("dependents back", lambda: "metax-gpu-device" in harness.daemonsets())
-    wait_for("RuntimeClass back", lambda: harness.objects.get(workloads.RUNTIME_CLASS_API, "RuntimeClass", "metax"))
+    wait_for("RuntimeClass back", lambda: harness.objects.get(supporting.RUNTIME_CLASS_API, "RuntimeClass", "metax"))
 
 
 def test_the_runtime_class_metax_is_applied_with_the_runtime(harness: Harness) -> None:
     _install(harness)
     found = wait_for(
-        "RuntimeClass metax", lambda: harness.objects.get(workloads.RUNTIME_CLASS_API, "RuntimeClass", "metax")
+        "RuntimeClass metax", lambda: harness.objects.get(supporting.RUNTIME_CLASS_API, "RuntimeClass", "metax")
     )
     assert found["handler"] == "metax"
     assert found["scheduling"]["nodeSelector"] == {"metax-tech.com/gpu.installed": "true"}
@@ -458,7 +458,7 @@ def test_deleting_the_cluster_operator_removes_everything_it_created(harness: Ha
     )
     assert harness.daemonsets() == set()
     assert rbac_left() == []  # ... and goes with the rest
-    assert harness.objects.get(workloads.RUNTIME_CLASS_API, "RuntimeClass", "metax") is None
+    assert harness.objects.get(supporting.RUNTIME_CLASS_API, "RuntimeClass", "metax") is None
     assert (
         harness.objects.list(
             "v1", "ConfigMap", namespace=NS, label_selector="app.kubernetes.io/managed-by=metax-operator"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metax_core.cluster import components
-from metax_core.cluster.components import Component as C
+from metax_core import components
+from metax_core.components import Component as C
 
 
 def test_prerequisites_are_those_of_the_seed_table() -> None:

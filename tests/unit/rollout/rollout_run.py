@@ -1,6 +1,6 @@
 """The rollout tests' driver: decides like the operator, applies the decision to a simulated fleet (R-ROLLOUT).
 
-Shared by test_rollout_machine.py, test_rollout_pauses.py and test_rollout_failures.py.
+Shared by test_machine.py, test_pauses.py and test_failures.py.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Covers: idling and disabled; starting (template before deletions, what is recorded); the §3.2.8 loops;
 waiting for in-flight pods; nodes with GPU workloads waiting, named; timestamps that move only on change;
-the snapshot's invariants. Pauses are in test_rollout_pauses.py, failures and rollbacks in
-test_rollout_failures.py.
+the snapshot's invariants. Pauses are in test_pauses.py, failures and rollbacks in
+test_failures.py.
 """
 
 from __future__ import annotations
