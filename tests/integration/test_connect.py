@@ -176,9 +176,9 @@ def test_agents_and_operator_never_import_the_kubernetes_package(tmp_path: pathl
     code = (
         "import sys\n"
         "from services._agent import cluster\n"
-        "from services.gpu_device import bootstrap, config\n"
+        "from services.gpu_device import bootstrap\n"
         "cluster.production('gpu-label', 'n')\n"
-        "bootstrap.production_cluster(config.Settings(node_name='n'))\n"
+        "bootstrap.RECIPE.cluster_ports(bootstrap.RECIPE.component, 'n')\n"
         "from services.operator import bootstrap as operator, settings\n"
         "operator.production_api(settings.from_env())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
