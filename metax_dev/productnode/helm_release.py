@@ -61,6 +61,8 @@ from metax_hw_fake import builder, host
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "metax-operator"
 NAMESPACE = "metax-operator"
+POD_GC_WAIT = 120.0
+"""Seconds the release's pods get to go after the release is uninstalled, before its node stops (`real_node`)."""
 RELEASE = "metax-operator"
 PFS = 2
 #: The fake host's own driver, and the payload's (the same: see docs/realnode.md "The product as real pods").
@@ -355,6 +357,16 @@ def real_node(
                 if m is not None:
                     release.kubectl("label", "node", m.name, f"{RELEASE_NODE_LABEL}=true").check_returncode()
             yield release
+            # `helm uninstall --wait` returns once its objects are deleted; their pods go afterwards, through the
+            # garbage collector and this node's kubelet. Stopped first, the node would leave them on the session's
+            # control plane, and the next module's node (the same name) would take them over: a pod of this
+            # release (another registry's image) among the next release's (a CI rehearsal's failure).
+            poll(
+                lambda: not pods(release),
+                f"the pods in {NAMESPACE} gone",
+                timeout=POD_GC_WAIT,
+                explain=lambda: _names(release),
+            )
     finally:
         nodes.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -366,6 +378,10 @@ def pods(release: Release) -> list[dict[str, Any]]:
         raise ReleaseError(f"kubectl get pods -n {NAMESPACE} failed: {done.stderr}")
     items: list[dict[str, Any]] = json.loads(done.stdout)["items"]
     return items
+
+
+def _names(release: Release) -> str:
+    return "still there: " + ", ".join(p["metadata"]["name"] for p in pods(release))
 
 
 def component_pods(release: Release, name: str) -> list[dict[str, Any]]:
