@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode
 import attrs
 import urllib3
 
+from metax_core.cluster import pod_security
 from metax_core.errors import ClusterError, NotFound, NotServed
 from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
 from metax_k8s import api, responses, retry
@@ -38,7 +39,7 @@ DEFAULT_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds for one-shot requests; watches get a read timeout just past their own end."""
 LIST_CHUNK = 500
 """Objects per list page (``limit``); a list holds one page of whole objects at a time (see `HttpApi.list`)."""
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_DIR = pod_security.TOKEN_PATH
 """Where a pod finds its ServiceAccount token and the cluster CA (the kubelet mounts them there)."""
 KUBECONFIG_EXTRA = "metax-gpu-operator[kubeconfig]"
 """The distribution's extra that brings the `kubernetes` package (not in the images: pods never need it)."""

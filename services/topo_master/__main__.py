@@ -12,11 +12,12 @@ import pathlib
 import sys
 from collections.abc import Mapping
 
+from metax_core.cluster import pod_security
 from metax_core.wire import agent_env
 from services._agent import cluster, service
 from services.topo_master import master
 
-SA_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SA_NAMESPACE = pathlib.Path(pod_security.TOKEN_PATH) / "namespace"
 
 
 def start(environ: Mapping[str, str], args: argparse.Namespace) -> service.Run:
