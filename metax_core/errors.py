@@ -73,6 +73,10 @@ class NotFound(ClusterError):
     """The object does not exist (HTTP 404)."""
 
 
+class Expired(ClusterError):
+    """The version a watch asked to resume from is no longer kept (HTTP 410): list again, then watch from there."""
+
+
 class NotServed(ClusterError):
     """The API server does not serve the kind at all (discovery has no such resource), so no object of it exists:
     e.g. ``resource.k8s.io/v1`` DeviceClasses on a Kubernetes older than 1.34."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
+from metax_core.ports.cluster import Fields, ObjectList, RawObject, Transform, WatchEvent
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -32,10 +32,12 @@ class Api(Protocol):
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        fields: Fields | None = None,
     ) -> ObjectList:
         """Every matching object, fetched in pages; ``transform`` is applied to each item as its page arrives
         (the list keeps what it returns, and drops an item it maps to None), so a caller that needs a few
-        fields of thousands of objects never holds all of them whole."""
+        fields of thousands of objects never holds all of them whole; ``fields``: only those of each item, decoded
+        before ``transform`` (`metax_core.ports.cluster.Fields`)."""
         ...
 
     def watch(
@@ -48,8 +50,10 @@ class Api(Protocol):
         field_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 60,
+        fields: Fields | None = None,
     ) -> Iterator[WatchEvent]:
-        """One watch request: ends when the server closes it; `retry.Gone` when the version has expired."""
+        """One watch request: ends when the server closes it; `retry.Gone` when the version has expired. With
+        ``fields``, each object has only those fields."""
         ...
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:

@@ -27,8 +27,8 @@ import urllib3
 
 from metax_core.cluster import pod_security
 from metax_core.errors import ClusterError, NotFound, NotServed
-from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
-from metax_k8s import api, responses, retry
+from metax_core.ports.cluster import Fields, ObjectList, RawObject, Transform, WatchEvent
+from metax_k8s import api, decoding, responses, retry
 
 if TYPE_CHECKING:
     import kubernetes
@@ -176,7 +176,10 @@ class HttpApi:
         content_type: str | None = None,
         timeout: tuple[float, float] | None = None,
         stream: bool = False,
+        fields: Fields | None = None,
     ) -> Any:
+        """The answer, decoded (a list page with only ``fields`` of each item, `decoding.page`); with ``stream``,
+        the response itself, to be read as it arrives."""
         url = self.client.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -203,7 +206,7 @@ class HttpApi:
             raise retry.Unavailable(verb, what, f"answer from {url} cut short: {exc}") from exc
         finally:
             response.release_conn()
-        return json.loads(data) if data else {}
+        return decoding.page(data, fields)
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """Discovery, cached per group version and refreshed once when a kind is missing (a new CRD)."""
@@ -244,12 +247,15 @@ class HttpApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        fields: Fields | None = None,
     ) -> ObjectList:
         res = self.resource(api_version, kind)
         items: list[RawObject] = []
         query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": str(self.list_chunk)}
         while True:
-            page = self._send("GET", res.path(namespace), verb="list", what=target(kind, None, namespace), query=query)
+            page = self._send(
+                "GET", res.path(namespace), verb="list", what=target(kind, None, namespace), query=query, fields=fields
+            )
             raw = page.pop("items", None) or []
             raw.reverse()
             while raw:  # each item is let go as soon as it is kept (or transformed): one page whole at most
@@ -273,6 +279,7 @@ class HttpApi:
         field_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 60,
+        fields: Fields | None = None,
     ) -> Iterator[WatchEvent]:
         res = self.resource(api_version, kind)
         what = target(kind, None, namespace)
@@ -293,7 +300,7 @@ class HttpApi:
             timeout=(self.request_timeout[0], timeout_seconds + 5.0),
             stream=True,
         )
-        return responses.watch_events(response, what)
+        return responses.watch_events(response, what, fields)
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         res, name, namespace = self._locate(obj)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from metax_core.errors import NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
+from metax_core.ports.cluster import Fields, ObjectList, RawObject, Transform, WatchEvent, WatchEventType
 from metax_k8s import retry
 from metax_k8s.api import Api
 
@@ -105,6 +105,7 @@ class K8sObjects:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        fields: Fields | None = None,
     ) -> ObjectList:
         return self.api.list(
             api_version,
@@ -113,6 +114,7 @@ class K8sObjects:
             label_selector=label_selector,
             field_selector=field_selector,
             transform=transform,
+            fields=fields,
         )
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
@@ -131,10 +133,12 @@ class K8sObjects:
         field_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 60,
+        fields: Fields | None = None,
+        relist: bool = True,
     ) -> Iterator[WatchEvent]:
-        return _Watch(self, api_version, kind, namespace, label_selector, field_selector, timeout_seconds).run(
-            resource_version
-        )
+        watch = _Watch(self, api_version, kind, namespace, label_selector, field_selector, timeout_seconds, fields)
+        watch.relists = relist
+        return watch.run(resource_version)
 
 
 class _Watch:
@@ -149,8 +153,10 @@ class _Watch:
         label_selector: str | None,
         field_selector: str | None,
         timeout_seconds: int,
+        fields: Fields | None = None,
     ) -> None:
         self.objects = objects
+        self.fields = fields
         self.api_version = api_version
         self.kind = kind
         self.namespace = namespace
@@ -158,14 +164,20 @@ class _Watch:
         self.field_selector = field_selector
         self.deadline = objects._monotonic() + timeout_seconds
         self.known: dict[_Key, str | None] = {}
-        """Every object delivered and not deleted since, by key: the resourceVersion delivered, nothing more."""
+        """Every object delivered and not deleted since, by key: the resourceVersion delivered, nothing more (kept
+        only when the watch `relists` itself)."""
+        self.relists = True
+        """Whether an expired version is listed again here (`Objects.watch`'s ``relist``); else `retry.Gone` is
+        raised to the caller, and `known` stays empty."""
         self.version: str | None = None
 
     def _remaining(self) -> float:
         return self.deadline - self.objects._monotonic()
 
     def _list(self) -> ObjectList:
-        return self.objects.list(self.api_version, self.kind, self.namespace, self.label_selector, self.field_selector)
+        return self.objects.list(
+            self.api_version, self.kind, self.namespace, self.label_selector, self.field_selector, fields=self.fields
+        )
 
     def _relist(self, initial: bool) -> Iterator[WatchEvent]:
         listing = self._list()
@@ -179,7 +191,8 @@ class _Watch:
             for key, version in self.known.items():
                 if key not in listed:
                     yield WatchEvent(WatchEventType.DELETED, self._identity(key, version))
-        self.known = {key: resource_version(item) for key, item in listed.items()}
+        if self.relists:
+            self.known = {key: resource_version(item) for key, item in listed.items()}
         self.version = listing.resource_version
 
     def _identity(self, key: _Key, version: str | None) -> RawObject:
@@ -193,6 +206,8 @@ class _Watch:
         version = resource_version(event.object)
         if version is not None:
             self.version = version
+        if not self.relists:
+            return
         if event.type is WatchEventType.DELETED:
             self.known.pop(_key(event.object), None)
         elif event.type is not WatchEventType.BOOKMARK:
@@ -216,6 +231,7 @@ class _Watch:
                     field_selector=self.field_selector,
                     resource_version=self.version,
                     timeout_seconds=max(1, math.ceil(remaining)),
+                    fields=self.fields,
                 )
                 delivered = False
                 for event in stream:
@@ -229,6 +245,8 @@ class _Watch:
                     policy.sleep(min(policy.backoff(failures), self._remaining()))
                     failures += 1
             except retry.Gone as exc:
+                if not self.relists:
+                    raise
                 log.info("watch %s: %s; relisting", self.kind, exc.detail)
                 yield from self._relist(initial=False)
             except retry.Retryable as exc:

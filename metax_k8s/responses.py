@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import urllib3
 
 from metax_core.errors import ClusterError
-from metax_core.ports.cluster import WatchEvent, WatchEventType
-from metax_k8s import retry
+from metax_core.ports.cluster import Fields, WatchEvent, WatchEventType
+from metax_k8s import decoding, retry
 
 
 def error(response: urllib3.BaseHTTPResponse, verb: str, what: str) -> ClusterError:
@@ -39,8 +39,9 @@ def error(response: urllib3.BaseHTTPResponse, verb: str, what: str) -> ClusterEr
     return retry.error_for(verb, what, response.status, detail, retry_after)
 
 
-def watch_events(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[WatchEvent]:
-    """One event per line of the stream, decoded straight from the bytes (no model objects).
+def watch_events(response: urllib3.BaseHTTPResponse, what: str, fields: Fields | None = None) -> Iterator[WatchEvent]:
+    """One event per line of the stream, decoded straight from the bytes (no model objects; with ``fields``, only
+    those of each object, `decoding.event`).
 
     The pieces of a line are joined once, when its newline arrives: appending chunks to one growing
     buffer and splitting it would copy the rest of the buffer for every line (quadratic in the chunk),
@@ -56,7 +57,7 @@ def watch_events(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[Watc
                 pieces.clear()
                 start = end + 1
                 if line.strip():
-                    yield _event(line, what)
+                    yield _event(line, what, fields)
             if start < len(chunk):
                 pieces.append(chunk[start:])  # a line cut short by the end of the stream is dropped
     except urllib3.exceptions.HTTPError as exc:
@@ -65,8 +66,8 @@ def watch_events(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[Watc
         response.release_conn()
 
 
-def _event(line: bytes, what: str) -> WatchEvent:
-    event = json.loads(line)
+def _event(line: bytes, what: str, fields: Fields | None = None) -> WatchEvent:
+    event = decoding.event(line, fields)
     obj = event.get("object") or {}
     if event.get("type") == "ERROR":
         code = int(obj.get("code") or 500)

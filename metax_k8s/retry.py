@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from metax_core.errors import ClusterError, Conflict, NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent
+from metax_core.errors import ClusterError, Conflict, Expired, NotFound
+from metax_core.ports.cluster import Fields, ObjectList, RawObject, Transform, WatchEvent
 from metax_k8s.api import Api
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Unavailable(Retryable):
     """No HTTP answer at all: connection refused or reset, or a client-side timeout."""
 
 
-class Gone(ClusterError):
+class Gone(Expired):
     """HTTP 410: the resourceVersion a watch (or list continuation) asked for has been compacted away."""
 
 
@@ -126,6 +126,7 @@ class RetryingApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        fields: Fields | None = None,
     ) -> ObjectList:
         return self.policy.call(
             lambda: self.inner.list(
@@ -135,6 +136,7 @@ class RetryingApi:
                 label_selector=label_selector,
                 field_selector=field_selector,
                 transform=transform,
+                fields=fields,
             )
         )
 
@@ -148,6 +150,7 @@ class RetryingApi:
         field_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 60,
+        fields: Fields | None = None,
     ) -> Iterator[WatchEvent]:
         return self.inner.watch(
             api_version,
@@ -157,6 +160,7 @@ class RetryingApi:
             field_selector=field_selector,
             resource_version=resource_version,
             timeout_seconds=timeout_seconds,
+            fields=fields,
         )
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:

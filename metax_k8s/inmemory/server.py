@@ -40,8 +40,8 @@ import attrs
 
 from metax_core.cluster import eviction
 from metax_core.errors import ClusterError, Conflict, NotFound
-from metax_core.ports.cluster import ObjectList, RawObject, Transform, WatchEvent, WatchEventType
-from metax_k8s import retry
+from metax_core.ports.cluster import Fields, ObjectList, RawObject, Transform, WatchEvent, WatchEventType
+from metax_k8s import decoding, retry
 from metax_k8s.client import target
 from metax_k8s.inmemory import kinds, schema, select, ssa, store
 
@@ -172,6 +172,7 @@ class InMemoryApiServer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        fields: Fields | None = None,
     ) -> ObjectList:
         with self._cond:
             self._fault("list", target(kind, None, namespace))
@@ -183,6 +184,8 @@ class InMemoryApiServer:
                 if key[:2] == (info.api_version, info.kind) and matches(stored.obj)
             ]
             version = str(self._store.version)
+        if fields is not None:  # what the real server's answer decodes to (`decoding.prune`)
+            items = [decoding.prune(item, fields) for item in items]
         if transform is not None:  # outside the lock: a caller's function must not hold up the server
             items = [kept for kept in map(transform, items) if kept is not None]
         return ObjectList(items=items, resource_version=version)
@@ -197,6 +200,7 @@ class InMemoryApiServer:
         field_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 60,
+        fields: Fields | None = None,
     ) -> Iterator[WatchEvent]:
         what = target(kind, None, namespace)
         with self._cond:
@@ -216,9 +220,10 @@ class InMemoryApiServer:
                 self._store.history.check(position, what)
             epoch = self._store.history.epoch
         deadline = time.monotonic() + timeout_seconds
-        return self._store.history.stream(
+        stream = self._store.history.stream(
             info, matches, what, initial, position, epoch, deadline, lambda: self._store.version
         )
+        return stream if fields is None else _pruned(stream, fields)
 
     def create(self, obj: RawObject, *, field_manager: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         with self._cond:
@@ -393,3 +398,14 @@ def _merge(target_obj: Any, patch: Any) -> Any:
         else:
             result[key] = _merge(result.get(key), value)
     return result
+
+
+def _pruned(stream: Iterator[WatchEvent], fields: Fields) -> Iterator[WatchEvent]:
+    """``stream``'s events, each object with only ``fields`` (`decoding.prune`), as the real server's decode to."""
+    try:
+        for event in stream:
+            yield WatchEvent(event.type, decoding.prune(event.object, fields))
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
