@@ -15,7 +15,7 @@ from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
 from metax_k8s import client, connect, cordon, events, lease, nodes, objects
 from metax_k8s.api import Api
-from services.operator import informers, leader, reconciler, run, settings
+from services.operator import cached_fields, informers, leader, reconciler, run, settings
 from services.operator.caches import Caches, component_of, health_of
 from services.operator.workqueue import WorkQueue
 
@@ -94,6 +94,7 @@ def bootstrap(
             on_change=node_changed,
             watch_seconds=watch_seconds,
             index_by=health_of,
+            fields=cached_fields.NodeFields,
         ),
         daemonsets=owned_informer("apps/v1", "DaemonSet", ns),
         deployments=owned_informer("apps/v1", "Deployment", ns),
@@ -112,6 +113,7 @@ def bootstrap(
             on_change=pod_changed,
             watch_seconds=watch_seconds,
             index_by=component_of,
+            fields=cached_fields.PodFields,
         ),
         # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.
         service_monitor_crd=informers.Informer(

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
-from metax_core.ports.cluster import NodeMetadata, ObjectList, Objects, RawObject, Transform, WatchEvent
+from metax_core.ports.cluster import Fields, NodeMetadata, ObjectList, Objects, RawObject, Transform, WatchEvent
 
 APPLY = "apply"
 STATUS = "status"
@@ -108,8 +108,9 @@ class CountingObjects:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        fields: Fields | None = None,
     ) -> ObjectList:
-        return self.inner.list(api_version, kind, namespace, label_selector, field_selector, transform)
+        return self.inner.list(api_version, kind, namespace, label_selector, field_selector, transform, fields)
 
     def watch(
         self,
@@ -120,9 +121,19 @@ class CountingObjects:
         field_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 60,
+        fields: Fields | None = None,
+        relist: bool = True,
     ) -> Iterator[WatchEvent]:
         return self.inner.watch(
-            api_version, kind, namespace, label_selector, field_selector, resource_version, timeout_seconds
+            api_version,
+            kind,
+            namespace,
+            label_selector,
+            field_selector,
+            resource_version,
+            timeout_seconds,
+            fields,
+            relist,
         )
 
 

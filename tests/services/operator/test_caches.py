@@ -3,10 +3,12 @@
 Aspects covered:
 
 - a node is cached as its name, the product's labels and the keys of the product's annotations only;
-- a pod is cached as the fields the reconcile reads (node, component, revision, owner, phase, Ready,
-  restarts, waiting reasons), nothing of its spec or other status;
+- a pod is cached as the fields the reconcile reads (node, component, revision, phase, Ready, restarts,
+  waiting reasons; the deletion time when set; creation and start times of the driver's pods only), nothing of
+  its spec or other status;
 - equal parts of cached objects are one dict (a fleet's pods share labels and status, a node's pods their
-  spec), each object still reads its own values, and the table of shared parts stays bounded;
+  spec; a driver pod's status is its own, for its start time), each object still reads its own values, and the
+  table of shared parts stays bounded;
 - the informer's initial list is slimmed item by item (the transform), and so are watched changes;
 - the pod cache is filed by component (its label) and the index follows every add, relabel and delete;
 - the node cache files only the nodes with a GPU health report or condition, as they gain and lose them;
@@ -50,8 +52,8 @@ def _node(name: str) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, node: str) -> dict[str, Any]:
-    labels = {workloads.COMPONENT_LABEL: "driver", "controller-revision-hash": "abc", "pod-template-generation": "1"}
+def _pod(name: str, node: str, component: str = "driver") -> dict[str, Any]:
+    labels = {workloads.COMPONENT_LABEL: component, "controller-revision-hash": "abc", "pod-template-generation": "1"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -98,9 +100,7 @@ def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_els
             "namespace": NS,
             "labels": {workloads.COMPONENT_LABEL: "driver", "controller-revision-hash": "abc"},
             "annotations": {"metax-tech.com/driver-revision": "r1"},
-            "owner": "DaemonSet/metax-driver",
             "creationTimestamp": "2026-01-01T00:00:00Z",
-            "deletionTimestamp": None,
         },
         "spec": {"nodeName": "gpu-1"},
         "status": {
@@ -115,13 +115,34 @@ def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_els
     assert rollout_driver.is_driver_pod(slim)
 
 
+def test_a_cached_pod_of_another_component_has_no_times_and_one_of_a_few_shared_statuses() -> None:
+    """Only the rollout reads a pod's creation and start times, of the driver's pods (`TIMED_COMPONENTS`)."""
+    pod = _pod("l1", "gpu-1", component="gpu-label")
+    pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/note": BIG}
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    slim = informers.slim_pod(pod)
+    assert slim["metadata"] == {
+        "name": "l1",
+        "namespace": NS,
+        "labels": {workloads.COMPONENT_LABEL: "gpu-label", "controller-revision-hash": "abc"},
+        "deletionTimestamp": "2026-01-01T00:01:00Z",
+    }
+    assert slim["status"] == {"phase": "Running", "ready": False, "restarts": 3, "waiting": ("CrashLoopBackOff",)}
+    later = _pod("l2", "gpu-2", component="gpu-label")
+    later["status"]["startTime"] = "2026-01-01T00:09:09Z"
+    assert informers.slim_pod(later)["status"] is slim["status"]
+    assert not rollout_driver.is_driver_pod(slim)
+
+
 def test_equal_parts_of_cached_pods_and_nodes_are_one_dict_and_each_reads_its_own_values() -> None:
     first, second, elsewhere = (
         informers.slim_pod(_pod(n, node)) for n, node in [("d1", "g1"), ("d2", "g1"), ("d3", "g2")]
     )
     for part in ("labels", "annotations"):
         assert first["metadata"][part] is second["metadata"][part] is elsewhere["metadata"][part]
-    assert first["status"] is second["status"] is elsewhere["status"]
+    assert first["status"] == second["status"] and first["status"] is not second["status"]  # driver: start times
+    labellers = [informers.slim_pod(_pod(n, "g1", component="gpu-label")) for n in ("l1", "l2")]
+    assert labellers[0]["status"] is labellers[1]["status"]
     assert first["spec"] is second["spec"] and first["spec"] is not elsewhere["spec"]
     assert (first["spec"]["nodeName"], elsewhere["spec"]["nodeName"]) == ("g1", "g2")
     assert [p["metadata"]["name"] for p in (first, second, elsewhere)] == ["d1", "d2", "d3"]
@@ -274,6 +295,38 @@ def test_a_deletion_found_by_a_relist_is_reported_with_the_identity_the_watch_ke
     assert gone["metadata"]["name"] == "goes" and gone["metadata"]["namespace"] == NS
     assert gone["metadata"] == {"name": "goes", "namespace": NS, "resourceVersion": last}
     assert "data" not in gone
+
+
+def test_an_informer_whose_version_expired_relists_from_its_own_cache(caplog: pytest.LogCaptureFixture) -> None:
+    """The informer's watch does not relist itself (``relist=False``: no second index of every object's version);
+    the informer does, against its cache: an object deleted while its watch was away leaves the cache."""
+    caplog.set_level("INFO")
+    cluster = InMemoryCluster()
+    api = cluster.api
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    for name in ("goes", "stays"):
+        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}})
+    sleep = GatedSleep()
+    watcher = objects.K8sObjects(api, policy=retry.RetryPolicy(attempts=30, base_delay=0.01, sleep=sleep))
+    changes: list[tuple[Any, Any]] = []
+    informer = informers.Informer(
+        watcher, "v1", "ConfigMap", namespace=NS, on_change=lambda old, new: changes.append((old, new))
+    )
+    informer.start()
+    try:
+        assert informer.synced.wait(10)
+        api.restart()  # the stream breaks; the watch waits in its back-off, away from the server
+        assert sleep.waiting.wait(10)
+        api.delete("v1", "ConfigMap", "goes", NS)
+        api.compact()  # the version it resumes from is gone: 410, raised to the informer
+        sleep.go.set()
+        wait_for("goes uncached", lambda: informer.get("goes", NS) is None)
+        assert informer.get("stays", NS) is not None
+        assert [(old["metadata"]["name"], new) for old, new in changes if new is None] == [("goes", None)]
+        relisted = [r for r in caplog.records if "too old resource version" in r.getMessage()]
+        assert relisted and {r.name for r in relisted} == {informers.__name__}
+    finally:
+        informer.stop()
 
 
 class ChunkedResponse:
