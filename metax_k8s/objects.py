@@ -136,8 +136,9 @@ class K8sObjects:
         fields: Fields | None = None,
         relist: bool = True,
     ) -> Iterator[WatchEvent]:
-        watch = _Watch(self, api_version, kind, namespace, label_selector, field_selector, timeout_seconds, fields)
-        watch.relists = relist
+        watch = _Watch(
+            self, api_version, kind, namespace, label_selector, field_selector, timeout_seconds, fields, relist
+        )
         return watch.run(resource_version)
 
 
@@ -154,6 +155,7 @@ class _Watch:
         field_selector: str | None,
         timeout_seconds: int,
         fields: Fields | None = None,
+        relists: bool = True,
     ) -> None:
         self.objects = objects
         self.fields = fields
@@ -166,7 +168,7 @@ class _Watch:
         self.known: dict[_Key, str | None] = {}
         """Every object delivered and not deleted since, by key: the resourceVersion delivered, nothing more (kept
         only when the watch `relists` itself)."""
-        self.relists = True
+        self.relists = relists
         """Whether an expired version is listed again here (`Objects.watch`'s ``relist``); else `retry.Gone` is
         raised to the caller, and `known` stays empty."""
         self.version: str | None = None
