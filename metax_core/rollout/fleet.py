@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from metax_core.components import Component
 from metax_core.rollout import model
 from metax_core.rollout import status as rollout_status
 from metax_core.spec import converter
@@ -44,6 +45,9 @@ REVISION_ANNOTATION = meta.DRIVER_REVISION
 AGENT_ANNOTATION = meta.DRIVER_AGENT
 DRIVER_SPEC_ANNOTATION = meta.DRIVER_SPEC
 
+TIMED_COMPONENTS = frozenset({Component.DRIVER.value})
+"""The components whose pods' creation and start times the failure rule reads (`pod_failed`: the driver's). A
+reader that keeps pods (the operator's cache) needs those times of these pods only."""
 STUCK_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerError"})
 """Container waiting reasons from which a driver pod does not recover by itself."""
 

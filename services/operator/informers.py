@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metax_core.cluster import gpu_remediation, workloads
-from metax_core.components import Component
 from metax_core.errors import Expired, MetaxError, NotServed
 from metax_core.health.report import ANNOTATION as HEALTH_REPORT
 from metax_core.health.report import node_condition
 from metax_core.node import uninstall
 from metax_core.node.labels import PREFIX
 from metax_core.ports.cluster import Fields, Objects, RawObject, WatchEventType
+from metax_core.rollout import fleet
 from metax_core.wire import driver_verdict
 
 log = logging.getLogger(__name__)
@@ -208,10 +208,6 @@ class Informer:
 KEPT_ANNOTATIONS = frozenset({driver_verdict.ANNOTATION, HEALTH_REPORT, gpu_remediation.HISTORY_ANNOTATION})
 """The product's node annotations whose values the node cache keeps."""
 POD_LABELS = frozenset({workloads.COMPONENT_LABEL, workloads.APP_LABEL, "controller-revision-hash"})
-TIMED_COMPONENTS = frozenset({Component.DRIVER.value})
-"""The components whose cached pods keep their creation and start times: the rollout's failure rule reads them, of
-the driver's pods only (`metax_core.rollout.fleet.pod_failed`). Every other pod's status is then one of a few shared
-dicts (a start time is one per pod)."""
 _NO_WAITING: tuple[str, ...] = ()
 
 
@@ -281,7 +277,7 @@ def slim_pod(pod: RawObject) -> RawObject:
 
     Kept: name, namespace, node, the labels in `POD_LABELS`, the product's annotations (the driver revision; the key
     only when there are some), the deletion time (only when set), phase, Ready, the restart count and the waiting
-    reasons; and, of the pods of `TIMED_COMPONENTS` only, the creation and start times. Repeated strings are
+    reasons; and, of the pods of `fleet.TIMED_COMPONENTS` only, the creation and start times. Repeated strings are
     interned and equal parts shared (`_shared`): every pod but the driver's has one of a few shared statuses, so a
     pod costs about half a kilobyte (its name, its key and two small dicts), not the tens of kilobytes of its whole
     object (P3: 35,000 pods at 5,000 nodes).
@@ -298,7 +294,7 @@ def slim_pod(pod: RawObject) -> RawObject:
     labels = _shared(
         {sys.intern(k): _interned(v) for k, v in (metadata.get("labels") or {}).items() if k in POD_LABELS}
     )
-    timed = labels.get(workloads.COMPONENT_LABEL) in TIMED_COMPONENTS
+    timed = labels.get(workloads.COMPONENT_LABEL) in fleet.TIMED_COMPONENTS  # every other status is shared
     kept: dict[str, Any] = {
         "name": metadata.get("name"),
         "namespace": _interned(metadata.get("namespace")),

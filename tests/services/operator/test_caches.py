@@ -116,7 +116,7 @@ def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_els
 
 
 def test_a_cached_pod_of_another_component_has_no_times_and_one_of_a_few_shared_statuses() -> None:
-    """Only the rollout reads a pod's creation and start times, of the driver's pods (`TIMED_COMPONENTS`)."""
+    """Only the rollout reads a pod's creation and start times, of the driver's pods (`fleet.TIMED_COMPONENTS`)."""
     pod = _pod("l1", "gpu-1", component="gpu-label")
     pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/note": BIG}
     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
