@@ -15,11 +15,12 @@ covered (issue 43 item 7):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TypedDict
 
 import pytest
 
-from metax_core.ports.cluster import ObjectFields, ObjectMetaFields, WatchEventType
+from metax_core.ports.cluster import ObjectFields, ObjectMetaFields, WatchEvent, WatchEventType
 from metax_k8s import client, retry
 from tests.support.cluster import Cluster, WatchCollector, named
 
@@ -45,6 +46,18 @@ def _shaped(
 ) -> dict[str, object]:
     metadata = {"name": name, "namespace": cluster.namespace, "resourceVersion": version, "labels": labels}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+
+
+def _one_watch(cluster: Cluster, version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+    """One shaped watch request on the adapter itself, from ``version`` (no relist: a 410 is raised)."""
+    return cluster.api.watch(
+        "v1",
+        "ConfigMap",
+        namespace=cluster.namespace,
+        resource_version=version,
+        timeout_seconds=timeout_seconds,
+        fields=ConfigMapFields,
+    )
 
 
 def test_a_list_with_a_shape_hands_out_only_its_fields_page_by_page(cluster: Cluster) -> None:
@@ -86,16 +99,7 @@ def test_a_watch_with_a_shape_streams_only_its_fields_and_resumes_from_them(clus
     assert modified.object["data"] == {"a": "2"} and "managedFields" not in modified.object["metadata"]
     version = str(modified.object["metadata"]["resourceVersion"])
     objects.apply(cluster.configmap("after", {"b": "3"}), field_manager="t")
-    resumed = WatchCollector(
-        cluster.api.watch(
-            "v1",
-            "ConfigMap",
-            namespace=cluster.namespace,
-            resource_version=version,
-            timeout_seconds=10,
-            fields=ConfigMapFields,
-        )
-    )
+    resumed = WatchCollector(_one_watch(cluster, version, timeout_seconds=10))
     after = resumed.wait_for(named("ADDED", "after"))
     assert set(after.object) == {"apiVersion", "kind", "metadata", "data"} and after.object["data"] == {"b": "3"}
     assert all(
@@ -127,16 +131,7 @@ def test_a_shaped_watch_from_an_expired_version_still_relists(cluster: Cluster) 
     objects.apply(cluster.configmap("between", {"x": "1"}), field_manager="t")
     cluster.compact()
     with pytest.raises(retry.Gone, match=f"too old resource version: {version}"):
-        list(
-            cluster.api.watch(
-                "v1",
-                "ConfigMap",
-                namespace=cluster.namespace,
-                resource_version=version,
-                timeout_seconds=3,
-                fields=ConfigMapFields,
-            )
-        )
+        list(_one_watch(cluster, version, timeout_seconds=3))
     watch = WatchCollector(
         objects.watch(
             "v1", "ConfigMap", cluster.namespace, resource_version=version, timeout_seconds=60, fields=ConfigMapFields
