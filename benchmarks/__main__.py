@@ -319,7 +319,8 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="operator_scale measures P1, P2 and P3 at node counts up to N (default 1000), P3 alone above it",
+        help="operator_scale measures P1, P2 and P3 at node counts up to N (default 1000); "
+        "above it P1's CPU share and P3, without the floor",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)

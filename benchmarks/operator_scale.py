@@ -24,9 +24,9 @@ Run from the repository root::
   requests and writes are counted per verb on the client side (the API server's metrics carry no user agent).
 - P3: the operator subprocess's VmHWM (peak RSS) from /proc after P1, its whole life included (informers'
   initial lists, the install, the reconciles that follow); and the same for an operator restarted onto the
-  installed cluster (its informers list every node and all its pods at once), ``RESTART_SETTLE`` seconds on.
-  Above `FULL_ROW_MAX` nodes (``python -m benchmarks --full-rows-to N`` moves it) P3 is measured alone
-  (`memory_figures`).
+  installed cluster (its informers list every node and all its pods at once), once it has gone quiet
+  (`operator_fleet.settled`). Above `FULL_ROW_MAX` nodes (``python -m benchmarks --full-rows-to N`` moves it) the
+  floor is left out (`fleet_figures`): the operator's install to every pod Ready gives P1's CPU share and P3.
 
 The harness (the fleet, the CR, the operator process, /proc readings) is `benchmarks.operator_fleet`.
 """
@@ -143,7 +143,7 @@ def with_operator(
         rss = fleet.peak_rss_mib(proc.pid)
         print(f"P1 {nodes} nodes: CPU seconds to every pod Ready: {cpu_table(took.cpu)}", flush=True)
     with fleet.operator_process(plane.kubeconfig_path, extra) as restarted:
-        time.sleep(fleet.RESTART_SETTLE)
+        fleet.settled(restarted.pid)
         rss_restart = fleet.peak_rss_mib(restarted.pid)
         if not keep:
             fleet.delete_cr(api)  # the restarted operator's finalizer cleans up
@@ -242,16 +242,16 @@ def measure(sizes: Sequence[int], steady_seconds: float, extra: dict[str, str], 
 
 
 FULL_ROW_MAX = 1000
-"""Node counts above it measure P3 alone (`memory_figures`): the 1,000-node floor took 162–180 s for 7,000 pods on
-the 2-core reference machine (RESULTS.md, run 4 and its notes); 5,000 nodes are 35,000 pods and each DaemonSet
-sync walks every node, so a whole P1/P2 row took 87–106 min there (RESULTS.md runs 11 and 12,
-``--full-rows-to 5000``)."""
+"""Node counts above it measure P1's CPU share and P3 without the floor (`fleet_figures`). The 1,000-node floor
+took 162–180 s for 7,000 pods on the 2-core reference machine (RESULTS.md, run 4 and its notes); 5,000 nodes are
+35,000 pods and each DaemonSet sync walks every node, so a whole P1/P2 row took 87–106 min there (RESULTS.md runs
+11 and 12, ``--full-rows-to 5000``)."""
 
 
-def memory_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
-    """P3 at ``n`` nodes without P1: the operator installs onto ``n`` kwok GPU nodes and its peak RSS is read once
-    every pod of its DaemonSets exists and is bound (its informers then hold every node and every pod of ours;
-    Ready only changes their status), and again for an operator restarted onto that cluster."""
+def fleet_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
+    """P1's CPU share and P3 at ``n`` nodes without the floor: the operator installs onto ``n`` kwok GPU nodes until
+    every pod is Ready, its CPU against the control plane's and its peak RSS are read, and the peak RSS of an
+    operator restarted onto that cluster once it has gone quiet (`operator_fleet.settled`)."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         cluster.ControlPlane(
@@ -268,43 +268,49 @@ def memory_figures(n: int, extra: dict[str, str]) -> list[fig.Figure]:
         fleet.label_gpu_nodes(api)
         with fleet.operator_process(plane.kubeconfig_path, extra) as proc:
             time.sleep(2)
-            plane_before, operator_before = plane_cpu(plane), fleet.cpu_seconds(proc.pid)
+            plane_before = plane_cpu(plane)
             fleet.apply_cr(api)
             bound = fleet.wait(
-                "every pod bound",
-                lambda: fleet.all_bound(api, n),
-                timeout=3600,
-                explain=lambda: fleet.fleet_says(api),
-                interval=5,
+                "every pod bound", lambda: fleet.all_bound(api, n), timeout=3600, explain=lambda: fleet.fleet_says(api)
             )
-            plane_spent = sum(spent_since(plane_before, plane_cpu(plane)).values())
-            install_cpu = fleet.cpu_seconds(proc.pid) - operator_before
+            ready = bound + fleet.wait(
+                "every pod Ready", lambda: fleet.all_ready(api, n), timeout=3600, explain=lambda: fleet.fleet_says(api)
+            )
+            install = {**spent_since(plane_before, plane_cpu(plane)), "operator": fleet.cpu_seconds(proc.pid)}
             pods = len(api.list("v1", "Pod", namespace=fleet.NS).items)
-            rss, cpu = fleet.peak_rss_mib(proc.pid), fleet.cpu_seconds(proc.pid)
+            rss = fleet.peak_rss_mib(proc.pid)
         with fleet.operator_process(plane.kubeconfig_path, extra) as restarted:
-            time.sleep(fleet.RESTART_SETTLE)
+            quiet = fleet.settled(restarted.pid)
             rss_restart = fleet.peak_rss_mib(restarted.pid)
         took = time.monotonic() - started
-    share = install_cpu / plane_spent if plane_spent else float("nan")
     print(
-        f"P3 {n} nodes: {pods} pods bound in {bound:.0f}s (operator CPU {cpu:.0f} s; from the CR to every pod bound "
-        f"{install_cpu:.1f} s, {share:.1%} of the control plane's {plane_spent:.0f} s); peak RSS {rss:.1f} MiB "
-        f"(restarted: {rss_restart:.1f})",
+        f"P1/P3 {n} nodes: {pods} pods bound in {bound:.0f} s, Ready in {ready:.0f} s; {cpu_table(install)}; "
+        f"peak RSS {rss:.1f} MiB (restarted: {rss_restart:.1f}, quiet after {quiet:.0f} s)",
         flush=True,
     )
+    row = f"without the floor at this node count; the row took {took:.0f} s"
     return [
         fig.Figure(
+            id="P1",
+            what=f"operator CPU in the install, share of the control plane's, {n:,} nodes ({row})",
+            goal=fig.at_most(CPU_SHARE_GOAL, "%") if n >= FLEET else fig.reported("goal at 5,000"),
+            value=round(100.0 * operator_share(install), 2),
+            unit="%",
+            reference=f"the operator's {install['operator']:.0f} s (its whole life up to every pod Ready, "
+            f"{ready:.0f} s after the CR), the control plane's {plane_seconds(install):.0f} s in the same install",
+            nodes=n,
+        ),
+        fig.Figure(
             id="P3",
-            what=f"operator peak RSS (VmHWM), {n:,} nodes, {pods:,} pods created and bound, not awaited Ready "
-            f"(P3 alone at this node count; the row took {took:.0f} s)",
+            what=f"operator peak RSS (VmHWM), {n:,} nodes, {pods:,} pods, install and restart onto the installed "
+            f"cluster ({row})",
             goal=fig.at_most(RSS_GOAL_FLEET if n >= FLEET else RSS_GOAL, "MiB"),
             value=max(rss, rss_restart),
             unit="MiB",
-            reference=f"install {rss:.1f} MiB (every pod bound {bound:.0f} s after the CR; the operator's CPU "
-            f"meanwhile {install_cpu:.1f} s, {share:.1%} of the control plane's {plane_spent:.0f} s; {cpu:.0f} s in "
-            f"all), restarted {rss_restart:.1f} MiB",
+            reference=f"install {rss:.1f} MiB (every pod Ready {ready:.0f} s after the CR), "
+            f"restarted {rss_restart:.1f} MiB (quiet after {quiet:.0f} s)",
             nodes=n,
-        )
+        ),
     ]
 
 
@@ -389,7 +395,7 @@ def figures(
     found = to_figures(measure(full, 15.0 if quick else 60.0, dict(fleet.CHART_ENV), steady_each=True)) if full else []
     for n in sizes:
         if n > full_rows_to:
-            found += memory_figures(n, dict(fleet.CHART_ENV))
+            found += fleet_figures(n, dict(fleet.CHART_ENV))
     return found
 
 

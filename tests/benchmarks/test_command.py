@@ -281,7 +281,7 @@ def test_operator_scale_measures_whole_rows_up_to_full_rows_to_and_p3_alone_abov
     rows: list[list[int]] = []
     alone: list[int] = []
     monkeypatch.setattr(operator_scale, "measure", lambda sizes, *_a, **_k: rows.append(list(sizes)) or [])
-    monkeypatch.setattr(operator_scale, "memory_figures", lambda n, _extra: alone.append(n) or [])
+    monkeypatch.setattr(operator_scale, "fleet_figures", lambda n, _extra: alone.append(n) or [])
     operator_scale.figures(nodes=(100, 1000, 5000))
     assert (rows, alone) == ([[100, 1000]], [5000])
     rows.clear()
