@@ -8,13 +8,13 @@ operator's cached dicts.
 
 - a GPU node is one labelled ``metax-tech.com/gpu.installed=true`` (by gpu-label, or by hand), the label the
   components' DaemonSets select on;
-- a GPU node counts ready when at least one of the operator's pods on it is Ready (the pod cache holds the
-  components' pods only, as `services.operator.informers.slim_pod` keeps them: ``status.ready``).
+- a GPU node counts ready when at least one of the operator's pods on it is Ready (`ready_node`; the pod cache
+  holds the components' pods only, as `services.operator.informers.slim_pod` keeps them: ``status.ready``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from metax_core.node import labels as node_labels
@@ -31,9 +31,17 @@ def names(nodes: Iterable[Obj]) -> list[str]:
     return sorted(str(n["metadata"]["name"]) for n in nodes if is_gpu_node(n))
 
 
-def ready_count(gpu_nodes: Iterable[str], pods: Iterable[Obj]) -> int:
-    """How many of ``gpu_nodes`` run at least one Ready pod among ``pods``."""
-    with_ready_pod = {
-        str(p["spec"]["nodeName"]) for p in pods if (p.get("status") or {}).get("ready") and p["spec"].get("nodeName")
-    }
-    return sum(1 for n in gpu_nodes if n in with_ready_pod)
+def ready_node(pod: Obj) -> str | None:
+    """The node ``pod`` makes ready (one of the operator's pods, Ready, on a node), or None.
+
+    The operator's pod cache tallies its pods by this (`services.operator.caches`), so a reconcile counts ready
+    nodes without a pass over every cached pod (35,000 at 5,000 nodes)."""
+    if not (pod.get("status") or {}).get("ready"):
+        return None
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def ready_count(gpu_nodes: Iterable[str], ready_nodes: Container[str]) -> int:
+    """How many of ``gpu_nodes`` are among ``ready_nodes`` (the nodes `ready_node` names for some pod)."""
+    return sum(1 for n in gpu_nodes if n in ready_nodes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from metax_core.cluster import network_policies, rbac, render_settings, supporting, wakes
+from metax_core.cluster import gpu_nodes, network_policies, rbac, render_settings, supporting, wakes
 from metax_core.dra import classes as dra_classes
 from metax_core.ports.cluster import RawObject
 from metax_core.wire import meta
@@ -113,6 +113,7 @@ def bootstrap(
             on_change=pod_changed,
             watch_seconds=watch_seconds,
             index_by=component_of,
+            tally_by=gpu_nodes.ready_node,
             fields=cached_fields.PodFields,
         ),
         # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.

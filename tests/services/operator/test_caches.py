@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from harness import NS, wait_for
 
-from metax_core.cluster import wakes, workloads
+from metax_core.cluster import gpu_nodes, wakes, workloads
 from metax_core.health import report as health_report
 from metax_core.ports.cluster import WatchEvent, WatchEventType
 from metax_k8s import objects, responses, retry
@@ -111,7 +111,7 @@ def test_a_cached_pod_keeps_what_the_rollout_and_the_status_read_and_nothing_els
             "startTime": "2026-01-01T00:00:01Z",
         },
     }
-    assert BIG not in json.dumps(slim)
+    assert BIG not in repr(slim)
     assert rollout_driver.is_driver_pod(slim)
 
 
@@ -143,7 +143,7 @@ def test_equal_parts_of_cached_pods_and_nodes_are_one_dict_and_each_reads_its_ow
     assert first["status"] == second["status"] and first["status"] is not second["status"]  # driver: start times
     labellers = [informers.slim_pod(_pod(n, "g1", component="gpu-label")) for n in ("l1", "l2")]
     assert labellers[0]["status"] is labellers[1]["status"]
-    assert first["spec"] is second["spec"] and first["spec"] is not elsewhere["spec"]
+    assert first["spec"]["nodeName"] is second["spec"]["nodeName"]  # one string per node name
     assert (first["spec"]["nodeName"], elsewhere["spec"]["nodeName"]) == ("g1", "g2")
     assert [p["metadata"]["name"] for p in (first, second, elsewhere)] == ["d1", "d2", "d3"]
     crashing = _pod("d4", "g1")
@@ -204,6 +204,9 @@ def test_the_pod_cache_files_each_pod_under_its_component_as_it_changes() -> Non
     try:
         assert informer.synced.wait(10)
         assert filed() == {"driver": ["d1", "d2"], "gpu-device": [], "": []}
+        # Filed by name alone (one namespace): found in it, and only in it.
+        assert (informer.get("d2", NS) or {}).get("spec") == {"nodeName": "g2"}
+        assert informer.get("d2") is None and informer.get("d2", "elsewhere") is None
         moved = _pod("d2", "g2")
         moved["metadata"]["labels"][workloads.COMPONENT_LABEL] = "gpu-device"
         cluster.api.replace({**moved, "metadata": {**moved["metadata"], "resourceVersion": None}})
@@ -217,6 +220,39 @@ def test_the_pod_cache_files_each_pod_under_its_component_as_it_changes() -> Non
         wait_for("u filed", lambda: filed()[""] == ["u"])
         everything = sorted(p["metadata"]["name"] for p in informer.items())
         assert everything == sorted(n for names in filed().values() for n in names) == ["d2", "u"]
+    finally:
+        informer.stop()
+
+
+def test_the_pod_cache_tallies_the_nodes_its_ready_pods_make_ready_as_they_change() -> None:
+    """``readyNodes`` reads `caches.Caches.nodes_with_ready_pods`, the tally, not every cached pod."""
+    cluster = InMemoryCluster()
+    cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    informer = informers.Informer(
+        cluster.objects, "v1", "Pod", namespace=NS, slim=informers.slim_pod, tally_by=gpu_nodes.ready_node
+    )
+
+    def ready(name: str, node: str, is_ready: bool) -> None:
+        condition = {"type": "Ready", "status": "True" if is_ready else "False"}
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}}
+        cluster.objects.apply_status({**body, "status": {"conditions": [condition]}}, field_manager="kubelet")
+
+    for name, node in [("d1", "g1"), ("l1", "g1"), ("d2", "g2")]:
+        cluster.api.create(_pod(name, node))
+    informer.start()
+    try:
+        assert informer.synced.wait(10) and informer.tallied() == frozenset()
+        ready("d1", "g1", True)
+        ready("l1", "g1", True)
+        ready("d2", "g2", True)
+        wait_for("every node ready", lambda: informer.tallied() == {"g1", "g2"})
+        ready("d1", "g1", False)  # l1 still makes g1 ready
+        wait_for("d1 not ready", lambda: not (informer.get("d1", NS) or {}).get("status", {}).get("ready"))
+        assert informer.tallied() == {"g1", "g2"}
+        cluster.api.delete("v1", "Pod", "l1", NS)
+        wait_for("g1 no longer ready", lambda: informer.tallied() == {"g2"})
+        ready("d2", "g2", False)
+        wait_for("none ready", lambda: informer.tallied() == frozenset())
     finally:
         informer.stop()
 

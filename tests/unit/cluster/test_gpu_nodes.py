@@ -42,6 +42,8 @@ def test_a_gpu_node_is_ready_with_one_ready_pod_of_ours() -> None:
         pod(None, ready=True),  # not scheduled yet
         pod("cpu-node", ready=True),  # not a GPU node
     ]
-    assert gpu_nodes.ready_count(["n1", "n2", "n3"], pods) == 1
-    assert gpu_nodes.ready_count(["n1", "n2", "n3"], [*pods, pod("n3", ready=True)]) == 2
-    assert gpu_nodes.ready_count([], pods) == 0
+    ready = {n for p in pods if (n := gpu_nodes.ready_node(p)) is not None}
+    assert ready == {"n1", "cpu-node"}
+    assert gpu_nodes.ready_count(["n1", "n2", "n3"], ready) == 1
+    assert gpu_nodes.ready_count(["n1", "n2", "n3"], ready | {gpu_nodes.ready_node(pod("n3", ready=True))}) == 2
+    assert gpu_nodes.ready_count([], ready) == 0
