@@ -208,22 +208,24 @@ def rows(figures: Sequence[Figure]) -> list[tuple[str, str, str, str, str, str]]
 
 
 GROWTH = (
-    ("P1", "P1 CR → pods Ready (s)"),
-    ("P1/floor", "P1 ratio to the floor"),
-    ("P2", "P2 operator writes in steady state"),
-    ("P3", "P3 operator peak RSS (MiB)"),
-    ("P11", "P11 extender filter+prioritize p99 (ms)"),
+    ("P1", "s", "P1 CR → pods Ready (s)"),
+    ("P1/floor", "s", "P1 ratio to the floor"),
+    ("P1", "%", "P1 operator CPU, share of the control plane's (%)"),
+    ("P2", None, "P2 operator writes in steady state"),
+    ("P3", "MiB", "P3 operator peak RSS (MiB)"),
+    ("P11", None, "P11 extender filter+prioritize p99 (ms)"),
 )
+"""(P-id, the unit of the figure meant — P1 has two at each node count —, the row's label)."""
 
 
 def growth(figures: Sequence[Figure], sizes: Sequence[int]) -> list[list[str]]:
     """One row per growth measure, one column per node count; "not run" where no figure was measured."""
     table = []
-    for key, label in GROWTH:
+    for key, unit, label in GROWTH:
         row = [label]
         for n in sizes:
             pid = key.split("/")[0]
-            match = [f for f in figures if f.id == pid and f.nodes == n]
+            match = [f for f in figures if f.id == pid and f.nodes == n and (unit is None or f.unit == unit)]
             if not match:
                 row.append("not run")
             elif match[0].error:

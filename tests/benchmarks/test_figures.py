@@ -97,13 +97,17 @@ def test_growth_pivots_by_node_count_and_says_what_was_not_run() -> None:
         fig.Figure("P1", "install", fig.ratio_at_most(1.2), 30.0, "s", reference_value=20.0, nodes=100),
         fig.Figure("P1", "install", fig.ratio_at_most(1.2), 220.0, "s", reference_value=200.0, nodes=1000),
         fig.Figure("P3", "rss", fig.at_most(100.0, "MiB"), 61.5, "MiB", nodes=1000),
+        # Above the full rows P1 has only its CPU share (a percentage), which is not an install time.
+        fig.Figure("P1", "CPU share", fig.at_most(2.0, "%"), 2.0, "%", nodes=5000),
     ]
     table = {row[0]: row[1:] for row in fig.growth(found, [100, 1000, 5000])}
     p1 = next(v for k, v in table.items() if k.startswith("P1 CR"))
     ratio = next(v for k, v in table.items() if k.startswith("P1 ratio"))
+    share = next(v for k, v in table.items() if k.startswith("P1 operator CPU"))
     p3 = next(v for k, v in table.items() if k.startswith("P3"))
     assert p1 == ["30", "220", "not run"]
     assert ratio[0] == "1.50×" and ratio[1] == "1.10×" and ratio[2] == "not run"
+    assert share == ["not run", "not run", "2"]
     assert p3 == ["not run", "61.5", "not run"]
 
 
