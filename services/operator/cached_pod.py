@@ -48,6 +48,14 @@ class CachedPod(Mapping[str, Any]):
             return self._status
         raise KeyError(key)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """As `Mapping.get`, without its raise and catch of KeyError: the rollout reads each driver pod this way a
+        few times per reconcile (5,000 pods at 5,000 nodes)."""
+        return self[key] if key in _KEYS else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _KEYS
+
     def __iter__(self) -> Iterator[str]:
         return iter(_KEYS)
 

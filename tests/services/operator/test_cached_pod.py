@@ -30,7 +30,8 @@ def test_it_reads_as_the_pod_dict_with_only_the_fields_it_was_given() -> None:
 
 def test_a_missing_field_reads_as_missing_not_as_an_empty_value() -> None:
     pod = _cached()
-    assert pod.get("ownerReferences") is None and "kind" not in pod
+    assert pod.get("ownerReferences") is None and pod.get("kind", "absent") == "absent" and "kind" not in pod
+    assert pod.get("spec") == {"nodeName": "gpu-1"} and "status" in pod
     with pytest.raises(KeyError, match="apiVersion"):
         pod["apiVersion"]
 
