@@ -179,10 +179,11 @@ class Reconciler:
         monitoring = bool(self.caches.service_monitor_crd.items())  # watched: installing it wakes a reconcile
         rendered = workloads.render(s, attrs.evolve(self.render_settings, service_monitor=monitoring))
         objects = list(rendered.objects)
+        gpu = self._gpu_nodes()  # once: the rollout and the status count the same nodes
         outcome, look = None, None
         index = workloads.driver_daemonset_index(objects)
         if index is not None:
-            outcome, look = self._rollout(s, cr, objects[index], now)
+            outcome, look = self._rollout(s, cr, objects[index], now, gpu)
             objects[index] = outcome.manifest
 
         results = states.sync_all(rendered.plan.deploy, objects, self.applier, self.caches.lookup)
@@ -204,15 +205,14 @@ class Reconciler:
             )
         retry = self.gpu_health.apply(self.caches.health_nodes(), s.gpu_device.remediation, now)
 
-        gpu_nodes = self._gpu_nodes()
         rolled = cluster_status.roll_up(
             generation=generation,
             results=results,
             previous=previous,
             now=now,
             rollout=outcome.status if outcome else None,
-            ready_nodes=self._ready_nodes(gpu_nodes),
-            total_nodes=len(gpu_nodes),
+            ready_nodes=self._ready_nodes(gpu),
+            total_nodes=len(gpu),
         )
         self._write_status(cr, rolled, outcome.status if outcome else None, vf_nums)
         if outcome is not None and outcome.requeue_after is not None:
@@ -238,9 +238,15 @@ class Reconciler:
     # -- pieces ---------------------------------------------------------------------------------------------
 
     def _rollout(
-        self, s: spec.ClusterOperatorSpec, cr: RawObject, desired: Mapping[str, Any], now: dt.datetime
+        self,
+        s: spec.ClusterOperatorSpec,
+        cr: RawObject,
+        desired: Mapping[str, Any],
+        now: dt.datetime,
+        gpu: list[str],
     ) -> tuple[rollout_driver.Outcome, drainer.Look | None]:
-        """The rollout's decision, and what the drain read for it (applied after the objects, `drainer.apply`)."""
+        """The rollout's decision, and what the drain read for it (applied after the objects, `drainer.apply`);
+        ``gpu``: the GPU nodes by name (`gpu_nodes.names`, read once per reconcile)."""
         driver_pods = self.caches.pods_of(Component.DRIVER)
         live_ds = self._lookup("DaemonSet", components.DRIVER_DAEMONSET)
         busy: set[str] = set()
@@ -254,7 +260,7 @@ class Reconciler:
             desired=desired,
             live_ds=live_ds,
             driver_pods=driver_pods,
-            gpu_nodes=self._gpu_nodes() if live_ds is not None else [],
+            gpu_nodes=gpu if live_ds is not None else [],
             busy=busy,
             cr_status=cr.get("status"),
             now=now,
