@@ -32,6 +32,8 @@ FIELD_MANAGER = "metax-operator-gpu-health"
 PDB_API = "policy/v1"
 RETRY_SECONDS = 30.0
 """How soon an eviction a PodDisruptionBudget refused (or the bound deferred) is tried again."""
+UNSEEN_WRITE_SECONDS = 30.0
+"""How long a condition the operator wrote may stay unseen in its node cache before it is written again."""
 
 
 class GpuHealth:
@@ -43,6 +45,8 @@ class GpuHealth:
         """Per node, the refusal last told (an Event only when it changes)."""
         self._read: dict[str, tuple[str, report.Report | InvalidSpec]] = {}
         """Per node, the report text last decoded and what it decoded to: a reconcile decodes only what changed."""
+        self._written: dict[str, tuple[tuple[object, ...], tuple[object, ...], dt.datetime]] = {}
+        """Per node, the condition last written, the cached one it replaced, and when (`_unseen`)."""
 
     @property
     def condition_writes(self) -> int:
@@ -86,8 +90,13 @@ class GpuHealth:
     # -- the condition ------------------------------------------------------------------------------------------
 
     def _condition(self, name: str, node: RawObject, health: report.Report, now: dt.datetime) -> None:
-        wanted = report.condition_to_apply(health, report.node_condition(node), format_time(now))
+        have = report.node_condition(node)
+        wanted = report.condition_to_apply(health, have, format_time(now))
         if wanted is None:
+            self._written.pop(name, None)
+            return
+        said, before = _says(wanted), _says(have)
+        if self._unseen(name, said, before, now):
             return
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"conditions": [wanted]}}
         try:
@@ -95,7 +104,17 @@ class GpuHealth:
         except ClusterError as exc:
             log.warning("node %s: cannot set its %s condition: %s", name, report.CONDITION_TYPE, exc)
             return
+        self._written[name] = (said, before, now)
         log.info("node %s: %s=%s (%s)", name, report.CONDITION_TYPE, wanted["status"], wanted["message"])
+
+    def _unseen(self, name: str, said: tuple[object, ...], before: tuple[object, ...], now: dt.datetime) -> bool:
+        """Whether the same condition was just written over the same cached one: the node cache has not seen the
+        write yet (a reconcile woken by another change of the node ran before the watch delivered it), so writing
+        it again would change nothing. For `UNSEEN_WRITE_SECONDS` at most: a write that never shows is repeated."""
+        last = self._written.get(name)
+        return (
+            last is not None and last[:2] == (said, before) and (now - last[2]).total_seconds() < UNSEEN_WRITE_SECONDS
+        )
 
     def clear(self, nodes: Iterable[RawObject]) -> None:
         """Remove the condition from the nodes that have it (the uninstall)."""
@@ -166,6 +185,11 @@ class GpuHealth:
 
     def _event(self, node: str, reason: str, message: str, *, warning: bool) -> None:
         applier.node_event(self.events, node, reason, message, warning=warning, action="Remediate")
+
+
+def _says(condition: Mapping[str, Any] | None) -> tuple[object, ...]:
+    """What a condition says (status, reason, message); () for none."""
+    return () if condition is None else (condition.get("status"), condition.get("reason"), condition.get("message"))
 
 
 def _named(pod: Mapping[str, Any]) -> tuple[str, str]:
