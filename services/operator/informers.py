@@ -44,6 +44,7 @@ def key_of(obj: RawObject) -> tuple[str, str]:
 
 
 def name_of(obj: RawObject) -> str:
+    """The name alone: the key in a cache of one namespace."""
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
@@ -321,9 +322,10 @@ def slim_pod(pod: RawObject) -> RawObject:
     Kept: name, namespace, node, the labels in `POD_LABELS`, the product's annotations (the driver revision; the key
     only when there are some), the deletion time (only when set), phase, Ready, the restart count and the waiting
     reasons; and, of the pods of `fleet.TIMED_COMPONENTS` only, the creation and start times. Repeated strings are
-    interned and equal parts shared (`_shared`): every pod but the driver's has one of a few shared statuses, so a
-    pod costs about half a kilobyte (its name, its key and two small dicts), not the tens of kilobytes of its whole
-    object (P3: 35,000 pods at 5,000 nodes).
+    interned and equal parts shared (`_shared`): every pod but the driver's has one of a few shared statuses. The
+    copy is a `CachedPod` (slots, read as the pod's mapping), so a cached pod costs about a third of a kilobyte (its
+    name, its slots and its places in the cache and the index), not the tens of kilobytes of its whole object (P3:
+    35,000 pods at 5,000 nodes).
     """
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
