@@ -188,15 +188,17 @@ def node_condition(node: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
 
 
+def says(cond: Mapping[str, Any] | None) -> tuple[object, ...]:
+    """What a Node condition says: (status, reason, message); () for none. Two conditions saying the same differ at
+    most in their times."""
+    return () if cond is None else (cond.get("status"), cond.get("reason"), cond.get("message"))
+
+
 def condition_to_apply(health: Report, have: Mapping[str, Any] | None, now: str) -> dict[str, str] | None:
     """The condition to write for ``health`` at ``now``, or None when ``have`` (the Node's) already says it: quiet
     in steady state; its ``lastTransitionTime`` moves only when its status does."""
     wanted = condition(health)
-    if have is not None and (have.get("status"), have.get("reason"), have.get("message")) == (
-        wanted.status,
-        wanted.reason,
-        wanted.message,
-    ):
+    if says(have) == (wanted.status, wanted.reason, wanted.message):
         return None
     kept = have is not None and have.get("status") == wanted.status and have.get("lastTransitionTime")
     return {

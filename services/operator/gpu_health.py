@@ -95,7 +95,7 @@ class GpuHealth:
         if wanted is None:
             self._written.pop(name, None)
             return
-        said, before = _says(wanted), _says(have)
+        said, before = report.says(wanted), report.says(have)
         if self._unseen(name, said, before, now):
             return
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"conditions": [wanted]}}
@@ -185,11 +185,6 @@ class GpuHealth:
 
     def _event(self, node: str, reason: str, message: str, *, warning: bool) -> None:
         applier.node_event(self.events, node, reason, message, warning=warning, action="Remediate")
-
-
-def _says(condition: Mapping[str, Any] | None) -> tuple[object, ...]:
-    """What a condition says (status, reason, message); () for none."""
-    return () if condition is None else (condition.get("status"), condition.get("reason"), condition.get("message"))
 
 
 def _named(pod: Mapping[str, Any]) -> tuple[str, str]:
