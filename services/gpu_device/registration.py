@@ -69,11 +69,15 @@ class Registrations:
         """Notice a new kubelet; re-register only what registered with an older one.
 
         Registration is once per kubelet socket generation: each resource remembers the fingerprint of
-        kubelet.sock it registered under (read right after its Register call). A kubelet restart that lands
+        kubelet.sock it registered under, read just before its Register call. A kubelet restart that lands
         inside a tick, after this check, makes the plugin register with the new kubelet in that same tick
         (kubelet wipes our socket first, so the own-socket check restarts the server); the next tick then
         sees the new fingerprint but finds the resource already registered under it, and leaves the working
-        stream alone instead of registering a second time.
+        stream alone instead of registering a second time. A restart that lands after the read (while the
+        Register call is answered, or before this thread runs again) leaves the resource under the old
+        fingerprint, so the next tick registers it with the new kubelet: read after the call, it was filed
+        under the new kubelet that never heard of it, and was never registered again when the kubelet kept
+        our socket.
         """
         fingerprint = self.kubelet_watch()
         if fingerprint != self.kubelet:
@@ -106,10 +110,11 @@ class Registrations:
                 return
             self.registered.pop(resource, None)
         if resource not in self.registered and self.kubelet is not None:
+            generation = self.kubelet_watch()
             try:
                 plugin.register()
             except PortError as exc:
                 self.say(f"register:{resource.value}", str(exc), logging.WARNING)
                 return
             self.say.forget(f"register:{resource.value}")
-            self.registered[resource] = self.kubelet_watch()
+            self.registered[resource] = generation
