@@ -116,6 +116,8 @@ class ControlPlane:
         self._config: components.Config | None = None
         self._lock = threading.RLock()
         self._started = False
+        self._restarts_seen = 0
+        """kube-apiserver restarts before kwok and the controllers last started (`controllers_behind`)."""
 
     # ---------------------------------------------------------------- properties
 
@@ -298,12 +300,50 @@ class ControlPlane:
         with self._lock:
             if not self.workloads or "kube-scheduler" not in self._processes:
                 raise errors.ControlPlaneError("kube-scheduler is not running")
-            assert self._config is not None
-            self._processes["kube-scheduler"].stop()
             self.scheduler_extenders = [dict(e) for e in extenders]
-            self._start("kube-scheduler", self._config.scheduler_args(self.scheduler_extenders))
-            self._wait_https_healthz("kube-scheduler")
+            self._restart(["kube-scheduler"])
             logger.info("kube-scheduler restarted with %d extender(s)", len(self.scheduler_extenders))
+
+    @property
+    def controllers_behind(self) -> bool:
+        """kube-apiserver restarted since kwok, kube-controller-manager and kube-scheduler last started."""
+        return len(self.timings.apiserver_restarts) > self._restarts_seen
+
+    def restart_controllers(self) -> float:
+        """Start kwok, kube-controller-manager and kube-scheduler again with the same arguments; the seconds it took.
+
+        After kube-apiserver restarts, their client-go reflectors are in back-off (0.8 s doubling to 30 s, not
+        reset for two minutes) and their work queues hold rate-limited requeues: for minutes a DaemonSet's new pods,
+        its status and the garbage collector lag behind (docs/controlplane.md). New processes list afresh, so a
+        test that restarted the API server hands the next one controllers that see changes at once.
+        """
+        with self._lock:
+            began = time.monotonic()
+            self._restart(["kwok", "kube-controller-manager", "kube-scheduler"] if self.workloads else ["kwok"])
+            self._restarts_seen = len(self.timings.apiserver_restarts)
+            seconds = time.monotonic() - began
+            logger.info("kwok and the controllers restarted in %.1fs", seconds)
+            return seconds
+
+    def _restart(self, names: Sequence[str]) -> None:
+        config = self._config
+        if config is None or any(name not in self._processes for name in names):
+            raise errors.ControlPlaneError(f"not running: {', '.join(n for n in names if n not in self._processes)}")
+        args: dict[str, Sequence[str]] = {
+            "kwok": config.kwok_args(),
+            "kube-controller-manager": config.controller_manager_args(),
+            "kube-scheduler": config.scheduler_args(self.scheduler_extenders),
+        }
+        for name in names:
+            self._processes[name].stop()
+        if "kwok" in names:  # the new kwok has a new identity: it would wait out the old one's node Leases
+            http = self._admin_http()
+            for node in self.node_names:
+                http.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
+        for name in names:
+            self._start(name, args[name])
+        for name in names:
+            self._wait_https_healthz(name)
 
     # ---------------------------------------------------------------- clients
 

@@ -5,7 +5,8 @@ the kubelet-socket check and the plugin's own-socket check (the race seen agains
 which made the plugin register twice ~0.5 s apart and the second registration tore down the first, working
 stream), right after the plugin registered (also by a kubelet that keeps our socket: the race seen in CI, where
 the restart finished before the agent's thread ran again and the plugin never registered with the new kubelet),
-and between two ticks. In every case the new kubelet sees one registration and keeps its stream. The ticks are driven by hand with a fake clock: no sleeps decide anything.
+and between two ticks. In every case the new kubelet sees one registration and keeps its stream. The ticks are
+driven by hand with a fake clock: no sleeps decide anything.
 """
 
 from __future__ import annotations

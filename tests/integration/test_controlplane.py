@@ -139,15 +139,11 @@ def test_rbac_forbids_an_unprivileged_service_account(
         assert still_forbidden.value.status == 403
 
 
-def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
-    control_plane: cluster.ControlPlane, kube_api: client.ApiClient, kube_namespace: str
-) -> None:
-    replicas = 4
-    apps = client.AppsV1Api(kube_api)
-    core = client.CoreV1Api(kube_api)
+def _run_sleepers(api: client.ApiClient, namespace: str, replicas: int) -> list[client.V1Pod]:
+    """A Deployment of ``replicas`` pause pods (kwok only pretends to run them); its pods once all are Running."""
     labels = {"app": "sleeper"}
-    apps.create_namespaced_deployment(
-        kube_namespace,
+    client.AppsV1Api(api).create_namespaced_deployment(
+        namespace,
         client.V1Deployment.model_validate(
             {
                 "metadata": {"name": "sleeper"},
@@ -173,7 +169,7 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
     )
 
     def running_pods() -> list[client.V1Pod] | None:
-        pods = core.list_namespaced_pod(kube_namespace, label_selector="app=sleeper").items
+        pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=sleeper").items
         running = [
             p
             for p in pods
@@ -182,6 +178,15 @@ def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
         return running if len(running) == replicas else None
 
     pods: list[client.V1Pod] = wait_for("running pods", running_pods, timeout=90)
+    return pods
+
+
+def test_deployment_pods_are_scheduled_onto_kwok_nodes_and_run(
+    control_plane: cluster.ControlPlane, kube_api: client.ApiClient, kube_namespace: str
+) -> None:
+    replicas = 4
+    apps = client.AppsV1Api(kube_api)
+    pods = _run_sleepers(kube_api, kube_namespace, replicas)
     for pod in pods:
         assert pod.spec is not None and pod.status is not None
         assert pod.spec.node_name in control_plane.node_names
@@ -218,6 +223,38 @@ def test_restart_apiserver_keeps_data_and_address(
         core.create_namespaced_config_map(kube_namespace, _config_map("newcomer", "x"))
         names = {_name(n.metadata) for n in core.list_node().items}
         assert set(control_plane.node_names) <= names
+
+
+@pytest.mark.restarts_apiserver
+def test_kwok_and_the_controllers_started_again_keep_the_nodes_and_run_new_pods(
+    control_plane: cluster.ControlPlane,
+    kube_api: client.ApiClient,
+    kube_namespace: str,
+    record_timing: Callable[[str, float], None],
+) -> None:
+    control_plane.restart_apiserver()
+    assert control_plane.controllers_behind
+    leases = client.CoordinationV1Api(kube_api)
+
+    def holders() -> dict[str, str | None]:
+        return {
+            n: leases.read_namespaced_lease(n, "kube-node-lease").spec.holder_identity  # type: ignore[union-attr]
+            for n in control_plane.node_names
+        }
+
+    old = holders()
+    record_timing("kwok and controllers started again", control_plane.restart_controllers())
+    assert not control_plane.controllers_behind
+    # The new kwok holds every node's Lease at once (it does not wait out the old kwok's) and the nodes stay Ready.
+    wait_for(
+        "the new kwok holding the nodes' Leases",
+        lambda: all(h and h not in old.values() for h in holders().values()),
+        timeout=30,
+    )
+    nodes = client.CoreV1Api(kube_api).list_node().items
+    assert all(_node_ready(n) for n in nodes if _name(n.metadata) in control_plane.node_names)
+    # The new controller-manager (ReplicaSets), scheduler and kwok turn a new Deployment into Running pods.
+    assert len(_run_sleepers(kube_api, kube_namespace, 2)) == 2
 
 
 def test_a_hundred_node_kwok_cluster_comes_up(

@@ -28,7 +28,8 @@ Fixtures:
 
 Tests that restart the session's kube-apiserver are marked ``restarts_apiserver`` and run at the end of the
 session: kube-controller-manager takes minutes to see changes again after a restart (docs/controlplane.md), and
-no later test should inherit that. A test that restarts it without the marker fails.
+no later test should inherit that. A test that restarts it without the marker fails; after one that does, kwok,
+kube-controller-manager and kube-scheduler are started again (their client-go back-off is not reset for minutes).
 
 The binaries are built (or found in the cache) right after collection, outside any test
 timeout. Without Go the tests that need the control plane fail with the reason; they are
@@ -66,6 +67,7 @@ _build_error: errors.ControlPlaneError | None = None
 _oldest_build_error: errors.ControlPlaneError | None = None
 _timings: list[tuple[str, float]] = []
 _session_plane: list[controlplane.ControlPlane] = []  # the started session control plane, once there is one
+_controller_restarts: list[float] = []  # seconds of each restart of kwok and the controllers after a restart test
 
 RESTARTS_APISERVER = "restarts_apiserver"
 OLDEST_KUBERNETES = "oldest_kubernetes"
@@ -108,11 +110,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _restarts_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test that restarted the session's kube-apiserver without saying so (it would not run last)."""
+    """Fail a test that restarted the session's kube-apiserver without saying so (it would not run last); after
+    one that did, start kwok and the controllers again, so the next test does not inherit their back-off
+    (`ControlPlane.restart_controllers`; a test that needs them in its own teardown calls it itself)."""
     before = _restart_count()
     yield
     if _restart_count() > before and request.node.get_closest_marker(RESTARTS_APISERVER) is None:
         pytest.fail(f"this test restarts the session's kube-apiserver: mark it @pytest.mark.{RESTARTS_APISERVER}")
+    for plane in _session_plane:
+        if plane.controllers_behind:
+            _controller_restarts.append(plane.restart_controllers())
 
 
 @pytest.fixture(autouse=True)
@@ -127,6 +134,10 @@ def _restart_count() -> int:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _controller_restarts:
+        label = f"kwok and controllers started again after {len(_controller_restarts)} restart test(s)"
+        _timings.append((label, sum(_controller_restarts)))
+        _controller_restarts.clear()
     if not _timings:
         return
     terminalreporter.section("test control plane timings")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from metax_core.cluster import workloads
 from metax_core.errors import ClusterError
 from metax_dev.operatorprocess import OperatorProcess
 from metax_k8s import client
-from tests.waiting import wait_for
+from tests.waiting import wait_for as wait_for  # the operator tests import it from here
 
 NS = "metax-operator"
 CR_API = "gpu.metax-tech.com/v1alpha1"
@@ -91,40 +90,3 @@ class Env:
     def label_gpu_nodes(self, names: list[str]) -> None:
         for name in names:
             self.api.merge_patch("v1", "Node", name, {"metadata": {"labels": {workloads.GPU_NODE_LABEL: "true"}}})
-
-
-def wait_daemonset_controller(env: Env, timeout: float = 180.0) -> float:
-    """After an API server restart, wait until the real DaemonSet controller replaces a deleted pod again.
-
-    kube-controller-manager's informers are blind for a while after a restart (their watches get 403 until the
-    API server's RBAC caches are back, then client-go's reflector backs off: 0.8 s doubling to 30 s, with
-    jitter, not reset for 2 minutes), and its DaemonSet syncs fail meanwhile ("read version ... is not as new
-    as written version", StaleControllerConsistencyDaemonSet) with rate-limited requeues. Measured on this
-    control plane with a plain DaemonSet: a deleted pod came back in 0.01 s before any restart, 1.7 s, 10.8 s
-    and 50.5 s right after three restarts in 40 s. A test that restarts the API server calls this at its end,
-    so the next test does not inherit the blind controller. Returns the seconds it took.
-    """
-    began = time.monotonic()
-    nodes = set(env.gpu_nodes + env.other_nodes)
-    pods = [
-        p
-        for p in env.pods("gpuLabel")
-        if p["spec"].get("nodeName") in nodes and not p["metadata"].get("deletionTimestamp")
-    ]
-    if not pods:
-        return 0.0
-    victim = pods[0]
-    node, uid = victim["spec"].get("nodeName"), victim["metadata"]["uid"]
-    env.api.delete("v1", "Pod", victim["metadata"]["name"], NS)
-    wait_for(
-        "the DaemonSet controller replacing a deleted pod",
-        lambda: any(
-            p["spec"].get("nodeName") == node
-            and p["metadata"]["uid"] != uid
-            and not p["metadata"].get("deletionTimestamp")
-            for p in env.pods("gpuLabel")
-        ),
-        timeout=timeout,
-        interval=0.5,
-    )
-    return time.monotonic() - began

@@ -11,7 +11,7 @@ gives Degraded with field paths; deleting the CR leaves nothing behind.
 from __future__ import annotations
 
 import pytest
-from operator_helpers import NS, Env, cluster_operator, wait_daemonset_controller, wait_for
+from operator_helpers import NS, Env, cluster_operator, wait_for
 
 from metax_core.cluster import workloads
 from metax_core.node import uninstall
@@ -92,7 +92,7 @@ def test_faults_a_deleted_daemonset_a_hand_edit_and_an_apiserver_restart(operato
     env.api.delete("apps/v1", "DaemonSet", "metax-vfio-manager", NS)
     wait_for("vfio-manager back after the restart", lambda: env.ds("metax-vfio-manager") is not None)
     assert all(p.alive() for p in env.processes)
-    wait_daemonset_controller(env)  # the next test gets a DaemonSet controller that sees changes again
+    control_plane.restart_controllers()  # the teardown's garbage collector and the next test see changes at once
 
 
 def test_a_vf_edit_recreates_one_gpu_device_pod(operator_env: Env) -> None:

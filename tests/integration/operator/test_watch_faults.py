@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from operator_helpers import NS, Env, cluster_operator, wait_daemonset_controller, wait_for
+from operator_helpers import NS, Env, cluster_operator, wait_for
 
 from metax_core.errors import ClusterError
 from metax_dev.controlplane import cluster as controlplane
@@ -68,7 +68,7 @@ def test_a_watch_expired_by_the_api_server_relists_and_an_edit_across_it_is_appl
     wait_for("vfio-manager back", lambda: env.ds("metax-vfio-manager") is not None, timeout=60)
     env.api.delete("v1", "ConfigMap", "revision-bump", "default")
     assert all(p.alive() for p in env.processes)
-    wait_daemonset_controller(env)  # the next test gets a DaemonSet controller that sees changes again
+    control_plane.restart_controllers()  # the teardown's garbage collector and the next test see changes at once
 
 
 def _rbac_of(env: Env, component: str) -> list[str]:
