@@ -46,8 +46,9 @@ class Env:
         test_env = {
             "METAX_DRIVER_READY_TIMEOUT": "20",
             # kwok runs the agents' pods without the agents: nothing answers the uninstall request, so the
-            # finalizer's bounded wait (R-INSTALL) is what these tests see; 5 s instead of the default 180 s.
-            "METAX_UNINSTALL_TIMEOUT": "5",
+            # finalizer's bounded wait (R-INSTALL) is what these tests see, in every teardown: 2 s instead of the
+            # default 180 s (a test that looks inside the wait sets its own).
+            "METAX_UNINSTALL_TIMEOUT": "2",
             **env,
         }
         p = OperatorProcess(self.kubeconfig, identity, self.log_dir, test_env, namespace=NS)

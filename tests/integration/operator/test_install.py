@@ -149,7 +149,7 @@ def test_a_bad_cluster_operator_is_degraded_with_field_paths_and_nothing_applied
 def test_deleting_the_cluster_operator_leaves_nothing_behind(operator_env: Env) -> None:
     env = operator_env
     env.api.apply(cluster_operator(), field_manager="helm")
-    env.start_operator()
+    env.start_operator(METAX_UNINSTALL_TIMEOUT="5")  # long enough to look at what is kept while it waits
     wait_for("Ready=True", lambda: _ready(env), timeout=120)
     env.api.merge_patch(
         "v1", "Node", env.gpu_nodes[0], {"metadata": {"labels": {"metax-tech.com/gpu.product": "C500"}}}
