@@ -113,7 +113,7 @@ def bootstrap(
             on_change=pod_changed,
             watch_seconds=watch_seconds,
             index_by=component_of,
-            tally_by=gpu_nodes.ready_node,
+            tally_by=gpu_nodes.readiness_on_node,
             fields=cached_fields.PodFields,
         ),
         # The Prometheus Operator's CRD, by name: installing it makes the exporter's ServiceMonitor due at once.

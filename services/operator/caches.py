@@ -10,8 +10,8 @@ steady-state reconcile reads none of them from the API server.
 
 The pod cache is filed by the ``app.kubernetes.io/component`` label (`metax_core.wire.meta.COMPONENT_LABEL`):
 the rollout reads the driver's pods and R-VF the gpu-device pods, each without a scan of every cached pod; and
-tallied by the node each Ready pod makes ready (`metax_core.cluster.gpu_nodes.ready_node`), which the status's
-``readyNodes`` counts. The
+tallied by each pod's node and whether it is Ready (`metax_core.cluster.gpu_nodes.readiness_on_node`), from which
+the status's ``readyNodes`` counts the nodes where every pod of ours is Ready. The
 node cache is filed by whether a node says anything about its GPUs' health (`health_of`): at 5,000 nodes a
 reconcile's GPU health looks at the few that do.
 """
@@ -58,7 +58,7 @@ class Caches:
     device_classes: Informer
     pods: Informer
     """Our pods in the operator's namespace, filed by component and tallied by the node they make ready (built with
-    ``index_by=component_of``, ``tally_by=gpu_nodes.ready_node``)."""
+    ``index_by=component_of``, ``tally_by=gpu_nodes.readiness_on_node``)."""
     service_monitor_crd: Informer
     rbac: Sequence[Informer] = ()
     """The components' RBAC objects, one informer per kind and scope (`metax_core.cluster.rbac.locations`)."""
@@ -93,8 +93,8 @@ class Caches:
         """The cached pods of ``component`` (its label), from the index."""
         return self.pods.indexed(component.value)
 
-    def nodes_with_ready_pods(self) -> frozenset[str]:
-        """The nodes with at least one Ready pod of ours (`gpu_nodes.ready_node`), from the tally."""
+    def pod_readiness_by_node(self) -> frozenset[tuple[str, bool]]:
+        """Each (node, Ready) pair some pod of ours has (`gpu_nodes.readiness_on_node`), from the tally."""
         return self.pods.tallied()
 
     def lookup(self, kind: str, name: str, namespace: str | None) -> RawObject | None:

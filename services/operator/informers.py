@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from metax_core.cluster import gpu_remediation, workloads
@@ -35,6 +35,8 @@ Slim = Callable[[RawObject], RawObject]
 OnChange = Callable[[RawObject | None, RawObject | None], None]
 IndexBy = Callable[[RawObject], str | None]
 """What an informer files each cached object under (`Informer.indexed`); None: not filed."""
+TallyBy = Callable[[RawObject], Hashable | None]
+"""What an informer counts each cached object under (`Informer.tallied`); None: not counted."""
 
 
 def key_of(obj: RawObject) -> tuple[str, str]:
@@ -66,13 +68,13 @@ class Informer:
         on_change: OnChange | None = None,
         watch_seconds: int = 300,
         index_by: IndexBy | None = None,
-        tally_by: IndexBy | None = None,
+        tally_by: TallyBy | None = None,
         fields: Fields | None = None,
     ) -> None:
         """``index_by``: what each object is filed under as well, so `indexed` hands out the objects of one value
         without a scan of the whole cache (the pods by component: a reconcile at 5,000 nodes reads the driver's
         5,000 pods, not all 35,000). ``tally_by``: what each object is counted under, so `tallied` names the values
-        some object has without a scan (the nodes with a Ready pod of ours; a count per value, not a dict of
+        some object has without a scan (each pod's node and whether it is Ready; a count per value, not a dict of
         objects). ``fields``: what ``slim`` reads of each object (`cached_fields`), the only fields the list and
         the watch decode."""
         self.objects = objects
@@ -90,7 +92,7 @@ class Informer:
         self._fields = fields
         self._index: dict[str, dict[Key, RawObject]] = {}
         self._tally_by = tally_by
-        self._tally: dict[str, int] = {}
+        self._tally: dict[Hashable, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.synced = threading.Event()
@@ -114,7 +116,7 @@ class Informer:
         with self._lock:
             return list(self._index.get(value, {}).values())
 
-    def tallied(self) -> frozenset[str]:
+    def tallied(self) -> frozenset[Any]:
         """The values ``tally_by`` gives at least one cached object (empty without a tally)."""
         with self._lock:
             return frozenset(self._tally)

@@ -233,7 +233,7 @@ class Reconciler:
         return self.crd
 
     def _ready_nodes(self, gpu: list[str]) -> int:
-        return gpu_nodes.ready_count(gpu, self.caches.nodes_with_ready_pods())
+        return gpu_nodes.ready_count(gpu, self.caches.pod_readiness_by_node())
 
     # -- pieces ---------------------------------------------------------------------------------------------
 

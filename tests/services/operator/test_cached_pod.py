@@ -39,7 +39,11 @@ def test_a_missing_field_reads_as_missing_not_as_an_empty_value() -> None:
 def test_the_core_pod_rules_read_it_as_they_read_a_dict() -> None:
     ready_elsewhere = CachedPod(name="d2", namespace="ns", labels=LABELS, node="gpu-2", status=STATUS)
     not_ready = CachedPod(name="d3", namespace="ns", labels=LABELS, node="gpu-3", status={**STATUS, "ready": False})
-    assert [gpu_nodes.ready_node(p) for p in (_cached(), ready_elsewhere, not_ready)] == ["gpu-1", "gpu-2", None]
+    assert [gpu_nodes.readiness_on_node(p) for p in (_cached(), ready_elsewhere, not_ready)] == [
+        ("gpu-1", True),
+        ("gpu-2", True),
+        ("gpu-3", False),
+    ]
 
 
 def test_it_has_no_instance_dict() -> None:

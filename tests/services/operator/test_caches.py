@@ -224,35 +224,41 @@ def test_the_pod_cache_files_each_pod_under_its_component_as_it_changes() -> Non
         informer.stop()
 
 
-def test_the_pod_cache_tallies_the_nodes_its_ready_pods_make_ready_as_they_change() -> None:
-    """``readyNodes`` reads `caches.Caches.nodes_with_ready_pods`, the tally, not every cached pod."""
+def test_the_pod_cache_tallies_its_pods_readiness_by_node_as_they_change() -> None:
+    """``readyNodes`` reads `caches.Caches.pod_readiness_by_node`, the tally, not every cached pod: a node counts
+    while every pod of ours on it is Ready."""
     cluster = InMemoryCluster()
     cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     informer = informers.Informer(
-        cluster.objects, "v1", "Pod", namespace=NS, slim=informers.slim_pod, tally_by=gpu_nodes.ready_node
+        cluster.objects, "v1", "Pod", namespace=NS, slim=informers.slim_pod, tally_by=gpu_nodes.readiness_on_node
     )
 
-    def ready(name: str, node: str, is_ready: bool) -> None:
+    def ready(name: str, is_ready: bool) -> None:
         condition = {"type": "Ready", "status": "True" if is_ready else "False"}
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}}
         cluster.objects.apply_status({**body, "status": {"conditions": [condition]}}, field_manager="kubelet")
+
+    def ready_nodes() -> set[str]:
+        return {n for n in ("g1", "g2") if gpu_nodes.ready_count([n], informer.tallied())}
 
     for name, node in [("d1", "g1"), ("l1", "g1"), ("d2", "g2")]:
         cluster.api.create(_pod(name, node))
     informer.start()
     try:
-        assert informer.synced.wait(10) and informer.tallied() == frozenset()
-        ready("d1", "g1", True)
-        ready("l1", "g1", True)
-        ready("d2", "g2", True)
-        wait_for("every node ready", lambda: informer.tallied() == {"g1", "g2"})
-        ready("d1", "g1", False)  # l1 still makes g1 ready
-        wait_for("d1 not ready", lambda: not (informer.get("d1", NS) or {}).get("status", {}).get("ready"))
-        assert informer.tallied() == {"g1", "g2"}
-        cluster.api.delete("v1", "Pod", "l1", NS)
-        wait_for("g1 no longer ready", lambda: informer.tallied() == {"g2"})
-        ready("d2", "g2", False)
-        wait_for("none ready", lambda: informer.tallied() == frozenset())
+        assert informer.synced.wait(10) and informer.tallied() == {("g1", False), ("g2", False)}
+        ready("d1", True)
+        wait_for("d1 ready, l1 not yet", lambda: informer.tallied() == {("g1", True), ("g1", False), ("g2", False)})
+        assert ready_nodes() == set()
+        ready("l1", True)
+        ready("d2", True)
+        wait_for("every node ready", lambda: ready_nodes() == {"g1", "g2"})
+        ready("d1", False)  # one pod of ours on g1 not Ready: g1 is not
+        wait_for("g1 not ready", lambda: ready_nodes() == {"g2"})
+        cluster.api.delete("v1", "Pod", "d1", NS)  # what is left on g1 is Ready
+        wait_for("g1 ready again", lambda: ready_nodes() == {"g1", "g2"})
+        cluster.api.delete("v1", "Pod", "l1", NS)  # no pod of ours on g1 at all
+        wait_for("g1 without pods", lambda: informer.tallied() == {("g2", True)})
+        assert ready_nodes() == {"g2"}
     finally:
         informer.stop()
 

@@ -34,16 +34,18 @@ def test_gpu_nodes_are_the_labelled_ones_by_name() -> None:
     assert gpu_nodes.names([]) == []
 
 
-def test_a_gpu_node_is_ready_with_one_ready_pod_of_ours() -> None:
+def test_a_gpu_node_is_ready_when_every_pod_of_ours_on_it_is_ready() -> None:
     pods = [
         pod("n1", ready=True),
-        pod("n1", ready=False),  # another pod on n1 still starting: n1 is ready all the same
-        pod("n2", ready=False),
-        pod(None, ready=True),  # not scheduled yet
+        pod("n1", ready=True),
+        pod("n2", ready=True),
+        pod("n2", ready=False),  # another pod on n2 still starting (or crash-looping): n2 is not ready
+        pod("n3", ready=False),
+        pod(None, ready=True),  # not scheduled yet: counts for no node
         pod("cpu-node", ready=True),  # not a GPU node
     ]
-    ready = {n for p in pods if (n := gpu_nodes.ready_node(p)) is not None}
-    assert ready == {"n1", "cpu-node"}
-    assert gpu_nodes.ready_count(["n1", "n2", "n3"], ready) == 1
-    assert gpu_nodes.ready_count(["n1", "n2", "n3"], ready | {gpu_nodes.ready_node(pod("n3", ready=True))}) == 2
-    assert gpu_nodes.ready_count([], ready) == 0
+    seen = {r for p in pods if (r := gpu_nodes.readiness_on_node(p)) is not None}
+    assert seen == {("n1", True), ("n2", True), ("n2", False), ("n3", False), ("cpu-node", True)}
+    assert gpu_nodes.ready_count(["n1", "n2", "n3", "n4"], seen) == 1  # n4: no pod of ours at all
+    assert gpu_nodes.ready_count(["n1", "n2", "n3"], seen - {("n2", False)}) == 2  # n2's last pod became Ready
+    assert gpu_nodes.ready_count([], seen) == 0
