@@ -10,6 +10,7 @@ each phase took, and guarantees that nothing it started outlives it: :meth:`Cont
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -329,19 +330,23 @@ class ControlPlane:
         config = self._config
         if config is None or any(name not in self._processes for name in names):
             raise errors.ControlPlaneError(f"not running: {', '.join(n for n in names if n not in self._processes)}")
-        args: dict[str, Sequence[str]] = {
-            "kwok": config.kwok_args(),
-            "kube-controller-manager": config.controller_manager_args(),
-            "kube-scheduler": config.scheduler_args(self.scheduler_extenders),
+        args: dict[str, Callable[[], Sequence[str]]] = {
+            "kwok": config.kwok_args,
+            "kube-controller-manager": config.controller_manager_args,
+            "kube-scheduler": functools.partial(config.scheduler_args, self.scheduler_extenders),
         }
         for name in names:
             self._processes[name].stop()
         if "kwok" in names:  # the new kwok has a new identity: it would wait out the old one's node Leases
             http = self._admin_http()
             for node in self.node_names:
-                http.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
+                status, body = http.request(
+                    "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+                )
+                if status not in (200, 404):
+                    raise errors.ControlPlaneError(f"deleting node {node}'s Lease: HTTP {status} {body[:200]!r}")
         for name in names:
-            self._start(name, args[name])
+            self._start(name, args[name]())
         for name in names:
             self._wait_https_healthz(name)
 
